@@ -1,0 +1,1 @@
+"""OTLP receivers (HTTP and gRPC) that write to the lake."""

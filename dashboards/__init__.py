@@ -1,0 +1,1 @@
+"""Altair charts as pure functions of polars frames."""

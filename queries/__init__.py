@@ -1,0 +1,1 @@
+"""Packaged .sql files; read them through traceflow.sql."""

@@ -1,0 +1,5 @@
+"""``python -m traceflow``: the same as the ``traceflow`` command."""
+
+from .cli import main
+
+main()

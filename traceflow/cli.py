@@ -1,0 +1,250 @@
+"""The ``traceflow`` command: each command parses its options, calls one library function, prints.
+
+Library errors (:mod:`traceflow.errors`) become a one-line message on stderr: exit status 2 for a
+usage problem, 1 for anything else. ``traceflow import`` exits 3 when it skipped bad records.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from . import __version__
+from .config import data_dir
+from .errors import TraceflowError, UsageError
+from .output import FORMATS
+
+app = typer.Typer(
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    help="Token-traffic analytics for AI agents: collect, store, analyse, replay, size.",
+)
+
+DataOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--data",
+        help="Data directory (default: $TRACEFLOW_DATA, else ~/.local/share/traceflow).",
+        show_default=False,
+    ),
+]
+FormatOpt = Annotated[str, typer.Option("--format", "-f", help="table, json, csv or markdown.")]
+SinceOpt = Annotated[
+    str | None, typer.Option(help="Only requests at or after this time (2026-08-01, 2026-08-01T12:00Z, 7d).")
+]
+UntilOpt = Annotated[str | None, typer.Option(help="Only requests before this time.")]
+AgentOpt = Annotated[list[str] | None, typer.Option("--agent", help="Only this agent (repeatable).")]
+ModelOpt = Annotated[list[str] | None, typer.Option("--model", help="Only this model (repeatable).")]
+SessionOpt = Annotated[
+    list[str] | None, typer.Option("--session", help="Only this session, sub-agents included (repeatable).")
+]
+UserOpt = Annotated[list[str] | None, typer.Option("--user", help="Only this user id (repeatable).")]
+SourceOpt = Annotated[
+    list[str] | None, typer.Option("--source", help="Only rows from this source, e.g. otlp (repeatable).")
+]
+
+
+def _check_format(fmt: str) -> str:
+    if fmt not in FORMATS:
+        raise UsageError(f"--format {fmt!r} is not one of: {', '.join(FORMATS)}")
+    return fmt
+
+
+def _selection(
+    since: str | None,
+    until: str | None,
+    agent: list[str] | None,
+    model: list[str] | None,
+    session: list[str] | None,
+    user: list[str] | None,
+    source: list[str] | None,
+):  # type: ignore[no-untyped-def]
+    from .selection import Selection, parse_time
+
+    return Selection(
+        since=parse_time(since, "--since") if since else None,
+        until=parse_time(until, "--until") if until else None,
+        agents=tuple(agent or ()),
+        models=tuple(model or ()),
+        sessions=tuple(session or ()),
+        users=tuple(user or ()),
+        sources=tuple(source or ()),
+    )
+
+
+def _lake(data: Path | None):  # type: ignore[no-untyped-def]
+    from .lake import Lake
+
+    return Lake(data_dir(data))
+
+
+class _Progress:
+    """A one-line progress bar on a terminal's stderr; silent when piped."""
+
+    def __init__(self, label: str, enabled: bool) -> None:
+        self.label = label
+        self.enabled = enabled and sys.stderr.isatty()
+        self.last = 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if not self.enabled or (now - self.last < 0.1 and done < total):
+            return
+        self.last = now
+        frac = done / total if total else 1.0
+        bar = "#" * int(frac * 30)
+        sys.stderr.write(
+            f"\r{self.label} [{bar:<30}] {frac:6.1%} {done / 1e6:,.1f}/{total / 1e6:,.1f} MB"
+        )
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\n")
+
+
+@app.command("import")
+def import_(
+    source: Annotated[str, typer.Argument(help="claude-code, codex, gemini or otlp-json.")],
+    paths: Annotated[
+        list[Path] | None, typer.Argument(help="Files or directories (default: the agent's own log folder).")
+    ] = None,
+    data: DataOpt = None,
+    fmt: FormatOpt = "table",
+    jobs: Annotated[int | None, typer.Option(help="Worker processes for large imports (default: CPUs).")] = None,
+) -> None:
+    """Import agent logs or trace files into the lake; files already imported add nothing."""
+    from . import importers
+    from .importing import run_import
+    from .output import to_json
+
+    _check_format(fmt)
+    importer = importers.get(source)
+    lake = _lake(data)
+    progress = _Progress(f"importing {source}", enabled=fmt != "json")
+    try:
+        summary = run_import(lake, importer, paths or None, progress=progress, jobs=jobs)
+    finally:
+        progress.close()
+    for err in summary.errors:
+        typer.echo(f"skipped {err}", err=True)
+    if summary.skipped > len(summary.errors):
+        typer.echo(f"... and {summary.skipped - len(summary.errors)} more skipped records", err=True)
+    if fmt == "json":
+        typer.echo(to_json(summary.as_dict()))
+    else:
+        typer.echo(str(summary))
+    if summary.skipped:
+        raise typer.Exit(3)
+
+
+@app.command()
+def mix(
+    by: Annotated[
+        list[str] | None,
+        typer.Option("--by", help="Group by agent, model, session, day, user or source (repeatable)."),
+    ] = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
+    agent: AgentOpt = None,
+    model: ModelOpt = None,
+    session: SessionOpt = None,
+    user: UserOpt = None,
+    source: SourceOpt = None,
+    data: DataOpt = None,
+    fmt: FormatOpt = "table",
+) -> None:
+    """The token mix: cold input, cache read, cache write and output, their shares and the reuse ratio."""
+    from .mix import token_mix_rows
+    from .output import render
+
+    _check_format(fmt)
+    groups = [g for item in (by or []) for g in item.split(",") if g]
+    selection = _selection(since, until, agent, model, session, user, source)
+    con = _lake(data).connect(["requests"])
+    result = token_mix_rows(con, selection, groups)
+    typer.echo(render(result, fmt, single=not groups))
+
+
+@app.command()
+def sql(
+    query: Annotated[str | None, typer.Argument(help="A SELECT over the views.")] = None,
+    file: Annotated[Path | None, typer.Option("--file", help="Read the query from this .sql file.")] = None,
+    data: DataOpt = None,
+    fmt: FormatOpt = "table",
+) -> None:
+    """Run read-only SQL over the views: requests, events, metric_points, spans."""
+    from .output import render
+    from .sqlrun import run_sql
+
+    _check_format(fmt)
+    if (query is None) == (file is None):
+        raise UsageError('give either a query ("SELECT ...") or --file q.sql, not both or neither')
+    text = query if query is not None else file.read_text()  # type: ignore[union-attr]
+    frame = run_sql(_lake(data), text)
+    typer.echo(render(frame, fmt))
+
+
+@app.command()
+def compact(
+    data: DataOpt = None,
+    fmt: FormatOpt = "table",
+) -> None:
+    """Merge each partition's small files into one deduplicated file."""
+    import polars as pl
+
+    from .output import render
+    from .schema import TABLES
+
+    _check_format(fmt)
+    lake = _lake(data)
+    rows = []
+    for table in TABLES:
+        before, after = lake.compact(table)
+        rows.append({"table": table, "files_before": before, "files_after": after})
+    lake.clean_staging()
+    typer.echo(render(pl.DataFrame(rows), fmt))
+
+
+@app.command()
+def snapshot(
+    out: Annotated[Path, typer.Argument(help="The .duckdb file to write (replaced if it exists).")],
+    data: DataOpt = None,
+) -> None:
+    """Write a standalone DuckDB file with one table per view, for other tools."""
+    from .sqlrun import snapshot as write_snapshot
+
+    counts = write_snapshot(_lake(data), out)
+    typer.echo(f"wrote {out}: " + ", ".join(f"{n} {t}" for t, n in counts.items()))
+
+
+@app.command()
+def version() -> None:
+    """Print traceflow's version."""
+    typer.echo(__version__)
+
+
+def main() -> None:
+    """Console-script entry point: run the app, turning traceflow errors into one-line messages."""
+    try:
+        app(standalone_mode=False)
+    except TraceflowError as e:
+        typer.echo(f"traceflow: error: {e}", err=True)
+        sys.exit(2 if isinstance(e, UsageError) else 1)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except typer.Abort:
+        typer.echo("aborted", err=True)
+        sys.exit(130)
+    except Exception as e:  # click usage errors
+        import click
+
+        if isinstance(e, click.exceptions.ClickException):
+            e.show()
+            sys.exit(e.exit_code)
+        raise

@@ -1,0 +1,60 @@
+"""Settings: every one in one table, resolved as flag > environment variable > default.
+
+The README lists each setting (a test checks it).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    env: str
+    default: str
+    help: str
+
+
+def _xdg_data_home() -> str:
+    return os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "data",
+        "TRACEFLOW_DATA",
+        "$XDG_DATA_HOME/traceflow (~/.local/share/traceflow)",
+        "Data directory that holds the Parquet lake; `--data DIR` overrides it on every command.",
+    ),
+    Setting(
+        "claude_config_dir",
+        "CLAUDE_CONFIG_DIR",
+        "~/.claude",
+        "Where `traceflow import claude-code` looks for `projects/**/*.jsonl` (comma-separated list allowed).",
+    ),
+    Setting(
+        "codex_home",
+        "CODEX_HOME",
+        "~/.codex",
+        "Where `traceflow import codex` looks for `sessions/**/rollout-*.jsonl`.",
+    ),
+    Setting(
+        "gemini_dir",
+        "GEMINI_DIR",
+        "~/.gemini",
+        "Where `traceflow import gemini` looks for `tmp/*/chats/*.jsonl`.",
+    ),
+)
+
+
+def data_dir(flag: str | Path | None = None) -> Path:
+    """The data directory: ``--data`` flag, else ``TRACEFLOW_DATA``, else the XDG data dir."""
+    if flag:
+        return Path(flag).expanduser()
+    env = os.environ.get("TRACEFLOW_DATA")
+    if env:
+        return Path(env).expanduser()
+    return Path(_xdg_data_home()) / "traceflow"

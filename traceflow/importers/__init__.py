@@ -1,0 +1,30 @@
+"""File importers, one module per source; ``get(name)`` loads one by its CLI name."""
+
+from __future__ import annotations
+
+import importlib
+
+from ..errors import UnknownSource
+from .base import Importer
+
+#: CLI name -> module that defines ``IMPORTER``.
+REGISTRY: dict[str, str] = {
+    "claude-code": "claude_code",
+    "codex": "codex",
+    "gemini": "gemini",
+    "otlp-json": "otlp_json",
+}
+
+
+def names() -> list[str]:
+    return list(REGISTRY)
+
+
+def get(name: str) -> Importer:
+    """The importer called ``name``; :class:`UnknownSource` lists the known ones otherwise."""
+    module = REGISTRY.get(name)
+    if module is None:
+        raise UnknownSource(f"no importer called {name!r}; choose one of: {', '.join(REGISTRY)}")
+    imported = importlib.import_module(f"{__name__}.{module}")
+    importer: Importer = imported.IMPORTER
+    return importer

@@ -1,0 +1,270 @@
+"""Run an importer over files and add what is new to the lake, durably and idempotently.
+
+For every file we remember (in ``<data>/v1/_state/imports/<importer>.json``) its size, mtime, a
+hash of its first bytes, how far it was read, and the importer's carry-over state. A second import
+of an unchanged file reads nothing; a file that has grown is read from where the last import
+stopped (complete lines only); a file that was replaced (its head changed or it shrank) is read
+again from the start, and the lake's ``event_id`` dedup absorbs the rows seen before.
+
+The bookkeeping is written only after the rows are published, so a crash in between re-imports
+(harmlessly) rather than losing rows. Large imports parse files in worker processes, which write
+their own staging files; the parent publishes them.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import contextlib
+import fcntl
+import hashlib
+import multiprocessing
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from . import importers
+from .errors import MissingPath
+from .importers.base import FileContext, Importer, LineError, Parsed
+from .lake import Lake, frame_from_rows
+from .schema import TABLES
+
+_HEAD_BYTES = 4096
+_PARALLEL_MIN_BYTES = 32 << 20  # below this, worker start-up costs more than it saves
+_BATCH_BYTES = 48 << 20  # input bytes parsed per worker task (bounds memory)
+MAX_REPORTED_ERRORS = 50
+
+
+@dataclass
+class FilePlan:
+    path: str
+    start: int
+    first_line: int
+    carry: dict[str, Any]
+    size: int
+    mtime_ns: int
+    head: str
+
+
+@dataclass
+class ImportSummary:
+    """What an import did, for people (``str``) and for scripts (``as_dict``)."""
+
+    source: str
+    files_seen: int = 0
+    files_read: int = 0
+    bytes_read: int = 0
+    rows: dict[str, int] = field(default_factory=lambda: {t: 0 for t in TABLES})
+    skipped: int = 0
+    errors: list[LineError] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "files_seen": self.files_seen,
+            "files_read": self.files_read,
+            "bytes_read": self.bytes_read,
+            "rows": dict(self.rows),
+            "skipped": self.skipped,
+            "errors": [str(e) for e in self.errors],
+        }
+
+    def __str__(self) -> str:
+        parts = [f"{n} {t}" for t, n in self.rows.items() if n]
+        text = (
+            f"imported {self.source}: {self.files_read} of {self.files_seen} files read "
+            f"({self.bytes_read / 1e6:.1f} MB), {', '.join(parts) or 'no new rows'}"
+        )
+        if self.skipped:
+            text += f"; {self.skipped} record(s) skipped (see above)"
+        return text
+
+
+def _head(path: Path, size: int) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.blake2b(fh.read(min(size, _HEAD_BYTES)), digest_size=12).hexdigest()
+
+
+def _state_path(lake: Lake, importer: Importer) -> Path:
+    return lake.state_dir / "imports" / f"{importer.name}.json"
+
+
+@contextlib.contextmanager
+def _locked_state(lake: Lake, importer: Importer) -> Iterator[dict[str, Any]]:
+    """The importer's bookkeeping, locked against a concurrent import of the same source."""
+    path = _state_path(lake, importer)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        state: dict[str, Any] = orjson.loads(path.read_bytes()) if path.exists() else {}
+        yield state
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "wb") as fh:
+            fh.write(orjson.dumps(state))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+
+
+def plan(importer: Importer, files: Sequence[Path], state: dict[str, Any]) -> list[FilePlan]:
+    """Which files need reading, and from where."""
+    plans = []
+    for path in files:
+        key = str(path.resolve())
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            continue
+        rec = state.get(key)
+        if rec and rec["size"] == st.st_size and rec["mtime_ns"] == st.st_mtime_ns:
+            continue
+        head = _head(path, st.st_size)
+        resume = (
+            rec is not None
+            and not importer.whole_file
+            and st.st_size >= rec["offset"]
+            and rec["head"] == head
+            and rec["offset"] >= min(rec["size"], _HEAD_BYTES)
+        )
+        if resume and rec is not None:
+            plans.append(FilePlan(key, rec["offset"], rec["line"], rec["carry"], st.st_size, st.st_mtime_ns, head))
+        else:
+            plans.append(FilePlan(key, 0, 1, {}, st.st_size, st.st_mtime_ns, head))
+    return plans
+
+
+def _read(plan: FilePlan, whole_file: bool) -> tuple[bytes, int]:
+    """The complete, unread lines of a file (a final line without newline counts when it is whole)."""
+    with open(plan.path, "rb") as fh:
+        fh.seek(plan.start)
+        data = fh.read(plan.size - plan.start)
+    if whole_file or not data or data.endswith(b"\n"):
+        return data, plan.start + len(data)
+    cut = data.rfind(b"\n") + 1
+    tail = data[cut:]
+    try:
+        orjson.loads(tail)
+    except orjson.JSONDecodeError:
+        return data[:cut], plan.start + cut  # a line still being written: leave it for next time
+    return data, plan.start + len(data)
+
+
+def _parse_batch(
+    importer_name: str, lake_root: str, plans: list[FilePlan], stage: bool
+) -> tuple[Parsed | None, list[tuple[Path, str]], dict[str, Any], dict[str, int], list[LineError], int, int]:
+    """Parse a batch of files; in a worker, also write the staging files (``stage``)."""
+    importer = importers.get(importer_name)
+    merged = Parsed()
+    records: dict[str, Any] = {}
+    nbytes = 0
+    for p in plans:
+        data, end = _read(p, importer.whole_file)
+        nbytes += len(data)
+        ctx = FileContext(path=Path(p.path), first_line=p.first_line, state=dict(p.carry))
+        merged.extend(importer.parse(data, ctx))
+        records[p.path] = {
+            "size": p.size,
+            "mtime_ns": p.mtime_ns,
+            "head": p.head,
+            "offset": end if not importer.whole_file else p.size,
+            "line": p.first_line + data.count(b"\n"),
+            "carry": ctx.state,
+        }
+    counts = {t: len(rows) for t, rows in merged.tables().items()}
+    errors = merged.errors
+    if not stage:
+        return merged, [], records, counts, errors, len(errors), nbytes
+    lake = Lake(lake_root)
+    staged: list[tuple[Path, str]] = []
+    for table, rows in merged.tables().items():
+        if rows:
+            staged += lake.write_staged(table, frame_from_rows(TABLES[table], rows))
+    return None, staged, records, counts, errors[:MAX_REPORTED_ERRORS], len(errors), nbytes
+
+
+def _batches(plans: list[FilePlan]) -> list[list[FilePlan]]:
+    out: list[list[FilePlan]] = [[]]
+    size = 0
+    for p in plans:
+        if out[-1] and size + (p.size - p.start) > _BATCH_BYTES:
+            out.append([])
+            size = 0
+        out[-1].append(p)
+        size += p.size - p.start
+    return [b for b in out if b]
+
+
+def run_import(
+    lake: Lake,
+    importer: Importer,
+    paths: Sequence[Path] | None = None,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+    jobs: int | None = None,
+) -> ImportSummary:
+    """Import what is new under ``paths`` (or the agent's default locations) into ``lake``.
+
+    ``progress(done_bytes, total_bytes)`` is called as files are parsed.
+    """
+    roots = list(paths) if paths else importer.default_paths()
+    for root in roots:
+        if not root.exists():
+            raise MissingPath(
+                f"{root} does not exist; pass the path of a {importer.name} log file or directory"
+            )
+    files: list[Path] = []
+    seen: set[Path] = set()
+    for root in roots:
+        for f in importer.discover(root):
+            if f not in seen:
+                seen.add(f)
+                files.append(f)
+    summary = ImportSummary(source=importer.name, files_seen=len(files))
+    with _locked_state(lake, importer) as state:
+        plans = plan(importer, files, state)
+        summary.files_read = len(plans)
+        total = sum(p.size - p.start for p in plans)
+        done = 0
+        jobs = jobs if jobs is not None else (os.cpu_count() or 1)
+        batches = _batches(plans)
+        if jobs > 1 and total >= _PARALLEL_MIN_BYTES and len(batches) > 1:
+            ctx = multiprocessing.get_context("spawn")
+            with cf.ProcessPoolExecutor(max_workers=min(jobs, len(batches)), mp_context=ctx) as pool:
+                futures = [pool.submit(_parse_batch, importer.name, str(lake.root), b, True) for b in batches]
+                for fut in cf.as_completed(futures):
+                    _, staged, records, counts, errors, nerr, nbytes = fut.result()
+                    lake.publish(staged)
+                    state.update(records)
+                    _account(summary, counts, errors, nerr, nbytes)
+                    done += nbytes
+                    if progress:
+                        progress(done, total)
+        else:
+            for batch in batches:
+                parsed, _, records, counts, errors, nerr, nbytes = _parse_batch(
+                    importer.name, str(lake.root), batch, False
+                )
+                assert parsed is not None
+                for table, rows in parsed.tables().items():
+                    if rows:
+                        lake.append(table, rows)
+                state.update(records)
+                _account(summary, counts, errors, nerr, nbytes)
+                done += nbytes
+                if progress:
+                    progress(done, total)
+    return summary
+
+
+def _account(
+    summary: ImportSummary, counts: dict[str, int], errors: list[LineError], nerr: int, nbytes: int
+) -> None:
+    for table, n in counts.items():
+        summary.rows[table] += n
+    summary.skipped += nerr
+    room = MAX_REPORTED_ERRORS - len(summary.errors)
+    summary.errors += errors[: max(room, 0)]
+    summary.bytes_read += nbytes

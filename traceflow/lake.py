@@ -1,0 +1,294 @@
+"""The Parquet lake: immutable files published atomically, read through deduplicating DuckDB views.
+
+Layout (DESIGN §2)::
+
+    <data>/v1/<table>/dt=YYYY-MM-DD/<time_ns>-<pid>-<rand>.parquet   published files (never modified)
+    <data>/v1/_staging/                                              files being written
+    <data>/v1/_state/                                                importer and collector bookkeeping
+
+A file is written in ``_staging`` (outside every table tree, so readers' globs never see it),
+fsynced, and renamed into its partition, then the partition directory is fsynced: once
+:meth:`Lake.append` returns, the rows survive a crash. Several writers (an import and a running
+collector) may publish at once; file names never collide.
+
+Readers open an in-memory DuckDB with one view per table. A row may be stored more than once (the
+same request imported twice, an exporter's retry, a transcript line and its OTLP event); the views
+keep one row per ``event_id``: the most complete copy (largest token total), then the newest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import os
+import secrets
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import duckdb
+import orjson
+
+from .errors import LakeError
+from .schema import LAKE_VERSION, REQUESTS, TABLES, Table, polars_type
+
+if TYPE_CHECKING:
+    import polars as pl
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+def to_micros(value: dt.datetime) -> int:
+    """Microseconds since the Unix epoch of an aware (or UTC-naive) datetime."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
+    delta = value - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def frame_from_rows(table: Table, rows: Sequence[Mapping[str, Any]]) -> pl.DataFrame:
+    """Build a frame with exactly the table's schema from row dicts.
+
+    Timestamps in rows are ``int`` microseconds since the epoch (UTC) or aware ``datetime``s;
+    ``attributes`` may be a ``dict`` (serialised to JSON here). Unknown keys are an error: they
+    would be silently lost otherwise.
+    """
+    import polars as pl
+
+    cols = {name: polars_type(t) for name, t in table.columns.items()}
+    known = cols.keys()
+    prepared: list[Mapping[str, Any]] = []
+    checked: set[frozenset[str]] = set()
+    for row in rows:
+        keys = frozenset(row)
+        if keys not in checked:
+            extra = keys - known
+            if extra:
+                raise LakeError(f"unknown column(s) {sorted(extra)} for table {table.name!r}")
+            checked.add(keys)
+        attrs = row.get("attributes")
+        needs_fix = attrs is not None and not isinstance(attrs, str)
+        if not needs_fix:
+            for name, dtype in cols.items():
+                if isinstance(dtype, pl.Datetime) and isinstance(row.get(name), dt.datetime):
+                    needs_fix = True
+                    break
+        if needs_fix:
+            fixed = dict(row)
+            if attrs is not None and not isinstance(attrs, str):
+                fixed["attributes"] = orjson.dumps(
+                    attrs, option=orjson.OPT_NON_STR_KEYS, default=str
+                ).decode()
+            for name, value in row.items():
+                if isinstance(value, dt.datetime):
+                    fixed[name] = to_micros(value)
+            prepared.append(fixed)
+        else:
+            prepared.append(row)
+    raw_schema = {
+        name: (pl.Int64() if isinstance(dtype, pl.Datetime) else dtype) for name, dtype in cols.items()
+    }
+    frame = pl.from_dicts(prepared, schema=raw_schema) if prepared else pl.DataFrame(schema=raw_schema)
+    now = int(time.time() * 1_000_000)
+    return frame.with_columns(
+        [
+            (pl.col(name).fill_null(now) if name == "ingested_at" else pl.col(name)).cast(dtype)
+            for name, dtype in cols.items()
+            if isinstance(dtype, pl.Datetime)
+        ]
+    )
+
+
+def _partition_values(table: Table, frame: pl.DataFrame) -> pl.Series:
+    import polars as pl
+
+    ts = pl.coalesce([pl.col(c) for c in table.partition_by])
+    return frame.select(ts.dt.strftime("%Y-%m-%d").fill_null("unknown").alias("dt")).to_series()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Lake:
+    """A data directory holding the hive-partitioned Parquet tables."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root).expanduser()
+        self.base = self.root / LAKE_VERSION
+
+    # -- paths --------------------------------------------------------------------------------
+    @property
+    def staging(self) -> Path:
+        return self.base / "_staging"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.base / "_state"
+
+    def table_dir(self, table: str) -> Path:
+        return self.base / table
+
+    def glob(self, table: str) -> str:
+        """Depth-explicit glob of a table's published files (never matches staging files)."""
+        return str(self.table_dir(table) / "dt=*" / "*.parquet")
+
+    def files(self, table: str) -> list[Path]:
+        return sorted(self.table_dir(table).glob("dt=*/*.parquet"))
+
+    def _ensure(self) -> None:
+        try:
+            self.staging.mkdir(parents=True, exist_ok=True)
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise LakeError(
+                f"cannot create the data directory {self.root}: {e.strerror}. "
+                "Pass --data DIR or set TRACEFLOW_DATA to a writable directory."
+            ) from None
+
+    # -- writing ------------------------------------------------------------------------------
+    def staging_path(self) -> Path:
+        self._ensure()
+        return self.staging / f"{time.time_ns()}-{os.getpid()}-{secrets.token_hex(4)}.parquet"
+
+    def write_staged(self, table: str, frame: pl.DataFrame) -> list[tuple[Path, str]]:
+        """Write a frame into staging files, one per ``dt`` partition; publish them with :meth:`publish`."""
+        if frame.is_empty():
+            return []
+        spec = TABLES[table]
+        parts = frame.with_columns(_partition_values(spec, frame).alias("__dt"))
+        staged: list[tuple[Path, str]] = []
+        for (day,), part in parts.group_by("__dt", maintain_order=True):
+            path = self.staging_path()
+            with open(path, "wb") as fh:
+                part.drop("__dt").write_parquet(fh, compression="zstd", statistics=True)
+                fh.flush()
+                os.fsync(fh.fileno())
+            staged.append((path, f"{table}/dt={day}"))
+        return staged
+
+    def publish(self, staged: Iterable[tuple[Path, str]]) -> list[Path]:
+        """Move staged files into their partitions atomically and make the renames durable."""
+        published: list[Path] = []
+        dirs: set[Path] = set()
+        for path, rel in staged:
+            target_dir = self.base / rel
+            target_dir.mkdir(parents=True, exist_ok=True)
+            target = target_dir / path.name
+            os.replace(path, target)
+            published.append(target)
+            dirs.add(target_dir)
+        for d in dirs:
+            _fsync_dir(d)
+        return published
+
+    def append(self, table: str, rows: Sequence[Mapping[str, Any]] | pl.DataFrame) -> list[Path]:
+        """Durably add rows to a table; returns the published files (none for no rows)."""
+        frame = rows if hasattr(rows, "write_parquet") else frame_from_rows(TABLES[table], rows)  # type: ignore[arg-type]
+        return self.publish(self.write_staged(table, frame))
+
+    # -- reading ------------------------------------------------------------------------------
+    def connect(self, tables: Iterable[str] | None = None) -> duckdb.DuckDBPyConnection:
+        """An in-memory DuckDB connection with one deduplicating view per table."""
+        con = duckdb.connect(":memory:")
+        for name in tables or TABLES:
+            con.execute(self.view_sql(name))
+        return con
+
+    def view_sql(self, name: str) -> str:
+        spec = TABLES[name]
+        if self.files(name):
+            src = f"read_parquet('{self.glob(name)}', union_by_name = true, hive_partitioning = false)"
+            typed = ", ".join(f"CAST({c} AS {t}) AS {c}" for c, t in spec.columns.items())
+            raw = f"(SELECT {typed} FROM {src})"
+        else:
+            typed = ", ".join(f"CAST(NULL AS {t}) AS {c}" for c, t in spec.columns.items())
+            raw = f"(SELECT {typed} WHERE false)"
+        if name == REQUESTS.name:
+            completeness = (
+                "coalesce(cold_input_tokens, 0) + coalesce(cache_read_tokens, 0)"
+                " + coalesce(cache_write_tokens, 0) + coalesce(output_tokens, 0)"
+            )
+            extra = (
+                ", coalesce(cold_input_tokens, 0) + coalesce(cache_read_tokens, 0)"
+                " + coalesce(cache_write_tokens, 0) AS context_tokens"
+                f", {completeness} AS total_tokens"
+            )
+            order = f"{completeness} DESC, ingested_at DESC"
+        else:
+            extra = ""
+            order = "ingested_at DESC"
+        return (
+            f"CREATE OR REPLACE VIEW {name} AS SELECT * {extra} FROM {raw} "
+            f"QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY {order}) = 1"
+        )
+
+    # -- maintenance --------------------------------------------------------------------------
+    def compact(self, table: str, min_files: int = 2) -> tuple[int, int]:
+        """Merge each partition's files into one deduplicated file. Returns (files before, after).
+
+        The merged file is published before the old ones are removed, so a concurrent reader sees
+        every row at every moment (at worst twice, which the views absorb).
+        """
+        spec = TABLES[table]
+        before = after = 0
+        for part_dir in sorted(self.table_dir(table).glob("dt=*")):
+            files = sorted(part_dir.glob("*.parquet"))
+            before += len(files)
+            if len(files) < min_files:
+                after += len(files)
+                continue
+            con = duckdb.connect(":memory:")
+            listing = ", ".join(f"'{f}'" for f in files)
+            cols = ", ".join(spec.columns)
+            order = "ingested_at DESC"
+            if table == REQUESTS.name:
+                order = (
+                    "coalesce(cold_input_tokens, 0) + coalesce(cache_read_tokens, 0) + "
+                    "coalesce(cache_write_tokens, 0) + coalesce(output_tokens, 0) DESC, ingested_at DESC"
+                )
+            frame = query_frame(
+                con,
+                f"SELECT {cols} FROM read_parquet([{listing}], union_by_name = true) "
+                f"QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY {order}) = 1",
+            )
+            con.close()
+            frame = frame.cast(dict(spec.schema))  # type: ignore[arg-type]
+            path = self.staging_path()
+            with open(path, "wb") as fh:
+                frame.write_parquet(fh, compression="zstd", statistics=True)
+                fh.flush()
+                os.fsync(fh.fileno())
+            self.publish([(path, f"{table}/{part_dir.name}")])
+            for f in files:
+                with contextlib.suppress(FileNotFoundError):
+                    f.unlink()
+            _fsync_dir(part_dir)
+            after += 1
+        return before, after
+
+    def clean_staging(self, older_than_s: float = 3600) -> int:
+        """Remove staging files left by crashed writers (never the ones being written now)."""
+        removed = 0
+        now = time.time()
+        for f in self._iter_staging():
+            with contextlib.suppress(FileNotFoundError):
+                if now - f.stat().st_mtime > older_than_s:
+                    f.unlink()
+                    removed += 1
+        return removed
+
+    def _iter_staging(self) -> Iterator[Path]:
+        if self.staging.exists():
+            yield from self.staging.iterdir()
+
+
+def query_frame(
+    con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None
+) -> pl.DataFrame:
+    """Run a query and return a polars frame (DuckDB 2 dropped ``execute(...).pl()``)."""
+    return con.sql(sql, params=params).pl()
