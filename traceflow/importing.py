@@ -47,6 +47,7 @@ class FilePlan:
     size: int
     mtime_ns: int
     head: str
+    head_len: int
 
 
 @dataclass
@@ -83,9 +84,10 @@ class ImportSummary:
         return text
 
 
-def _head(path: Path, size: int) -> str:
+def _head(path: Path, length: int) -> str:
+    """A hash of a file's first ``length`` bytes: tells a grown file from a replaced one."""
     with open(path, "rb") as fh:
-        return hashlib.blake2b(fh.read(min(size, _HEAD_BYTES)), digest_size=12).hexdigest()
+        return hashlib.blake2b(fh.read(length), digest_size=12).hexdigest()
 
 
 def _state_path(lake: Lake, importer: Importer) -> Path:
@@ -121,18 +123,20 @@ def plan(importer: Importer, files: Sequence[Path], state: dict[str, Any]) -> li
         rec = state.get(key)
         if rec and rec["size"] == st.st_size and rec["mtime_ns"] == st.st_mtime_ns:
             continue
-        head = _head(path, st.st_size)
+        head_len = min(st.st_size, _HEAD_BYTES)
+        head = _head(path, head_len)
         resume = (
             rec is not None
             and not importer.whole_file
             and st.st_size >= rec["offset"]
-            and rec["head"] == head
-            and rec["offset"] >= min(rec["size"], _HEAD_BYTES)
+            and rec["head"] == _head(path, rec["head_len"])
         )
         if resume and rec is not None:
-            plans.append(FilePlan(key, rec["offset"], rec["line"], rec["carry"], st.st_size, st.st_mtime_ns, head))
+            plans.append(
+                FilePlan(key, rec["offset"], rec["line"], rec["carry"], st.st_size, st.st_mtime_ns, head, head_len)
+            )
         else:
-            plans.append(FilePlan(key, 0, 1, {}, st.st_size, st.st_mtime_ns, head))
+            plans.append(FilePlan(key, 0, 1, {}, st.st_size, st.st_mtime_ns, head, head_len))
     return plans
 
 
@@ -169,6 +173,7 @@ def _parse_batch(
             "size": p.size,
             "mtime_ns": p.mtime_ns,
             "head": p.head,
+            "head_len": p.head_len,
             "offset": end if not importer.whole_file else p.size,
             "line": p.first_line + data.count(b"\n"),
             "carry": ctx.state,

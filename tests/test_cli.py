@@ -1,0 +1,171 @@
+"""The command line: `mix` and `sql` output contracts, filters and errors."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from traceflow.lake import Lake
+from traceflow.mix import COLUMNS
+
+Cli = Callable[..., tuple[int, str, str]]
+
+ROWS = [
+    # (event_id, agent, model, session, day, cold, read, write, output)
+    ("a", "claude-code", "opus", "s1", 1, 10, 1000, 100, 50),
+    ("b", "claude-code", "opus", "s1", 1, 0, 2000, 50, 20),
+    ("c", "claude-code", "sonnet", "s2", 2, 5, 500, 500, 10),
+    ("d", "codex", "gpt-5", "s3", 2, 100, 900, 0, 30),
+]
+
+
+@pytest.fixture
+def filled(lake: Lake) -> Lake:
+    lake.append(
+        "requests",
+        [
+            {
+                "event_id": e,
+                "source": "test",
+                "agent": agent,
+                "model": model,
+                "session_id": session,
+                "user_id": "u1" if agent == "codex" else "u2",
+                "started_at": 1785585600_000000 + day * 86_400_000_000,  # 2026-08-01T12:00Z + day
+                "cold_input_tokens": cold,
+                "cache_read_tokens": read,
+                "cache_write_tokens": write,
+                "output_tokens": out,
+            }
+            for e, agent, model, session, day, cold, read, write, out in ROWS
+        ],
+    )
+    return lake
+
+
+def expected(rows: list[tuple[object, ...]]) -> dict[str, float]:
+    cold = sum(int(r[5]) for r in rows)  # type: ignore[call-overload]
+    read = sum(int(r[6]) for r in rows)  # type: ignore[call-overload]
+    write = sum(int(r[7]) for r in rows)  # type: ignore[call-overload]
+    out = sum(int(r[8]) for r in rows)  # type: ignore[call-overload]
+    total = cold + read + write + out
+    return {
+        "requests": len(rows),
+        "cold_input_tokens": cold,
+        "cache_read_tokens": read,
+        "cache_write_tokens": write,
+        "output_tokens": out,
+        "total_tokens": total,
+        "share_cold_input": cold / total,
+        "share_cache_read": read / total,
+        "share_cache_write": write / total,
+        "share_output": out / total,
+        "reuse_ratio": read / (cold + read + write),
+    }
+
+
+def test_mix_json_is_one_object_with_the_documented_keys(filled: Lake, cli: Cli) -> None:
+    code, out, _ = cli("mix", "--format", "json")
+    assert code == 0
+    got = json.loads(out)
+    assert list(got) == list(COLUMNS)
+    assert got == pytest.approx(expected(ROWS))
+
+
+def test_mix_by_several_groups_is_a_list_with_group_keys(filled: Lake, cli: Cli) -> None:
+    code, out, _ = cli("mix", "--by", "agent", "--by", "model", "-f", "json")
+    assert code == 0
+    got = json.loads(out)
+    assert [(g["agent"], g["model"]) for g in got] == [
+        ("claude-code", "opus"),
+        ("claude-code", "sonnet"),
+        ("codex", "gpt-5"),
+    ]
+    for g in got:
+        mine = [r for r in ROWS if r[1] == g["agent"] and r[2] == g["model"]]
+        assert {k: g[k] for k in COLUMNS} == pytest.approx(expected(mine))
+
+
+def test_mix_by_day_and_filters(filled: Lake, cli: Cli) -> None:
+    _, out, _ = cli("mix", "--by", "day", "-f", "json")
+    assert [g["day"] for g in json.loads(out)] == ["2026-08-02", "2026-08-03"]
+    _, out, _ = cli("mix", "--since", "2026-08-03", "-f", "json")
+    assert json.loads(out) == pytest.approx(expected([r for r in ROWS if r[4] == 2]))
+    _, out, _ = cli("mix", "--until", "2026-08-03", "--agent", "claude-code", "-f", "json")
+    assert json.loads(out) == pytest.approx(expected([r for r in ROWS if r[4] == 1]))
+    _, out, _ = cli("mix", "--session", "s2", "--session", "s3", "-f", "json")
+    assert json.loads(out)["requests"] == 2
+    _, out, _ = cli("mix", "--user", "u1", "-f", "json")
+    assert json.loads(out)["requests"] == 1
+
+
+def test_mix_csv_markdown_and_table(filled: Lake, cli: Cli) -> None:
+    _, out, _ = cli("mix", "--by", "model", "-f", "csv")
+    parsed = list(csv.DictReader(io.StringIO(out)))
+    assert [r["model"] for r in parsed] == ["gpt-5", "opus", "sonnet"]
+    assert int(parsed[1]["cache_read_tokens"]) == 3000
+    _, out, _ = cli("mix", "--by", "model", "-f", "markdown")
+    assert out.splitlines()[0].startswith("| model | requests |")
+    assert "| opus | 2 |" in out
+    _, out, _ = cli("mix")
+    assert "reuse_ratio" in out.splitlines()[0]
+
+
+def test_mix_on_an_empty_lake_says_zero(cli: Cli) -> None:
+    code, out, _ = cli("mix", "-f", "json")
+    assert code == 0
+    got = json.loads(out)
+    assert got["requests"] == 0 and got["total_tokens"] == 0 and got["reuse_ratio"] is None
+
+
+def test_mix_rejects_unknown_groups_and_formats(filled: Lake, cli: Cli) -> None:
+    code, _, err = cli("mix", "--by", "colour")
+    assert code == 2 and "choose from: agent, model, session, day, user" in err
+    code, _, err = cli("mix", "-f", "xml")
+    assert code == 2 and "table, json, csv, markdown" in err
+    code, _, err = cli("mix", "--since", "yesterday-ish")
+    assert code == 2 and "7d" in err
+
+
+def test_sql_reads_the_views(filled: Lake, cli: Cli, tmp_path: Path) -> None:
+    code, out, _ = cli("sql", "SELECT model, sum(output_tokens)::BIGINT AS o FROM requests GROUP BY 1 ORDER BY 1", "-f", "json")
+    assert code == 0
+    assert json.loads(out) == [{"model": "gpt-5", "o": 30}, {"model": "opus", "o": 70}, {"model": "sonnet", "o": 10}]
+    q = tmp_path / "q.sql"
+    q.write_text("-- a comment\nSELECT count(*) AS n FROM requests WHERE agent = 'codex'\n")
+    code, out, _ = cli("sql", "--file", str(q), "-f", "csv")
+    assert out.splitlines() == ["n", "1"]
+
+
+def test_sql_is_read_only_and_explains_bad_queries(filled: Lake, cli: Cli) -> None:
+    code, _, err = cli("sql", "DELETE FROM requests")
+    assert code == 2 and "read-only" in err
+    code, _, err = cli("sql", "COPY requests TO '/tmp/x.csv'")
+    assert code == 2 and "read-only" in err
+    code, _, err = cli("sql", "SELECT input_tokens FROM requests")
+    assert code == 1
+    assert "requests(event_id" in err and "cold_input_tokens" in err and "metric_points(" in err
+    assert count_rows(filled) == 4
+
+
+def count_rows(lake: Lake) -> int:
+    (n,) = lake.connect().execute("SELECT count(*) FROM requests").fetchone() or (0,)
+    return int(n)
+
+
+def test_console_script_and_module_entry_point(filled: Lake) -> None:
+    env = {**os.environ, "TRACEFLOW_DATA": str(filled.root)}
+    out = subprocess.run(
+        [sys.executable, "-m", "traceflow", "mix", "-f", "json"], capture_output=True, text=True, env=env, check=True
+    )
+    assert json.loads(out.stdout)["requests"] == 4
+    bad = subprocess.run([sys.executable, "-m", "traceflow", "mix", "--by", "x"], capture_output=True, text=True, env=env)
+    assert bad.returncode == 2 and bad.stderr.startswith("traceflow: error:")

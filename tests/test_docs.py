@@ -1,0 +1,36 @@
+"""The README documents every command and setting, and CI runs the README's test command."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import typer.main
+
+from traceflow.cli import app
+from traceflow.config import SETTINGS
+
+REPO = Path(__file__).resolve().parents[1]
+README = (REPO / "README.md").read_text()
+
+
+def test_every_command_is_documented() -> None:
+    commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+    missing = [name for name in commands if f"traceflow {name}" not in README]
+    assert missing == []
+
+
+def test_every_setting_is_documented() -> None:
+    assert [s.env for s in SETTINGS if f"`{s.env}`" not in README] == []
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    blocks = re.findall(r"```bash\n(.*?)```", README, flags=re.S)
+    test_cmd = next(b.strip() for b in blocks if "pytest" in b)
+    ci = (REPO / ".ci" / "run").read_text()
+    assert test_cmd in ci
+
+
+def test_readme_has_exactly_two_setup_commands() -> None:
+    section = README.split("## Set up on a fresh machine", 1)[1].split("\n## ", 1)[0]
+    assert len(re.findall(r"```bash\n", section)) == 2
