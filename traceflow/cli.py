@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -17,6 +17,10 @@ from . import __version__
 from .config import data_dir
 from .errors import TraceflowError, UsageError
 from .output import FORMATS
+
+if TYPE_CHECKING:
+    from .lake import Lake
+    from .selection import Selection
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -49,21 +53,23 @@ SourceOpt = Annotated[
 ]
 
 
-def _check_format(fmt: str) -> str:
+def check_format(fmt: str) -> str:
+    """``fmt`` if it is one of :data:`FORMATS`, else a usage error."""
     if fmt not in FORMATS:
         raise UsageError(f"--format {fmt!r} is not one of: {', '.join(FORMATS)}")
     return fmt
 
 
-def _selection(
+def selection_options(
     since: str | None,
     until: str | None,
-    agent: list[str] | None,
-    model: list[str] | None,
-    session: list[str] | None,
-    user: list[str] | None,
-    source: list[str] | None,
-):  # type: ignore[no-untyped-def]
+    agent: list[str] | None = None,
+    model: list[str] | None = None,
+    session: list[str] | None = None,
+    user: list[str] | None = None,
+    source: list[str] | None = None,
+) -> Selection:
+    """The :class:`Selection` the common options describe."""
     from .selection import Selection, parse_time
 
     return Selection(
@@ -77,7 +83,8 @@ def _selection(
     )
 
 
-def _lake(data: Path | None):  # type: ignore[no-untyped-def]
+def open_lake(data: Path | None) -> Lake:
+    """The lake in ``--data``, else ``$TRACEFLOW_DATA``, else the XDG data dir."""
     from .lake import Lake
 
     return Lake(data_dir(data))
@@ -123,9 +130,9 @@ def import_(
     from .importing import run_import
     from .output import to_json
 
-    _check_format(fmt)
+    check_format(fmt)
     importer = importers.get(source)
-    lake = _lake(data)
+    lake = open_lake(data)
     progress = _Progress(f"importing {source}", enabled=fmt != "json")
     try:
         summary = run_import(lake, importer, paths or None, progress=progress, jobs=jobs)
@@ -163,10 +170,10 @@ def mix(
     from .mix import token_mix_rows
     from .output import render
 
-    _check_format(fmt)
+    check_format(fmt)
     groups = [g for item in (by or []) for g in item.split(",") if g]
-    selection = _selection(since, until, agent, model, session, user, source)
-    con = _lake(data).connect(["requests"])
+    selection = selection_options(since, until, agent, model, session, user, source)
+    con = open_lake(data).connect(["requests"])
     result = token_mix_rows(con, selection, groups)
     typer.echo(render(result, fmt, single=not groups))
 
@@ -182,11 +189,11 @@ def sql(
     from .output import render
     from .sqlrun import run_sql
 
-    _check_format(fmt)
+    check_format(fmt)
     if (query is None) == (file is None):
         raise UsageError('give either a query ("SELECT ...") or --file q.sql, not both or neither')
     text = query if query is not None else file.read_text()  # type: ignore[union-attr]
-    frame = run_sql(_lake(data), text)
+    frame = run_sql(open_lake(data), text)
     typer.echo(render(frame, fmt))
 
 
@@ -201,8 +208,8 @@ def compact(
     from .output import render
     from .schema import TABLES
 
-    _check_format(fmt)
-    lake = _lake(data)
+    check_format(fmt)
+    lake = open_lake(data)
     rows = []
     for table in TABLES:
         before, after = lake.compact(table)
@@ -219,7 +226,7 @@ def snapshot(
     """Write a standalone DuckDB file with one table per view, for other tools."""
     from .sqlrun import snapshot as write_snapshot
 
-    counts = write_snapshot(_lake(data), out)
+    counts = write_snapshot(open_lake(data), out)
     typer.echo(f"wrote {out}: " + ", ".join(f"{n} {t}" for t, n in counts.items()))
 
 

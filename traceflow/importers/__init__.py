@@ -13,6 +13,11 @@ REGISTRY: dict[str, str] = {
     "codex": "codex",
     "gemini": "gemini",
     "otlp-json": "otlp_json",
+    "mooncake": "mooncake",
+    "azure": "azure",
+    "kvcache-tester": "kvcache_tester",
+    "bailian": "bailian",
+    "burstgpt": "burstgpt",
 }
 
 
