@@ -19,6 +19,7 @@ import fcntl
 import hashlib
 import multiprocessing
 import os
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,13 +29,14 @@ import orjson
 
 from . import importers
 from .errors import MissingPath
-from .importers.base import FileContext, Importer, LineError, Parsed
+from .importers.base import FileContext, Importer, LineError, Parsed, finish
 from .lake import Lake, frame_from_rows
 from .schema import TABLES
 
 _HEAD_BYTES = 4096
 _PARALLEL_MIN_BYTES = 32 << 20  # below this, worker start-up costs more than it saves
-_BATCH_BYTES = 48 << 20  # input bytes parsed per worker task (bounds memory)
+_BATCH_BYTES = 32 << 20  # input bytes parsed per worker task (bounds memory)
+_FLUSH_ROWS = 2_000_000  # rows held in memory before they are written
 MAX_REPORTED_ERRORS = 50
 
 
@@ -156,16 +158,29 @@ def _read(plan: FilePlan, whole_file: bool) -> tuple[bytes, int]:
     return data, plan.start + len(data)
 
 
-def _parse_batch(
-    importer_name: str, lake_root: str, plans: list[FilePlan], stage: bool
-) -> tuple[Parsed | None, list[tuple[Path, str]], dict[str, Any], dict[str, int], list[LineError], int, int]:
-    """Parse a batch of files; in a worker, also write the staging files (``stage``)."""
+@dataclass
+class BatchResult:
+    """What parsing a batch of files gave: frames to store and the files' new bookkeeping."""
+
+    frames: dict[str, Any]
+    records: dict[str, Any]
+    counts: dict[str, int]
+    errors: list[LineError]
+    nerr: int
+    nbytes: int
+
+
+def _parse_batch(importer_name: str, plans: list[FilePlan]) -> BatchResult:
+    """Parse a batch of files into one frame per table (runs in a worker process for large imports)."""
     importer = importers.get(importer_name)
     merged = Parsed()
     records: dict[str, Any] = {}
     nbytes = 0
     for p in plans:
-        data, end = _read(p, importer.whole_file)
+        try:
+            data, end = _read(p, importer.whole_file)
+        except FileNotFoundError:
+            continue  # deleted since it was listed (agents prune old logs): nothing to import
         nbytes += len(data)
         ctx = FileContext(path=Path(p.path), first_line=p.first_line, state=dict(p.carry))
         merged.extend(importer.parse(data, ctx))
@@ -178,16 +193,25 @@ def _parse_batch(
             "line": p.first_line + data.count(b"\n"),
             "carry": ctx.state,
         }
-    counts = {t: len(rows) for t, rows in merged.tables().items()}
+    finish(importer, merged)
+    counts = {t: merged.count(t) for t in TABLES}
     errors = merged.errors
-    if not stage:
-        return merged, [], records, counts, errors, len(errors), nbytes
-    lake = Lake(lake_root)
-    staged: list[tuple[Path, str]] = []
-    for table, rows in merged.tables().items():
+    return BatchResult(table_frames(merged), records, counts, errors[:MAX_REPORTED_ERRORS], len(errors), nbytes)
+
+
+def table_frames(parsed: Parsed) -> dict[str, Any]:
+    """One polars frame per table that has rows, from row dicts and ready-made frames alike."""
+    import polars as pl
+
+    out = {}
+    for table, rows in parsed.tables().items():
+        parts = list(parsed.frames.get(table, []))
         if rows:
-            staged += lake.write_staged(table, frame_from_rows(TABLES[table], rows))
-    return None, staged, records, counts, errors[:MAX_REPORTED_ERRORS], len(errors), nbytes
+            parts.append(frame_from_rows(TABLES[table], rows))
+        parts = [p for p in parts if p.height]
+        if parts:
+            out[table] = pl.concat(parts, how="vertical") if len(parts) > 1 else parts[0]
+    return out
 
 
 def _batches(plans: list[FilePlan]) -> list[list[FilePlan]]:
@@ -232,44 +256,58 @@ def run_import(
         plans = plan(importer, files, state)
         summary.files_read = len(plans)
         total = sum(p.size - p.start for p in plans)
-        done = 0
         jobs = jobs if jobs is not None else (os.cpu_count() or 1)
         batches = _batches(plans)
+        pending: list[BatchResult] = []
+        done = 0
+
+        def flush() -> None:
+            # Rows first, bookkeeping after: a crash in between re-imports instead of losing rows.
+            _store(lake, pending)
+            for result in pending:
+                state.update(result.records)
+            pending.clear()
+
+        def take(result: BatchResult) -> None:
+            nonlocal done
+            pending.append(result)
+            _account(summary, result)
+            done += result.nbytes
+            if progress:
+                progress(done, total)
+            if sum(f.height for r in pending for f in r.frames.values()) >= _FLUSH_ROWS:
+                flush()
+
         if jobs > 1 and total >= _PARALLEL_MIN_BYTES and len(batches) > 1:
-            ctx = multiprocessing.get_context("spawn")
+            # fork is cheap and safe while this process has not started polars' thread pool.
+            method = "spawn" if "polars" in sys.modules else "fork"
+            ctx = multiprocessing.get_context(method)
             with cf.ProcessPoolExecutor(max_workers=min(jobs, len(batches)), mp_context=ctx) as pool:
-                futures = [pool.submit(_parse_batch, importer.name, str(lake.root), b, True) for b in batches]
-                for fut in cf.as_completed(futures):
-                    _, staged, records, counts, errors, nerr, nbytes = fut.result()
-                    lake.publish(staged)
-                    state.update(records)
-                    _account(summary, counts, errors, nerr, nbytes)
-                    done += nbytes
-                    if progress:
-                        progress(done, total)
+                for fut in cf.as_completed([pool.submit(_parse_batch, importer.name, b) for b in batches]):
+                    take(fut.result())
         else:
             for batch in batches:
-                parsed, _, records, counts, errors, nerr, nbytes = _parse_batch(
-                    importer.name, str(lake.root), batch, False
-                )
-                assert parsed is not None
-                for table, rows in parsed.tables().items():
-                    if rows:
-                        lake.append(table, rows)
-                state.update(records)
-                _account(summary, counts, errors, nerr, nbytes)
-                done += nbytes
-                if progress:
-                    progress(done, total)
+                take(_parse_batch(importer.name, batch))
+        flush()
     return summary
 
 
-def _account(
-    summary: ImportSummary, counts: dict[str, int], errors: list[LineError], nerr: int, nbytes: int
-) -> None:
-    for table, n in counts.items():
+def _store(lake: Lake, results: list[BatchResult]) -> None:
+    """Write the batches' frames as one set of files per table and day, durably."""
+    import polars as pl
+
+    by_table: dict[str, list[Any]] = {}
+    for result in results:
+        for table, frame in result.frames.items():
+            by_table.setdefault(table, []).append(frame)
+    frames = {t: pl.concat(fs, how="vertical") if len(fs) > 1 else fs[0] for t, fs in by_table.items()}
+    lake.append_many(frames)
+
+
+def _account(summary: ImportSummary, result: BatchResult) -> None:
+    for table, n in result.counts.items():
         summary.rows[table] += n
-    summary.skipped += nerr
+    summary.skipped += result.nerr
     room = MAX_REPORTED_ERRORS - len(summary.errors)
-    summary.errors += errors[: max(room, 0)]
-    summary.bytes_read += nbytes
+    summary.errors += result.errors[: max(room, 0)]
+    summary.bytes_read += result.nbytes

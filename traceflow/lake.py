@@ -171,6 +171,13 @@ class Lake:
             staged.append((path, f"{table}/dt={day}"))
         return staged
 
+    def append_many(self, frames: Mapping[str, pl.DataFrame]) -> list[Path]:
+        """Durably add several tables' frames at once (one publish for all their files)."""
+        staged: list[tuple[Path, str]] = []
+        for table, frame in frames.items():
+            staged += self.write_staged(table, frame)
+        return self.publish(staged)
+
     def publish(self, staged: Iterable[tuple[Path, str]]) -> list[Path]:
         """Move staged files into their partitions atomically and make the renames durable."""
         published: list[Path] = []

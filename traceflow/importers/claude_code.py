@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -50,15 +51,68 @@ _AGENT_ID = re.compile(rb'"agentId"\s*:\s*"([^"]+)"')
 _VERSION = re.compile(rb'"version"\s*:\s*"([^"]+)"')
 
 
+_WINDOW = 1024
+#: Record types that never carry tokens or turn boundaries.
+_SKIP_TYPES = (b"file-history-snapshot", b"summary", b"attachment", b"queue-operation", b"progress",
+               b"api-request", b"api-request-blob", b"api-request-shape", b"atis-latch", b"tools-used",
+               b"last-prompt", b"mode", b"cost-state")
+
+
+def _skippable(data: bytes, k: _Keys, start: int, win: int) -> bool:
+    """Whether the window shows a record type we ignore."""
+    i = data.find(k.type, start, win)
+    while i >= 0:
+        j = i + len(k.type) + 1
+        q = data.find(b'"', j, win)
+        if q > 0 and data[j:q] in _SKIP_TYPES:
+            return True
+        i = data.find(k.type, i + 1, win)
+    return False
+
+
+class _Keys:
+    """The byte markers of the keys we look for, in compact or spaced JSON."""
+
+    def __init__(self, sep: bytes) -> None:
+        self.user = b'"type"' + sep + b'"user"'
+        self.system = b'"type"' + sep + b'"system"'
+        self.type = b'"type"' + sep
+        self.timestamp = b'"timestamp"' + sep + b'"'
+        self.prompt_id = b'"promptId"' + sep + b'"'
+        self.uuid = b'"uuid"' + sep + b'"'
+        self.subtype = b'"subtype"' + sep + b'"'
+        self.is_meta = b'"isMeta"' + sep + b"true"
+
+
+_COMPACT = _Keys(b":")  # what Claude Code writes (JSON.stringify)
+_SPACED = _Keys(b": ")  # what Python's json.dumps writes (redacted or hand-edited copies)
+
+
+def _field(data: bytes, key: bytes, start: int, end: int) -> str | None:
+    """The string value of a compact ``"key":"value"`` pair within ``data[start:end]``.
+
+    Claude Code writes compact JSON; an escaped copy of the key inside a string value reads
+    ``\\"key\\"`` and cannot match, so the first match is the record's own key.
+    """
+    i = data.find(key, start, end)
+    if i < 0:
+        return None
+    i += len(key)
+    j = data.find(b'"', i, end)
+    return data[i:j].decode() if j > 0 else None
+
+
+def _invalid(line: memoryview) -> bool:
+    try:
+        orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return True
+    return False
+
+
 def _search(pattern: re.Pattern[bytes], line: bytes) -> str | None:
     m = pattern.search(line)
     return m.group(1).decode() if m else None
-
-
-def _total(row: Row) -> int:
-    return (
-        row["cold_input_tokens"] + row["cache_read_tokens"] + row["cache_write_tokens"] + row["output_tokens"]
-    )
 
 
 class ClaudeCodeImporter:
@@ -85,16 +139,35 @@ class ClaudeCodeImporter:
         path = str(ctx.path)
         # A sub-agent transcript lives in <session>/subagents/agent-<id>.jsonl.
         file_agent = ctx.path.stem[len("agent-") :] if ctx.path.stem.startswith("agent-") else None
-        kept: dict[str, Row] = {}
-        last_user_ts: int | None = st.get("last_user_ts")
+        acc: list[tuple[Any, ...]] = []  # one tuple per assistant block line, see _COLUMNS
+        last_user_ts: str | None = st.get("last_user_ts")
         prev_was_user = bool(st.get("prev_was_user"))
-        first_block_ts: dict[str, int] = {}
-        for no, line in enumerate(data.split(b"\n"), start=ctx.first_line):
-            if not line.strip():
+        loads = orjson.loads
+        view = memoryview(data)
+        find = data.find
+        pos, size, no = 0, len(data), ctx.first_line - 1
+        head = data[:4096]
+        k = _SPACED if (b'": "' in head and b'":"' not in head) else _COMPACT
+        # Lines are visited in place (bytes.find over ranges, memoryview slices for the JSON parser):
+        # no copy of the tool results and file contents that make up most of a transcript.
+        while pos < size:
+            end = find(b"\n", pos)
+            if end < 0:
+                end = size
+            no += 1
+            start, pos = pos, end + 1
+            if end - start < 2:
                 continue
-            if b'"usage"' in line:
+            # The record's own "type" sits in its first few hundred bytes for every line type but
+            # assistant (whose message, usage included, may come first): classify on that window
+            # and scan a whole line only for the usage of an assistant record.
+            win = min(end, start + _WINDOW)
+            is_user = find(k.user, start, win) >= 0
+            if not is_user and find(k.system, start, win) < 0 and _skippable(data, k, start, win):
+                continue
+            if not is_user and find(b'"usage"', start, end) >= 0:
                 try:
-                    rec = orjson.loads(line)
+                    rec = loads(view[start:end])
                 except orjson.JSONDecodeError as e:
                     out.errors.append(LineError(path, no, f"invalid JSON ({e}); line skipped"))
                     continue
@@ -102,63 +175,106 @@ class ClaudeCodeImporter:
                     prev_was_user = False
                     continue
                 try:
-                    row = self._request_row(rec, path, no, file_agent, st)
+                    msg = rec["message"]
+                    if msg.get("model") == "<synthetic>" or rec.get("isApiErrorMessage"):
+                        out.events.append(self._error_event(rec, path, no, file_agent, st))
+                    else:
+                        acc.append(
+                            self._block(rec, msg, no, file_agent, st, last_user_ts if prev_was_user else None)
+                        )
                 except (KeyError, TypeError, ValueError, AttributeError) as e:
                     out.errors.append(LineError(path, no, f"unreadable assistant usage record: {e!r}"))
                     continue
-                if row is None:  # <synthetic> error line
-                    out.events.append(self._error_event(rec, path, no, file_agent, st))
-                    prev_was_user = False
-                    continue
-                key = row["event_id"]
-                ts = row["ended_at"]
-                if key not in first_block_ts:
-                    start = last_user_ts if (prev_was_user and last_user_ts is not None) else None
-                    first_block_ts[key] = ts if start is None or start > ts else start
-                    row["attributes"]["started_at_estimated"] = start is not None
-                else:
-                    row["attributes"]["started_at_estimated"] = kept[key]["attributes"][
-                        "started_at_estimated"
-                    ]
-                row["started_at"] = first_block_ts[key]
-                old = kept.get(key)
-                if old is None or _total(row) >= _total(old):
-                    kept[key] = row
                 prev_was_user = False
                 continue
-            kind = _search(_TYPE, line[:200]) or _search(_TYPE, line)
-            if kind == "user":
-                ts_s = _search(_TIMESTAMP, line)
-                try:
-                    ts = iso_micros(ts_s) if ts_s else None
-                except ValueError:
-                    out.errors.append(LineError(path, no, f"bad timestamp {ts_s!r}; line skipped"))
+            if is_user:
+                if data[end - 1 : end] != b"}" and _invalid(view[start:end]):
+                    out.errors.append(LineError(path, no, "truncated JSON line; line skipped"))
                     continue
-                prompt = _search(_PROMPT_ID, line)
-                is_tool_result = b'"tool_result"' in line
-                is_prompt = not is_tool_result and not _IS_META.search(line)
-                if is_prompt:
-                    uuid = _search(_UUID, line)
+                ts_s = _field(data, k.timestamp, start, end)
+                prompt = _field(data, k.prompt_id, start, end)
+                if find(b'"tool_result"', start, min(end, start + 2 * _WINDOW)) < 0 and find(k.is_meta, start, end) < 0:
+                    line = data[start:end] if end - start < 4096 else None
+                    try:
+                        ts = iso_micros(ts_s) if ts_s else None
+                    except ValueError:
+                        out.errors.append(LineError(path, no, f"bad timestamp {ts_s!r}; line skipped"))
+                        continue
+                    uuid = _field(data, k.uuid, start, end)
                     st["prompt_id"] = prompt or uuid or st.get("prompt_id")
-                    out.events.append(self._user_event(line, path, no, ts, file_agent, st))
+                    out.events.append(self._user_event(line or data[start:end], path, no, ts, file_agent, st))
                 elif prompt:
                     st["prompt_id"] = prompt
-                if ts is not None:
-                    last_user_ts = ts
+                if ts_s is not None:
+                    last_user_ts = ts_s
                 prev_was_user = True
-            elif kind == "system":
-                sub = _search(_SUBTYPE, line)
+            elif find(k.system, start, end) >= 0:
+                sub = _field(data, k.subtype, start, end)
                 if sub in ("compact_boundary", "turn_duration"):
-                    out.events.append(self._system_event(sub, line, path, no, file_agent, st))
-            elif kind is None:
-                try:
-                    orjson.loads(line)
-                except orjson.JSONDecodeError as e:
-                    out.errors.append(LineError(path, no, f"invalid JSON ({e}); line skipped"))
+                    out.events.append(self._system_event(sub, data[start:end], path, no, file_agent, st))
+            elif find(k.type, start, end) < 0 and _invalid(view[start:end]):
+                out.errors.append(LineError(path, no, "not a JSON transcript record; line skipped"))
         st["last_user_ts"] = last_user_ts
         st["prev_was_user"] = prev_was_user
-        out.requests = list(kept.values())
+        if acc:
+            out.raw.append((path, acc))
         return out
+
+    def finish(self, parsed: Parsed) -> None:
+        """Build one requests frame from every file's block lines (see :func:`_requests_frame`)."""
+        blocks = [(path, *t) for path, acc in parsed.raw for t in acc]
+        parsed.raw.clear()
+        parsed.frames.setdefault("requests", []).append(_requests_frame(blocks))
+
+    def _block(
+        self,
+        rec: dict[str, Any],
+        msg: dict[str, Any],
+        no: int,
+        file_agent: str | None,
+        st: dict[str, Any],
+        trigger_ts: str | None,
+    ) -> tuple[Any, ...]:
+        """The fields of one assistant block line, in :data:`_COLUMNS` order."""
+        usage = msg["usage"]
+        breakdown = usage.get("cache_creation")
+        if isinstance(breakdown, dict):
+            w5 = as_int(breakdown.get("ephemeral_5m_input_tokens")) or 0
+            w1 = as_int(breakdown.get("ephemeral_1h_input_tokens")) or 0
+        else:
+            w5 = w1 = None
+        details = usage.get("output_tokens_details")
+        session, parent = self._ids(rec, file_agent, st)
+        ts = rec["timestamp"]
+        if not isinstance(ts, str):
+            raise ValueError(f"timestamp {ts!r} is not an ISO-8601 string")
+        return (
+            no,
+            rec.get("requestId"),
+            msg.get("id"),
+            ts,
+            trigger_ts,
+            session,
+            parent,
+            st.get("prompt_id"),
+            rec.get("version"),
+            msg.get("model"),
+            as_int(usage.get("input_tokens")) or 0,
+            as_int(usage.get("cache_read_input_tokens")) or 0,
+            as_int(usage.get("cache_creation_input_tokens")) or 0,
+            w5,
+            w1,
+            as_int(usage.get("output_tokens")) or 0,
+            as_int(details.get("thinking_tokens")) if isinstance(details, dict) else None,
+            as_float(rec.get("costUSD")),
+            rec.get("cwd"),
+            rec.get("gitBranch"),
+            rec.get("agentId"),
+            rec.get("uuid"),
+            usage.get("speed"),
+            usage.get("service_tier"),
+            msg.get("stop_reason"),
+        )
 
     # -- rows -------------------------------------------------------------------------------
     def _ids(self, rec: dict[str, Any], file_agent: str | None, st: dict[str, Any]) -> tuple[str, str | None]:
@@ -169,80 +285,6 @@ class ClaudeCodeImporter:
         if agent_id and (rec.get("isSidechain") or file_agent):
             return f"agent-{agent_id}", session
         return session, None
-
-    def _request_row(
-        self, rec: dict[str, Any], path: str, no: int, file_agent: str | None, st: dict[str, Any]
-    ) -> Row | None:
-        msg = rec["message"]
-        model = msg.get("model")
-        if model == "<synthetic>" or rec.get("isApiErrorMessage"):
-            return None
-        usage = msg["usage"]
-        cold = as_int(usage.get("input_tokens")) or 0
-        read = as_int(usage.get("cache_read_input_tokens")) or 0
-        write = as_int(usage.get("cache_creation_input_tokens")) or 0
-        w5 = w1 = None
-        breakdown = usage.get("cache_creation")
-        if isinstance(breakdown, dict):
-            w5 = as_int(breakdown.get("ephemeral_5m_input_tokens")) or 0
-            w1 = as_int(breakdown.get("ephemeral_1h_input_tokens")) or 0
-            if w5 + w1 > 0:
-                write = w5 + w1
-        output = as_int(usage.get("output_tokens")) or 0
-        details = usage.get("output_tokens_details")
-        reasoning = as_int(details.get("thinking_tokens")) if isinstance(details, dict) else None
-        request_id = rec.get("requestId")
-        message_id = msg.get("id")
-        if request_id:
-            event_id = stable_id("anthropic-request", request_id)
-        elif message_id:
-            event_id = stable_id("claude-message", message_id)
-        else:
-            event_id = stable_id("claude-line", path, no)
-        session, parent = self._ids(rec, file_agent, st)
-        ts = iso_micros(rec["timestamp"])
-        attributes: dict[str, Any] = {"message_id": message_id, "file": path}
-        for src, dst in (
-            ("cwd", "cwd"),
-            ("gitBranch", "git_branch"),
-            ("agentId", "agent_id"),
-            ("uuid", "uuid"),
-        ):
-            v = rec.get(src)
-            if v:
-                attributes[dst] = v
-        for src in ("speed", "service_tier"):
-            v = usage.get(src)
-            if v:
-                attributes[src] = v
-        if msg.get("stop_reason"):
-            attributes["stop_reason"] = msg["stop_reason"]
-        return {
-            "event_id": event_id,
-            "source": self.source,
-            "agent": "claude-code",
-            "agent_version": rec.get("version"),
-            "user_id": None,
-            "session_id": session,
-            "parent_session_id": parent,
-            "prompt_id": st.get("prompt_id"),
-            "request_id": request_id,
-            "started_at": ts,
-            "ended_at": ts,
-            "duration_ms": None,
-            "ttft_ms": None,
-            "model": model,
-            "cold_input_tokens": cold,
-            "cache_read_tokens": read,
-            "cache_write_tokens": write,
-            "cache_write_5m_tokens": w5,
-            "cache_write_1h_tokens": w1,
-            "output_tokens": output,
-            "reasoning_tokens": reasoning,
-            "cost_usd": as_float(rec.get("costUSD")),
-            "attributes": attributes,
-            "seq": no,
-        }
 
     def _event(
         self,
@@ -328,3 +370,113 @@ class ClaudeCodeImporter:
 
 
 IMPORTER = ClaudeCodeImporter()
+
+
+#: Columns of the per-line tuples :meth:`ClaudeCodeImporter._block` returns.
+_COLUMNS: dict[str, str] = {
+    "file": "str",
+    "seq": "i64",
+    "request_id": "str",
+    "message_id": "str",
+    "ts": "str",
+    "trigger_ts": "str",
+    "session_id": "str",
+    "parent_session_id": "str",
+    "prompt_id": "str",
+    "agent_version": "str",
+    "model": "str",
+    "cold_input_tokens": "i64",
+    "cache_read_tokens": "i64",
+    "cache_creation": "i64",
+    "cache_write_5m_tokens": "i64",
+    "cache_write_1h_tokens": "i64",
+    "output_tokens": "i64",
+    "reasoning_tokens": "i64",
+    "cost_usd": "f64",
+    "cwd": "str",
+    "git_branch": "str",
+    "agent_id": "str",
+    "uuid": "str",
+    "speed": "str",
+    "service_tier": "str",
+    "stop_reason": "str",
+}
+
+
+def _requests_frame(acc: list[tuple[Any, ...]]) -> Any:
+    """One request row per ``(requestId, message.id)`` from the block lines, as a lake frame.
+
+    The kept copy is the most complete (largest token total), the last written among equals; the
+    request starts at the earliest of its lines' trigger times (the user or tool-result line that
+    preceded the first block), else at the first block.
+    """
+    import polars as pl
+
+    from ..schema import REQUESTS
+
+    types = {"str": pl.String, "i64": pl.Int64, "f64": pl.Float64}
+    raw = pl.DataFrame(acc, schema={k: types[v] for k, v in _COLUMNS.items()}, orient="row")
+    ts = pl.col("ts").str.to_datetime(time_unit="us", time_zone="UTC")
+    breakdown = pl.col("cache_write_5m_tokens") + pl.col("cache_write_1h_tokens")
+    write = pl.when(breakdown > 0).then(breakdown).otherwise(pl.col("cache_creation"))
+    key = pl.coalesce(
+        pl.lit("r:") + pl.col("request_id"),
+        pl.lit("m:") + pl.col("message_id"),
+        pl.lit("l:") + pl.col("file") + pl.lit(":") + pl.col("seq").cast(pl.String),
+    )
+    lines = raw.with_columns(
+        ended_at=ts,
+        trigger=pl.col("trigger_ts").str.to_datetime(time_unit="us", time_zone="UTC"),
+        cache_write_tokens=write,
+        key=key,
+    ).with_columns(
+        total=pl.col("cold_input_tokens")
+        + pl.col("cache_read_tokens")
+        + pl.col("cache_write_tokens")
+        + pl.col("output_tokens"),
+        start=pl.when(pl.col("trigger") <= pl.col("ended_at")).then(pl.col("trigger")).otherwise(pl.col("ended_at")),
+    )
+    first = lines.group_by("key").agg(
+        pl.col("start").sort_by("file", "seq").first().alias("started_at"),
+        pl.col("trigger").sort_by("file", "seq").first().is_not_null().alias("estimated"),
+    )
+    kept = (
+        lines.sort(["key", "total", "file", "seq"])
+        .group_by("key", maintain_order=True)
+        .last()
+        .join(first, on="key", how="left")
+        .sort("file", "seq")
+    )
+    ids = [
+        stable_id("anthropic-request", r)
+        if r
+        else stable_id("claude-message", m)
+        if m
+        else stable_id("claude-line", f, n)
+        for r, m, f, n in kept.select("request_id", "message_id", "file", "seq").iter_rows()
+    ]
+    attrs = pl.struct(
+        pl.col("message_id"),
+        pl.col("file"),
+        pl.col("cwd"),
+        pl.col("git_branch"),
+        pl.col("agent_id"),
+        pl.col("uuid"),
+        pl.col("speed"),
+        pl.col("service_tier"),
+        pl.col("stop_reason"),
+        pl.col("estimated").alias("started_at_estimated"),
+    ).struct.json_encode()
+    frame = kept.with_columns(
+        event_id=pl.Series(ids, dtype=pl.String),
+        source=pl.lit(ClaudeCodeImporter.source),
+        agent=pl.lit("claude-code"),
+        user_id=pl.lit(None, dtype=pl.String),
+        duration_ms=pl.lit(None, dtype=pl.Float64),
+        ttft_ms=pl.lit(None, dtype=pl.Float64),
+        attributes=attrs,
+        hash_ids=pl.lit(None, dtype=pl.List(pl.Int64)),
+        block_size=pl.lit(None, dtype=pl.Int32),
+        ingested_at=pl.lit(int(time.time() * 1_000_000)).cast(pl.Datetime("us", "UTC")),
+    )
+    return frame.select([pl.col(c).cast(t) for c, t in REQUESTS.schema.items()])

@@ -1,0 +1,159 @@
+"""Azure LLM inference traces (Azure/AzurePublicDataset ``AzureLLMInferenceTrace_{code,conv}*.csv``).
+
+CSV with a header (REPLAY_FORMATS_AND_TRACES §4)::
+
+    TIMESTAMP,ContextTokens,GeneratedTokens
+    2023-11-16 18:17:03.9799600,4808,10
+
+The 2023 (Splitwise) and 2024 (DynamoLLM, one week) files share these columns; the 2025 multimodal
+file adds ``NumImages`` (kept in ``attributes``). Columns are found by name, so their order may vary.
+
+Mapping to ``requests``:
+
+* ``started_at`` = ``TIMESTAMP``, an absolute arrival time with 7 fractional digits (100 ns), read as
+  UTC (the dataset states no zone) and rounded to the microsecond. No latency is recorded:
+  ``ended_at`` and ``duration_ms`` are NULL.
+* ``cold_input_tokens`` = ``ContextTokens`` (the whole prompt), ``output_tokens`` =
+  ``GeneratedTokens``; cache reads and writes are 0 (the trace has no prefix information at all).
+* No sessions, users or models: those columns are NULL. ``attributes.workload`` is ``code`` or
+  ``conv`` when the file name says so.
+* The header is kept in ``ctx.state``, so a grown file's new lines parse without it.
+* ``event_id`` = ``stable_id("azure", file key, line)``; ``seq`` = line number.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+from .base import FileContext, LineError, Parsed, Row, iter_lines, stable_id
+from .mooncake import discover_files, file_key
+
+_TS = re.compile(
+    r"^\s*(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?\s*(Z|[+-]\d{2}:?\d{2})?\s*$"
+)
+
+_DEFAULT_HEADER = ["timestamp", "contexttokens", "generatedtokens"]
+
+
+def norm(name: str) -> str:
+    """A column name compared without case, spaces or punctuation: ``Session ID`` -> ``sessionid``."""
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def datetime_micros(value: str) -> int:
+    """Microseconds since the epoch of ``YYYY-MM-DD HH:MM:SS[.fffffff][Z|±HH:MM]`` (naive = UTC)."""
+    m = _TS.match(value)
+    if not m:
+        raise ValueError(f"bad timestamp {value!r}")
+    year, month, day, hour, minute, second = (int(g) for g in m.groups()[:6])
+    frac, zone = m.group(7), m.group(8)
+    tz = dt.UTC
+    if zone and zone != "Z":
+        sign = -1 if zone[0] == "-" else 1
+        hh, mm = int(zone[1:3]), int(zone[-2:])
+        tz = dt.timezone(sign * dt.timedelta(hours=hh, minutes=mm))
+    base = dt.datetime(year, month, day, hour, minute, second, tzinfo=tz)
+    delta = base - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+    micros = (delta.days * 86_400 + delta.seconds) * 1_000_000
+    if frac:
+        scale = 10 ** len(frac)
+        micros += (int(frac) * 2_000_000 + scale) // (2 * scale)  # rounded to the nearest µs
+    return micros
+
+
+def csv_records(
+    data: bytes, ctx: FileContext, default_header: list[str], required: str, errors: list[LineError]
+) -> Iterator[tuple[int, bytes, dict[str, str]]]:
+    """``(line number, raw line, {normalised column: value})`` for each data line of a CSV chunk.
+
+    The header (the first line of the file, recognised by containing the ``required`` column) is
+    stored in ``ctx.state["header"]``; a file without one is read with ``default_header``.
+    """
+    path = str(ctx.path)
+    header = ctx.state.get("header")
+    for no, line in iter_lines(data, ctx.first_line):
+        try:
+            text = line.decode("utf-8-sig").rstrip("\r")
+            cells = next(csv.reader(io.StringIO(text)))
+        except (UnicodeDecodeError, csv.Error, StopIteration) as e:
+            errors.append(LineError(path, no, f"unreadable CSV line ({e}); line skipped"))
+            continue
+        names = [norm(c) for c in cells]
+        if not isinstance(header, list):
+            if required in names:
+                header = names
+                ctx.state["header"] = header
+                continue
+            header = list(default_header)
+            ctx.state["header"] = header
+        if len(cells) != len(header):
+            errors.append(
+                LineError(path, no, f"{len(cells)} fields where the header has {len(header)}; line skipped")
+            )
+            continue
+        yield no, line, dict(zip(header, (c.strip() for c in cells), strict=True))
+
+
+def count(value: str | None, column: str) -> int:
+    """A non-negative token count from a CSV cell (``12``, ``12.0``)."""
+    if value is None or value == "":
+        raise ValueError(f"missing {column}")
+    number = float(value)
+    if number < 0 or number != int(number):
+        raise ValueError(f"{column} is not a token count: {value!r}")
+    return int(number)
+
+
+class AzureImporter:
+    name: ClassVar[str] = "azure"
+    whole_file: ClassVar[bool] = False
+    source: ClassVar[str] = "azure"
+
+    def default_paths(self) -> list[Path]:
+        return []
+
+    def discover(self, root: Path) -> list[Path]:
+        return discover_files(root, (".csv",))
+
+    def parse(self, data: bytes, ctx: FileContext) -> Parsed:
+        out = Parsed()
+        path = str(ctx.path)
+        lowered = ctx.path.name.lower()
+        workload = "code" if "code" in lowered else "conv" if "conv" in lowered else None
+        for no, line, rec in csv_records(data, ctx, _DEFAULT_HEADER, "contexttokens", out.errors):
+            key = file_key(ctx, line)
+            try:
+                started = datetime_micros(rec["timestamp"]) if "timestamp" in rec else None
+                if started is None:
+                    raise ValueError("no TIMESTAMP column")
+                attributes: dict[str, Any] = {"file": ctx.path.name}
+                if workload:
+                    attributes["workload"] = workload
+                for col, value in rec.items():
+                    if col not in _DEFAULT_HEADER:
+                        attributes[col] = value
+                row: Row = {
+                    "event_id": stable_id(self.source, key, no),
+                    "source": self.source,
+                    "started_at": started,
+                    "cold_input_tokens": count(rec.get("contexttokens"), "ContextTokens"),
+                    "cache_read_tokens": 0,
+                    "cache_write_tokens": 0,
+                    "output_tokens": count(rec.get("generatedtokens"), "GeneratedTokens"),
+                    "attributes": attributes,
+                    "seq": no,
+                }
+            except (ValueError, OverflowError) as e:
+                out.errors.append(LineError(path, no, f"not an Azure trace record: {e}; line skipped"))
+                continue
+            out.requests.append(row)
+        return out
+
+
+IMPORTER = AzureImporter()

@@ -1,0 +1,204 @@
+"""The price model the TTL what-if and the report use: per-model base prices times relative multipliers.
+
+Defaults follow Anthropic's published scheme (list prices dated :data:`DEFAULT_AS_OF`): a cache read costs
+0.1x the model's base input price, a cache write 1.25x for the 5-minute TTL and 2x for the 1-hour TTL,
+uncached ("cold") input 1x, output the model's output price. Prices are USD per million tokens.
+
+A TTL between or beyond the priced ones gets a write multiplier interpolated linearly in log(TTL)
+between the listed points (extrapolated with the last segment's slope above the longest, clamped to
+the first point below the shortest): with the defaults 30 min costs 1.79x and 24 h 2.96x. This is a
+what-if, not a provider's offer; list your own points in a price file to change it.
+
+A price file (JSON, or TOML when it ends in ``.toml``) overrides any part of the defaults::
+
+    {"as_of": "2026-08-01",
+     "read_multiplier": 0.1,
+     "write_multipliers": {"300": 1.25, "3600": 2.0},
+     "default": {"input": 3.0, "output": 15.0},
+     "models": {"claude-opus-4-5": {"input": 5.0, "output": 25.0}, "my-model": {"input": 0.5}}}
+
+Model prices match the longest key that is a prefix of the model name (``claude-sonnet-4-5-20250929``
+matches ``claude-sonnet-4-5``); a model no key matches (or a NULL model) gets ``default``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from .errors import UsageError
+
+#: Date of the built-in list prices (anthropic.com/pricing).
+DEFAULT_AS_OF = "2025-11-24"
+
+
+@dataclass(frozen=True)
+class ModelPrice:
+    """Base prices of one model in USD per million tokens."""
+
+    input: float
+    output: float
+
+
+#: Built-in base prices, USD per million tokens, keyed by model-name prefix (longest match wins).
+DEFAULT_MODELS: dict[str, ModelPrice] = {
+    "claude-opus-4-5": ModelPrice(5.0, 25.0),
+    "claude-opus-4-1": ModelPrice(15.0, 75.0),
+    "claude-opus-4-0": ModelPrice(15.0, 75.0),
+    "claude-opus-4-2025": ModelPrice(15.0, 75.0),  # claude-opus-4-20250514
+    "claude-opus": ModelPrice(5.0, 25.0),  # newer Opus versions
+    "claude-sonnet": ModelPrice(3.0, 15.0),
+    "claude-haiku-4": ModelPrice(1.0, 5.0),
+    "claude-haiku": ModelPrice(1.0, 5.0),
+    "claude-3-opus": ModelPrice(15.0, 75.0),
+    "claude-3-7-sonnet": ModelPrice(3.0, 15.0),
+    "claude-3-5-sonnet": ModelPrice(3.0, 15.0),
+    "claude-3-5-haiku": ModelPrice(0.8, 4.0),
+    "claude-3-haiku": ModelPrice(0.25, 1.25),
+}
+
+#: Price of a model no key matches: a Sonnet-class model.
+DEFAULT_PRICE = ModelPrice(3.0, 15.0)
+
+
+def ttl_label(ttl_s: float) -> str:
+    """``300`` -> ``5m``, ``3600`` -> ``1h``, ``90`` -> ``90s``, ``86400`` -> ``1d``.
+
+    >>> [ttl_label(t) for t in (30, 300, 5400, 3600, 86400)]
+    ['30s', '5m', '90m', '1h', '1d']
+    """
+    seconds = float(ttl_s)
+    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
+
+
+def parse_ttl(text: str) -> float:
+    """``300``, ``300s``, ``5m``, ``1h``, ``1.5h``, ``1d`` -> seconds.
+
+    >>> [parse_ttl(t) for t in ("300", "5m", "1h", "90s", "1.5h")]
+    [300.0, 300.0, 3600.0, 90.0, 5400.0]
+    """
+    value = text.strip().lower()
+    units = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+    scale = 1.0
+    if value and value[-1] in units:
+        scale = units[value[-1]]
+        value = value[:-1]
+    try:
+        seconds = float(value) * scale
+    except ValueError:
+        raise UsageError(f"TTL {text!r} is not a duration; use seconds or 30s, 5m, 1h, 1d") from None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise UsageError(f"TTL {text!r} must be a positive duration")
+    return seconds
+
+
+@dataclass(frozen=True)
+class PriceModel:
+    """Base prices per model and the relative multipliers of cache reads and writes."""
+
+    as_of: str = DEFAULT_AS_OF
+    read_multiplier: float = 0.1
+    cold_multiplier: float = 1.0
+    #: (TTL seconds, write multiplier) points, sorted by TTL.
+    write_multipliers: tuple[tuple[float, float], ...] = ((300.0, 1.25), (3600.0, 2.0))
+    models: Mapping[str, ModelPrice] = field(default_factory=lambda: dict(DEFAULT_MODELS))
+    default: ModelPrice = DEFAULT_PRICE
+
+    def price(self, model: str | None) -> ModelPrice:
+        """The base prices of ``model``: the longest matching prefix, else :attr:`default`."""
+        if model:
+            best = max((k for k in self.models if model.startswith(k)), key=len, default=None)
+            if best is not None:
+                return self.models[best]
+        return self.default
+
+    def write_multiplier(self, ttl_s: float) -> float:
+        """The cache-write multiplier of a TTL (log-linear between the listed points).
+
+        >>> m = PriceModel()
+        >>> [round(m.write_multiplier(t), 3) for t in (60, 300, 1800, 3600, 86400)]
+        [1.25, 1.25, 1.791, 2.0, 2.959]
+        """
+        points = self.write_multipliers
+        if len(points) == 1 or ttl_s <= points[0][0]:
+            return points[0][1]
+        for (t0, m0), (t1, m1) in zip(points, points[1:], strict=False):
+            if ttl_s <= t1:
+                return m0 + (m1 - m0) * math.log(ttl_s / t0) / math.log(t1 / t0)
+        (t0, m0), (t1, m1) = points[-2], points[-1]
+        return m1 + (m1 - m0) * math.log(ttl_s / t1) / math.log(t1 / t0)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "as_of": self.as_of,
+            "currency": "USD",
+            "unit": "per million tokens",
+            "read_multiplier": self.read_multiplier,
+            "cold_multiplier": self.cold_multiplier,
+            "write_multipliers": {f"{t:g}": m for t, m in self.write_multipliers},
+            "default": {"input": self.default.input, "output": self.default.output},
+            "models": {k: {"input": v.input, "output": v.output} for k, v in self.models.items()},
+        }
+
+    @classmethod
+    def load(cls, path: str | Path | None) -> PriceModel:
+        """The defaults overridden by a JSON or TOML price file (``None``: the defaults)."""
+        base = cls()
+        if path is None:
+            return base
+        p = Path(path).expanduser()
+        try:
+            text = p.read_text()
+        except OSError as e:
+            raise UsageError(f"cannot read the price file {p}: {e.strerror}") from None
+        try:
+            data = tomllib.loads(text) if p.suffix == ".toml" else json.loads(text)
+        except (ValueError, tomllib.TOMLDecodeError) as e:
+            raise UsageError(f"the price file {p} is not valid {'TOML' if p.suffix == '.toml' else 'JSON'}: {e}") from None
+        return base.merged(data, str(p))
+
+    def merged(self, data: Mapping[str, Any], where: str = "prices") -> PriceModel:
+        """A copy with the keys of ``data`` (the price-file layout) replacing the defaults."""
+        known = {"as_of", "currency", "unit", "read_multiplier", "cold_multiplier", "write_multipliers", "default", "models"}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise UsageError(f"{where}: unknown key(s) {unknown}; known: {sorted(known)}")
+        try:
+            changes: dict[str, Any] = {}
+            if "as_of" in data:
+                changes["as_of"] = str(data["as_of"])
+            for key in ("read_multiplier", "cold_multiplier"):
+                if key in data:
+                    changes[key] = float(data[key])
+            if "write_multipliers" in data:
+                points = sorted((float(t), float(m)) for t, m in dict(data["write_multipliers"]).items())
+                if not points or any(t <= 0 for t, _ in points):
+                    raise ValueError("write_multipliers needs positive TTL keys")
+                changes["write_multipliers"] = tuple(points)
+            if "default" in data:
+                changes["default"] = _model_price(data["default"], self.default)
+            if "models" in data:
+                models = dict(self.models)
+                for name, spec in dict(data["models"]).items():
+                    models[str(name)] = _model_price(spec, self.price(str(name)))
+                changes["models"] = models
+        except (TypeError, ValueError, AttributeError) as e:
+            raise UsageError(f"{where}: {e}") from None
+        return replace(self, **changes)
+
+
+def _model_price(spec: Any, fallback: ModelPrice) -> ModelPrice:
+    if not isinstance(spec, Mapping):
+        raise ValueError(f"a model price is an object with input and output, got {spec!r}")
+    extra = set(spec) - {"input", "output"}
+    if extra:
+        raise ValueError(f"unknown model price key(s) {sorted(extra)}; use input and output")
+    return ModelPrice(float(spec.get("input", fallback.input)), float(spec.get("output", fallback.output)))

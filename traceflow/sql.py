@@ -1,0 +1,265 @@
+"""Named queries: the packaged ``queries/*.sql`` files, listed, loaded and run with ``$name`` parameters.
+
+Each file is one statement over the views (``requests``, ``events``, ``metric_points``, ``spans``) and
+starts with a header comment::
+
+    -- gaps: one line saying what the query answers.
+    -- More lines of explanation (definitions, caveats).
+    -- params:  $since TIMESTAMPTZ = NULL   only requests at or after this time
+    --          $ttl_s DOUBLE = 300         a parameter with a default
+    --          $session VARCHAR            a parameter without a default must be given
+    -- returns: col_a, col_b, ...
+
+A parameter without a default raises :class:`~traceflow.errors.MissingParameter` when it is not given;
+a name the file does not take raises :class:`~traceflow.errors.UsageError`. Values may be strings
+(the SQL casts each parameter to its type), so ``--param since=2026-08-01`` works from the CLI.
+
+The analysis modules run the same files, replacing *blocks* marked ``/*@name*/ ... /*@end*/``: the
+``selection`` block (the time filter the file applies by default) becomes the full
+:class:`~traceflow.selection.Selection` predicate. Outside traceflow the markers are plain comments, so
+each file runs as it is in any DuckDB that has the views.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from importlib.resources import files
+from typing import TYPE_CHECKING, Any
+
+from .errors import MissingParameter, QueryError, UnknownQuery, UsageError
+
+if TYPE_CHECKING:
+    import duckdb
+    import polars as pl
+
+    from .selection import Selection
+
+_PARAM_LINE = re.compile(r"^\$(\w+)\s+([A-Za-z][\w\[\]]*)(?:\s*=\s*('[^']*'|\S+))?\s*(.*)$")
+_BLOCK = re.compile(r"/\*@(\w+)\*/(.*?)/\*@end\*/", re.S)
+_LINE_COMMENT = re.compile(r"--[^\n]*")
+_STRING = re.compile(r"'(?:[^']|'')*'")
+_PARAM_USE = re.compile(r"\$([A-Za-z_]\w*)")
+
+
+@dataclass(frozen=True)
+class Param:
+    """One ``$name`` a query takes."""
+
+    name: str
+    type: str
+    default: Any
+    has_default: bool
+    doc: str
+
+
+@dataclass(frozen=True)
+class Query:
+    """A packaged query: its header and its SQL text."""
+
+    name: str
+    summary: str
+    description: str
+    params: tuple[Param, ...]
+    returns: tuple[str, ...]
+    text: str
+
+    def sql(self, blocks: Mapping[str, str] | None = None) -> str:
+        """The statement with the given blocks replaced, without a trailing semicolon."""
+        wanted = dict(blocks or {})
+        seen: set[str] = set()
+
+        def sub(m: re.Match[str]) -> str:
+            name = m.group(1)
+            if name in wanted:
+                seen.add(name)
+                return f"/*@{name}*/ {wanted[name]} /*@end*/"
+            return m.group(0)
+
+        text = _BLOCK.sub(sub, self.text)
+        missing = sorted(set(wanted) - seen)
+        if missing:
+            raise QueryError(f"query {self.name!r} has no block(s) {missing} to replace")
+        return text.strip().rstrip(";").rstrip()
+
+
+def _dir() -> Any:
+    return files("traceflow.queries")
+
+
+def names() -> list[str]:
+    """The packaged queries' names, sorted."""
+    return sorted(p.name[:-4] for p in _dir().iterdir() if p.name.endswith(".sql"))
+
+
+def _parse_default(text: str | None) -> tuple[Any, bool]:
+    if text is None:
+        return None, False
+    if text.upper() == "NULL":
+        return None, True
+    if text.startswith("'"):
+        return text[1:-1].replace("''", "'"), True
+    for kind in (int, float):
+        try:
+            return kind(text), True
+        except ValueError:
+            pass
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true", True
+    return text, True
+
+
+def parse(name: str, text: str) -> Query:
+    """Read the header comment of a query file (see the module docstring for its layout)."""
+    header: list[str] = []
+    for line in text.splitlines():
+        if not line.startswith("--"):
+            break
+        header.append(line[2:].strip())
+    if not header or ":" not in header[0]:
+        raise QueryError(f"query {name!r} must start with a '-- {name}: what it answers' comment")
+    title, _, summary = header[0].partition(":")
+    if title.strip() != name:
+        raise QueryError(f"query file {name}.sql names itself {title.strip()!r} in its header")
+    description: list[str] = []
+    params: list[Param] = []
+    returns: list[str] = []
+    section = "description"
+    for line in header[1:]:
+        if line.startswith("params:"):
+            section, line = "params", line[len("params:") :].strip()
+        elif line.startswith("returns:"):
+            section, line = "returns", line[len("returns:") :].strip()
+        if not line:
+            continue
+        if section == "description":
+            description.append(line)
+        elif section == "params":
+            m = _PARAM_LINE.match(line)
+            if m is None:
+                if line.lower() != "none" and params:  # continuation of the previous parameter's doc
+                    p = params[-1]
+                    params[-1] = Param(p.name, p.type, p.default, p.has_default, f"{p.doc} {line}".strip())
+                continue
+            default, has_default = _parse_default(m.group(3))
+            params.append(Param(m.group(1), m.group(2), default, has_default, m.group(4).strip()))
+        else:
+            returns.extend(c.strip() for c in line.split(",") if c.strip())
+    return Query(name, summary.strip(), " ".join(description), tuple(params), tuple(returns), text)
+
+
+def load(name: str) -> Query:
+    """The packaged query ``name``; :class:`UnknownQuery` lists the known ones otherwise."""
+    known = names()
+    if name not in known:
+        raise UnknownQuery(f"no query named {name!r}; known: {', '.join(known)}")
+    return parse(name, (_dir() / f"{name}.sql").read_text())
+
+
+def used_params(sql: str) -> list[str]:
+    """The ``$names`` a statement uses, in order of first use (comments and strings ignored)."""
+    body = _STRING.sub("''", _LINE_COMMENT.sub("", re.sub(r"/\*.*?\*/", " ", sql, flags=re.S)))
+    seen: dict[str, None] = {}
+    for m in _PARAM_USE.finditer(body):
+        seen.setdefault(m.group(1), None)
+    return list(seen)
+
+
+def bind(query: Query, sql: str, given: Mapping[str, Any]) -> dict[str, Any]:
+    """The parameter values for ``sql`` (the query's text after block replacement)."""
+    declared = {p.name: p for p in query.params}
+    unknown = sorted(set(given) - set(declared) - set(used_params(sql)))
+    if unknown:
+        takes = ", ".join(f"{p.name} ({p.type})" for p in query.params) or "no parameters"
+        raise UsageError(f"query {query.name!r} has no parameter {', '.join(unknown)}; it takes {takes}")
+    values: dict[str, Any] = {}
+    for name in used_params(sql):
+        if name in given:
+            values[name] = given[name]
+        elif name in declared and declared[name].has_default:
+            values[name] = declared[name].default
+        else:
+            p = declared.get(name)
+            kind = f" ({p.type}: {p.doc})" if p else ""
+            raise MissingParameter(
+                f"query {query.name!r} needs --param {name}=VALUE{kind}"
+            )
+    return values
+
+
+def run(
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    params: Mapping[str, Any] | None = None,
+    *,
+    blocks: Mapping[str, str] | None = None,
+    wrap: str | None = None,
+) -> pl.DataFrame:
+    """Run a packaged query and return a polars frame.
+
+    ``blocks`` replaces marked blocks (see :meth:`Query.sql`); ``wrap`` is a statement with ``{q}``
+    where the query goes as a subquery (how the analyses aggregate a per-row query without
+    materialising it). Parameters in ``blocks`` and ``wrap`` are bound from ``params`` too.
+    """
+    import duckdb
+
+    from .lake import query_frame
+
+    query = load(name)
+    sql = query.sql(blocks)
+    if wrap is not None:
+        sql = wrap.replace("{q}", f"(\n{sql}\n)")
+    values = bind(query, sql, params or {})
+    try:
+        return query_frame(con, sql, values)
+    except duckdb.Error as e:
+        raise QueryError(f"query {name!r} failed: {e}") from None
+
+
+def selection_block(selection: Selection | None, time_expr: str | None = None) -> tuple[str, dict[str, Any]]:
+    """The selection's predicate with named parameters (``$sel_0``, ...), for a ``selection`` block."""
+    from .selection import REQUEST_TIME, Selection
+
+    where, positional = (selection or Selection()).where(time_expr or REQUEST_TIME)
+    parts = where.split("?")
+    if len(parts) != len(positional) + 1:  # the predicate is generated: ? only marks parameters
+        raise QueryError("unexpected '?' in a selection predicate")
+    out = [parts[0]]
+    params: dict[str, Any] = {}
+    for i, (value, rest) in enumerate(zip(positional, parts[1:], strict=True)):
+        out.append(f"$sel_{i}{rest}")
+        params[f"sel_{i}"] = value
+    return f"({''.join(out)})", params
+
+
+def listing() -> pl.DataFrame:
+    """Name, summary, parameters and result columns of every packaged query."""
+    import polars as pl
+
+    rows = []
+    for name in names():
+        q = load(name)
+        rows.append(
+            {
+                "name": q.name,
+                "summary": q.summary,
+                "params": ", ".join(
+                    f"{p.name}" + (f"={'NULL' if p.default is None else p.default}" if p.has_default else "")
+                    for p in q.params
+                ),
+                "returns": ", ".join(q.returns),
+            }
+        )
+    return pl.DataFrame(rows, schema={"name": pl.String, "summary": pl.String, "params": pl.String, "returns": pl.String})
+
+
+def parse_param_options(items: Sequence[str] | None) -> dict[str, str]:
+    """``["k=v", ...]`` from ``--param`` options -> ``{"k": "v"}``."""
+    out: dict[str, str] = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--param {item!r} is not NAME=VALUE")
+        out[key.strip().lstrip("$")] = value
+    return out
