@@ -117,7 +117,7 @@ class _Progress:
 
 @app.command("import")
 def import_(
-    source: Annotated[str, typer.Argument(help="claude-code, codex, gemini or otlp-json.")],
+    source: Annotated[str, typer.Argument(help="claude-code, codex, gemini, otlp-json, mooncake, azure, kvcache-tester, bailian or burstgpt.")],
     paths: Annotated[
         list[Path] | None, typer.Argument(help="Files or directories (default: the agent's own log folder).")
     ] = None,
@@ -134,6 +134,12 @@ def import_(
     importer = importers.get(source)
     lake = open_lake(data)
     progress = _Progress(f"importing {source}", enabled=fmt != "json")
+    if not paths and not importer.default_paths():
+        typer.echo(
+            f"traceflow: no {source} logs found in the default location; pass a PATH "
+            "(see `traceflow import --help` and the README's table of sources)",
+            err=True,
+        )
     try:
         summary = run_import(lake, importer, paths or None, progress=progress, jobs=jobs)
     finally:

@@ -20,6 +20,7 @@ import hashlib
 import multiprocessing
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +38,8 @@ _HEAD_BYTES = 4096
 _PARALLEL_MIN_BYTES = 32 << 20  # below this, worker start-up costs more than it saves
 _BATCH_BYTES = 32 << 20  # input bytes parsed per worker task (bounds memory)
 _FLUSH_ROWS = 2_000_000  # rows held in memory before they are written
+_CHUNK_BYTES = 32 << 20  # a line file is parsed in pieces of about this size
+_SETTLED_S = 2  # a file unchanged this long has no line still being written
 MAX_REPORTED_ERRORS = 50
 
 
@@ -142,20 +145,49 @@ def plan(importer: Importer, files: Sequence[Path], state: dict[str, Any]) -> li
     return plans
 
 
-def _read(plan: FilePlan, whole_file: bool) -> tuple[bytes, int]:
-    """The complete, unread lines of a file (a final line without newline counts when it is whole)."""
+def _chunks(plan: FilePlan, whole_file: bool) -> Iterator[tuple[bytes, int, int]]:
+    """The unread part of a file as ``(data, first line number, end offset)`` pieces.
+
+    Line files come in pieces of about :data:`_CHUNK_BYTES` cut after a newline, so memory stays
+    bounded on multi-gigabyte traces. A last line without a newline is taken when it is whole: it
+    parses as JSON, or the file has not changed for :data:`_SETTLED_S` seconds (a CSV's last row);
+    otherwise it is still being written and waits for the next import.
+    """
     with open(plan.path, "rb") as fh:
         fh.seek(plan.start)
-        data = fh.read(plan.size - plan.start)
-    if whole_file or not data or data.endswith(b"\n"):
-        return data, plan.start + len(data)
-    cut = data.rfind(b"\n") + 1
-    tail = data[cut:]
+        if whole_file:
+            data = fh.read(plan.size - plan.start)
+            yield data, plan.first_line, plan.start + len(data)
+            return
+        offset, line = plan.start, plan.first_line
+        remaining = plan.size - plan.start
+        carry = b""
+        while remaining > 0:
+            block = fh.read(min(_CHUNK_BYTES, remaining))
+            if not block:
+                break
+            remaining -= len(block)
+            data = carry + block
+            cut = data.rfind(b"\n") + 1 if remaining > 0 else len(data)
+            if remaining <= 0 and not data.endswith(b"\n"):
+                cut = data.rfind(b"\n") + 1
+                if _whole_last_line(data[cut:], plan.mtime_ns):
+                    cut = len(data)
+            piece, carry = data[:cut], data[cut:]
+            if piece:
+                yield piece, line, offset + len(piece)
+                offset += len(piece)
+                line += piece.count(b"\n")
+
+
+def _whole_last_line(tail: bytes, mtime_ns: int) -> bool:
+    if not tail.strip():
+        return True
     try:
         orjson.loads(tail)
     except orjson.JSONDecodeError:
-        return data[:cut], plan.start + cut  # a line still being written: leave it for next time
-    return data, plan.start + len(data)
+        return time.time_ns() - mtime_ns > _SETTLED_S * 1_000_000_000
+    return True
 
 
 @dataclass
@@ -177,20 +209,23 @@ def _parse_batch(importer_name: str, plans: list[FilePlan]) -> BatchResult:
     records: dict[str, Any] = {}
     nbytes = 0
     for p in plans:
+        ctx = FileContext(path=Path(p.path), first_line=p.first_line, state=dict(p.carry))
+        end, line = p.start, p.first_line
         try:
-            data, end = _read(p, importer.whole_file)
+            for data, first_line, end in _chunks(p, importer.whole_file):
+                nbytes += len(data)
+                ctx.first_line = first_line
+                merged.extend(importer.parse(data, ctx))
+                line = first_line + data.count(b"\n")
         except FileNotFoundError:
             continue  # deleted since it was listed (agents prune old logs): nothing to import
-        nbytes += len(data)
-        ctx = FileContext(path=Path(p.path), first_line=p.first_line, state=dict(p.carry))
-        merged.extend(importer.parse(data, ctx))
         records[p.path] = {
             "size": p.size,
             "mtime_ns": p.mtime_ns,
             "head": p.head,
             "head_len": p.head_len,
-            "offset": end if not importer.whole_file else p.size,
-            "line": p.first_line + data.count(b"\n"),
+            "offset": end,
+            "line": line,
             "carry": ctx.state,
         }
     finish(importer, merged)

@@ -263,7 +263,22 @@ def _loads(body: bytes) -> Any:
 
 # -- OTLP/JSON -> message -----------------------------------------------------------------------------
 class _Shape(Exception):
-    """A JSON value of the wrong shape; the message grows a path as it propagates up."""
+    """A JSON value of the wrong shape; ``path`` grows (outermost first) as it propagates up."""
+
+    def __init__(self, message: str, *path: str) -> None:
+        super().__init__(message)
+        self.path = list(path)
+
+    def at(self, *parts: str) -> _Shape:
+        self.path[:0] = parts
+        return self
+
+    def __str__(self) -> str:
+        where = "".join(
+            p if p.startswith("[") or i == 0 else f" {p}" if p.startswith("(") else f".{p}"
+            for i, p in enumerate(self.path)
+        )
+        return f"{where}: {self.args[0]}" if where else str(self.args[0])
 
 
 _ID_FIELDS = frozenset({"trace_id", "span_id", "parent_span_id"})
@@ -365,43 +380,49 @@ def _set_any(av: Any, v: Any) -> None:
             continue
         if t == "stringValue" or t == "string_value":
             if type(x) is not str:
-                raise _Shape(f"stringValue: expected a string, got {x!r}")
+                raise _Shape(f"expected a string, got {x!r}", "stringValue")
             av.string_value = x
         elif t == "intValue" or t == "int_value":
             try:
                 av.int_value = _json_int(x)
             except _Shape as e:
-                raise _Shape(f"intValue: {e}") from None
+                raise e.at("intValue") from None
             except ValueError:
-                raise _Shape(f"intValue: {x!r} is out of the int64 range") from None
+                raise _Shape(f"{x!r} is out of the int64 range", "intValue") from None
         elif t == "doubleValue" or t == "double_value":
             try:
                 av.double_value = _json_float(x)
             except _Shape as e:
-                raise _Shape(f"doubleValue: {e}") from None
+                raise e.at("doubleValue") from None
         elif t == "boolValue" or t == "bool_value":
             if type(x) is not bool:
-                raise _Shape(f"boolValue: expected true or false, got {x!r}")
+                raise _Shape(f"expected true or false, got {x!r}", "boolValue")
             av.bool_value = x
         elif t == "arrayValue" or t == "array_value":
             arr = av.array_value
             arr.SetInParent()
-            vals = _values(x)
-            add = arr.values.add
-            for i, item in enumerate(vals):
-                try:
-                    _set_any(add(), item)
-                except _Shape as e:
-                    raise _Shape(f"arrayValue.values[{i}].{e}") from None
+            try:
+                vals = _values(x)
+                add = arr.values.add
+                for i, item in enumerate(vals):
+                    try:
+                        _set_any(add(), item)
+                    except _Shape as e:
+                        raise e.at(f"[{i}]") from None
+            except _Shape as e:
+                raise e.at("arrayValue", "values") from None
         elif t == "kvlistValue" or t == "kvlist_value":
             kvl = av.kvlist_value
             kvl.SetInParent()
-            _set_attrs(kvl.values, _values(x))
+            try:
+                _set_attrs(kvl.values, _values(x))
+            except _Shape as e:
+                raise e.at("kvlistValue", "values") from None
         elif t == "bytesValue" or t == "bytes_value":
             try:
                 av.bytes_value = _json_bytes(x)
             except _Shape as e:
-                raise _Shape(f"bytesValue: {e}") from None
+                raise e.at("bytesValue") from None
         else:
             continue  # unknown field
         return
@@ -412,12 +433,12 @@ def _values(x: Any) -> list[Any]:
         raise _Shape(f"expected an object with 'values', got {x!r}")
     vals = x.get("values") or []
     if type(vals) is not list:
-        raise _Shape(f"values: expected a list, got {vals!r}")
+        raise _Shape(f"expected a list, got {vals!r}")
     return vals
 
 
 def _set_attrs(container: Any, kvs: Any) -> None:
-    """Fill a repeated KeyValue field from its OTLP/JSON list."""
+    """Fill a repeated KeyValue field from its OTLP/JSON list (the hot path of JSON decoding)."""
     if kvs is None:
         return
     if type(kvs) is not list:
@@ -425,19 +446,34 @@ def _set_attrs(container: Any, kvs: Any) -> None:
     add = container.add
     for i, kv in enumerate(kvs):
         if type(kv) is not dict:
-            raise _Shape(f"[{i}]: expected a key/value object, got {kv!r}")
+            raise _Shape(f"expected a key/value object, got {kv!r}", f"[{i}]")
         key = kv.get("key", "")
-        if type(key) is not str:
-            raise _Shape(f"[{i}].key: expected a string, got {key!r}")
-        item = add(key=key)
         v = kv.get("value")
+        if type(v) is dict and len(v) == 1:  # the usual shape: one variant; common ones inline
+            s = v.get("stringValue")
+            if type(s) is str and type(key) is str:
+                add(key=key).value.string_value = s
+                continue
+            n = v.get("intValue")
+            if type(n) is str and len(n) < 19 and n.isascii() and n.isdigit():
+                n = int(n)
+            if type(n) is int and type(key) is str and -(2**63) <= n < 2**63:
+                add(key=key).value.int_value = n
+                continue
+            b = v.get("boolValue")
+            if type(b) is bool and type(key) is str:
+                add(key=key).value.bool_value = b
+                continue
+        if type(key) is not str:
+            raise _Shape(f"expected a string, got {key!r}", f"[{i}]", "key")
+        item = add(key=key)
         if v is not None:
             av = item.value
             av.SetInParent()
             try:
                 _set_any(av, v)
             except _Shape as e:
-                raise _Shape(f"[{i}] ({key}).value.{e}") from None
+                raise e.at(f"[{i}]", f"({key})", "value") from None
 
 
 class _JsonBuilder:
@@ -501,7 +537,7 @@ class _JsonBuilder:
                     try:
                         _set_any(av, value)
                     except _Shape as e:
-                        raise _Shape(f".{e}") from None
+                        raise e.at() from None
                 elif kind == _K_MSG:
                     if repeated:
                         if type(value) is not list:
@@ -511,14 +547,14 @@ class _JsonBuilder:
                             try:
                                 self.fill(add(), item)
                             except _Shape as e:
-                                raise _Shape(f"[{i}].{e}") from None
+                                raise e.at(f"[{i}]") from None
                     else:
                         sub = getattr(msg, name)
                         sub.SetInParent()
                         try:
                             self.fill(sub, value)
                         except _Shape as e:
-                            raise _Shape(f".{e}") from None
+                            raise e.at() from None
                 elif repeated:
                     if type(value) is not list:
                         raise _Shape(f"expected a list, got {value!r}")
@@ -526,10 +562,9 @@ class _JsonBuilder:
                 else:
                     setattr(msg, name, self._scalar(kind, extra, value))
             except _Shape as e:
-                text = str(e)
-                raise _Shape(f"{key}{'' if text[:1] in '[.' else ': '}{text}") from None
+                raise e.at(key) from None
             except (ValueError, TypeError) as e:  # out of range for the field's type
-                raise _Shape(f"{key}: {e}") from None
+                raise _Shape(str(e), key) from None
 
     @staticmethod
     def _scalar(kind: int, extra: Any, v: Any) -> Any:

@@ -57,6 +57,7 @@ from __future__ import annotations
 import base64
 import math
 from dataclasses import dataclass, field
+from hashlib import blake2b
 from typing import Any
 
 import orjson
@@ -64,6 +65,8 @@ import orjson
 from .importers.base import Parsed, Row, iso_micros, stable_id
 
 AGENT_NAMES = {"claude": "claude-code", "codex": "codex", "gemini": "gemini-cli"}
+
+_ANTHROPIC_REQUEST = b"\x1fanthropic-request\x1f"  # stable_id's framing of the first two parts
 
 #: attributes that hold prompt / response / tool text; dropped unless keep_content
 CONTENT_KEYS = frozenset(
@@ -278,10 +281,16 @@ def iso(x: Any) -> int | None:
         return None
 
 
-def drop_content(a: dict[str, Any]) -> None:
-    """Remove prompt/response/tool text from an attribute dict in place."""
+def drop_content(a: dict[str, Any], prefixed: bool = True) -> None:
+    """Remove prompt/response/tool text from an attribute dict in place.
+
+    ``prefixed=False`` skips the check for per-message keys (``gen_ai.prompt.0.content``, ...),
+    which only span instrumentations write.
+    """
     for k in CONTENT_KEYS.intersection(a):
         del a[k]
+    if not prefixed:
+        return
     keys = "\x00".join(a)
     if "gen_ai.prompt." in keys or "gen_ai.completion." in keys or "llm." in keys:
         for k in [k for k in a if k.startswith(_CONTENT_PREFIXES)]:
@@ -349,9 +358,11 @@ class LogMapper:
     problems: Problems = field(default_factory=Problems)
 
     # -- shared -----------------------------------------------------------------------------------
-    def _attrs(self, a: dict[str, Any], res: _Resource, tid: str | None, sid: str | None) -> dict[str, Any]:
+    def _attrs(
+        self, a: dict[str, Any], res: _Resource, tid: str | None, sid: str | None, prefixed: bool = True
+    ) -> dict[str, Any]:
         if not self.keep_content:
-            drop_content(a)
+            drop_content(a, prefixed)
         if res.attrs:
             a.setdefault("resource", res.attrs)
         if tid:
@@ -437,8 +448,8 @@ class LogMapper:
         model = x if type(x) is str and x else text(x)
         x = get("request_id")
         rid = x if type(x) is str and x else text(x)
-        if rid:
-            event_id = stable_id("anthropic-request", rid)
+        if rid:  # = stable_id("anthropic-request", rid), inlined on the hot path
+            event_id = blake2b(_ANTHROPIC_REQUEST + rid.encode(), digest_size=16).hexdigest()
         else:
             event_id = stable_id("claude-otlp", session, t, model, (cold, read, write, out))
         x = get("duration_ms")
@@ -480,7 +491,7 @@ class LogMapper:
                 "output_tokens": out,
                 "reasoning_tokens": None,
                 "cost_usd": cost,
-                "attributes": self._attrs(a, res, tid, sid),
+                "attributes": self._attrs(a, res, tid, sid, prefixed=False),
                 "seq": seq if type(seq) is int else None,
             }
         )
@@ -871,7 +882,8 @@ def map_logs(msg: Any, *, keep_content: bool = False, source: str = "otlp") -> M
         for sl in rl.scope_logs:
             fam = family(res.service, sl.scope.name)
             for r in sl.log_records:
-                body = pb_value(r.body) if r.HasField("body") else None
+                b = r.body
+                body = b.string_value or pb_value(b)
                 log(
                     res,
                     fam,

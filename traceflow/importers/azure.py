@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import functools
 import io
 import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
-from .base import FileContext, LineError, Parsed, Row, iter_lines, stable_id
+from .base import FileContext, LineError, Parsed, Row, stable_id
 from .mooncake import discover_files, file_key
 
 _TS = re.compile(
@@ -46,24 +47,27 @@ def norm(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", name.lower())
 
 
+@functools.lru_cache(maxsize=4096)
+def _day_micros(year: int, month: int, day: int) -> int:
+    return (dt.date(year, month, day) - dt.date(1970, 1, 1)).days * 86_400_000_000
+
+
 def datetime_micros(value: str) -> int:
     """Microseconds since the epoch of ``YYYY-MM-DD HH:MM:SS[.fffffff][Z|±HH:MM]`` (naive = UTC)."""
     m = _TS.match(value)
     if not m:
         raise ValueError(f"bad timestamp {value!r}")
     year, month, day, hour, minute, second = (int(g) for g in m.groups()[:6])
+    if hour > 23 or minute > 59 or second > 60:
+        raise ValueError(f"bad time of day in {value!r}")
+    micros = _day_micros(year, month, day) + ((hour * 60 + minute) * 60 + second) * 1_000_000
     frac, zone = m.group(7), m.group(8)
-    tz = dt.UTC
-    if zone and zone != "Z":
-        sign = -1 if zone[0] == "-" else 1
-        hh, mm = int(zone[1:3]), int(zone[-2:])
-        tz = dt.timezone(sign * dt.timedelta(hours=hh, minutes=mm))
-    base = dt.datetime(year, month, day, hour, minute, second, tzinfo=tz)
-    delta = base - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-    micros = (delta.days * 86_400 + delta.seconds) * 1_000_000
     if frac:
         scale = 10 ** len(frac)
         micros += (int(frac) * 2_000_000 + scale) // (2 * scale)  # rounded to the nearest µs
+    if zone and zone != "Z":
+        sign = -1 if zone[0] == "-" else 1
+        micros -= sign * (int(zone[1:3]) * 60 + int(zone[-2:])) * 60_000_000
     return micros
 
 
@@ -77,15 +81,33 @@ def csv_records(
     """
     path = str(ctx.path)
     header = ctx.state.get("header")
-    for no, line in iter_lines(data, ctx.first_line):
+    try:
+        texts: list[str | None] = list(data.decode("utf-8").split("\n"))
+    except UnicodeDecodeError:
+        texts = []
+        for raw in data.split(b"\n"):
+            try:
+                texts.append(raw.decode("utf-8"))
+            except UnicodeDecodeError:
+                texts.append(None)
+    raw_lines = data.split(b"\n")
+    for i, text in enumerate(texts):
+        no = ctx.first_line + i
+        if text is None:
+            errors.append(LineError(path, no, "not UTF-8 text; line skipped"))
+            continue
+        text = text.rstrip("\r")
+        if no == 1:
+            text = text.lstrip("\ufeff")
+        if not text.strip():
+            continue
         try:
-            text = line.decode("utf-8-sig").rstrip("\r")
-            cells = next(csv.reader(io.StringIO(text)))
-        except (UnicodeDecodeError, csv.Error, StopIteration) as e:
+            cells = next(csv.reader(io.StringIO(text))) if '"' in text else text.split(",")
+        except (csv.Error, StopIteration) as e:
             errors.append(LineError(path, no, f"unreadable CSV line ({e}); line skipped"))
             continue
-        names = [norm(c) for c in cells]
         if not isinstance(header, list):
+            names = [norm(c) for c in cells]
             if required in names:
                 header = names
                 ctx.state["header"] = header
@@ -97,13 +119,15 @@ def csv_records(
                 LineError(path, no, f"{len(cells)} fields where the header has {len(header)}; line skipped")
             )
             continue
-        yield no, line, dict(zip(header, (c.strip() for c in cells), strict=True))
+        yield no, raw_lines[i], dict(zip(header, (c.strip() for c in cells), strict=True))
 
 
 def count(value: str | None, column: str) -> int:
     """A non-negative token count from a CSV cell (``12``, ``12.0``)."""
     if value is None or value == "":
         raise ValueError(f"missing {column}")
+    if value.isdigit():
+        return int(value)
     number = float(value)
     if number < 0 or number != int(number):
         raise ValueError(f"{column} is not a token count: {value!r}")
@@ -135,9 +159,8 @@ class AzureImporter:
                 attributes: dict[str, Any] = {"file": ctx.path.name}
                 if workload:
                     attributes["workload"] = workload
-                for col, value in rec.items():
-                    if col not in _DEFAULT_HEADER:
-                        attributes[col] = value
+                if len(rec) > len(_DEFAULT_HEADER):
+                    attributes.update((c, v) for c, v in rec.items() if c not in _DEFAULT_HEADER)
                 row: Row = {
                     "event_id": stable_id(self.source, key, no),
                     "source": self.source,

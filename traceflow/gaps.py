@@ -1,0 +1,205 @@
+"""Inter-turn idle gaps (DESIGN §3): how long a session sits idle between requests, against cache TTLs.
+
+Within a session *stream* (one ``(session_id, parent_session_id)``: a sub-agent is its own stream),
+requests are ordered by ``(started_at, seq, event_id)`` and a request's idle gap is its ``started_at``
+minus the previous request's ``ended_at``, clamped at 0. A gap is an *agent* gap when both requests
+serve the same ``prompt_id`` (a tool loop), a *human* gap when the prompt is new, *unknown* when the
+source has no prompt ids. The SQL is ``queries/gaps.sql`` and ``queries/gap_histogram.sql``; this
+module aggregates them in DuckDB (nothing per gap reaches Python).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from . import sql
+from .prices import ttl_label
+
+if TYPE_CHECKING:
+    import duckdb
+    import polars as pl
+
+    from .selection import Selection
+
+#: TTLs (seconds) whose share of longer gaps is reported by default: the providers' 5 min and 1 h.
+DEFAULT_TTLS: tuple[float, ...] = (300.0, 3600.0)
+
+#: ``--by`` names and their expression over the rows of ``queries/gaps.sql``.
+GROUPS: dict[str, str] = {
+    "agent": "agent",
+    "model": "model",
+    "session": "root_session_id",
+    "day": "strftime(started_at AT TIME ZONE 'UTC', '%Y-%m-%d')",
+    "user": "user_id",
+    "source": "source",
+    "kind": "kind",
+}
+
+QUANTILES = (0.5, 0.9, 0.99)
+KINDS = ("human", "agent")
+
+
+def _ttl_key(ttl_s: float) -> str:
+    return f"{ttl_s:g}".replace(".", "_")
+
+
+def summary_columns(ttls: Sequence[float]) -> list[str]:
+    """The columns of :func:`gap_summary` after the ``by`` columns."""
+    cols = ["gaps", "human_gaps", "agent_gaps", "unknown_gaps", "p50_s", "p90_s", "p99_s", "mean_s", "max_s"]
+    cols += [f"share_over_{_ttl_key(t)}" for t in ttls]
+    for kind in KINDS:
+        cols += [f"{kind}_p50_s", f"{kind}_p90_s", f"{kind}_p99_s", f"{kind}_mean_s"]
+        cols += [f"{kind}_share_over_{_ttl_key(t)}" for t in ttls]
+    return cols
+
+
+def _selection(selection: Selection | None) -> tuple[dict[str, str], dict[str, Any]]:
+    block, params = sql.selection_block(selection)
+    return {"selection": block, "order": ""}, params
+
+
+def gap_rows(con: duckdb.DuckDBPyConnection, selection: Selection | None = None) -> pl.DataFrame:
+    """One row per gap (the columns of ``queries/gaps.sql``), ordered by session and position."""
+    block, params = sql.selection_block(selection)
+    return sql.run(con, "gaps", params, blocks={"selection": block})
+
+
+def gap_summary(
+    con: duckdb.DuckDBPyConnection,
+    selection: Selection | None = None,
+    ttls: Sequence[float] = DEFAULT_TTLS,
+    by: Sequence[str] = (),
+) -> pl.DataFrame:
+    """Counts, exact quantiles (p50/p90/p99), mean and max of the gaps, and the share of gaps longer
+    than each TTL; overall and for human and agent gaps; one row, or one per ``by`` group.
+
+    Columns: the ``by`` names, then :func:`summary_columns` (``share_over_300`` is the share of
+    gaps longer than 300 s; NULL quantiles where a group has no gaps of that kind).
+    """
+    keys, group = sql.group_keys(by, GROUPS)
+    qs = ", ".join(f"{q}" for q in QUANTILES)
+    parts = [
+        "count(*)::BIGINT AS gaps",
+        "count(*) FILTER (WHERE kind = 'human')::BIGINT AS human_gaps",
+        "count(*) FILTER (WHERE kind = 'agent')::BIGINT AS agent_gaps",
+        "count(*) FILTER (WHERE kind = 'unknown')::BIGINT AS unknown_gaps",
+        f"quantile_cont(gap_s, [{qs}]) AS q_all",
+        "avg(gap_s) AS mean_s",
+        "max(gap_s) AS max_s",
+    ]
+    parts += [f"avg(CASE WHEN gap_s > {float(t)!r} THEN 1.0 ELSE 0.0 END) AS share_over_{_ttl_key(t)}" for t in ttls]
+    for kind in KINDS:
+        parts.append(f"quantile_cont(gap_s, [{qs}]) FILTER (WHERE kind = '{kind}') AS q_{kind}")
+        parts.append(f"avg(gap_s) FILTER (WHERE kind = '{kind}') AS {kind}_mean_s")
+        parts += [
+            f"avg(CASE WHEN gap_s > {float(t)!r} THEN 1.0 ELSE 0.0 END) FILTER (WHERE kind = '{kind}')"
+            f" AS {kind}_share_over_{_ttl_key(t)}"
+            for t in ttls
+        ]
+    inner = f"SELECT {keys}{', '.join(parts)} FROM {{q}} AS g {group}"
+    outer_cols = [f'"{b}"' for b in by] + [
+        "gaps", "human_gaps", "agent_gaps", "unknown_gaps",
+        "q_all[1] AS p50_s", "q_all[2] AS p90_s", "q_all[3] AS p99_s", "mean_s", "max_s",
+    ]
+    outer_cols += [f"share_over_{_ttl_key(t)}" for t in ttls]
+    for kind in KINDS:
+        outer_cols += [f"q_{kind}[1] AS {kind}_p50_s", f"q_{kind}[2] AS {kind}_p90_s", f"q_{kind}[3] AS {kind}_p99_s"]
+        outer_cols.append(f"{kind}_mean_s")
+        outer_cols += [f"{kind}_share_over_{_ttl_key(t)}" for t in ttls]
+    wrap = f"SELECT {', '.join(outer_cols)} FROM ({inner}) AS s"
+    blocks, params = _selection(selection)
+    return sql.run(con, "gaps", params, blocks=blocks, wrap=wrap)
+
+
+def gap_histogram(con: duckdb.DuckDBPyConnection, selection: Selection | None = None) -> pl.DataFrame:
+    """Gaps in log-spaced bins (``queries/gap_histogram.sql``) with ``label``, ``share`` and ``cum_share``."""
+    import polars as pl
+
+    block, params = sql.selection_block(selection)
+    frame = sql.run(con, "gap_histogram", params, blocks={"selection": block})
+    total = frame["gaps"].sum() if frame.height else 0
+
+    def label(lo: float, hi: float | None) -> str:
+        return f">= {_dur(lo)}" if hi is None else f"{_dur(lo)}-{_dur(hi)}"
+
+    return frame.with_columns(
+        pl.struct("lo_s", "hi_s").map_elements(lambda r: label(r["lo_s"], r["hi_s"]), return_dtype=pl.String).alias("label"),
+        (pl.col("gaps") / total if total else pl.lit(None, pl.Float64)).alias("share"),
+        (pl.col("gaps").cum_sum() / total if total else pl.lit(None, pl.Float64)).alias("cum_share"),
+    ).select("label", "lo_s", "hi_s", "gaps", "human_gaps", "agent_gaps", "unknown_gaps", "share", "cum_share")
+
+
+def _dur(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:g}s"
+    return ttl_label(seconds)
+
+
+def _share_map(row: dict[str, Any], prefix: str, ttls: Sequence[float]) -> dict[str, Any]:
+    return {f"{t:g}": row.get(f"{prefix}share_over_{_ttl_key(t)}") for t in ttls}
+
+
+def _group_object(row: dict[str, Any], ttls: Sequence[float], by: Sequence[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {b: row[b] for b in by}
+    for key in ("gaps", "human_gaps", "agent_gaps", "unknown_gaps", "p50_s", "p90_s", "p99_s", "mean_s", "max_s"):
+        out[key] = row.get(key)
+    out["share_over"] = _share_map(row, "", ttls)
+    for kind in KINDS:
+        out[kind] = {
+            "gaps": row.get(f"{kind}_gaps"),
+            "p50_s": row.get(f"{kind}_p50_s"),
+            "p90_s": row.get(f"{kind}_p90_s"),
+            "p99_s": row.get(f"{kind}_p99_s"),
+            "mean_s": row.get(f"{kind}_mean_s"),
+            "share_over": _share_map(row, f"{kind}_", ttls),
+        }
+    return out
+
+
+def gap_report(
+    con: duckdb.DuckDBPyConnection,
+    selection: Selection | None = None,
+    ttls: Sequence[float] = DEFAULT_TTLS,
+    by: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The ``traceflow gaps --format json`` object (stable keys).
+
+    ``gaps, human_gaps, agent_gaps, unknown_gaps, p50_s, p90_s, p99_s, mean_s, max_s``,
+    ``share_over`` (TTL seconds as a string -> share of gaps longer), ``human`` and ``agent`` (the
+    same for that kind), ``ttls``, ``histogram`` (list of bins) and, with ``by``, ``groups`` (one
+    object like the top level, without histogram, per group).
+    """
+    overall = gap_summary(con, selection, ttls).to_dicts()[0]
+    out = _group_object(overall, ttls, ())
+    out["ttls"] = [float(t) for t in ttls]
+    out["histogram"] = gap_histogram(con, selection).to_dicts()
+    if by:
+        out["by"] = list(by)
+        out["groups"] = [_group_object(r, ttls, by) for r in gap_summary(con, selection, ttls, by).to_dicts()]
+    return out
+
+
+def overview(report: dict[str, Any]) -> pl.DataFrame:
+    """The summary as rows of metric x (all, human, agent), for tables."""
+    import polars as pl
+
+    ttls = report["ttls"]
+    metrics = ["gaps", "p50_s", "p90_s", "p99_s", "mean_s"]
+    rows = []
+    for m in metrics:
+        rows.append({"metric": m, "all": report[m], "human": report["human"][m], "agent": report["agent"][m]})
+    rows.append({"metric": "max_s", "all": report["max_s"], "human": None, "agent": None})
+    for t in ttls:
+        key = f"{t:g}"
+        rows.append(
+            {
+                "metric": f"share_over_{ttl_label(t)}",
+                "all": report["share_over"][key],
+                "human": report["human"]["share_over"][key],
+                "agent": report["agent"]["share_over"][key],
+            }
+        )
+    return pl.DataFrame(
+        rows, schema={"metric": pl.String, "all": pl.Float64, "human": pl.Float64, "agent": pl.Float64}, strict=False
+    )
