@@ -171,13 +171,21 @@ def _chunks(plan: FilePlan, whole_file: bool) -> Iterator[tuple[bytes, int, int]
             cut = data.rfind(b"\n") + 1 if remaining > 0 else len(data)
             if remaining <= 0 and not data.endswith(b"\n"):
                 cut = data.rfind(b"\n") + 1
-                if _whole_last_line(data[cut:], plan.mtime_ns):
-                    cut = len(data)
+                if _whole_last_line(data[cut:], plan.mtime_ns) or _is_json(data):
+                    cut = len(data)  # complete: a settled last row, or one pretty-printed document
             piece, carry = data[:cut], data[cut:]
             if piece:
                 yield piece, line, offset + len(piece)
                 offset += len(piece)
                 line += piece.count(b"\n")
+
+
+def _is_json(data: bytes) -> bool:
+    try:
+        orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return False
+    return True
 
 
 def _whole_last_line(tail: bytes, mtime_ns: int) -> bool:
