@@ -136,9 +136,18 @@ def test_mix_rejects_unknown_groups_and_formats(filled: Lake, cli: Cli) -> None:
 
 
 def test_sql_reads_the_views(filled: Lake, cli: Cli, tmp_path: Path) -> None:
-    code, out, _ = cli("sql", "SELECT model, sum(output_tokens)::BIGINT AS o FROM requests GROUP BY 1 ORDER BY 1", "-f", "json")
+    code, out, _ = cli(
+        "sql",
+        "SELECT model, sum(output_tokens)::BIGINT AS o FROM requests GROUP BY 1 ORDER BY 1",
+        "-f",
+        "json",
+    )
     assert code == 0
-    assert json.loads(out) == [{"model": "gpt-5", "o": 30}, {"model": "opus", "o": 70}, {"model": "sonnet", "o": 10}]
+    assert json.loads(out) == [
+        {"model": "gpt-5", "o": 30},
+        {"model": "opus", "o": 70},
+        {"model": "sonnet", "o": 10},
+    ]
     q = tmp_path / "q.sql"
     q.write_text("-- a comment\nSELECT count(*) AS n FROM requests WHERE agent = 'codex'\n")
     code, out, _ = cli("sql", "--file", str(q), "-f", "csv")
@@ -164,8 +173,14 @@ def count_rows(lake: Lake) -> int:
 def test_console_script_and_module_entry_point(filled: Lake) -> None:
     env = {**os.environ, "TRACEFLOW_DATA": str(filled.root)}
     out = subprocess.run(
-        [sys.executable, "-m", "traceflow", "mix", "-f", "json"], capture_output=True, text=True, env=env, check=True
+        [sys.executable, "-m", "traceflow", "mix", "-f", "json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
     )
     assert json.loads(out.stdout)["requests"] == 4
-    bad = subprocess.run([sys.executable, "-m", "traceflow", "mix", "--by", "x"], capture_output=True, text=True, env=env)
+    bad = subprocess.run(
+        [sys.executable, "-m", "traceflow", "mix", "--by", "x"], capture_output=True, text=True, env=env
+    )
     assert bad.returncode == 2 and bad.stderr.startswith("traceflow: error:")

@@ -27,9 +27,15 @@ def rows(lake: Lake, sql: str) -> list[dict[str, object]]:
 
 
 def totals(lake: Lake) -> tuple[int, ...]:
-    (row,) = lake.connect().execute(
-        "SELECT count(*), " + ", ".join(f"coalesce(sum({k}), 0)::BIGINT" for k in KINDS) + " FROM requests"
-    ).fetchall()
+    (row,) = (
+        lake.connect()
+        .execute(
+            "SELECT count(*), "
+            + ", ".join(f"coalesce(sum({k}), 0)::BIGINT" for k in KINDS)
+            + " FROM requests"
+        )
+        .fetchall()
+    )
     return tuple(int(v) for v in row)
 
 
@@ -171,7 +177,9 @@ def test_default_location_follows_claude_config_dir(
 
 # -- properties -------------------------------------------------------------------------------
 
-_EXAMPLE = (Path(__file__).resolve().parents[2] / "shared" / "data" / "agent-examples" / "claude-transcript.jsonl")
+_EXAMPLE = (
+    Path(__file__).resolve().parents[2] / "shared" / "data" / "agent-examples" / "claude-transcript.jsonl"
+)
 
 
 def _assistant_lines() -> list[str]:
@@ -242,5 +250,7 @@ def test_the_four_kinds_sum_to_total_tokens(usage: list[tuple[int, int, int, int
             assert row["total_tokens"] == kinds
             assert row["context_tokens"] == kinds - int(row["output_tokens"])  # type: ignore[call-overload]
         expected_write = sum((w + w1) if split and (w + w1) else w for _, _, w, _, w1, split in usage)
-        (got,) = lake.connect().execute("SELECT sum(cache_write_tokens)::BIGINT FROM requests").fetchone() or (0,)
+        (got,) = lake.connect().execute(
+            "SELECT sum(cache_write_tokens)::BIGINT FROM requests"
+        ).fetchone() or (0,)
         assert got == expected_write

@@ -72,10 +72,14 @@ def test_compaction_merges_files_and_keeps_every_row(lake: Lake) -> None:
     for i in range(5):
         lake.append("requests", [req(f"e{i}", i + 1), req("dup", 7 + i)])
     assert len(lake.files("requests")) == 5
-    before = lake.connect().execute("SELECT * EXCLUDE (ingested_at) FROM requests ORDER BY event_id").fetchall()
+    before = (
+        lake.connect().execute("SELECT * EXCLUDE (ingested_at) FROM requests ORDER BY event_id").fetchall()
+    )
     assert lake.compact("requests") == (5, 1)
     assert len(lake.files("requests")) == 1
-    after = lake.connect().execute("SELECT * EXCLUDE (ingested_at) FROM requests ORDER BY event_id").fetchall()
+    after = (
+        lake.connect().execute("SELECT * EXCLUDE (ingested_at) FROM requests ORDER BY event_id").fetchall()
+    )
     assert after == before
     raw = duckdb.connect().execute(f"SELECT count(*) FROM read_parquet('{lake.glob('requests')}')").fetchone()
     assert raw == (6,)  # physically deduplicated: 5 distinct ids + 1 "dup"

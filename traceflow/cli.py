@@ -105,9 +105,7 @@ class _Progress:
         self.last = now
         frac = done / total if total else 1.0
         bar = "#" * int(frac * 30)
-        sys.stderr.write(
-            f"\r{self.label} [{bar:<30}] {frac:6.1%} {done / 1e6:,.1f}/{total / 1e6:,.1f} MB"
-        )
+        sys.stderr.write(f"\r{self.label} [{bar:<30}] {frac:6.1%} {done / 1e6:,.1f}/{total / 1e6:,.1f} MB")
         sys.stderr.flush()
 
     def close(self) -> None:
@@ -117,13 +115,20 @@ class _Progress:
 
 @app.command("import")
 def import_(
-    source: Annotated[str, typer.Argument(help="claude-code, codex, gemini, otlp-json, mooncake, azure, kvcache-tester, bailian or burstgpt.")],
+    source: Annotated[
+        str,
+        typer.Argument(
+            help="claude-code, codex, gemini, otlp-json, mooncake, azure, kvcache-tester, bailian, burstgpt."
+        ),
+    ],
     paths: Annotated[
         list[Path] | None, typer.Argument(help="Files or directories (default: the agent's own log folder).")
     ] = None,
     data: DataOpt = None,
     fmt: FormatOpt = "table",
-    jobs: Annotated[int | None, typer.Option(help="Worker processes for large imports (default: CPUs).")] = None,
+    jobs: Annotated[
+        int | None, typer.Option(help="Worker processes for large imports (default: CPUs).")
+    ] = None,
 ) -> None:
     """Import agent logs or trace files into the lake; files already imported add nothing."""
     from . import importers

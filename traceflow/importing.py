@@ -138,7 +138,9 @@ def plan(importer: Importer, files: Sequence[Path], state: dict[str, Any]) -> li
         )
         if resume and rec is not None:
             plans.append(
-                FilePlan(key, rec["offset"], rec["line"], rec["carry"], st.st_size, st.st_mtime_ns, head, head_len)
+                FilePlan(
+                    key, rec["offset"], rec["line"], rec["carry"], st.st_size, st.st_mtime_ns, head, head_len
+                )
             )
         else:
             plans.append(FilePlan(key, 0, 1, {}, st.st_size, st.st_mtime_ns, head, head_len))
@@ -220,7 +222,8 @@ def _parse_batch(importer_name: str, plans: list[FilePlan]) -> BatchResult:
         ctx = FileContext(path=Path(p.path), first_line=p.first_line, state=dict(p.carry))
         end, line = p.start, p.first_line
         try:
-            for data, first_line, end in _chunks(p, importer.whole_file):
+            for data, first_line, piece_end in _chunks(p, importer.whole_file):
+                end = piece_end
                 nbytes += len(data)
                 ctx.first_line = first_line
                 merged.extend(importer.parse(data, ctx))
@@ -239,7 +242,9 @@ def _parse_batch(importer_name: str, plans: list[FilePlan]) -> BatchResult:
     finish(importer, merged)
     counts = {t: merged.count(t) for t in TABLES}
     errors = merged.errors
-    return BatchResult(table_frames(merged), records, counts, errors[:MAX_REPORTED_ERRORS], len(errors), nbytes)
+    return BatchResult(
+        table_frames(merged), records, counts, errors[:MAX_REPORTED_ERRORS], len(errors), nbytes
+    )
 
 
 def table_frames(parsed: Parsed) -> dict[str, Any]:

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
+
 def to_micros(value: dt.datetime) -> int:
     """Microseconds since the Unix epoch of an aware (or UTC-naive) datetime."""
     if value.tzinfo is None:
@@ -195,8 +196,9 @@ class Lake:
 
     def append(self, table: str, rows: Sequence[Mapping[str, Any]] | pl.DataFrame) -> list[Path]:
         """Durably add rows to a table; returns the published files (none for no rows)."""
-        frame = rows if hasattr(rows, "write_parquet") else frame_from_rows(TABLES[table], rows)  # type: ignore[arg-type]
-        return self.publish(self.write_staged(table, frame))
+        if isinstance(rows, Sequence):
+            return self.publish(self.write_staged(table, frame_from_rows(TABLES[table], rows)))
+        return self.publish(self.write_staged(table, rows))
 
     # -- reading ------------------------------------------------------------------------------
     def connect(self, tables: Iterable[str] | None = None) -> duckdb.DuckDBPyConnection:
@@ -298,4 +300,5 @@ def query_frame(
     con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None
 ) -> pl.DataFrame:
     """Run a query and return a polars frame (DuckDB 2 dropped ``execute(...).pl()``)."""
-    return con.sql(sql, params=params).pl()
+    frame: pl.DataFrame = con.sql(sql, params=params).pl()
+    return frame

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-
 from typing import TYPE_CHECKING
 
 import duckdb
@@ -50,7 +49,7 @@ def mix_sql(by: Sequence[str], where: str) -> str:
     # DuckDB returns sum() of integers as a DECIMAL: cast back to BIGINT.
     return f"""
 WITH sums AS (
-    SELECT {keys + ',' if by else ''}
+    SELECT {keys + "," if by else ""}
            count(*)::BIGINT AS requests,
            coalesce(sum(cold_input_tokens), 0)::BIGINT AS cold_input_tokens,
            coalesce(sum(cache_read_tokens), 0)::BIGINT AS cache_read_tokens,

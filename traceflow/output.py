@@ -37,7 +37,10 @@ class Rows:
     def records(self) -> list[dict[str, Any]]:
         """JSON-ready rows: NaN becomes null."""
         return [
-            {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in zip(self.columns, r, strict=True)}
+            {
+                k: (None if isinstance(v, float) and math.isnan(v) else v)
+                for k, v in zip(self.columns, r, strict=True)
+            }
             for r in self.rows
         ]
 
@@ -83,9 +86,7 @@ def render_table(result: Rows) -> str:
 def render_markdown(result: Rows) -> str:
     aligns = ["---:" if n else "---" for n in result.numeric()]
     out = ["| " + " | ".join(result.columns) + " |", "| " + " | ".join(aligns) + " |"]
-    out += [
-        "| " + " | ".join(_cell(v).replace("|", "\\|") for v in row) + " |" for row in result.rows
-    ]
+    out += ["| " + " | ".join(_cell(v).replace("|", "\\|") for v in row) + " |" for row in result.rows]
     return "\n".join(out)
 
 

@@ -18,7 +18,7 @@ REQUEST_TIME = "coalesce(started_at, ended_at)"
 
 
 def parse_time(value: str, option: str) -> dt.datetime:
-    """``2026-08-01``, ``2026-08-01T12:00``, ``2026-08-01 12:00:00+02:00`` or a relative ``7d``/``12h``/``30m``."""
+    """``2026-08-01``, ``2026-08-01T12:00``, ``2026-08-01 12:00:00+02:00``, or an age: ``7d``, ``12h``."""
     text = value.strip()
     units = {"d": 86_400, "h": 3_600, "m": 60, "s": 1}
     if text[:-1].isdigit() and text[-1:] in units:

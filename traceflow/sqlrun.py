@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
-from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import polars as pl

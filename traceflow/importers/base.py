@@ -57,7 +57,7 @@ class Parsed:
 
     def count(self, table: str) -> int:
         """Rows of ``table`` in this result, as dicts and as frames."""
-        return len(self.tables()[table]) + sum(f.height for f in self.frames.get(table, []))
+        return len(self.tables()[table]) + sum(int(f.height) for f in self.frames.get(table, []))
 
     def tables(self) -> dict[str, list[Row]]:
         return {

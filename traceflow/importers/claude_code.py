@@ -53,9 +53,21 @@ _VERSION = re.compile(rb'"version"\s*:\s*"([^"]+)"')
 
 _WINDOW = 1024
 #: Record types that never carry tokens or turn boundaries.
-_SKIP_TYPES = (b"file-history-snapshot", b"summary", b"attachment", b"queue-operation", b"progress",
-               b"api-request", b"api-request-blob", b"api-request-shape", b"atis-latch", b"tools-used",
-               b"last-prompt", b"mode", b"cost-state")
+_SKIP_TYPES = (
+    b"file-history-snapshot",
+    b"summary",
+    b"attachment",
+    b"queue-operation",
+    b"progress",
+    b"api-request",
+    b"api-request-blob",
+    b"api-request-shape",
+    b"atis-latch",
+    b"tools-used",
+    b"last-prompt",
+    b"mode",
+    b"cost-state",
+)
 
 
 def _skippable(data: bytes, k: _Keys, start: int, win: int) -> bool:
@@ -193,7 +205,10 @@ class ClaudeCodeImporter:
                     continue
                 ts_s = _field(data, k.timestamp, start, end)
                 prompt = _field(data, k.prompt_id, start, end)
-                if find(b'"tool_result"', start, min(end, start + 2 * _WINDOW)) < 0 and find(k.is_meta, start, end) < 0:
+                if (
+                    find(b'"tool_result"', start, min(end, start + 2 * _WINDOW)) < 0
+                    and find(k.is_meta, start, end) < 0
+                ):
                     line = data[start:end] if end - start < 4096 else None
                     try:
                         ts = iso_micros(ts_s) if ts_s else None
@@ -238,6 +253,8 @@ class ClaudeCodeImporter:
         """The fields of one assistant block line, in :data:`_COLUMNS` order."""
         usage = msg["usage"]
         breakdown = usage.get("cache_creation")
+        w5: int | None
+        w1: int | None
         if isinstance(breakdown, dict):
             w5 = as_int(breakdown.get("ephemeral_5m_input_tokens")) or 0
             w1 = as_int(breakdown.get("ephemeral_1h_input_tokens")) or 0
@@ -277,7 +294,9 @@ class ClaudeCodeImporter:
         )
 
     # -- rows -------------------------------------------------------------------------------
-    def _ids(self, rec: dict[str, Any], file_agent: str | None, st: dict[str, Any]) -> tuple[str, str | None]:
+    def _ids(
+        self, rec: dict[str, Any], file_agent: str | None, st: dict[str, Any]
+    ) -> tuple[str | None, str | None]:
         session = rec.get("sessionId") or st.get("session_id")
         if session:
             st["session_id"] = session
@@ -316,7 +335,9 @@ class ClaudeCodeImporter:
             "seq": no,
         }
 
-    def _line_session(self, line: bytes, file_agent: str | None, st: dict[str, Any]) -> tuple[str | None, str | None]:
+    def _line_session(
+        self, line: bytes, file_agent: str | None, st: dict[str, Any]
+    ) -> tuple[str | None, str | None]:
         session = _search(_SESSION, line) or st.get("session_id")
         if session:
             st["session_id"] = session
@@ -350,7 +371,14 @@ class ClaudeCodeImporter:
             attrs["trigger"] = _search(_TRIGGER, line)
             name = "compaction"
         return self._event(
-            name, path, no, iso_micros(ts_s) if ts_s else None, session, parent, st, attrs,
+            name,
+            path,
+            no,
+            iso_micros(ts_s) if ts_s else None,
+            session,
+            parent,
+            st,
+            attrs,
             version=_search(_VERSION, line),
         )
 
@@ -364,8 +392,16 @@ class ClaudeCodeImporter:
             if rec.get(key) is not None:
                 attrs[key] = rec[key]
         return self._event(
-            "api_error", path, no, iso_micros(ts) if ts else None, session, parent, st, attrs,
-            version=rec.get("version"), request_id=rec.get("requestId"),
+            "api_error",
+            path,
+            no,
+            iso_micros(ts) if ts else None,
+            session,
+            parent,
+            st,
+            attrs,
+            version=rec.get("version"),
+            request_id=rec.get("requestId"),
         )
 
 
@@ -434,7 +470,9 @@ def _requests_frame(acc: list[tuple[Any, ...]]) -> Any:
         + pl.col("cache_read_tokens")
         + pl.col("cache_write_tokens")
         + pl.col("output_tokens"),
-        start=pl.when(pl.col("trigger") <= pl.col("ended_at")).then(pl.col("trigger")).otherwise(pl.col("ended_at")),
+        start=pl.when(pl.col("trigger") <= pl.col("ended_at"))
+        .then(pl.col("trigger"))
+        .otherwise(pl.col("ended_at")),
     )
     first = lines.group_by("key").agg(
         pl.col("start").sort_by("file", "seq").first().alias("started_at"),
