@@ -614,6 +614,9 @@ class LogMapper:
         record: Any,
     ) -> None:
         event_id = stable_id("otlp-log", res.service, full, t, observed, tid, sid, repr(body), repr(a))
+        if fam == "claude" and short == "user_prompt" and a.get("prompt.id"):
+            # = the transcript's prompt line (same promptId): one turn start, whichever copy arrives
+            event_id = stable_id("claude-user-prompt", text(a.get("prompt.id")))
         if short == "api_response_body" and type(a.get("body")) is str:
             try:  # the response body's usage is the only OTEL source of the 5m/1h split on old versions
                 usage = orjson.loads(a["body"]).get("usage")

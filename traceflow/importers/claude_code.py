@@ -351,9 +351,13 @@ class ClaudeCodeImporter:
     ) -> Row:
         session, parent = self._line_session(line, file_agent, st)
         attrs = {"uuid": _search(_UUID, line), "file": path}
-        return self._event(
+        row = self._event(
             "user_prompt", path, no, ts, session, parent, st, attrs, version=_search(_VERSION, line)
         )
+        prompt_id = _search(_PROMPT_ID, line)
+        if prompt_id and parent is None:  # = the OTLP user_prompt event of the turn (its prompt.id)
+            row["event_id"] = stable_id("claude-user-prompt", prompt_id)
+        return row
 
     def _system_event(
         self, sub: str, line: bytes, path: str, no: int, file_agent: str | None, st: dict[str, Any]
