@@ -184,3 +184,25 @@ def test_console_script_and_module_entry_point(filled: Lake) -> None:
         [sys.executable, "-m", "traceflow", "mix", "--by", "x"], capture_output=True, text=True, env=env
     )
     assert bad.returncode == 2 and bad.stderr.startswith("traceflow: error:")
+
+
+def test_console_script_exit_codes(tmp_path: Path) -> None:
+    env = {**os.environ, "TRACEFLOW_DATA": str(tmp_path / "data")}
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("garbage\n")
+    run = subprocess.run(
+        [sys.executable, "-m", "traceflow", "import", "claude-code", str(bad)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert run.returncode == 3, run.stderr
+    assert f"{bad}:1:" in run.stderr
+    refused = subprocess.run(
+        [sys.executable, "-m", "traceflow", "serve", "--host", "0.0.0.0"],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in env.items() if k != "TRACEFLOW_TOKEN"},
+    )
+    assert refused.returncode == 2
+    assert "--token" in refused.stderr

@@ -242,6 +242,48 @@ def snapshot(
 
 
 @app.command()
+def serve(
+    host: Annotated[
+        str, typer.Option(help="Address to bind; anything but loopback requires --token.")
+    ] = "127.0.0.1",
+    http_port: Annotated[int, typer.Option(help="OTLP/HTTP port (0 picks a free one).")] = 4318,
+    grpc_port: Annotated[int, typer.Option(help="OTLP/gRPC port (0 picks a free one).")] = 4317,
+    data: DataOpt = None,
+    token: Annotated[
+        str | None,
+        typer.Option(envvar="TRACEFLOW_TOKEN", help="Bearer token clients must send (Authorization header)."),
+    ] = None,
+    tls_cert: Annotated[Path | None, typer.Option(help="PEM certificate: serve both transports over TLS.")] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="PEM private key for --tls-cert.")] = None,
+    keep_content: Annotated[
+        bool, typer.Option(help="Store prompt, response and tool text the agents attach (dropped by default).")
+    ] = False,
+    max_body_bytes: Annotated[
+        int, typer.Option(help="Largest request body, after decompression (larger: HTTP 413).")
+    ] = 64 << 20,
+    summary_interval: Annotated[float, typer.Option(help="Seconds between one-line summaries.")] = 60.0,
+) -> None:
+    """Receive OTLP logs, metrics and traces over HTTP (4318) and gRPC (4317) into the lake."""
+    from .collectors.server import run_server
+
+    if (tls_cert is None) != (tls_key is None):
+        raise UsageError("give --tls-cert and --tls-key together")
+    code = run_server(
+        data=data_dir(data),
+        host=host,
+        http_port=http_port,
+        grpc_port=grpc_port,
+        token=token,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        keep_content=keep_content,
+        max_body_bytes=max_body_bytes,
+        summary_interval_s=summary_interval,
+    )
+    raise typer.Exit(code)
+
+
+@app.command()
 def version() -> None:
     """Print traceflow's version."""
     typer.echo(__version__)
@@ -250,7 +292,7 @@ def version() -> None:
 def main() -> None:
     """Console-script entry point: run the app, turning traceflow errors into one-line messages."""
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)  # returns the code of a typer.Exit instead of raising it
     except TraceflowError as e:
         typer.echo(f"traceflow: error: {e}", err=True)
         sys.exit(2 if isinstance(e, UsageError) else 1)
@@ -266,3 +308,4 @@ def main() -> None:
             e.show()
             sys.exit(e.exit_code)
         raise
+    sys.exit(code if isinstance(code, int) else 0)

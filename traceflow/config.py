@@ -30,6 +30,12 @@ SETTINGS: tuple[Setting, ...] = (
         "Data directory that holds the Parquet lake; `--data DIR` overrides it on every command.",
     ),
     Setting(
+        "token",
+        "TRACEFLOW_TOKEN",
+        "(none)",
+        "Bearer token `traceflow serve` requires from clients; needed to bind a non-loopback address.",
+    ),
+    Setting(
         "claude_config_dir",
         "CLAUDE_CONFIG_DIR",
         "~/.claude",

@@ -300,6 +300,7 @@ def run_import(
                 seen.add(f)
                 files.append(f)
     summary = ImportSummary(source=importer.name, files_seen=len(files))
+    lake.ensure()
     with _locked_state(lake, importer) as state:
         plans = plan(importer, files, state)
         summary.files_read = len(plans)

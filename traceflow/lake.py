@@ -141,10 +141,12 @@ class Lake:
     def files(self, table: str) -> list[Path]:
         return sorted(self.table_dir(table).glob("dt=*/*.parquet"))
 
-    def _ensure(self) -> None:
+    def ensure(self) -> None:
+        """Create the data directory's bookkeeping folders, or say why that is impossible."""
         try:
             self.staging.mkdir(parents=True, exist_ok=True)
             self.state_dir.mkdir(parents=True, exist_ok=True)
+            (self.state_dir / "imports").mkdir(exist_ok=True)
         except OSError as e:
             raise LakeError(
                 f"cannot create the data directory {self.root}: {e.strerror}. "
@@ -153,7 +155,7 @@ class Lake:
 
     # -- writing ------------------------------------------------------------------------------
     def staging_path(self) -> Path:
-        self._ensure()
+        self.ensure()
         return self.staging / f"{time.time_ns()}-{os.getpid()}-{secrets.token_hex(4)}.parquet"
 
     def write_staged(self, table: str, frame: pl.DataFrame) -> list[tuple[Path, str]]:
