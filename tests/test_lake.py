@@ -106,3 +106,24 @@ def test_unwritable_data_dir_is_a_clear_error(tmp_path: Path) -> None:
     blocker.write_text("x")
     with pytest.raises(LakeError, match="--data DIR"):
         Lake(blocker / "data").append("requests", [req("a", 1)])
+
+
+def test_compaction_dedups_across_partitions_and_later_copies_still_win(lake: Lake) -> None:
+    # The same request stored under two days (e.g. an estimated vs a reported start time).
+    lake.append("requests", [req("x", 5), req("y", 1)])
+    lake.append("requests", [req("x", 9, day_offset=1), req("z", 2, day_offset=1)])
+    assert lake.compact("requests")[0] == 2
+    assert {p.name for p in lake.files("requests")} == {p.name for p in lake.deduped_files("requests")}
+    raw = duckdb.connect().execute(f"SELECT count(*) FROM read_parquet('{lake.glob('requests')}')").fetchone()
+    assert raw == (3,)
+    got = dict(lake.connect().execute("SELECT event_id, output_tokens FROM requests").fetchall())
+    assert got == {"x": 9, "y": 1, "z": 2}
+    # Rows written after the compaction go through the dedup together with the base rows they repeat.
+    lake.append("requests", [req("y", 7), req("z", 1), req("w", 3)])
+    got = dict(lake.connect().execute("SELECT event_id, output_tokens FROM requests").fetchall())
+    assert got == {"x": 9, "y": 7, "z": 2, "w": 3}
+    # Compacting again is idempotent on the result.
+    lake.compact("requests")
+    assert dict(lake.connect().execute("SELECT event_id, output_tokens FROM requests").fetchall()) == got
+    assert lake.compact("requests") == (len(lake.files("requests")),) * 2
+    assert list(lake.staging.iterdir()) == []

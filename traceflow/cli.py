@@ -301,11 +301,15 @@ def main() -> None:
     except typer.Abort:
         typer.echo("aborted", err=True)
         sys.exit(130)
-    except Exception as e:  # click usage errors
-        import click
-
-        if isinstance(e, click.exceptions.ClickException):
-            e.show()
-            sys.exit(e.exit_code)
+    except Exception as e:
+        # Usage errors of typer's (vendored) click: bad options, missing arguments.
+        show = getattr(e, "show", None)
+        if callable(show) and isinstance(getattr(e, "exit_code", None), int):
+            show()
+            sys.exit(e.exit_code)  # type: ignore[attr-defined]
         raise
     sys.exit(code if isinstance(code, int) else 0)
+
+
+# Command groups that live in their own modules register themselves on ``app`` when imported.
+from . import cli_analyses  # noqa: E402, F401

@@ -30,6 +30,12 @@ SETTINGS: tuple[Setting, ...] = (
         "Data directory that holds the Parquet lake; `--data DIR` overrides it on every command.",
     ),
     Setting(
+        "memory_limit",
+        "TRACEFLOW_MEMORY_LIMIT",
+        "DuckDB's default (80 % of RAM)",
+        "Memory DuckDB may use for queries, e.g. 4GB; it spills to <data>/v1/_tmp beyond that.",
+    ),
+    Setting(
         "token",
         "TRACEFLOW_TOKEN",
         "(none)",

@@ -22,6 +22,7 @@ import contextlib
 import datetime as dt
 import os
 import secrets
+import shutil
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -37,6 +38,14 @@ if TYPE_CHECKING:
     import polars as pl
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+#: How complete a request row is: among copies of one request the views keep the largest.
+_COMPLETENESS = (
+    "coalesce(cold_input_tokens, 0) + coalesce(cache_read_tokens, 0)"
+    " + coalesce(cache_write_tokens, 0) + coalesce(output_tokens, 0)"
+)
+#: Which copy of an ``event_id`` the views keep, per table (default: the newest).
+_DEDUP_ORDER = {REQUESTS.name: f"{_COMPLETENESS} DESC, ingested_at DESC"}
 
 
 def to_micros(value: dt.datetime) -> int:
@@ -206,81 +215,128 @@ class Lake:
     def connect(self, tables: Iterable[str] | None = None) -> duckdb.DuckDBPyConnection:
         """An in-memory DuckDB connection with one deduplicating view per table."""
         con = duckdb.connect(":memory:")
+        con.execute("SET TimeZone = 'UTC'")
+        con.execute(f"SET temp_directory = '{self.base / '_tmp'}'")  # spills stay in the data dir
+        limit = os.environ.get("TRACEFLOW_MEMORY_LIMIT")
+        if limit:
+            con.execute("SET memory_limit = ?", [limit])
         for name in tables or TABLES:
             con.execute(self.view_sql(name))
         return con
 
+    def _deduped_marker(self, table: str) -> Path:
+        return self.state_dir / "deduped" / f"{table}.json"
+
+    def deduped_files(self, table: str) -> set[Path]:
+        """Files the last ``compact`` wrote: together they hold each ``event_id`` once."""
+        marker = self._deduped_marker(table)
+        if not marker.exists():
+            return set()
+        names = orjson.loads(marker.read_bytes())
+        return {self.table_dir(table) / n for n in names}
+
     def view_sql(self, name: str) -> str:
+        """The deduplicating view of a table.
+
+        Files written by ``compact`` (the *base*) hold each ``event_id`` once, so they are read
+        without a window; only rows written since (and the base rows they duplicate) go through the
+        ``row_number()`` dedup. A never-compacted table is deduplicated whole.
+        """
         spec = TABLES[name]
-        if self.files(name):
-            src = f"read_parquet('{self.glob(name)}', union_by_name = true, hive_partitioning = false)"
-            typed = ", ".join(f"CAST({c} AS {t}) AS {c}" for c, t in spec.columns.items())
-            raw = f"(SELECT {typed} FROM {src})"
+        files = self.files(name)
+        base_set = self.deduped_files(name)
+        base = [f for f in files if f in base_set]
+        new = [f for f in files if f not in base_set]
+        typed = ", ".join(f"CAST({c} AS {t}) AS {c}" for c, t in spec.columns.items())
+        order = _DEDUP_ORDER.get(name, "ingested_at DESC")
+
+        def read(paths: list[Path]) -> str:
+            listing = ", ".join(f"'{p}'" for p in paths)
+            return f"read_parquet([{listing}], union_by_name = true, hive_partitioning = false)"
+
+        window = f"QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY {order}) = 1"
+        if not files:
+            nulls = ", ".join(f"CAST(NULL AS {t}) AS {c}" for c, t in spec.columns.items())
+            raw = f"(SELECT {nulls} WHERE false)"
+        elif not new:
+            raw = f"(SELECT {typed} FROM {read(base)})"
+        elif not base:
+            raw = f"(SELECT {typed} FROM {read(new)} {window})"
         else:
-            typed = ", ".join(f"CAST(NULL AS {t}) AS {c}" for c, t in spec.columns.items())
-            raw = f"(SELECT {typed} WHERE false)"
-        if name == REQUESTS.name:
-            completeness = (
-                "coalesce(cold_input_tokens, 0) + coalesce(cache_read_tokens, 0)"
-                " + coalesce(cache_write_tokens, 0) + coalesce(output_tokens, 0)"
+            fresh_ids = f"(SELECT DISTINCT event_id FROM {read(new)})"
+            raw = (
+                f"(SELECT b.* FROM (SELECT {typed} FROM {read(base)}) b ANTI JOIN {fresh_ids} n "
+                "ON b.event_id = n.event_id "
+                f"UNION ALL SELECT * FROM (SELECT {typed} FROM {read(new)} UNION ALL "
+                f"SELECT b.* FROM (SELECT {typed} FROM {read(base)}) b SEMI JOIN {fresh_ids} n "
+                f"ON b.event_id = n.event_id) {window})"
             )
+        extra = ""
+        if name == REQUESTS.name:
             extra = (
                 ", coalesce(cold_input_tokens, 0) + coalesce(cache_read_tokens, 0)"
-                " + coalesce(cache_write_tokens, 0) AS context_tokens"
-                f", {completeness} AS total_tokens"
+                f" + coalesce(cache_write_tokens, 0) AS context_tokens, {_COMPLETENESS} AS total_tokens"
             )
-            order = f"{completeness} DESC, ingested_at DESC"
-        else:
-            extra = ""
-            order = "ingested_at DESC"
-        return (
-            f"CREATE OR REPLACE VIEW {name} AS SELECT * {extra} FROM {raw} "
-            f"QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY {order}) = 1"
-        )
+        return f"CREATE OR REPLACE VIEW {name} AS SELECT * {extra} FROM {raw}"
 
     # -- maintenance --------------------------------------------------------------------------
-    def compact(self, table: str, min_files: int = 2) -> tuple[int, int]:
-        """Merge each partition's files into one deduplicated file. Returns (files before, after).
+    def compact(self, table: str) -> tuple[int, int]:
+        """Rewrite a table as one deduplicated file per partition. Returns (files before, after).
 
-        The merged file is published before the old ones are removed, so a concurrent reader sees
-        every row at every moment (at worst twice, which the views absorb).
+        The dedup is global (a request's copies may sit in different partitions), done by DuckDB
+        out of core. The new files are published and recorded as the deduplicated *base* before the
+        old ones are removed, so a concurrent reader sees every row at every moment, once.
         """
         spec = TABLES[table]
-        before = after = 0
-        for part_dir in sorted(self.table_dir(table).glob("dt=*")):
-            files = sorted(part_dir.glob("*.parquet"))
-            before += len(files)
-            if len(files) < min_files:
-                after += len(files)
-                continue
-            con = duckdb.connect(":memory:")
-            listing = ", ".join(f"'{f}'" for f in files)
-            cols = ", ".join(spec.columns)
-            order = "ingested_at DESC"
-            if table == REQUESTS.name:
-                order = (
-                    "coalesce(cold_input_tokens, 0) + coalesce(cache_read_tokens, 0) + "
-                    "coalesce(cache_write_tokens, 0) + coalesce(output_tokens, 0) DESC, ingested_at DESC"
-                )
-            frame = query_frame(
-                con,
-                f"SELECT {cols} FROM read_parquet([{listing}], union_by_name = true) "
-                f"QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY {order}) = 1",
+        files = self.files(table)
+        one_per_partition = len(files) == len({f.parent for f in files})
+        if not files or (one_per_partition and set(files) <= self.deduped_files(table)):
+            return len(files), len(files)
+        self.ensure()
+        out = self.staging / f"compact-{time.time_ns()}-{secrets.token_hex(4)}"
+        listing = ", ".join(f"'{f}'" for f in files)
+        cols = ", ".join(spec.columns)
+        day = " , ".join(spec.partition_by)
+        order = _DEDUP_ORDER.get(table, "ingested_at DESC")
+        con = duckdb.connect(":memory:")
+        try:
+            con.execute("SET preserve_insertion_order = false")
+            con.execute(
+                f"COPY (SELECT {cols}, coalesce(strftime(coalesce({day}) AT TIME ZONE 'UTC', '%Y-%m-%d'), "
+                f"'unknown') AS dt FROM read_parquet([{listing}], union_by_name = true, "
+                f"hive_partitioning = false) "
+                f"QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY {order}) = 1) "
+                f"TO '{out}' (FORMAT parquet, PARTITION_BY (dt), COMPRESSION zstd)"
             )
+        finally:
             con.close()
-            frame = frame.cast(dict(spec.schema))  # type: ignore[arg-type]
-            path = self.staging_path()
-            with open(path, "wb") as fh:
-                frame.write_parquet(fh, compression="zstd", statistics=True)
-                fh.flush()
-                os.fsync(fh.fileno())
-            self.publish([(path, f"{table}/{part_dir.name}")])
-            for f in files:
-                with contextlib.suppress(FileNotFoundError):
-                    f.unlink()
-            _fsync_dir(part_dir)
-            after += 1
-        return before, after
+        staged = []
+        for part in sorted(out.glob("dt=*")):
+            for i, f in enumerate(sorted(part.glob("*.parquet"))):
+                fd = os.open(f, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                target = f.with_name(f"{time.time_ns()}-{os.getpid()}-compacted-{i}.parquet")
+                f.rename(target)
+                staged.append((target, f"{table}/{part.name}"))
+        published = self.publish(staged)
+        marker = self._deduped_marker(table)
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        tmp = marker.with_suffix(".tmp")
+        tmp.write_bytes(orjson.dumps([str(p.relative_to(self.table_dir(table))) for p in published]))
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, marker)
+        for f in files:
+            with contextlib.suppress(FileNotFoundError):
+                f.unlink()
+        for d in {f.parent for f in files}:
+            with contextlib.suppress(OSError):
+                d.rmdir()  # a partition whose rows all moved elsewhere
+        shutil.rmtree(out, ignore_errors=True)
+        return len(files), len(published)
 
     def clean_staging(self, older_than_s: float = 3600) -> int:
         """Remove staging files left by crashed writers (never the ones being written now)."""

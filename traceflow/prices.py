@@ -23,6 +23,7 @@ matches ``claude-sonnet-4-5``); a model no key matches (or a NULL model) gets ``
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import tomllib
@@ -94,9 +95,9 @@ def parse_ttl(text: str) -> float:
     try:
         seconds = float(value) * scale
     except ValueError:
-        raise UsageError(f"TTL {text!r} is not a duration; use seconds or 30s, 5m, 1h, 1d") from None
+        raise UsageError(f"{text!r} is not a duration; use seconds or 30s, 5m, 1h, 1d") from None
     if not math.isfinite(seconds) or seconds <= 0:
-        raise UsageError(f"TTL {text!r} must be a positive duration")
+        raise UsageError(f"{text!r} must be a positive duration")
     return seconds
 
 
@@ -130,7 +131,7 @@ class PriceModel:
         points = self.write_multipliers
         if len(points) == 1 or ttl_s <= points[0][0]:
             return points[0][1]
-        for (t0, m0), (t1, m1) in zip(points, points[1:], strict=False):
+        for (t0, m0), (t1, m1) in itertools.pairwise(points):
             if ttl_s <= t1:
                 return m0 + (m1 - m0) * math.log(ttl_s / t0) / math.log(t1 / t0)
         (t0, m0), (t1, m1) = points[-2], points[-1]
@@ -162,12 +163,23 @@ class PriceModel:
         try:
             data = tomllib.loads(text) if p.suffix == ".toml" else json.loads(text)
         except (ValueError, tomllib.TOMLDecodeError) as e:
-            raise UsageError(f"the price file {p} is not valid {'TOML' if p.suffix == '.toml' else 'JSON'}: {e}") from None
+            raise UsageError(
+                f"the price file {p} is not valid {'TOML' if p.suffix == '.toml' else 'JSON'}: {e}"
+            ) from None
         return base.merged(data, str(p))
 
     def merged(self, data: Mapping[str, Any], where: str = "prices") -> PriceModel:
         """A copy with the keys of ``data`` (the price-file layout) replacing the defaults."""
-        known = {"as_of", "currency", "unit", "read_multiplier", "cold_multiplier", "write_multipliers", "default", "models"}
+        known = {
+            "as_of",
+            "currency",
+            "unit",
+            "read_multiplier",
+            "cold_multiplier",
+            "write_multipliers",
+            "default",
+            "models",
+        }
         unknown = sorted(set(data) - known)
         if unknown:
             raise UsageError(f"{where}: unknown key(s) {unknown}; known: {sorted(known)}")

@@ -60,17 +60,29 @@ SUMMARY: tuple[tuple[str, str], ...] = (
     ("sessions_with_resume", "count(*) FILTER (WHERE resumes > 0)::BIGINT"),
     ("resume_reload_tokens", "sum(resume_reload_tokens)::BIGINT"),
     ("resume_cache_write_tokens", "sum(resume_cache_write_tokens)::BIGINT"),
-    ("reuse_ratio", "sum(cache_read_tokens) / nullif(sum(cold_input_tokens + cache_read_tokens + cache_write_tokens), 0)::DOUBLE"),
+    (
+        "reuse_ratio",
+        "sum(cache_read_tokens)"
+        " / nullif(sum(cold_input_tokens + cache_read_tokens + cache_write_tokens), 0)::DOUBLE",
+    ),
 )
 
 
-def _params(selection: Selection | None, resume_after_s: float, compaction_drop: float) -> tuple[dict[str, str], dict[str, Any]]:
+def _params(
+    selection: Selection | None, resume_after_s: float, compaction_drop: float
+) -> tuple[dict[str, str], dict[str, Any]]:
     if not 0 < compaction_drop < 1:
         from .errors import UsageError
 
-        raise UsageError(f"--compaction-drop {compaction_drop} must be between 0 and 1 (a share of the context)")
+        raise UsageError(
+            f"--compaction-drop {compaction_drop} must be between 0 and 1 (a share of the context)"
+        )
     block, params = sql.selection_block(selection)
-    return {"selection": block}, {**params, "resume_after_s": float(resume_after_s), "compaction_drop": float(compaction_drop)}
+    return {"selection": block}, {
+        **params,
+        "resume_after_s": float(resume_after_s),
+        "compaction_drop": float(compaction_drop),
+    }
 
 
 def sessions(
@@ -96,7 +108,7 @@ def session_summary(
     resume_after_s: float = DEFAULT_RESUME_AFTER_S,
     compaction_drop: float = DEFAULT_COMPACTION_DROP,
 ) -> pl.DataFrame:
-    """The sessions in aggregate, one row or one per ``by`` group: the ``by`` columns, then :data:`SUMMARY`."""
+    """The sessions in aggregate, one row or one per ``by`` group: ``by`` columns, then :data:`SUMMARY`."""
     keys, group = sql.group_keys(by, GROUPS)
     blocks, params = _params(selection, resume_after_s, compaction_drop)
     blocks["order"] = ""

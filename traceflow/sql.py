@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 
     from .selection import Selection
 
-_PARAM_LINE = re.compile(r"^\$(\w+)\s+([A-Za-z][\w\[\]]*)(?:\s*=\s*('[^']*'|\S+))?\s*(.*)$")
+_PARAM_LINE = re.compile(r"^\$(\w+)\s+([A-Za-z][\w\[\]]*)(?:\s*=\s*('(?:[^']|'')*'|\S+))?\s*(.*)$")
+_SENTENCE = re.compile(r"^(.*?[.!?])(?:\s+|$)(.*)$", re.S)
 _BLOCK = re.compile(r"/\*@(\w+)\*/(.*?)/\*@end\*/", re.S)
 _LINE_COMMENT = re.compile(r"--[^\n]*")
 _STRING = re.compile(r"'(?:[^']|'')*'")
@@ -146,7 +147,11 @@ def parse(name: str, text: str) -> Query:
             params.append(Param(m.group(1), m.group(2), default, has_default, m.group(4).strip()))
         else:
             returns.extend(c.strip() for c in line.split(",") if c.strip())
-    return Query(name, summary.strip(), " ".join(description), tuple(params), tuple(returns), text)
+    # the summary is the first sentence (it may run over several lines); the rest is the description
+    prose = " ".join([summary.strip(), *description]).strip()
+    m = _SENTENCE.match(prose)
+    first, rest = (m.group(1), m.group(2)) if m else (prose, "")
+    return Query(name, first.strip(), rest.strip(), tuple(params), tuple(returns), text)
 
 
 def load(name: str) -> Query:
@@ -182,9 +187,7 @@ def bind(query: Query, sql: str, given: Mapping[str, Any]) -> dict[str, Any]:
         else:
             p = declared.get(name)
             kind = f" ({p.type}: {p.doc})" if p else ""
-            raise MissingParameter(
-                f"query {query.name!r} needs --param {name}=VALUE{kind}"
-            )
+            raise MissingParameter(f"query {query.name!r} needs --param {name}=VALUE{kind}")
     return values
 
 
@@ -251,7 +254,9 @@ def listing() -> pl.DataFrame:
                 "returns": ", ".join(q.returns),
             }
         )
-    return pl.DataFrame(rows, schema={"name": pl.String, "summary": pl.String, "params": pl.String, "returns": pl.String})
+    return pl.DataFrame(
+        rows, schema={"name": pl.String, "summary": pl.String, "params": pl.String, "returns": pl.String}
+    )
 
 
 def parse_param_options(items: Sequence[str] | None) -> dict[str, str]:

@@ -76,7 +76,10 @@ def ttl_tokens(
         con,
         "ttl",
         params,
-        blocks={"selection": block, "ttls": f"SELECT CAST(v.ttl_s AS DOUBLE) AS ttl_s FROM (VALUES {values}) AS v(ttl_s)"},
+        blocks={
+            "selection": block,
+            "ttls": f"SELECT CAST(v.ttl_s AS DOUBLE) AS ttl_s FROM (VALUES {values}) AS v(ttl_s)",
+        },
     )
 
 
@@ -107,7 +110,14 @@ def price_tokens(tokens: pl.DataFrame, prices: PriceModel) -> pl.DataFrame:
     schema.update(
         {
             k: pl.Float64()
-            for k in ("write_multiplier", "cost_read_usd", "cost_write_usd", "cost_output_usd", "cost_usd", "expiry_cost_usd")
+            for k in (
+                "write_multiplier",
+                "cost_read_usd",
+                "cost_write_usd",
+                "cost_output_usd",
+                "cost_usd",
+                "expiry_cost_usd",
+            )
         }
     )
     return pl.DataFrame(rows, schema=schema)
@@ -118,17 +128,22 @@ def summarise(priced: pl.DataFrame, ttls: Sequence[float] | None = None) -> pl.D
     import polars as pl
 
     sums = [
-        "requests", "expired_requests", "context_tokens", "rewrite_tokens", "read_tokens", "write_tokens",
+        "requests",
+        "expired_requests",
+        "context_tokens",
+        "rewrite_tokens",
+        "read_tokens",
+        "write_tokens",
         "output_tokens",
     ]
     costs = ["cost_read_usd", "cost_write_usd", "cost_output_usd", "cost_usd", "expiry_cost_usd"]
     wanted = [float(t) for t in (ttls if ttls is not None else priced["ttl_s"].unique().sort().to_list())]
-    grouped = (
-        priced.group_by("ttl_s").agg([pl.col(c).sum() for c in sums + costs]) if priced.height else None
-    )
+    grouped = priced.group_by("ttl_s").agg([pl.col(c).sum() for c in sums + costs]) if priced.height else None
     base = pl.DataFrame({"ttl_s": wanted}, schema={"ttl_s": pl.Float64})
     if grouped is None:
-        frame = base.with_columns([pl.lit(0, pl.Int64).alias(c) for c in sums] + [pl.lit(0.0).alias(c) for c in costs])
+        frame = base.with_columns(
+            [pl.lit(0, pl.Int64).alias(c) for c in sums] + [pl.lit(0.0).alias(c) for c in costs]
+        )
     else:
         frame = base.join(grouped, on="ttl_s", how="left").with_columns(
             [pl.col(c).fill_null(0).cast(pl.Int64) for c in sums] + [pl.col(c).fill_null(0.0) for c in costs]
@@ -203,11 +218,15 @@ def ttl_validation(
     import polars as pl
 
     block, params = sql.selection_block(selection)
-    frame = sql.run(con, "ttl_validation", {**params, "short_s": short_s, "long_s": long_s}, blocks={"selection": block})
+    frame = sql.run(
+        con, "ttl_validation", {**params, "short_s": short_s, "long_s": long_s}, blocks={"selection": block}
+    )
     short = frame.filter(pl.col("gap_class") == "short")["mean_cache_write_tokens"]
     base = short[0] if len(short) and short[0] else None
     return frame.with_columns(
-        (pl.col("mean_cache_write_tokens") / base if base else pl.lit(None, pl.Float64)).alias("write_vs_short")
+        (pl.col("mean_cache_write_tokens") / base if base else pl.lit(None, pl.Float64)).alias(
+            "write_vs_short"
+        )
     )
 
 

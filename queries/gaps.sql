@@ -1,0 +1,82 @@
+-- gaps: every idle gap between consecutive requests of a session stream, classed agent or human.
+-- A stream is one (session_id, parent_session_id): a sub-agent is its own stream, a request
+-- without a session_id stands alone (it has no gap). Requests are
+-- ordered by (started_at, seq); a request's gap is its started_at minus the previous
+-- request's ended_at, in seconds, clamped at 0 (a missing start or end falls back to the other).
+-- kind is agent when the prompt_id is the previous request's (a tool loop), human when it is new,
+-- unknown when the source has no prompt ids. A stream's first request has no gap and no row.
+-- Requests without tokens (failed calls) are left out. DuckDB dialect: epoch_us.
+-- params:  $since TIMESTAMPTZ = NULL  only requests at or after this time
+--          $until TIMESTAMPTZ = NULL  only requests before this time
+-- returns: root_session_id, session_id, parent_session_id, agent, model, user_id, source, prompt_id,
+--          started_at, position, gap_s, kind, context_tokens, prefix_tokens, cache_read_tokens,
+--          cache_write_tokens
+
+-- >>> stream CTEs (identical in every per-stream query; tests/test_queries.py checks it)
+WITH sel AS (
+    -- the selection; requests without tokens (failed calls) neither read nor write a cache
+    SELECT *
+    FROM requests
+    WHERE total_tokens > 0 AND coalesce(started_at, ended_at) IS NOT NULL
+      AND /*@selection*/ (CAST($since AS TIMESTAMPTZ) IS NULL OR coalesce(started_at, ended_at) >= CAST($since AS TIMESTAMPTZ))
+      AND (CAST($until AS TIMESTAMPTZ) IS NULL OR coalesce(started_at, ended_at) < CAST($until AS TIMESTAMPTZ)) /*@end*/
+),
+keyed AS (
+    -- integer keys keep the window's sort cheap: a stream is keyed by the 64-bit hash of
+    -- (session_id, parent_session_id) (two streams colliding, ~1e-8 for a million streams, would
+    -- merge) and prompt ids are compared by hash; a request without a session stands alone
+    SELECT *,
+        CASE WHEN session_id IS NULL THEN hash(event_id) ELSE hash(session_id, parent_session_id) END AS stream_key,
+        CASE WHEN coalesce(parent_session_id, session_id) IS NULL THEN hash(event_id)
+             ELSE hash(coalesce(parent_session_id, session_id)) END AS root_key,
+        parent_session_id IS NULL AS is_main,
+        epoch_us(coalesce(started_at, ended_at)) AS t_start_us,
+        epoch_us(coalesce(ended_at, started_at)) AS t_end_us,
+        CASE WHEN prompt_id IS NOT NULL THEN hash(prompt_id) END AS prompt_key
+    FROM sel
+),
+stream AS (
+    -- one row per request in stream order; a sub-agent (parent_session_id set) is its own stream;
+    -- (started_at, seq) is unique within a stream in practice: seq is the source order
+    SELECT
+        coalesce(parent_session_id, session_id) AS root_session_id, root_key, is_main,
+        session_id, parent_session_id, agent, model, user_id, source, prompt_id, prompt_key,
+        coalesce(started_at, ended_at) AS t_start,
+        coalesce(ended_at, started_at) AS t_end,
+        t_start_us, t_end_us,
+        context_tokens,
+        coalesce(cold_input_tokens, 0) AS cold_input_tokens,
+        coalesce(cache_read_tokens, 0) AS cache_read_tokens,
+        coalesce(cache_write_tokens, 0) AS cache_write_tokens,
+        coalesce(output_tokens, 0) AS output_tokens,
+        row_number() OVER w AS position,
+        lag(t_end_us) OVER w AS prev_end_us,
+        lead(t_end_us) OVER w AS next_end_us,
+        lag(prompt_key) OVER w AS prev_prompt_key,
+        lag(context_tokens) OVER w AS prev_context_tokens,
+        lag(coalesce(output_tokens, 0)) OVER w AS prev_output_tokens
+    FROM keyed
+    WINDOW w AS (PARTITION BY stream_key ORDER BY t_start_us, seq)
+),
+steps AS (
+    -- gap_s: idle seconds since the previous request of the stream ended (NULL for its first request)
+    -- kind: agent (same prompt_id), human (new prompt_id), unknown (no prompt ids)
+    -- prefix_tokens: the cached prefix this request could reuse: the previous request's context plus
+    -- its output, at most this request's context (a compaction keeps less)
+    SELECT *,
+        CASE WHEN position > 1 THEN greatest(t_start_us - prev_end_us, 0) / 1e6 END AS gap_s,
+        CASE WHEN position = 1 THEN NULL
+             WHEN prompt_key IS NULL AND prev_prompt_key IS NULL THEN 'unknown'
+             WHEN prompt_key = prev_prompt_key THEN 'agent'
+             ELSE 'human' END AS kind,
+        CASE WHEN position = 1 THEN 0
+             ELSE least(prev_context_tokens + prev_output_tokens, context_tokens) END AS prefix_tokens
+    FROM stream
+)
+-- <<< stream CTEs
+SELECT root_session_id, session_id, parent_session_id, agent, model, user_id, source, prompt_id,
+       t_start AS started_at, position, gap_s, kind,
+       context_tokens, prefix_tokens, cache_read_tokens, cache_write_tokens
+FROM steps
+WHERE position > 1
+/*@order*/ ORDER BY root_session_id, session_id, parent_session_id NULLS FIRST, position /*@end*/;

@@ -1,0 +1,84 @@
+-- load: arrivals and load over time, one row per bucket of $resolution_s seconds from the first to
+-- the last request: new sessions (sub-agents fold into their session; a request without a session
+-- is one on its own), sessions open (between their first request's start and their last request's
+-- end), requests, and tokens per second by kind.
+-- A request counts in the bucket where it starts. Requests without tokens are left out.
+-- DuckDB dialect: epoch_us, generate_series, to_timestamp.
+-- params:  $since TIMESTAMPTZ = NULL    only requests at or after this time
+--          $until TIMESTAMPTZ = NULL    only requests before this time
+--          $resolution_s DOUBLE = 60    bucket width in seconds
+-- returns: bucket_start, new_sessions, active_sessions, requests, requests_per_s,
+--          cold_input_tokens_per_s, cache_read_tokens_per_s, cache_write_tokens_per_s,
+--          output_tokens_per_s
+
+WITH sel AS (
+    SELECT *
+    FROM requests
+    WHERE total_tokens > 0 AND coalesce(started_at, ended_at) IS NOT NULL
+      AND /*@selection*/ (CAST($since AS TIMESTAMPTZ) IS NULL OR coalesce(started_at, ended_at) >= CAST($since AS TIMESTAMPTZ))
+      AND (CAST($until AS TIMESTAMPTZ) IS NULL OR coalesce(started_at, ended_at) < CAST($until AS TIMESTAMPTZ)) /*@end*/
+),
+knobs AS (
+    SELECT CAST($resolution_s AS DOUBLE) AS res_s, CAST($resolution_s AS DOUBLE) * 1e6 AS res_us
+),
+req AS (
+    SELECT CASE WHEN coalesce(parent_session_id, session_id) IS NULL THEN hash(event_id)
+                ELSE hash(coalesce(parent_session_id, session_id)) END AS root_key,
+           epoch_us(coalesce(started_at, ended_at)) AS start_us,
+           epoch_us(coalesce(ended_at, started_at)) AS end_us,
+           coalesce(cold_input_tokens, 0) AS cold_input_tokens,
+           coalesce(cache_read_tokens, 0) AS cache_read_tokens,
+           coalesce(cache_write_tokens, 0) AS cache_write_tokens,
+           coalesce(output_tokens, 0) AS output_tokens
+    FROM sel
+),
+agg AS (
+    -- one pass, two groupings: each session's span (by_session = 1) and each bucket's totals;
+    -- sessions are keyed by the 64-bit hash of their id (a collision, ~1e-8 for a million
+    -- sessions, would merge two)
+    SELECT GROUPING(r.bucket) AS by_session,
+           r.bucket,
+           min(r.start_us) AS first_us,
+           max(r.end_us) AS last_us,
+           count(*)::BIGINT AS requests,
+           sum(r.cold_input_tokens)::BIGINT AS cold_input_tokens,
+           sum(r.cache_read_tokens)::BIGINT AS cache_read_tokens,
+           sum(r.cache_write_tokens)::BIGINT AS cache_write_tokens,
+           sum(r.output_tokens)::BIGINT AS output_tokens
+    FROM (SELECT q.*, CAST(floor(q.start_us / k.res_us) AS BIGINT) AS bucket FROM req q, knobs k) AS r
+    GROUP BY GROUPING SETS ((r.root_key), (r.bucket))
+),
+session_changes AS (
+    -- a session is open from the bucket of its first start to that of its last end
+    SELECT bucket, sum(new_sessions)::BIGINT AS new_sessions, sum(delta)::BIGINT AS delta
+    FROM (
+        SELECT CAST(floor(a.first_us / k.res_us) AS BIGINT) AS bucket, 1 AS new_sessions, 1 AS delta
+        FROM agg a, knobs k WHERE a.by_session = 1
+        UNION ALL
+        SELECT CAST(floor(a.last_us / k.res_us) AS BIGINT) + 1 AS bucket, 0 AS new_sessions, -1 AS delta
+        FROM agg a, knobs k WHERE a.by_session = 1
+    ) AS changes
+    GROUP BY bucket
+),
+per_bucket AS (
+    SELECT bucket, requests, cold_input_tokens, cache_read_tokens, cache_write_tokens, output_tokens
+    FROM agg
+    WHERE by_session = 0
+),
+buckets AS (
+    SELECT unnest(generate_series(min(bucket), max(bucket))) AS bucket FROM per_bucket
+)
+SELECT to_timestamp(b.bucket * k.res_s) AS bucket_start,
+       coalesce(c.new_sessions, 0)::BIGINT AS new_sessions,
+       (sum(coalesce(c.delta, 0)) OVER (ORDER BY b.bucket ROWS UNBOUNDED PRECEDING))::BIGINT AS active_sessions,
+       coalesce(p.requests, 0)::BIGINT AS requests,
+       coalesce(p.requests, 0) / k.res_s AS requests_per_s,
+       coalesce(p.cold_input_tokens, 0) / k.res_s AS cold_input_tokens_per_s,
+       coalesce(p.cache_read_tokens, 0) / k.res_s AS cache_read_tokens_per_s,
+       coalesce(p.cache_write_tokens, 0) / k.res_s AS cache_write_tokens_per_s,
+       coalesce(p.output_tokens, 0) / k.res_s AS output_tokens_per_s
+FROM buckets b
+CROSS JOIN knobs k
+LEFT JOIN session_changes c ON c.bucket = b.bucket
+LEFT JOIN per_bucket p ON p.bucket = b.bucket
+ORDER BY b.bucket;

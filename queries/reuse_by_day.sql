@@ -1,0 +1,24 @@
+-- reuse_by_day: per UTC day: requests, sessions, the four token kinds and the token-weighted reuse
+-- ratio cache_read / (cold_input + cache_read + cache_write).
+-- params:  $since TIMESTAMPTZ = NULL  only requests at or after this time
+--          $until TIMESTAMPTZ = NULL  only requests before this time
+-- returns: day, requests, sessions, cold_input_tokens, cache_read_tokens, cache_write_tokens,
+--          output_tokens, reuse_ratio
+
+WITH sel AS (
+    SELECT *
+    FROM requests
+    WHERE /*@selection*/ (CAST($since AS TIMESTAMPTZ) IS NULL OR coalesce(started_at, ended_at) >= CAST($since AS TIMESTAMPTZ))
+      AND (CAST($until AS TIMESTAMPTZ) IS NULL OR coalesce(started_at, ended_at) < CAST($until AS TIMESTAMPTZ)) /*@end*/
+)
+SELECT CAST(coalesce(started_at, ended_at) AT TIME ZONE 'UTC' AS DATE) AS day,
+       count(*)::BIGINT AS requests,
+       count(DISTINCT coalesce(parent_session_id, session_id))::BIGINT AS sessions,
+       coalesce(sum(cold_input_tokens), 0)::BIGINT AS cold_input_tokens,
+       coalesce(sum(cache_read_tokens), 0)::BIGINT AS cache_read_tokens,
+       coalesce(sum(cache_write_tokens), 0)::BIGINT AS cache_write_tokens,
+       coalesce(sum(output_tokens), 0)::BIGINT AS output_tokens,
+       sum(cache_read_tokens) / nullif(sum(context_tokens), 0)::DOUBLE AS reuse_ratio
+FROM sel
+GROUP BY 1
+ORDER BY 1;

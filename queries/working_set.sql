@@ -1,0 +1,119 @@
+-- working_set: the live KV working set over time: at time t, the sum of context_tokens of the
+-- streams (sessions; a sub-agent counts apart) whose last request ended within $ttl_s before t. A
+-- request's context counts from its end until the TTL runs out or the stream's next request ends.
+-- One row per bucket of $resolution_s seconds from the first to the last change: tokens and streams
+-- are averages over the bucket, tokens_end and streams_end the values at its end. Multiply by the
+-- model's KV bytes per token for bytes.
+-- params:  $since TIMESTAMPTZ = NULL    only requests at or after this time
+--          $until TIMESTAMPTZ = NULL    only requests before this time
+--          $ttl_s DOUBLE = 300          how long an idle stream's context is kept
+--          $resolution_s DOUBLE = 60    bucket width in seconds
+-- returns: bucket_start, tokens, tokens_end, streams, streams_end
+
+-- >>> stream CTEs (identical in every per-stream query; tests/test_queries.py checks it)
+WITH sel AS (
+    -- the selection; requests without tokens (failed calls) neither read nor write a cache
+    SELECT *
+    FROM requests
+    WHERE total_tokens > 0 AND coalesce(started_at, ended_at) IS NOT NULL
+      AND /*@selection*/ (CAST($since AS TIMESTAMPTZ) IS NULL OR coalesce(started_at, ended_at) >= CAST($since AS TIMESTAMPTZ))
+      AND (CAST($until AS TIMESTAMPTZ) IS NULL OR coalesce(started_at, ended_at) < CAST($until AS TIMESTAMPTZ)) /*@end*/
+),
+keyed AS (
+    -- integer keys keep the window's sort cheap: a stream is keyed by the 64-bit hash of
+    -- (session_id, parent_session_id) (two streams colliding, ~1e-8 for a million streams, would
+    -- merge) and prompt ids are compared by hash; a request without a session stands alone
+    SELECT *,
+        CASE WHEN session_id IS NULL THEN hash(event_id) ELSE hash(session_id, parent_session_id) END AS stream_key,
+        CASE WHEN coalesce(parent_session_id, session_id) IS NULL THEN hash(event_id)
+             ELSE hash(coalesce(parent_session_id, session_id)) END AS root_key,
+        parent_session_id IS NULL AS is_main,
+        epoch_us(coalesce(started_at, ended_at)) AS t_start_us,
+        epoch_us(coalesce(ended_at, started_at)) AS t_end_us,
+        CASE WHEN prompt_id IS NOT NULL THEN hash(prompt_id) END AS prompt_key
+    FROM sel
+),
+stream AS (
+    -- one row per request in stream order; a sub-agent (parent_session_id set) is its own stream;
+    -- (started_at, seq) is unique within a stream in practice: seq is the source order
+    SELECT
+        coalesce(parent_session_id, session_id) AS root_session_id, root_key, is_main,
+        session_id, parent_session_id, agent, model, user_id, source, prompt_id, prompt_key,
+        coalesce(started_at, ended_at) AS t_start,
+        coalesce(ended_at, started_at) AS t_end,
+        t_start_us, t_end_us,
+        context_tokens,
+        coalesce(cold_input_tokens, 0) AS cold_input_tokens,
+        coalesce(cache_read_tokens, 0) AS cache_read_tokens,
+        coalesce(cache_write_tokens, 0) AS cache_write_tokens,
+        coalesce(output_tokens, 0) AS output_tokens,
+        row_number() OVER w AS position,
+        lag(t_end_us) OVER w AS prev_end_us,
+        lead(t_end_us) OVER w AS next_end_us,
+        lag(prompt_key) OVER w AS prev_prompt_key,
+        lag(context_tokens) OVER w AS prev_context_tokens,
+        lag(coalesce(output_tokens, 0)) OVER w AS prev_output_tokens
+    FROM keyed
+    WINDOW w AS (PARTITION BY stream_key ORDER BY t_start_us, seq)
+),
+steps AS (
+    -- gap_s: idle seconds since the previous request of the stream ended (NULL for its first request)
+    -- kind: agent (same prompt_id), human (new prompt_id), unknown (no prompt ids)
+    -- prefix_tokens: the cached prefix this request could reuse: the previous request's context plus
+    -- its output, at most this request's context (a compaction keeps less)
+    SELECT *,
+        CASE WHEN position > 1 THEN greatest(t_start_us - prev_end_us, 0) / 1e6 END AS gap_s,
+        CASE WHEN position = 1 THEN NULL
+             WHEN prompt_key IS NULL AND prev_prompt_key IS NULL THEN 'unknown'
+             WHEN prompt_key = prev_prompt_key THEN 'agent'
+             ELSE 'human' END AS kind,
+        CASE WHEN position = 1 THEN 0
+             ELSE least(prev_context_tokens + prev_output_tokens, context_tokens) END AS prefix_tokens
+    FROM stream
+),
+-- <<< stream CTEs
+knobs AS (
+    SELECT CAST($ttl_s AS DOUBLE) * 1e6 AS ttl_us, CAST($resolution_s AS DOUBLE) * 1e6 AS res_us
+),
+held AS (
+    -- a request's context is held from its end until the TTL runs out or the stream's next request ends
+    SELECT s.t_end_us AS t0,
+           least(s.t_end_us + k.ttl_us, coalesce(s.next_end_us, s.t_end_us + k.ttl_us)) AS t1,
+           s.context_tokens AS tokens
+    FROM steps s, knobs k
+),
+deltas AS (
+    -- +context at t0, -context at t1 (one reference to held: a CTE used twice is materialised)
+    SELECT CASE WHEN e.sign = 1 THEN h.t0 ELSE h.t1 END AS t,
+           e.sign * h.tokens AS d_tokens, e.sign AS d_streams
+    FROM held h CROSS JOIN (VALUES (1), (-1)) AS e(sign)
+    WHERE h.t1 > h.t0
+),
+per_bucket AS (
+    -- d_*: the change over the bucket; part_*: the bucket-average share of the changes inside it
+    SELECT CAST(floor(d.t / k.res_us) AS BIGINT) AS bucket,
+           sum(d.d_tokens)::DOUBLE AS d_tokens,
+           sum(d.d_streams)::DOUBLE AS d_streams,
+           sum(d.d_tokens * ((floor(d.t / k.res_us) + 1) * k.res_us - d.t) / k.res_us) AS part_tokens,
+           sum(d.d_streams * ((floor(d.t / k.res_us) + 1) * k.res_us - d.t) / k.res_us) AS part_streams
+    FROM deltas d, knobs k
+    GROUP BY 1
+),
+buckets AS (
+    SELECT unnest(generate_series(min(bucket), max(bucket))) AS bucket FROM per_bucket
+),
+filled AS (
+    SELECT b.bucket,
+           coalesce(p.d_tokens, 0) AS d_tokens, coalesce(p.d_streams, 0) AS d_streams,
+           coalesce(p.part_tokens, 0) AS part_tokens, coalesce(p.part_streams, 0) AS part_streams
+    FROM buckets b LEFT JOIN per_bucket p ON p.bucket = b.bucket
+)
+SELECT to_timestamp(f.bucket * k.res_us / 1e6) AS bucket_start,
+       coalesce(sum(f.d_tokens) OVER before, 0) + f.part_tokens AS tokens,
+       sum(f.d_tokens) OVER upto AS tokens_end,
+       coalesce(sum(f.d_streams) OVER before, 0) + f.part_streams AS streams,
+       CAST(sum(f.d_streams) OVER upto AS BIGINT) AS streams_end
+FROM filled f, knobs k
+WINDOW before AS (ORDER BY f.bucket ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING),
+       upto AS (ORDER BY f.bucket ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+ORDER BY f.bucket;

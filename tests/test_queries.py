@@ -1,0 +1,168 @@
+"""Named queries: every file in queries/ has a header, runs on a tiny lake (through traceflow and as
+plain SQL in a bare DuckDB), returns the columns its header promises, and is documented."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+from tests.test_analyses import fill
+from traceflow import gaps, sql
+from traceflow.errors import MissingParameter, QueryError, UnknownQuery, UsageError
+from traceflow.lake import Lake
+from traceflow.selection import Selection
+
+REPO = Path(__file__).resolve().parents[1]
+NAMES = sql.names()
+
+
+@pytest.fixture
+def con(lake: Lake) -> Any:
+    return fill(lake).connect()
+
+
+def test_the_expected_queries_are_packaged() -> None:
+    for name in (
+        "gaps",
+        "gap_histogram",
+        "ttl",
+        "ttl_validation",
+        "sessions",
+        "resumes",
+        "compactions",
+        "load",
+        "working_set",
+        "token_mix",
+        "tokens_by_session",
+        "tokens_by_model",
+        "reuse_by_day",
+    ):
+        assert name in NAMES
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_header_documents_the_query(name: str) -> None:
+    q = sql.load(name)
+    assert q.summary and q.summary.endswith(".")
+    assert q.returns, "a '-- returns:' line"
+    declared = {p.name for p in q.params}
+    used = set(sql.used_params(q.text))
+    assert used == declared, f"params used {sorted(used)} but declared {sorted(declared)}"
+    assert all(p.doc for p in q.params)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_query_runs_on_a_tiny_lake_with_the_promised_columns(con: Any, name: str) -> None:
+    frame = sql.run(con, name)
+    assert list(frame.columns) == list(sql.load(name).returns)
+    assert frame.height > 0
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_query_file_runs_in_a_bare_duckdb(lake: Lake, name: str) -> None:
+    """The files are plain SQL over the views: no traceflow needed to run them."""
+    fill(lake)
+    con = duckdb.connect()
+    for table in ("requests", "events", "metric_points", "spans"):
+        con.execute(lake.view_sql(table))
+    q = sql.load(name)
+    text = (REPO / "queries" / f"{name}.sql").read_text()
+    params = {p.name: p.default for p in q.params}
+    rows = con.execute(text, params).fetchall()
+    assert rows
+
+
+def test_stream_ctes_are_identical_everywhere() -> None:
+    blocks = {}
+    for name in NAMES:
+        text = (REPO / "queries" / f"{name}.sql").read_text()
+        m = re.search(r"-- >>> stream CTEs.*?-- <<< stream CTEs", text, flags=re.S)
+        if m:
+            blocks[name] = m.group(0).rstrip(",\n")
+    assert {"gaps", "ttl", "sessions", "working_set"} <= set(blocks)
+    first = next(iter(blocks.values()))
+    # the closing CTE is followed by a comma where more CTEs follow: compare up to it
+    assert all(
+        b.replace("),\n-- <<<", ")\n-- <<<") == first.replace("),\n-- <<<", ")\n-- <<<")
+        for b in blocks.values()
+    )
+
+
+def test_histogram_bins_match_the_library() -> None:
+    text = (REPO / "queries" / "gap_histogram.sql").read_text()
+    edges = [float(x) for x in re.findall(r"\(\d+, ([\d.]+), [\d.NUL]+\)", text)]
+    assert tuple(edges) == gaps.BIN_EDGES
+
+
+def test_params_bind_from_strings(con: Any) -> None:
+    a = sql.run(con, "ttl", {"ttl_s": "600"})
+    assert a["ttl_s"].unique().to_list() == [600.0]
+    later = sql.run(con, "gaps", {"since": "2026-08-01T10:10:00Z"})
+    assert later.height == 3
+    top = sql.run(con, "tokens_by_session", {"limit": "2"})
+    assert top.height == 2
+
+
+def test_unknown_and_missing_parameters(con: Any) -> None:
+    with pytest.raises(UnknownQuery, match="known: "):
+        sql.load("no_such_query")
+    with pytest.raises(UsageError, match="has no parameter colour"):
+        sql.run(con, "gaps", {"colour": "red"})
+    q = sql.parse(
+        "needs",
+        "-- needs: a query with a required parameter.\n-- params: $who VARCHAR  the user\n"
+        "-- returns: n\n\nSELECT count(*) AS n FROM requests WHERE user_id = $who",
+    )
+    with pytest.raises(MissingParameter, match="--param who=VALUE"):
+        sql.bind(q, q.text, {})
+    assert sql.bind(q, q.text, {"who": "u1"}) == {"who": "u1"}
+
+
+def test_header_parsing() -> None:
+    q = sql.parse(
+        "x",
+        "-- x: what it answers.\n-- More words.\n-- params:  $a DOUBLE = 300   seconds\n"
+        "--          $b VARCHAR = 'it''s'  a string\n--          $c TIMESTAMPTZ = NULL  a time\n"
+        "-- returns: one, two,\n--          three\n\nSELECT 1",
+    )
+    assert q.summary == "what it answers." and q.description == "More words."
+    assert [(p.name, p.type, p.default, p.has_default) for p in q.params] == [
+        ("a", "DOUBLE", 300, True),
+        ("b", "VARCHAR", "it's", True),
+        ("c", "TIMESTAMPTZ", None, True),
+    ]
+    assert q.returns == ("one", "two", "three")
+    with pytest.raises(QueryError):
+        sql.parse("y", "SELECT 1")
+    with pytest.raises(QueryError, match="names itself"):
+        sql.parse("y", "-- z: wrong name.\nSELECT 1")
+
+
+def test_blocks_and_selection(con: Any) -> None:
+    q = sql.load("gaps")
+    with pytest.raises(QueryError, match="no block"):
+        q.sql({"nonexistent": "x"})
+    block, params = sql.selection_block(Selection(agents=("claude-code",), sessions=("B", "C")))
+    assert "$sel_0" in block and params == {"sel_0": "claude-code", "sel_1": "B", "sel_2": "C"}
+    frame = sql.run(con, "gaps", params, blocks={"selection": block})
+    assert set(frame["session_id"]) == {"B", "C"}
+
+
+def test_used_params_ignores_comments_and_strings() -> None:
+    assert sql.used_params("SELECT $a, '$b' -- $c\n/* $d */ FROM t WHERE x = $a AND y = $e") == ["a", "e"]
+
+
+def test_listing() -> None:
+    frame = sql.listing()
+    assert frame["name"].to_list() == NAMES
+    row = frame.filter(frame["name"] == "ttl").to_dicts()[0]
+    assert "ttl_s=300" in row["params"] and "rewrite_tokens" in row["returns"]
+
+
+def test_every_query_is_documented_in_the_readme() -> None:
+    readme = (REPO / "README.md").read_text()
+    assert [n for n in NAMES if f"`{n}`" not in readme] == []
