@@ -34,10 +34,23 @@ HOURS_PER_MONTH = 730.0
 SECONDS_PER_MONTH = HOURS_PER_MONTH * 3_600
 
 _UNITS = {
-    "": 1, "b": 1,
-    "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12, "tb": 10**12,
-    "p": 10**15, "pb": 10**15,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "pib": 2**50,
+    "": 1,
+    "b": 1,
+    "k": 10**3,
+    "kb": 10**3,
+    "m": 10**6,
+    "mb": 10**6,
+    "g": 10**9,
+    "gb": 10**9,
+    "t": 10**12,
+    "tb": 10**12,
+    "p": 10**15,
+    "pb": 10**15,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+    "pib": 2**50,
 }
 
 
@@ -91,10 +104,25 @@ def parse_duration(text: str | float, option: str = "duration") -> float:
 
 #: Tier kind by tier name (``--tier NAME=SIZE``); ``kind=`` in the spec overrides it.
 KIND_BY_NAME: dict[str, str] = {
-    "gpu": "hbm", "hbm": "hbm", "g1": "hbm", "device": "hbm",
-    "dram": "dram", "cpu": "dram", "host": "dram", "mem": "dram", "ram": "dram", "g2": "dram",
-    "ssd": "ssd", "flash": "ssd", "nvme": "ssd", "disk": "ssd", "g3": "ssd",
-    "object": "object", "s3": "object", "remote": "object", "g4": "object",
+    "gpu": "hbm",
+    "hbm": "hbm",
+    "g1": "hbm",
+    "device": "hbm",
+    "dram": "dram",
+    "cpu": "dram",
+    "host": "dram",
+    "mem": "dram",
+    "ram": "dram",
+    "g2": "dram",
+    "ssd": "ssd",
+    "flash": "ssd",
+    "nvme": "ssd",
+    "disk": "ssd",
+    "g3": "ssd",
+    "object": "object",
+    "s3": "object",
+    "remote": "object",
+    "g4": "object",
     "hdd": "hdd",
 }
 
@@ -138,8 +166,9 @@ class Tier:
 def parse_tier(spec: str) -> Tier:
     """``NAME=SIZE[:read=BW][:latency=DUR][:ttl=DUR][:kind=KIND]``.
 
-    >>> parse_tier("dram=512GB")
-    Tier(name='dram', capacity_bytes=512000000000.0, kind='dram', read_bytes_per_s=20300000000.0, latency_s=0.0, ttl_s=None)
+    >>> t = parse_tier("dram=512GB")
+    >>> t.name, t.capacity_bytes, t.kind, t.read_bytes_per_s, t.ttl_s
+    ('dram', 512000000000.0, 'dram', 20300000000.0, None)
     >>> parse_tier("ssd=100TB:read=7GB/s:ttl=1h").read_bytes_per_s
     7000000000.0
     """
@@ -150,12 +179,16 @@ def parse_tier(spec: str) -> Tier:
     options: dict[str, str] = {}
     for opt in opts:
         if "=" not in opt:
-            raise UsageError(f"--tier {spec!r}: option {opt!r} should be key=value (read, latency, ttl, kind)")
+            raise UsageError(
+                f"--tier {spec!r}: option {opt!r} should be key=value (read, latency, ttl, kind)"
+            )
         k, v = (x.strip() for x in opt.split("=", 1))
         options[k.lower()] = v
     unknown = set(options) - {"read", "latency", "ttl", "kind"}
     if unknown:
-        raise UsageError(f"--tier {spec!r}: unknown option(s) {sorted(unknown)}; use read, latency, ttl, kind")
+        raise UsageError(
+            f"--tier {spec!r}: unknown option(s) {sorted(unknown)}; use read, latency, ttl, kind"
+        )
     kind = options.get("kind", KIND_BY_NAME.get(name.lower(), ""))
     if kind not in DEFAULT_READ_BW:
         raise UsageError(
@@ -241,7 +274,9 @@ def usable_bytes(raid: str, drives: int, drive_bytes: float) -> float:
     return drives * drive_bytes / raid_factor(raid, drives)
 
 
-def dwpd(write_bytes_per_s: float, drives: int, drive_bytes: float, raid: str = "raid10", waf: float = 1.0) -> float:
+def dwpd(
+    write_bytes_per_s: float, drives: int, drive_bytes: float, raid: str = "raid10", waf: float = 1.0
+) -> float:
     """Drive writes per day (formula (4)).
 
     >>> round(dwpd(1.9e9, 8, 12.8e12, "raid10"), 6), round(dwpd(1.9e9, 8, 12.8e12, "raid0"), 6)
@@ -281,7 +316,9 @@ def prefill_flops(
     return 2 * n_active * n + 2 * layers * q_heads * (d_qk + d_v) * (n * p + n * n / 2)
 
 
-def recompute_avoided_flops(n_active: float, layers: int, q_heads: int, d_qk: int, d_v: int, cached: int) -> float:
+def recompute_avoided_flops(
+    n_active: float, layers: int, q_heads: int, d_qk: int, d_v: int, cached: int
+) -> float:
     """FLOPs a cached prefix of ``cached`` tokens saves: ``2·N_active·P + L·heads·(d_qk+d_v)·P²``.
 
     >>> f"{recompute_avoided_flops(70.6e9, 80, 64, 128, 128, 120_000):.4e}"
@@ -351,8 +388,10 @@ class Prices:
         known = {f.name for f in fields(cls)}
         unknown = set(data) - known
         if unknown:
-            raise UsageError(f"{where}: unknown price key(s) {sorted(unknown)}; known: {', '.join(sorted(known))}")
-        values = {k: (v if k in ("date", "source") else float(v)) for k, v in data.items()}
+            raise UsageError(
+                f"{where}: unknown price key(s) {sorted(unknown)}; known: {', '.join(sorted(known))}"
+            )
+        values: dict[str, Any] = {k: (v if k in ("date", "source") else float(v)) for k, v in data.items()}
         return replace(cls(), **values)
 
 
@@ -425,7 +464,7 @@ def size_report(
     d = dwpd(write_bps, array.drives, array.drive_bytes, level, array.waf)
     years = years_to_rated_endurance(d, array.rated_dwpd, array.warranty_years)
     tokens_per_month = input_rate * SECONDS_PER_MONTH
-    tier_rows = []
+    tier_rows: list[dict[str, Any]] = []
     for tier in tiers:
         monthly = tier_cost_per_month(tier, prices)
         tier_rows.append(
@@ -436,12 +475,14 @@ def size_report(
                 "hold_s": hold_seconds(tier.capacity_bytes, rate_tok_s, b),
                 "tokens_held": tier.capacity_bytes / b,
                 "cost_usd_per_month": monthly,
-                "cost_usd_per_million_tokens": monthly / (tokens_per_month / 1e6) if tokens_per_month else None,
+                "cost_usd_per_million_tokens": monthly / (tokens_per_month / 1e6)
+                if tokens_per_month
+                else None,
             }
         )
     ssd_cost = array.drives * array.drive_bytes / 1e12 * prices.ssd_usd_per_tb
     wear_per_year = ssd_cost * (d / array.rated_dwpd) / array.warranty_years
-    total_month = sum(r["cost_usd_per_month"] for r in tier_rows) + prices.power_usd_per_month
+    total_month = sum(float(r["cost_usd_per_month"]) for r in tier_rows) + prices.power_usd_per_month
     first = footprints[0] if footprints else {"footprint_bytes": 0.0, "tokens": 0.0}
     return {
         "model": model,
@@ -463,7 +504,9 @@ def size_report(
         "ssd_usable_bytes": usable_bytes(level, array.drives, array.drive_bytes),
         "dwpd": d,
         "rated_dwpd": array.rated_dwpd,
-        "rated_tbw_bytes_per_drive": rated_tbw_bytes(array.drive_bytes, array.rated_dwpd, array.warranty_years),
+        "rated_tbw_bytes_per_drive": rated_tbw_bytes(
+            array.drive_bytes, array.rated_dwpd, array.warranty_years
+        ),
         "years_to_rated_endurance": years,
         "ssd_wear_usd_per_year": wear_per_year,
         "cost_usd_per_month": total_month,
