@@ -312,4 +312,4 @@ def main() -> None:
 
 
 # Command groups that live in their own modules register themselves on ``app`` when imported.
-from . import cli_analyses, cli_sizing  # noqa: E402, F401
+from . import cli_analyses, cli_dashboards, cli_sizing  # noqa: E402, F401

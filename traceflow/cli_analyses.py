@@ -394,9 +394,15 @@ def report(
     source: SourceOpt = None,
     data: DataOpt = None,
     fmt: FormatOpt = "table",
+    html: Annotated[
+        Path | None,
+        typer.Option("--html", help="Also write a self-contained HTML report with charts (opens offline)."),
+    ] = None,
+    png: Annotated[Path | None, typer.Option("--png", help="Also write one PNG per chart into DIR.")] = None,
+    svg: Annotated[Path | None, typer.Option("--svg", help="Also write one SVG per chart into DIR.")] = None,
 ) -> None:
     """One summary of every analysis: reuse ratio, gaps against the 5m and 1h TTLs and what they
-    cost, sessions, arrivals and the KV working set."""
+    cost, sessions, arrivals and the KV working set (and, with --html, the charts)."""
     from .prices import PriceModel
     from .report import build_report, render_markdown, render_text
 
@@ -419,6 +425,28 @@ def report(
         typer.echo(render_markdown(rep), nl=False)
     else:
         typer.echo(render_text(rep), nl=False)
+    if html or png or svg:
+        from .dashboards.render import write_report
+
+        written = write_report(
+            open_lake(data),
+            selection,
+            html=html,
+            png_dir=png,
+            svg_dir=svg,
+            kv_bytes_per_token=kv_bytes_per_token,
+            prices=PriceModel.load(prices),
+            ttls=_ttls(ttl, ()),
+            resume_after_s=_duration(resume_after, "--resume-after"),
+            resolution_s=_duration(resolution, "--resolution"),
+        )
+        paths = [written["html"]] if "html" in written else []
+        paths += written.get("png", []) + written.get("svg", [])
+        typer.echo(
+            f"wrote {len(paths)} file(s): {', '.join(map(str, paths[:3]))}"
+            + (" ..." if len(paths) > 3 else ""),
+            err=True,
+        )
 
 
 @app.command()

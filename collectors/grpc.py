@@ -1,0 +1,127 @@
+"""OTLP/gRPC receiver: the three standard collector services on a ``grpc.aio`` server.
+
+The servicers subclass opentelemetry-proto's ``*ServiceServicer`` bases but are registered with
+identity (de)serializers: the request arrives as the raw protobuf bytes, which are checked and
+written to the WAL as they are (no decode-reencode on the acknowledgement path). grpc itself
+inflates ``grpc-encoding: gzip`` and enforces ``max_receive_message_length`` after inflation.
+
+Bad data is ``INVALID_ARGUMENT``; throttling is ``UNAVAILABLE`` with a ``google.rpc.RetryInfo``
+detail in ``grpc-status-details-bin``; a wrong or missing token is ``UNAUTHENTICATED``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, NoReturn
+
+import grpc
+from grpc import aio
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2_grpc
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+
+from . import ingest
+from .ingest import PROTOBUF, Ingest, Outcome
+from .spool import Signal
+
+_logger = logging.getLogger(__name__)
+
+SERVICE_NAMES: dict[Signal, str] = {
+    "logs": "opentelemetry.proto.collector.logs.v1.LogsService",
+    "metrics": "opentelemetry.proto.collector.metrics.v1.MetricsService",
+    "traces": "opentelemetry.proto.collector.trace.v1.TraceService",
+}
+
+_CODES = {
+    ingest.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
+    ingest.RESOURCE_EXHAUSTED: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    ingest.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    ingest.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
+}
+
+
+class _Export:
+    """The ``Export`` method shared by the three services."""
+
+    signal: Signal
+    core: Ingest
+
+    async def Export(self, request: bytes, context: aio.ServicerContext[Any, Any]) -> bytes:
+        core = self.core
+        token = None
+        for key, value in context.invocation_metadata() or ():
+            if key == "authorization":
+                token = value
+        if not core.authorized(token):
+            outcome = ingest.unauthenticated()
+            core.counters.note(self.signal, outcome)
+            await _abort(context, outcome)
+        if core.admission.backlog_full():
+            outcome = ingest.overload_outcome(core.admission)
+            core.counters.note(self.signal, outcome)
+            await _abort(context, outcome)
+        res = ingest.Reservation()
+        try:
+            if not core.admission.grow(res, len(request)):
+                outcome = ingest.overload_outcome(core.admission)
+                core.counters.note(self.signal, outcome)
+                await _abort(context, outcome)
+            _, outcome = await core.export(self.signal, PROTOBUF, request)
+        finally:
+            core.admission.release(res)
+        if not outcome.ok:
+            await _abort(context, outcome)
+        return ingest.export_response(self.signal, PROTOBUF, outcome.rejected, outcome.message)
+
+
+async def _abort(context: aio.ServicerContext[Any, Any], outcome: Outcome) -> NoReturn:
+    details = ingest.rpc_status(outcome.code, outcome.message, outcome.retry_after_s)
+    await context.abort(
+        _CODES.get(outcome.code, grpc.StatusCode.INTERNAL),
+        outcome.message,
+        trailing_metadata=(("grpc-status-details-bin", details),),
+    )
+    raise AssertionError("unreachable: abort raises")  # pragma: no cover
+
+
+class LogsServicer(_Export, logs_service_pb2_grpc.LogsServiceServicer):
+    signal: Signal = "logs"
+
+    def __init__(self, core: Ingest) -> None:
+        self.core = core
+
+
+class MetricsServicer(_Export, metrics_service_pb2_grpc.MetricsServiceServicer):
+    signal: Signal = "metrics"
+
+    def __init__(self, core: Ingest) -> None:
+        self.core = core
+
+
+class TraceServicer(_Export, trace_service_pb2_grpc.TraceServiceServicer):
+    signal: Signal = "traces"
+
+    def __init__(self, core: Ingest) -> None:
+        self.core = core
+
+
+def handlers(core: Ingest) -> list[grpc.GenericRpcHandler]:
+    """Generic handlers for the three services, taking and returning raw bytes."""
+    out = []
+    for servicer in (LogsServicer(core), MetricsServicer(core), TraceServicer(core)):
+        method = grpc.unary_unary_rpc_method_handler(servicer.Export)  # no (de)serializers: bytes
+        out.append(grpc.method_handlers_generic_handler(SERVICE_NAMES[servicer.signal], {"Export": method}))
+    return out
+
+
+def create_server(core: Ingest, *, max_body_bytes: int) -> aio.Server:
+    """A ``grpc.aio`` server with the OTLP services registered (ports are added by the caller)."""
+    options = [
+        ("grpc.max_receive_message_length", max_body_bytes),
+        ("grpc.max_send_message_length", 4 << 20),
+        ("grpc.so_reuseport", 0),  # a second server on the same port must fail, not share it
+        ("grpc.max_concurrent_streams", 16),  # per connection: bounds the messages buffered before us
+    ]
+    server = aio.server(options=options)
+    server.add_generic_rpc_handlers(handlers(core))
+    return server

@@ -1,0 +1,426 @@
+"""Shared by both transports: authenticate, admit, decode, log to the WAL, answer.
+
+The acknowledgement path is deliberately short (DESIGN §7): decode the payload to prove it is
+well formed (protobuf or OTLP/JSON, via ``traceflow.otlp.parse_body``), drop records that are
+structurally invalid (reported as ``partial_success``), append the payload to the write-ahead log
+(``spool.Wal``, group-committed) and answer. Mapping records to lake rows happens later, in the
+sealer process (``collectors/sealer.py``), so it never slows the exporters down.
+
+Outcomes carry both an HTTP status and a gRPC code, so ``http.py`` and ``grpc.py`` only translate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from google.protobuf.message import DecodeError as PbDecodeError
+from google.protobuf.message import Message
+
+from traceflow import otlp
+from traceflow.errors import DecodeError
+
+from .spool import SIGNALS, Signal, Wal, WalRecord
+
+_logger = logging.getLogger(__name__)
+
+PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
+_MEDIA_TYPES = {
+    "application/x-protobuf": PROTOBUF,
+    "application/protobuf": PROTOBUF,
+    "application/vnd.google.protobuf": PROTOBUF,
+    "application/json": JSON,
+}
+
+# google.rpc.Code values used here
+OK = 0
+INVALID_ARGUMENT = 3
+RESOURCE_EXHAUSTED = 8
+UNAVAILABLE = 14
+UNAUTHENTICATED = 16
+
+#: bodies above this are decoded in a worker thread instead of on the event loop
+INLINE_DECODE_BYTES = 1 << 20
+
+#: what OTLP calls the records of each signal (partial_success field names)
+RECORD_NOUN = {"logs": "log records", "metrics": "data points", "traces": "spans"}
+_REJECTED_FIELD = {"logs": "rejectedLogRecords", "metrics": "rejectedDataPoints", "traces": "rejectedSpans"}
+
+
+def media_type(content_type: str | None) -> str | None:
+    """The OTLP encoding named by a Content-Type header (``PROTOBUF``/``JSON``), None if unsupported."""
+    if not content_type:
+        return None
+    return _MEDIA_TYPES.get(content_type.split(";", 1)[0].strip().lower())
+
+
+# -- google.rpc.Status, hand-encoded (googleapis-common-protos is not a dependency) ----------------
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _retry_info_any(seconds: int) -> bytes:
+    duration = _varint(1 << 3) + _varint(seconds)  # google.protobuf.Duration.seconds
+    retry_info = _field(1, duration)  # google.rpc.RetryInfo.retry_delay
+    return _field(1, b"type.googleapis.com/google.rpc.RetryInfo") + _field(2, retry_info)
+
+
+def rpc_status(code: int, message: str, retry_after_s: int | None = None) -> bytes:
+    """A serialized ``google.rpc.Status`` (with a ``RetryInfo`` detail when throttling)."""
+    out = _varint(1 << 3) + _varint(code) if code else b""
+    if message:
+        out += _field(2, message.encode())
+    if retry_after_s is not None:
+        out += _field(3, _retry_info_any(retry_after_s))
+    return out
+
+
+def rpc_status_json(code: int, message: str, retry_after_s: int | None = None) -> bytes:
+    details: list[dict[str, Any]] = []
+    if retry_after_s is not None:
+        details.append(
+            {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": f"{retry_after_s}s"}
+        )
+    return orjson.dumps({"code": code, "message": message, "details": details})
+
+
+def export_response(signal: Signal, encoding: str, rejected: int = 0, message: str = "") -> bytes:
+    """An ``Export*ServiceResponse``: empty on full success, else with ``partial_success``."""
+    if not rejected and not message:
+        return b"{}" if encoding == JSON else b""
+    json_field = _REJECTED_FIELD[signal]
+    if encoding == JSON:
+        partial: dict[str, Any] = {}
+        if rejected:
+            partial[json_field] = str(rejected)  # int64 travels as a string in proto JSON
+        if message:
+            partial["errorMessage"] = message
+        return orjson.dumps({"partialSuccess": partial})
+    # ExportXPartialSuccess: field 1 = rejected count (int64), field 2 = error_message
+    partial_pb = (_varint(1 << 3) + _varint(rejected) if rejected else b"") + (
+        _field(2, message.encode()) if message else b""
+    )
+    return _field(1, partial_pb)  # Export*ServiceResponse.partial_success is field 1
+
+
+# -- outcomes ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Outcome:
+    """The answer to one export request, for either transport."""
+
+    http_status: int
+    code: int  # google.rpc.Code
+    message: str = ""
+    rejected: int = 0
+    retry_after_s: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.code == OK
+
+
+def accepted(rejected: int = 0, message: str = "") -> Outcome:
+    return Outcome(200, OK, message, rejected)
+
+
+def bad_request(message: str) -> Outcome:
+    return Outcome(400, INVALID_ARGUMENT, message)
+
+
+def too_large(limit: int) -> Outcome:
+    return Outcome(413, RESOURCE_EXHAUSTED, f"request body exceeds the limit of {limit} bytes")
+
+
+def unsupported(message: str) -> Outcome:
+    return Outcome(415, INVALID_ARGUMENT, message)
+
+
+def unauthenticated() -> Outcome:
+    return Outcome(401, UNAUTHENTICATED, "missing or wrong bearer token")
+
+
+def overloaded(message: str, retry_after_s: int) -> Outcome:
+    return Outcome(503, UNAVAILABLE, message, retry_after_s=retry_after_s)
+
+
+# -- record counting and structural checks -----------------------------------------------------------
+def count_records(signal: Signal, msg: Message) -> int:
+    """Log records, metric data points or spans in a decoded request."""
+    m: Any = msg
+    if signal == "logs":
+        return sum(len(sl.log_records) for rl in m.resource_logs for sl in rl.scope_logs)
+    if signal == "traces":
+        return sum(len(ss.spans) for rs in m.resource_spans for ss in rs.scope_spans)
+    n = 0
+    for rm in m.resource_metrics:
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                kind = metric.WhichOneof("data")
+                if kind is not None:
+                    n += len(getattr(metric, kind).data_points)
+    return n
+
+
+def _bad_span(span: Any) -> str | None:
+    if len(span.trace_id) != 16:
+        return f"trace_id must be 16 bytes, got {len(span.trace_id)}"
+    if len(span.span_id) != 8:
+        return f"span_id must be 8 bytes, got {len(span.span_id)}"
+    if len(span.parent_span_id) not in (0, 8):
+        return f"parent_span_id must be 0 or 8 bytes, got {len(span.parent_span_id)}"
+    return None
+
+
+def _drop_where(items: Any, bad: list[int]) -> None:
+    for i in reversed(bad):
+        del items[i]
+
+
+def check_records(signal: Signal, msg: Message) -> tuple[int, str]:
+    """Remove structurally invalid records from ``msg`` in place; returns (rejected, message).
+
+    Invalid means the record cannot be stored faithfully: a span without a proper trace or span id
+    (its identity), a number data point without a value. The mapper's own refusals (a token count
+    that is not a number, ...) happen later, in the sealer, and are counted in the server's summary.
+    Log records have no required fields, so they are not walked here (it keeps the hot path short).
+    """
+    m: Any = msg
+    reasons: list[str] = []
+    rejected = 0
+    if signal == "traces":
+        for ri, rs in enumerate(m.resource_spans):
+            for si, ss in enumerate(rs.scope_spans):
+                bad = []
+                for i, span in enumerate(ss.spans):
+                    why = _bad_span(span)
+                    if why:
+                        bad.append(i)
+                        reasons.append(f"resource {ri} scope {si} span {i}: {why}")
+                _drop_where(ss.spans, bad)
+                rejected += len(bad)
+    elif signal == "metrics":
+        for ri, rm in enumerate(m.resource_metrics):
+            for si, sm in enumerate(rm.scope_metrics):
+                for metric in sm.metrics:
+                    kind = metric.WhichOneof("data")
+                    if kind not in ("gauge", "sum"):
+                        continue
+                    bad = []
+                    for i, point in enumerate(getattr(metric, kind).data_points):
+                        if point.WhichOneof("value") is None and not point.flags & 1:  # 1: NO_RECORDED_VALUE
+                            bad.append(i)
+                            reasons.append(
+                                f"resource {ri} scope {si} metric {metric.name!r} point {i}: no value"
+                            )
+                    _drop_where(getattr(metric, kind).data_points, bad)
+                    rejected += len(bad)
+    if not rejected:
+        return 0, ""
+    more = f" (and {len(reasons) - 3} more)" if len(reasons) > 3 else ""
+    return rejected, f"{rejected} {RECORD_NOUN[signal]} rejected: " + "; ".join(reasons[:3]) + more
+
+
+def _check(signal: Signal, encoding: str, body: bytes) -> Outcome | tuple[bytes, str, int, int, str]:
+    """Decode and check one payload: an error outcome, or (body to log, its encoding, records,
+    rejected, message)."""
+    try:
+        msg = otlp.parse_body(signal, body, encoding)
+        records = count_records(signal, msg)
+        rejected, message = check_records(signal, msg) if records and signal != "logs" else (0, "")
+    except otlp.UnsupportedContentType as e:
+        return unsupported(str(e))
+    except DecodeError as e:
+        return bad_request(f"cannot decode the {signal} payload: {e}")
+    except (RecursionError, ValueError, TypeError, KeyError, IndexError, OverflowError) as e:
+        # A hostile payload must never reach past this point, whatever the decoder throws.
+        return bad_request(f"cannot decode the {signal} payload: {type(e).__name__}: {e}")
+    if rejected and records > rejected:  # log only what was accepted: re-encode without the bad records
+        body, encoding = msg.SerializeToString(), PROTOBUF
+        try:
+            type(msg).FromString(body)  # JSON can nest deeper than protobuf's parse limit
+        except PbDecodeError:
+            return bad_request(f"the {signal} payload is nested too deeply to store")
+    return body, encoding, records, rejected, message
+
+
+# -- admission control -------------------------------------------------------------------------------
+class Reservation:
+    """Bytes one request holds against the in-flight budget."""
+
+    __slots__ = ("held",)
+
+    def __init__(self) -> None:
+        self.held = 0
+
+
+class Admission:
+    """Bounds the bytes held by requests being received and the WAL backlog the sealer has not sealed.
+
+    A request may always proceed when it is alone, so a body under ``max_body_bytes`` is never
+    refused forever, whatever the in-flight budget.
+    """
+
+    def __init__(self, max_inflight_bytes: int, max_backlog_bytes: int) -> None:
+        self.max_inflight_bytes = max_inflight_bytes
+        self.max_backlog_bytes = max_backlog_bytes
+        self.inflight = 0
+        self.backlog = 0  # updated by the server's monitor task
+
+    def backlog_full(self) -> bool:
+        return self.backlog > self.max_backlog_bytes
+
+    def grow(self, res: Reservation, n: int) -> bool:
+        others = self.inflight - res.held
+        if others > 0 and self.inflight + n > self.max_inflight_bytes:
+            return False
+        self.inflight += n
+        res.held += n
+        return True
+
+    def release(self, res: Reservation) -> None:
+        self.inflight -= res.held
+        res.held = 0
+
+
+def overload_outcome(admission: Admission) -> Outcome:
+    return (
+        overloaded("the collector is overloaded (sealing backlog full); retry later", retry_after_s=5)
+        if admission.backlog_full()
+        else overloaded("too many bytes in flight; retry later", retry_after_s=1)
+    )
+
+
+# -- counters ------------------------------------------------------------------------------------------
+@dataclass
+class SignalCounts:
+    requests: int = 0
+    records: int = 0  # acknowledged records
+    rejected: int = 0  # records refused with partial_success
+    refused: int = 0  # whole requests answered with an error (400/401/413/415)
+    throttled: int = 0  # requests answered 503 / UNAVAILABLE
+
+
+@dataclass
+class Counters:
+    by_signal: dict[str, SignalCounts] = field(default_factory=lambda: {s: SignalCounts() for s in SIGNALS})
+    unknown: SignalCounts = field(default_factory=SignalCounts)  # before the signal was known
+
+    def of(self, signal: str | None) -> SignalCounts:
+        return self.by_signal.get(signal or "", self.unknown)
+
+    def note(self, signal: str | None, outcome: Outcome, records: int = 0) -> None:
+        c = self.of(signal)
+        c.requests += 1
+        if outcome.ok:
+            c.records += records
+            c.rejected += outcome.rejected
+        elif outcome.code == UNAVAILABLE:
+            c.throttled += 1
+        else:
+            c.refused += 1
+
+
+# -- the shared core ---------------------------------------------------------------------------------
+class Ingest:
+    """Everything both transports share: auth, admission, decode + check, WAL append, counters."""
+
+    def __init__(self, wal: Wal, admission: Admission, *, keep_content: bool, token: str | None) -> None:
+        self.wal = wal
+        self.admission = admission
+        self.keep_content = keep_content
+        self._expected = f"Bearer {token}".encode() if token else None
+        self.counters = Counters()
+
+    def authorized(self, authorization: str | bytes | None) -> bool:
+        """Constant-time check of an ``Authorization`` header / metadata value."""
+        if self._expected is None:
+            return True
+        if authorization is None:
+            return False
+        got = authorization.encode("latin-1", "replace") if isinstance(authorization, str) else authorization
+        if got[:7].lower() == b"bearer ":
+            got = b"Bearer " + got[7:].strip()
+        return hmac.compare_digest(got, self._expected)
+
+    async def export(
+        self, signal: Signal | None, encoding: str, body: bytes
+    ) -> tuple[Signal | None, Outcome]:
+        """Decode, check and durably log one export request; ``signal`` None means sniff it."""
+        if signal is None:
+            if not body:
+                return None, accepted()  # an empty envelope of an unknown signal: nothing to store
+            try:
+                signal = otlp.sniff_signal(body, encoding)
+            except Exception:  # a hostile body must not get past this point
+                signal = None
+            if signal is None:
+                outcome = bad_request(
+                    "cannot tell which signal this payload holds; "
+                    "POST it to /v1/logs, /v1/metrics or /v1/traces"
+                )
+                self.counters.note(None, outcome)
+                return None, outcome
+        outcome, records = await self._export(signal, encoding, body)
+        self.counters.note(signal, outcome, records)
+        return signal, outcome
+
+    async def _export(self, signal: Signal, encoding: str, body: bytes) -> tuple[Outcome, int]:
+        if len(body) > INLINE_DECODE_BYTES:
+            # A big body (JSON above all) takes a while to decode: do it off the event loop, which
+            # then keeps serving other clients between the decoder's GIL slices.
+            checked = await asyncio.to_thread(_check, signal, encoding, body)
+        else:
+            checked = _check(signal, encoding, body)
+        if isinstance(checked, Outcome):
+            return checked, 0
+        body, encoding, records, rejected, message = checked
+        if records - rejected <= 0:
+            return accepted(rejected, message), 0
+        rec = WalRecord(signal, encoding, body, self.keep_content, time.time_ns())
+        try:
+            await self.wal.append(rec)
+        except (OSError, RuntimeError) as e:
+            return overloaded(f"cannot store the payload right now ({e}); retry later", retry_after_s=5), 0
+        return accepted(rejected, message), records - rejected
+
+    def summary(self) -> str:
+        """One line: acknowledged and rejected records per signal."""
+        parts = []
+        for s, c in self.counters.by_signal.items():
+            parts.append(f"{s} {c.records} ok/{c.rejected} rejected")
+        bad = sum(c.refused for c in self._all())
+        throttled = sum(c.throttled for c in self._all())
+        return (
+            "received " + ", ".join(parts) + f"; {bad} requests refused, {throttled} throttled; "
+            f"WAL backlog {self.admission.backlog / 2**20:.1f} MiB"
+        )
+
+    def _all(self) -> Iterable[SignalCounts]:
+        yield from self.counters.by_signal.values()
+        yield self.counters.unknown
+
+
+async def poll_backlog(ingest: Ingest, interval_s: float = 0.25) -> None:
+    """Keep ``admission.backlog`` current (runs until cancelled)."""
+    while True:
+        ingest.admission.backlog = await asyncio.to_thread(ingest.wal.backlog_bytes)
+        await asyncio.sleep(interval_s)

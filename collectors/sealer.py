@@ -1,0 +1,300 @@
+"""The sealer: turns closed WAL segments into lake Parquet, in its own process.
+
+``traceflow serve`` starts it as ``python -m traceflow.collectors.sealer DATA`` and talks to it over
+pipes: the sealer reads ``stop`` on stdin (seal everything left, then exit) and writes one JSON line
+of statistics on stdout after each seal. Running apart from the receivers lets the mapping use the
+second core and keeps a payload that crashes the mapper away from the servers.
+
+One seal, for a run of consecutive closed segments (up to ``batch_bytes``):
+
+1. decode and map every record (``traceflow.otlp.map_request``, with the persisted ``MetricState``);
+2. write one staged Parquet file per table and partition, publish them (``Lake.write_staged`` +
+   ``Lake.publish``: fsynced, atomic renames);
+3. save the metric state (atomic replace), then delete the segments.
+
+A crash between 2 and 3 replays the segments: the same records map to the same ``event_id``s (the
+lake's views keep one row per id) and, with the state as it was, to the same metric deltas. A
+segment that made the sealer die three times in a row is moved to ``quarantine/`` and logged.
+
+The sealer does not compact: each seal publishes one small file per table and day, so a collector
+that runs for days wants ``traceflow compact`` from a timer (readers stay correct either way).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import logging
+import os
+import select
+import signal
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+from traceflow import otlp
+from traceflow.importers.base import Parsed
+from traceflow.lake import Lake, frame_from_rows
+from traceflow.schema import TABLES
+
+from . import spool
+
+_logger = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 3
+NICENESS = 5
+
+
+@dataclass
+class SealStats:
+    segments: int = 0
+    records: int = 0  # WAL records (requests) sealed
+    rows: Counter[str] = field(default_factory=Counter)  # rows written per table
+    rejected: Counter[str] = field(default_factory=Counter)  # records the mapper rejected, per signal
+    quarantined: int = 0
+    seconds: float = 0.0
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(
+            {
+                "segments": self.segments,
+                "records": self.records,
+                "rows": dict(self.rows),
+                "rejected": dict(self.rejected),
+                "quarantined": self.quarantined,
+                "seconds": round(self.seconds, 3),
+            }
+        )
+
+
+class Sealer:
+    """Seals closed segments of one data directory's WAL into its lake."""
+
+    def __init__(self, data: Path, *, batch_bytes: int = 16 << 20) -> None:
+        self.lake = Lake(data)
+        self.dir = spool.collector_dir(data)
+        assert self.dir == self.lake.state_dir / "collector"
+        self.wal_dir = self.dir / "wal"
+        self.state_path = self.dir / "metric_state.json"
+        self.attempts_path = self.dir / "sealing.json"
+        self.quarantine_dir = self.dir / "quarantine"
+        self.batch_bytes = batch_bytes
+        self.state = self._load_state()
+
+    # -- metric state ---------------------------------------------------------------------------
+    def _load_state(self) -> otlp.MetricState:
+        try:
+            return otlp.MetricState.from_dict(orjson.loads(self.state_path.read_bytes()))
+        except FileNotFoundError:
+            return otlp.MetricState()
+        except Exception:
+            _logger.exception("unreadable metric state %s: starting afresh", self.state_path)
+            return otlp.MetricState()
+
+    def _save_state(self) -> None:
+        tmp = self.state_path.with_suffix(".tmp")
+        with open(tmp, "wb") as fh:
+            fh.write(orjson.dumps(self.state.to_dict(), option=orjson.OPT_NON_STR_KEYS))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.state_path)
+        spool.fsync_dir(self.dir)
+
+    # -- poison segments ------------------------------------------------------------------------
+    def _note_attempt(self, paths: list[Path]) -> list[Path]:
+        """Count an attempt at sealing ``paths``; quarantine the first one after MAX_ATTEMPTS."""
+        names = [p.name for p in paths]
+        try:
+            prev = orjson.loads(self.attempts_path.read_bytes())
+        except (FileNotFoundError, orjson.JSONDecodeError):
+            prev = {}
+        attempts = int(prev.get("attempts", 0)) + 1 if prev.get("segments", [None])[:1] == names[:1] else 1
+        if attempts > MAX_ATTEMPTS:
+            self._quarantine(paths[0], f"the sealer died {MAX_ATTEMPTS} times on it")
+            self.attempts_path.unlink(missing_ok=True)
+            return paths[1:]
+        # a single segment per attempt after a failure narrows down the poison
+        if attempts > 1:
+            paths, names = paths[:1], names[:1]
+        self.attempts_path.write_bytes(orjson.dumps({"segments": names, "attempts": attempts}))
+        return paths
+
+    def _quarantine(self, path: Path, why: str) -> None:
+        self.quarantine_dir.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(path, self.quarantine_dir / path.name)
+        _logger.error("WAL segment %s moved to %s: %s", path.name, self.quarantine_dir, why)
+
+    # -- sealing ----------------------------------------------------------------------------------
+    def pending(self) -> list[Path]:
+        return spool.closed_segments(self.wal_dir)
+
+    def seal_available(self) -> SealStats | None:
+        """Seal the oldest run of closed segments; None when there is nothing to seal."""
+        segments = self.pending()
+        if not segments:
+            return None
+        batch: list[Path] = []
+        size = 0
+        for path in segments:
+            n = path.stat().st_size
+            if batch and size + n > self.batch_bytes:
+                break
+            batch.append(path)
+            size += n
+        batch = self._note_attempt(batch)
+        if not batch:
+            return SealStats(quarantined=1)
+        try:
+            stats = self.seal(batch)
+        except OSError:
+            # the disk, not the data: never count it towards quarantining a segment
+            self.attempts_path.unlink(missing_ok=True)
+            raise
+        self.attempts_path.unlink(missing_ok=True)
+        return stats
+
+    def seal(self, paths: list[Path]) -> SealStats:
+        """Map, publish, persist the state, delete: see the module docstring."""
+        t0 = time.perf_counter()
+        stats = SealStats(segments=len(paths))
+        parsed = Parsed()
+        broken: list[Path] = []
+        for path in paths:
+            scan = spool.scan_segment(path)
+            if not scan.intact:
+                broken.append(path)
+            for rec in scan.records:
+                stats.records += 1
+                self._map(rec, parsed, stats)
+        try:
+            staged = []
+            for name, rows in parsed.tables().items():
+                if rows:
+                    staged += self.lake.write_staged(name, frame_from_rows(TABLES[name], rows))
+                    stats.rows[name] += len(rows)
+            self.lake.publish(staged)
+            self._save_state()
+        except Exception:
+            self.state = self._load_state()  # the in-memory state ran ahead of what is stored
+            raise
+        for path in paths:
+            if path in broken:
+                self._quarantine(
+                    path, "corrupt record inside a closed segment (its intact prefix was sealed)"
+                )
+                stats.quarantined += 1
+            else:
+                path.unlink(missing_ok=True)
+        stats.seconds = time.perf_counter() - t0
+        return stats
+
+    def _map(self, rec: spool.WalRecord, parsed: Parsed, stats: SealStats) -> None:
+        try:
+            msg = otlp.parse_body(rec.signal, rec.body, rec.content_type)
+            mapped = otlp.map_request(rec.signal, msg, state=self.state, keep_content=rec.keep_content)
+        except Exception as e:  # one bad payload must not stop the others from being sealed
+            stats.rejected[rec.signal] += 1
+            _logger.warning(
+                "could not map a %s payload from the WAL: %s: %s", rec.signal, type(e).__name__, e
+            )
+            return
+        parsed.extend(mapped.parsed)
+        if mapped.rejected:
+            stats.rejected[rec.signal] += mapped.rejected
+            _logger.info("mapper rejected %d %s records: %s", mapped.rejected, rec.signal, mapped.message)
+
+    def seal_all(self) -> SealStats:
+        """Seal until no closed segment is left."""
+        total = SealStats()
+        while (stats := self.seal_available()) is not None:
+            _merge(total, stats)
+        return total
+
+
+def _merge(total: SealStats, stats: SealStats) -> None:
+    total.segments += stats.segments
+    total.records += stats.records
+    total.rows.update(stats.rows)
+    total.rejected.update(stats.rejected)
+    total.quarantined += stats.quarantined
+    total.seconds += stats.seconds
+
+
+def _die_with_parent(parent: int) -> None:
+    """Ask Linux to SIGKILL us when the server dies (kill -9 included); elsewhere, poll getppid."""
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(0)
+
+
+def _emit(stats: SealStats) -> None:
+    sys.stdout.buffer.write(stats.to_json() + b"\n")
+    sys.stdout.buffer.flush()
+
+
+def run(data: Path, *, parent: int, interval_s: float) -> int:
+    """The sealer process's main loop (see the module docstring for the protocol)."""
+    _die_with_parent(parent)
+    # The server decides when we stop (``stop`` on stdin); a service manager's SIGTERM to the whole
+    # group must not cut a seal short. If the server dies, PR_SET_PDEATHSIG ends us.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # Acknowledging (latency-bound) wins over sealing (throughput-bound, buffered by the WAL) when
+    # the two compete for a core; the backlog bound turns a sealer that cannot keep up into 503s.
+    with contextlib.suppress(OSError):
+        os.nice(NICENESS)
+    sealer = Sealer(data)
+    lock = spool.lock_file(sealer.dir / "sealer.lock", blocking=True)
+    assert lock is not None
+    try:
+        sealer.lake.clean_staging(older_than_s=3600)
+    except OSError as e:  # leftovers of another writer are not ours to fail on
+        _logger.warning("could not clean the lake's staging folder: %s", e)
+    stopping = False
+    stdin = sys.stdin.buffer
+    while True:
+        try:
+            stats = sealer.seal_available()
+        except Exception:
+            _logger.exception("sealing failed; retrying in %.0f s", max(interval_s, 1.0))
+            stats = None
+            time.sleep(max(interval_s, 1.0))
+        if stats is not None:
+            _emit(stats)
+            continue  # more may be waiting
+        if stopping:
+            return 0
+        ready, _, _ = select.select([stdin], [], [], interval_s)
+        if ready:
+            line = stdin.readline()
+            if not line or line.strip() == b"stop":
+                stopping = True  # seal what is left, then exit
+        if os.getppid() != parent:
+            stopping = True
+
+
+def _main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m traceflow.collectors.sealer", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("data", type=Path)
+    p.add_argument("--parent", type=int, default=os.getppid())
+    p.add_argument("--interval", type=float, default=0.2, help="seconds between looks for closed segments")
+    p.add_argument("--log-level", default="INFO")
+    a = p.parse_args(argv)
+    logging.basicConfig(
+        level=a.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s traceflow.sealer: %(message)s"
+    )
+    return run(a.data, parent=a.parent, interval_s=a.interval)
+
+
+if __name__ == "__main__":
+    sys.exit(_main())

@@ -1,0 +1,509 @@
+"""The runner behind ``traceflow serve``: OTLP/HTTP and OTLP/gRPC in one process, plus the sealer.
+
+::
+
+    exporters ─HTTP─► http.HttpServer ───┐                       (one asyncio loop)
+    exporters ─gRPC─► grpc.aio ──────────┴► ingest.Ingest ─► spool.Wal (group commit) ─► ACK
+                                                               │ closed segments
+                                          sealer process ◄─────┘ map ─► Lake.write_staged + publish
+
+``run_server`` blocks until SIGTERM/SIGINT, then stops accepting, lets requests in flight finish,
+closes the WAL, has the sealer seal everything, and returns 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import os
+import signal
+import socket
+import ssl
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import orjson
+
+from . import grpc as otlp_grpc
+from . import http as otlp_http
+from . import spool
+from .ingest import Admission, Ingest, poll_backlog
+
+_logger = logging.getLogger("traceflow.serve")
+
+DEFAULT_MAX_BODY_BYTES = 64 << 20
+DEFAULT_MAX_INFLIGHT_BYTES = 256 << 20
+DEFAULT_MAX_BACKLOG_BYTES = 2 << 30
+
+
+class ServeError(Exception):
+    """The server cannot start as asked (the message says why and what to do)."""
+
+
+@dataclass
+class ServeConfig:
+    data: Path
+    host: str = "127.0.0.1"
+    http_port: int = 4318  # 0 picks a free port, a negative number disables the transport
+    grpc_port: int = 4317
+    token: str | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    keep_content: bool = False
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES
+    max_backlog_bytes: int = DEFAULT_MAX_BACKLOG_BYTES
+    summary_interval_s: float = 60.0
+    roll_interval_s: float = 1.0
+    segment_bytes: int = 8 << 20
+
+
+def is_loopback(host: str) -> bool:
+    """True when every address ``host`` resolves to is a loopback address."""
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except socket.gaierror:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(str(i[4][0]).split("%")[0]).is_loopback for i in infos)
+
+
+def check_config(cfg: ServeConfig) -> None:
+    """Refuse unsafe or inconsistent settings before binding anything."""
+    if not is_loopback(cfg.host) and not cfg.token:
+        raise ServeError(
+            f"refusing to listen on {cfg.host}, which is reachable from other machines, without a token: "
+            "pass --token (or set TRACEFLOW_TOKEN) and give exporters the header "
+            "'Authorization: Bearer <token>', or keep the default --host 127.0.0.1"
+        )
+    if (cfg.tls_cert is None) != (cfg.tls_key is None):
+        raise ServeError("TLS needs both --tls-cert and --tls-key")
+    for p in (cfg.tls_cert, cfg.tls_key):
+        if p is not None and not p.is_file():
+            raise ServeError(f"TLS file {p} does not exist")
+    if cfg.http_port < 0 and cfg.grpc_port < 0:
+        raise ServeError("both transports are disabled; enable --http-port or --grpc-port")
+    if cfg.max_body_bytes <= 0:
+        raise ServeError("--max-body-bytes must be positive")
+
+
+def _host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _bind_http(host: str, port: int) -> socket.socket:
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, kind, proto, _, addr = infos[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(addr)
+    except OSError as e:
+        sock.close()
+        raise ServeError(f"cannot listen for OTLP/HTTP on {_host_port(host, port)}: {e.strerror}") from None
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock
+
+
+@dataclass
+class SealTotals:
+    records: int = 0
+    rows: Counter[str] = field(default_factory=Counter)
+    rejected: Counter[str] = field(default_factory=Counter)
+    quarantined: int = 0
+
+    def add(self, stats: dict[str, Any]) -> None:
+        self.records += int(stats.get("records", 0))
+        self.rows.update(stats.get("rows", {}))
+        self.rejected.update(stats.get("rejected", {}))
+        self.quarantined += int(stats.get("quarantined", 0))
+
+    def line(self) -> str:
+        rows = ", ".join(f"{k} {v}" for k, v in sorted(self.rows.items())) or "none"
+        rej = sum(self.rejected.values())
+        return f"sealed {self.records} payloads into rows ({rows}); mapper rejected {rej}"
+
+
+class SealerProcess:
+    """Starts, feeds and supervises ``python -m traceflow.collectors.sealer``."""
+
+    def __init__(self, data: Path, totals: SealTotals) -> None:
+        self.data = data
+        self.totals = totals
+        self.proc: asyncio.subprocess.Process | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self.stopping = False
+
+    async def start(self) -> None:
+        level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "traceflow.collectors.sealer",
+            str(self.data),
+            "--parent",
+            str(os.getpid()),
+            "--log-level",
+            level if isinstance(level, str) else "INFO",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            start_new_session=True,  # a terminal's Ctrl-C goes to the server, which stops us in order
+        )
+        self._reader = asyncio.create_task(self._read_stats(self.proc))
+
+    async def _read_stats(self, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stdout is not None
+        while line := await proc.stdout.readline():
+            try:
+                stats = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(stats, dict):
+                self.totals.add(stats)
+
+    async def supervise(self) -> None:
+        """Restart the sealer if it dies (backing off), until :meth:`stop`."""
+        delay = 1.0
+        while not self.stopping:
+            assert self.proc is not None
+            started = time.monotonic()
+            code = await self.proc.wait()
+            if self.stopping:
+                return
+            if time.monotonic() - started > 60:
+                delay = 1.0  # it had been healthy for a while: not a crash loop
+            _logger.error("the sealer exited with status %s; restarting it in %.0f s", code, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 30.0)
+            if not self.stopping:
+                await self.start()
+
+    async def stop(self, timeout_s: float) -> bool:
+        """Ask the sealer to seal what is left and exit; True when it did within the timeout."""
+        self.stopping = True
+        proc = self.proc
+        if proc is None or proc.returncode is not None:
+            return False
+        assert proc.stdin is not None
+        with contextlib.suppress(ConnectionError):
+            proc.stdin.write(b"stop\n")
+            await proc.stdin.drain()
+            proc.stdin.close()
+        try:
+            await asyncio.wait_for(proc.wait(), timeout_s)
+        except TimeoutError:
+            _logger.warning(
+                "the sealer did not finish within %.0f s; the rest is sealed on the next start", timeout_s
+            )
+            proc.kill()
+            await proc.wait()
+            return False
+        if self._reader is not None:
+            await self._reader
+        return proc.returncode == 0
+
+
+class Runner:
+    """One running collector (use :func:`run_server` unless embedding it in tests)."""
+
+    def __init__(self, cfg: ServeConfig) -> None:
+        check_config(cfg)
+        self.cfg = cfg
+        self.dir = spool.collector_dir(cfg.data)
+        self.stop_event = asyncio.Event()
+        self.http_port: int | None = None
+        self.grpc_port: int | None = None
+        self.totals = SealTotals()
+
+    def _tls_context(self) -> ssl.SSLContext | None:
+        if self.cfg.tls_cert is None or self.cfg.tls_key is None:
+            return None
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        try:
+            ctx.load_cert_chain(str(self.cfg.tls_cert), str(self.cfg.tls_key))
+        except (ssl.SSLError, OSError) as e:
+            raise ServeError(
+                f"cannot use --tls-cert {self.cfg.tls_cert} / --tls-key {self.cfg.tls_key}: {e}; "
+                "pass a PEM certificate (chain) and its unencrypted PEM private key"
+            ) from None
+        return ctx
+
+    async def run(self, ready: Any = None) -> int:
+        cfg = self.cfg
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ServeError(f"cannot create {self.dir}: {e.strerror}; pass --data DIR") from None
+        lock = spool.lock_file(self.dir / "server.lock", blocking=False)
+        if lock is None:
+            raise ServeError(
+                f"another traceflow serve is already using {cfg.data}; stop it or pass another --data"
+            )
+        try:
+            return await self._run(ready)
+        finally:
+            lock.close()
+
+    async def _run(self, ready: Any) -> int:
+        cfg = self.cfg
+        wal = spool.Wal(
+            self.dir / "wal", segment_bytes=cfg.segment_bytes, roll_interval_s=cfg.roll_interval_s
+        )
+        core = Ingest(
+            wal,
+            Admission(cfg.max_inflight_bytes, cfg.max_backlog_bytes),
+            keep_content=cfg.keep_content,
+            token=cfg.token,
+        )
+        # TLS files and both ports first: a bad certificate or a port in use fails fast, before the
+        # WAL or the sealer start.
+        tls = self._tls_context()
+        sock = _bind_http(cfg.host, cfg.http_port) if cfg.http_port >= 0 else None
+        grpc_server = None
+        try:
+            if cfg.grpc_port >= 0:
+                grpc_server = self._grpc_server(core)
+        except BaseException:
+            if sock is not None:
+                sock.close()
+            raise
+        sealer = SealerProcess(cfg.data, self.totals)
+        tasks: list[asyncio.Task[None]] = []
+        http_server: otlp_http.HttpServer | None = None
+        try:
+            wal.start()
+            await sealer.start()
+            tasks += [
+                asyncio.create_task(sealer.supervise()),
+                asyncio.create_task(poll_backlog(core)),
+                asyncio.create_task(self._summaries(core)),
+            ]
+            if sock is not None:
+                self.http_port = sock.getsockname()[1]
+                http_server = otlp_http.HttpServer(core, max_body_bytes=cfg.max_body_bytes)
+                await http_server.start(sock, tls)
+                sock = None  # owned by the server now
+            if grpc_server is not None:
+                await grpc_server.start()
+            sys.stdout.write(self.ready_line() + "\n")
+            sys.stdout.flush()
+            if ready is not None:
+                ready(self)
+            await self.stop_event.wait()
+            _logger.info("stopping: no new requests; finishing those in flight")
+        finally:
+            if sock is not None:
+                sock.close()
+            stops = []
+            if http_server is not None:
+                stops.append(http_server.stop(grace_s=10))
+            if grpc_server is not None:
+                stops.append(grpc_server.stop(grace=10))
+            await asyncio.gather(*stops, return_exceptions=True)
+            await asyncio.to_thread(wal.close)
+            sealed = await sealer.stop(timeout_s=120)
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            _logger.info("%s; %s; %s", core.summary(), self.totals.line(), wal.stats.line())
+            if sealed:
+                _logger.info("stopped; everything acknowledged is in the lake")
+        return 0
+
+    def _grpc_server(self, core: Ingest) -> grpc.aio.Server:
+        cfg = self.cfg
+        server = otlp_grpc.create_server(core, max_body_bytes=cfg.max_body_bytes)
+        addr = _host_port(cfg.host, cfg.grpc_port)
+        try:
+            if cfg.tls_cert and cfg.tls_key:
+                creds = grpc.ssl_server_credentials([(cfg.tls_key.read_bytes(), cfg.tls_cert.read_bytes())])
+                port = server.add_secure_port(addr, creds)
+            else:
+                port = server.add_insecure_port(addr)
+        except RuntimeError:
+            port = 0
+        if not port:
+            raise ServeError(
+                f"cannot listen for OTLP/gRPC on {addr} (address in use, or not an address here)"
+            )
+        self.grpc_port = port
+        return server
+
+    def ready_line(self) -> str:
+        cfg = self.cfg
+        scheme = "https" if cfg.tls_cert else "http"
+        parts = []
+        if self.http_port is not None:
+            parts.append(f"OTLP/HTTP on {scheme}://{_host_port(cfg.host, self.http_port)}")
+        if self.grpc_port is not None:
+            parts.append(
+                f"OTLP/gRPC on {_host_port(cfg.host, self.grpc_port)}{' (TLS)' if cfg.tls_cert else ''}"
+            )
+        return f"traceflow serve: {', '.join(parts)}, data {cfg.data}"
+
+    async def _summaries(self, core: Ingest) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.summary_interval_s)
+            _logger.info("%s; %s; %s", core.summary(), self.totals.line(), core.wal.stats.line())
+
+
+def _configure_logging() -> None:
+    root = logging.getLogger()
+    if not root.handlers:
+        logging.basicConfig(
+            level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+
+
+def run_server(
+    *,
+    data: Path,
+    host: str = "127.0.0.1",
+    http_port: int = 4318,
+    grpc_port: int = 4317,
+    token: str | None = None,
+    tls_cert: Path | None = None,
+    tls_key: Path | None = None,
+    keep_content: bool = False,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
+    max_backlog_bytes: int = DEFAULT_MAX_BACKLOG_BYTES,
+    summary_interval_s: float = 60.0,
+    roll_interval_s: float = 1.0,
+) -> int:
+    """Run the collector until SIGTERM/SIGINT; returns the exit status (0 after a clean stop).
+
+    Errors that prevent starting (non-loopback host without a token, a port in use, a data
+    directory another collector holds) are logged as one line and return 2 (usage) or 1.
+    """
+    _configure_logging()
+    cfg = ServeConfig(
+        data=Path(data).expanduser(),
+        host=host,
+        http_port=http_port,
+        grpc_port=grpc_port,
+        token=token or None,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        keep_content=keep_content,
+        max_body_bytes=max_body_bytes,
+        max_inflight_bytes=max_inflight_bytes,
+        max_backlog_bytes=max_backlog_bytes,
+        summary_interval_s=summary_interval_s,
+        roll_interval_s=roll_interval_s,
+    )
+    try:
+        runner = Runner(cfg)
+    except ServeError as e:
+        sys.stderr.write(f"traceflow serve: {e}\n")
+        return 2
+
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        count = 0
+
+        def on_signal() -> None:
+            nonlocal count
+            count += 1
+            if count > 1:  # a second Ctrl-C: everything acknowledged is already in the WAL
+                sys.stderr.write("traceflow serve: forced exit; the WAL is sealed on the next start\n")
+                os._exit(130)
+            runner.stop_event.set()
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, on_signal)
+        return await runner.run()
+
+    try:
+        return asyncio.run(main())
+    except ServeError as e:
+        sys.stderr.write(f"traceflow serve: {e}\n")
+        return 1
+
+
+def serve_command() -> None:
+    """``traceflow serve``: receive OTLP from agents and store it in the lake.
+
+    Options (flag, env var, default):
+
+    --data DIR               TRACEFLOW_DATA     data directory (default ~/.local/share/traceflow)
+    --host HOST              TRACEFLOW_HOST     127.0.0.1; any non-loopback address requires --token
+    --http-port N            TRACEFLOW_HTTP_PORT  4318 (OTLP/HTTP; 0 = pick a free port, -1 = off)
+    --grpc-port N            TRACEFLOW_GRPC_PORT  4317 (OTLP/gRPC; 0 = pick a free port, -1 = off)
+    --token TOKEN            TRACEFLOW_TOKEN    require 'Authorization: Bearer TOKEN' (HTTP / gRPC metadata)
+    --tls-cert PEM           TRACEFLOW_TLS_CERT serve both transports over TLS (needs --tls-key)
+    --tls-key PEM            TRACEFLOW_TLS_KEY
+    --keep-content           (off)              store prompt/tool content attributes instead of dropping them
+    --max-body-bytes N       64 MiB             per request, after decompression (413 above)
+    --max-inflight-bytes N   256 MiB            bytes being received at once (503 + Retry-After above)
+    --max-backlog-bytes N    2 GiB              WAL not yet sealed into the lake (503 above)
+    --summary-interval S     60                 seconds between one-line summaries on stderr
+
+    Prints ``traceflow serve: OTLP/HTTP on http://H:P, OTLP/gRPC on H:P, data DIR`` when ready
+    (the actual ports, so 0 is usable in scripts), stops cleanly on SIGTERM/SIGINT (exit 0).
+    Wire it with ``raise typer.Exit(run_server(...))``.
+    """
+    raise NotImplementedError("documentation only: traceflow.cli wires `serve` to run_server")
+
+
+def _size(text: str) -> int:
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    t = text.strip().lower().removesuffix("ib").removesuffix("b")
+    if t and t[-1] in units:
+        return int(float(t[:-1]) * units[t[-1]])
+    return int(t)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m traceflow.collectors.server``: the same options as ``traceflow serve``."""
+    env = os.environ.get
+    p = argparse.ArgumentParser(
+        prog="python -m traceflow.collectors.server", description="Run the OTLP collector."
+    )
+    p.add_argument("--data", type=Path, default=None)
+    p.add_argument("--host", default=env("TRACEFLOW_HOST", "127.0.0.1"))
+    p.add_argument("--http-port", type=int, default=int(env("TRACEFLOW_HTTP_PORT", "4318")))
+    p.add_argument("--grpc-port", type=int, default=int(env("TRACEFLOW_GRPC_PORT", "4317")))
+    p.add_argument("--token", default=env("TRACEFLOW_TOKEN"))
+    p.add_argument("--tls-cert", type=Path, default=env("TRACEFLOW_TLS_CERT"))
+    p.add_argument("--tls-key", type=Path, default=env("TRACEFLOW_TLS_KEY"))
+    p.add_argument("--keep-content", action="store_true")
+    p.add_argument("--max-body-bytes", type=_size, default=DEFAULT_MAX_BODY_BYTES)
+    p.add_argument("--max-inflight-bytes", type=_size, default=DEFAULT_MAX_INFLIGHT_BYTES)
+    p.add_argument("--max-backlog-bytes", type=_size, default=DEFAULT_MAX_BACKLOG_BYTES)
+    p.add_argument("--summary-interval", type=float, default=60.0)
+    p.add_argument("--roll-interval", type=float, default=1.0, help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    from traceflow.config import data_dir
+
+    return run_server(
+        data=data_dir(a.data),
+        host=a.host,
+        http_port=a.http_port,
+        grpc_port=a.grpc_port,
+        token=a.token,
+        tls_cert=a.tls_cert,
+        tls_key=a.tls_key,
+        keep_content=a.keep_content,
+        max_body_bytes=a.max_body_bytes,
+        max_inflight_bytes=a.max_inflight_bytes,
+        max_backlog_bytes=a.max_backlog_bytes,
+        summary_interval_s=a.summary_interval,
+        roll_interval_s=a.roll_interval,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""Helpers shared by the chart modules: frames to inline Vega data, the "no data" chart, colours."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from typing import TYPE_CHECKING, Any, cast
+
+import altair as alt
+
+if TYPE_CHECKING:
+    import polars as pl
+
+WIDTH = 640
+HEIGHT = 260
+
+#: The four token kinds, in stacking order, and their colours (the same in every chart).
+KINDS = ("cache_read", "cache_write", "cold_input", "output")
+KIND_LABELS = {
+    "cache_read": "cache read",
+    "cache_write": "cache write",
+    "cold_input": "cold input",
+    "output": "output",
+}
+KIND_COLORS = alt.Scale(
+    domain=[KIND_LABELS[k] for k in KINDS], range=["#4c78a8", "#f58518", "#e45756", "#54a24b"]
+)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=dt.UTC)
+        return value.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def values(rows: list[dict[str, Any]]) -> alt.Data:
+    """Rows as inline Vega data."""
+    return alt.Data(values=rows)  # type: ignore[no-untyped-call]
+
+
+def data(frame: pl.DataFrame) -> alt.Data:
+    """The frame as inline Vega data: times as ISO-8601 UTC strings, NaN/inf as null."""
+    return values([{k: _plain(v) for k, v in row.items()} for row in frame.to_dicts()])
+
+
+def top(chart: Any) -> alt.TopLevelMixin:
+    """The finished chart, typed (altair's chained methods are untyped)."""
+    return cast("alt.TopLevelMixin", chart)
+
+
+def is_empty(frame: pl.DataFrame | None, *required: str) -> bool:
+    """True when there is nothing to draw: no frame, no rows, or a required column missing."""
+    return frame is None or frame.height == 0 or any(c not in frame.columns for c in required)
+
+
+def no_data(title: str, message: str = "No data in this selection") -> alt.TopLevelMixin:
+    """A placeholder that says plainly why the chart is empty (never an error, never a blank box)."""
+    return top(
+        alt.Chart(values([{"message": message}]))
+        .mark_text(size=16, color="#888")
+        .encode(text="message:N")
+        .properties(title=title, width=WIDTH, height=80)
+    )

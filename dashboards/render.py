@@ -1,0 +1,441 @@
+"""Draw the report's charts and write them: one self-contained offline HTML file, PNG and SVG files.
+
+This is the only module in ``dashboards/`` that does I/O. The HTML inlines the Vega, Vega-Lite and
+Vega-Embed libraries (vl-convert's bundle, cached on disk after the first build because bundling
+takes seconds), so it opens with no network. :func:`write_report` is the entry point the CLI calls.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import html as html_mod
+import importlib
+import json
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import altair as alt
+    import duckdb
+
+    from traceflow.lake import Lake
+    from traceflow.prices import PriceModel
+    from traceflow.selection import Selection
+
+    from .report_data import ReportData
+
+
+@dataclass(frozen=True)
+class ChartDef:
+    """A chart of the report: its module in ``dashboards/``, heading, how to read it, and whether it
+    is shown only when its frame has data (the optional sizing and latency charts)."""
+
+    key: str
+    heading: str
+    caption: str
+    optional: bool = False
+
+
+CHARTS: tuple[ChartDef, ...] = (
+    ChartDef(
+        "token_mix",
+        "Token mix",
+        "Each bar is 100 % of the tokens of one group (all traffic, then per model, agent and day), "
+        "split into "
+        "cache reads (blue: context the provider already held), cache writes (orange: context stored for "
+        "reuse), cold input and output. A long blue bar means the agent mostly re-reads context it sent "
+        "before: that is what a KV cache saves.",
+    ),
+    ChartDef(
+        "tokens_over_time",
+        "Tokens per second by kind",
+        "Stacked token throughput per time bucket. The blue band is the prefill a cache avoids; orange "
+        "spikes are new context being written (new sessions, or prefixes that expired and were rebuilt).",
+    ),
+    ChartDef(
+        "reuse_ratio",
+        "Reuse ratio per session",
+        "How many sessions read what share of their input from the cache. Mass at the right (90 %+) is "
+        "normal for agents that resend their growing context; sessions at the left were short or kept "
+        "losing their cache.",
+    ),
+    ChartDef(
+        "gaps",
+        "Idle gaps against the cache TTLs",
+        "Time between a request and the previous one's end in the same session, on a log axis; red are "
+        "human gaps (a new prompt), blue agent gaps (tool loops). Every gap right of a dashed TTL line "
+        "finds its cached prefix expired under that TTL and must write it again.",
+    ),
+    ChartDef(
+        "ttl_cost",
+        "TTL what-if",
+        "What the selection would cost (blue, left axis) if the cache kept prefixes for each TTL, and the "
+        "share of requests whose prefix would have expired (red, right axis). Longer TTLs expire less but "
+        "writes cost more (1.25x base at 5 min, 2x at 1 h); the green diamond is the cheapest TTL.",
+    ),
+    ChartDef(
+        "context_growth",
+        "Context growth per session",
+        "Context tokens of each request of the longest sessions against minutes since each session "
+        "started. Steady climbs are agents appending tool results; drops are compactions or resets; flat "
+        "stretches are idle time.",
+    ),
+    ChartDef(
+        "concurrent_sessions",
+        "Concurrent sessions",
+        "Sessions open at once (blue area: between a session's first request and its last) and new "
+        "sessions per bucket (orange bars). Concurrency, not request rate, decides how many contexts a "
+        "cache must hold.",
+    ),
+    ChartDef(
+        "working_set",
+        "KV working set over time",
+        "The context of every session whose last request ended within the TTL: what a cache must hold "
+        "to serve every returning request from memory, for a 5 min and a 1 h TTL (in GB when a KV size "
+        "per token is given, else tokens).",
+    ),
+    ChartDef(
+        "hit_ratio",
+        "Hit ratio versus cache capacity",
+        "An LRU prefix cache replayed over the most recent requests at every capacity: the share of KV "
+        "blocks found, and of prefix tokens a server could reuse. Where the curve flattens, more memory "
+        "buys little; dashed lines mark tiers when given. Bytes assume the KV size per token noted below.",
+        optional=True,
+    ),
+    ChartDef(
+        "ttft",
+        "Time to first token",
+        "Requests by their reported time to first token (log bins). Cache hits start fast; a second mode "
+        "to the right is usually cold prefills of long contexts.",
+        optional=True,
+    ),
+    ChartDef(
+        "dwpd",
+        "SSD tier: drive writes per day",
+        "If every cache write were stored on an SSD tier (the assumed array is noted below), how many "
+        "times a day the drives would be overwritten, against their rated endurance (red line). Bars "
+        "above the line wear drives out before their warranty.",
+        optional=True,
+    ),
+)
+
+
+def chart_for(key: str, frame: Any) -> alt.TopLevelMixin:
+    """Build chart ``key`` (the module ``dashboards/<key>.py``) from its frame."""
+    module = importlib.import_module(f"{__package__}.{key}")
+    return module.chart(frame)  # type: ignore[no-any-return]
+
+
+def build_charts(data: ReportData, include_empty: bool = False) -> list[tuple[ChartDef, alt.TopLevelMixin]]:
+    """The report's charts, in order; optional charts without data are left out unless ``include_empty``."""
+    out = []
+    for c in CHARTS:
+        frame = data.frames.get(c.key)
+        if c.optional and not include_empty and (frame is None or frame.height == 0):
+            continue
+        out.append((c, chart_for(c.key, frame)))
+    return out
+
+
+def _vl_version() -> str | None:
+    import altair as alt
+    import vl_convert as vlc
+
+    major_minor = ".".join(alt.SCHEMA_VERSION.lstrip("v").split(".")[:2])
+    return major_minor if major_minor in vlc.get_vegalite_versions() else None
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "traceflow"
+
+
+_BUNDLE_LOCK = threading.Lock()
+
+
+def javascript_bundle() -> str:
+    """Vega + Vega-Lite + Vega-Embed as one script defining ``window.vegaEmbed`` (cached on disk)."""
+    with _BUNDLE_LOCK:  # one build at a time: a background warm-up and the writer may race
+        return _bundle()
+
+
+@cache
+def _bundle() -> str:
+    import vl_convert as vlc
+
+    version = _vl_version()
+    vlc_version = getattr(vlc, "__version__", "0")
+    path = _cache_dir() / f"vega-bundle-{vlc_version}-{version or 'latest'}.js"
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        pass
+    bundle: str = vlc.javascript_bundle(None, version)  # type: ignore[arg-type]  # None: the default snippet
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(bundle, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        pass
+    return bundle
+
+
+def _script_json(value: Any) -> str:
+    """JSON that is safe inside a ``<script>`` element."""
+    text = json.dumps(value, separators=(",", ":"), default=str)
+    return text.replace("</", "<\\/").replace("<!--", "<\\!--")
+
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#222;background:#fafafa}
+header{background:#1f2937;color:#fff;padding:18px 28px}header h1{margin:0;font-size:22px}
+header p{margin:4px 0 0;color:#cbd5e1;font-size:13px}
+main{max-width:1000px;margin:0 auto;padding:12px 24px 40px}
+section{background:#fff;border:1px solid #e5e7eb;border-radius:8px;padding:14px 18px;margin:16px 0}
+h2{font-size:17px;margin:0 0 6px}p.caption{color:#444;font-size:13.5px;line-height:1.45;margin:0 0 10px}
+ul.headline li{margin:5px 0;line-height:1.4}
+pre{font-size:11.5px;overflow-x:auto;background:#f6f8fa;padding:10px}
+.chart{min-height:60px}.error{color:#b91c1c}nav a{margin-right:10px;font-size:13px}
+"""
+
+_JS = """
+(function () {
+  var specs = JSON.parse(document.getElementById('tf-specs').textContent);
+  var pending = Object.keys(specs).length;
+  document.body.dataset.chartsPending = String(pending);
+  Object.keys(specs).forEach(function (id) {
+    var el = document.getElementById(id);
+    vegaEmbed(el, specs[id], {renderer: 'svg', actions: false}).then(function () {
+      el.dataset.rendered = 'true';
+    }).catch(function (err) {
+      el.dataset.rendered = 'error';
+      el.innerHTML = '<p class="error">This chart could not be drawn: ' + String(err) + '</p>';
+      console.error('traceflow chart ' + id + ': ' + err);
+    }).finally(function () {
+      pending -= 1;
+      document.body.dataset.chartsPending = String(pending);
+      if (pending === 0) { document.body.dataset.chartsDone = 'true'; }
+    });
+  });
+  var every = Number(document.body.dataset.refresh || 0);
+  if (every > 0) {
+    var seen = document.body.dataset.version;
+    setInterval(function () {
+      fetch('version', {cache: 'no-store'}).then(function (r) { return r.text(); }).then(function (v) {
+        if (v && v !== seen) { window.location.reload(); }
+      }).catch(function () {});
+    }, every * 1000);
+  }
+})();
+"""
+
+
+def html_document(
+    charts: Sequence[tuple[ChartDef, alt.TopLevelMixin]],
+    headline: Sequence[str],
+    summary_text: str,
+    *,
+    title: str = "traceflow report",
+    subtitle: str = "",
+    notes: Sequence[str] = (),
+    refresh_s: float | None = None,
+    version: str = "",
+) -> str:
+    """One self-contained HTML page: headline, charts with captions, notes, and the full text summary."""
+    esc = html_mod.escape
+    specs = {f"chart-{c.key}": chart.to_dict() for c, chart in charts}
+    nav = " ".join(f'<a href="#sec-{c.key}">{esc(c.heading)}</a>' for c, _ in charts)
+    sections = "\n".join(
+        f'<section id="sec-{c.key}"><h2>{esc(c.heading)}</h2><p class="caption">{esc(c.caption)}</p>'
+        f'<div class="chart" id="chart-{c.key}" data-chart="{c.key}"></div></section>'
+        for c, _ in charts
+    )
+    bullets = "".join(f"<li>{esc(line)}</li>" for line in headline)
+    note_items = "".join(f"<li>{esc(n)}</li>" for n in notes)
+    refresh = f"{refresh_s:g}" if refresh_s else "0"
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{esc(title)}</title><style>{_CSS}</style>
+<script>{javascript_bundle()}</script>
+</head>
+<body data-refresh="{refresh}" data-version="{esc(version)}">
+<header><h1>{esc(title)}</h1><p>{esc(subtitle)}</p></header>
+<main>
+<section id="summary"><h2>Summary</h2><ul class="headline">{bullets}</ul><nav>{nav}</nav></section>
+{sections}
+<section id="notes"><h2>Notes</h2><ul>{note_items}</ul>
+<details><summary>All numbers (the text report)</summary><pre>{esc(summary_text)}</pre></details></section>
+</main>
+<script type="application/json" id="tf-specs">{_script_json(specs)}</script>
+<script>{_JS}</script>
+</body></html>
+"""
+
+
+def write_images(
+    charts: Sequence[tuple[ChartDef, alt.TopLevelMixin]], directory: Path, fmt: str, scale: float = 2.0
+) -> list[Path]:
+    """Write each chart as ``<directory>/<key>.png`` or ``.svg`` with vl-convert (no browser needed)."""
+    import vl_convert as vlc
+
+    if fmt not in ("png", "svg"):
+        raise ValueError(f"image format {fmt!r}: use png or svg")
+    directory.mkdir(parents=True, exist_ok=True)
+    version = _vl_version()
+    kw: dict[str, Any] = {"vl_version": version} if version else {}
+    paths = []
+    for c, chart in charts:
+        spec = chart.to_dict()
+        path = directory / f"{c.key}.{fmt}"
+        if fmt == "png":
+            path.write_bytes(vlc.vegalite_to_png(spec, scale=scale, **kw))
+        else:
+            path.write_text(vlc.vegalite_to_svg(spec, **kw), encoding="utf-8")
+        paths.append(path)
+    return paths
+
+
+def _describe(selection: Selection | None) -> str:
+    if selection is None:
+        return "all requests"
+    parts = []
+    if selection.since:
+        parts.append(f"since {selection.since.isoformat()}")
+    if selection.until:
+        parts.append(f"until {selection.until.isoformat()}")
+    for name, values in (
+        ("agent", selection.agents),
+        ("model", selection.models),
+        ("session", selection.sessions),
+        ("user", selection.users),
+        ("source", selection.sources),
+    ):
+        if values:
+            parts.append(f"{name} {', '.join(values)}")
+    return "; ".join(parts) or "all requests"
+
+
+def _notes(data: ReportData, given_kv: bool) -> list[str]:
+    from .report_data import SSD_DRIVE_BYTES, SSD_DRIVES, SSD_RAID, SSD_RATED_DWPD
+
+    kv = f"{data.kv_bytes_per_token:,.0f} B of KV per token"
+    notes = [
+        f"Time series use {data.resolution_s:g}-second buckets (chosen so a long selection stays small)"
+        + (f" and start at {data.series_since:%Y-%m-%d %H:%M} UTC." if data.series_since else "."),
+        f"Byte figures assume {kv}"
+        + ("." if given_kv else " (MiniMax-M2 at FP8; pass kv_bytes_per_token for your model)."),
+        f"The SSD chart assumes {SSD_DRIVES} drives of {SSD_DRIVE_BYTES / 1e12:g} TB in {SSD_RAID}, "
+        f"rated {SSD_RATED_DWPD:g} DWPD; a partial day is scaled to a full day at its observed rate.",
+        "The TTL what-if prices tokens with the built-in price list (see `traceflow ttl --help`).",
+    ]
+    return notes
+
+
+def render_html(
+    con: duckdb.DuckDBPyConnection,
+    selection: Selection | None = None,
+    *,
+    kv_bytes_per_token: float | None = None,
+    prices: PriceModel | None = None,
+    tiers: Sequence[tuple[str, float]] = (),
+    refresh_s: float | None = None,
+    version: str = "",
+    title: str = "traceflow report",
+    series_since: dt.datetime | None = None,
+    **options: Any,
+) -> tuple[str, list[tuple[ChartDef, alt.TopLevelMixin]], ReportData]:
+    """Gather, draw and lay out the report; returns the page, its charts and their data.
+
+    ``options`` go to :func:`.report_data.gather` (``ttls``, ``resume_after_s``, ``resolution_s``).
+    """
+    from traceflow.report import headline, render_text
+
+    from .report_data import gather
+
+    data = gather(
+        con,
+        selection,
+        kv_bytes_per_token=kv_bytes_per_token,
+        prices=prices,
+        tiers=tiers,
+        series_since=series_since,
+        **options,
+    )
+    charts = build_charts(data)
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    subtitle = f"{data.requests:,} requests · {_describe(selection)} · generated {now}"
+    page = html_document(
+        charts,
+        headline(data.report),
+        render_text(data.report),
+        title=title,
+        subtitle=subtitle,
+        notes=_notes(data, kv_bytes_per_token is not None),
+        refresh_s=refresh_s,
+        version=version,
+    )
+    return page, charts, data
+
+
+def write_report(
+    lake: Lake | duckdb.DuckDBPyConnection,
+    selection: Selection | None = None,
+    *,
+    html: str | Path | None = None,
+    png_dir: str | Path | None = None,
+    svg_dir: str | Path | None = None,
+    kv_bytes_per_token: float | None = None,
+    prices: PriceModel | None = None,
+    tiers: Sequence[tuple[str, float]] = (),
+    series_since: dt.datetime | None = None,
+    ttls: Sequence[float] = (300.0, 3600.0),
+    resume_after_s: float = 900.0,
+    resolution_s: float | None = None,
+) -> dict[str, Any]:
+    """Write the HTML report and/or one PNG/SVG per chart for ``selection``; returns what was written.
+
+    ``lake`` is a :class:`traceflow.lake.Lake` (or an open connection with its views); ``tiers`` are
+    (name, bytes) marks on the hit-ratio chart; ``ttls``, ``resume_after_s`` and ``resolution_s``
+    are those of ``traceflow report`` (the charts coarsen the buckets of long selections).
+    The result (JSON-ready) has ``requests``, ``charts`` (their keys, in order), ``headline``
+    (the summary's sentences), and the paths written.
+    """
+    from traceflow.report import headline
+
+    con = lake.connect() if hasattr(lake, "connect") else lake
+    page, charts, data = render_html(
+        con,
+        selection,
+        kv_bytes_per_token=kv_bytes_per_token,
+        prices=prices,
+        tiers=tiers,
+        series_since=series_since,
+        ttls=ttls,
+        resume_after_s=resume_after_s,
+        resolution_s=resolution_s,
+    )
+    written: dict[str, Any] = {
+        "requests": data.requests,
+        "charts": [c.key for c, _ in charts],
+        "headline": headline(data.report),
+    }
+    if html is not None:
+        path = Path(html)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(page, encoding="utf-8")
+        os.replace(tmp, path)
+        written["html"] = str(path)
+        written["html_bytes"] = path.stat().st_size
+    if png_dir is not None:
+        written["png"] = [str(p) for p in write_images(charts, Path(png_dir), "png")]
+    if svg_dir is not None:
+        written["svg"] = [str(p) for p in write_images(charts, Path(svg_dir), "svg")]
+    return written

@@ -1,0 +1,376 @@
+"""Gather the frames behind the HTML report for a selection of the lake.
+
+Every frame is aggregated here (bucketed series, binned distributions, the longest sessions only),
+so a report over millions of requests stays a small file. The chart modules take these frames as
+they are; :mod:`.render` draws and writes them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import duckdb
+    import polars as pl
+
+    from traceflow.prices import PriceModel
+    from traceflow.report import Report
+    from traceflow.selection import Selection
+
+#: KV bytes per token assumed when none is given (MiniMax-M2 at FP8, DESIGN §5): for the hit-ratio
+#: and SSD charts, which need bytes.
+DEFAULT_KV_BYTES_PER_TOKEN = 126_976.0
+#: TTLs of the what-if cost curve (seconds).
+CURVE_TTLS: tuple[float, ...] = (60.0, 120.0, 300.0, 600.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0)
+#: The most buckets a time series gets; the resolution grows with the selection's span.
+MAX_BUCKETS = 720
+#: Groups shown per token-mix dimension (the rest are summed as "other").
+MAX_GROUPS = 12
+#: Sessions drawn in the context-growth chart, and points per session.
+MAX_SESSIONS = 24
+MAX_POINTS = 240
+#: Requests fed to the hit-ratio sweep (the most recent).
+MAX_SWEEP_REQUESTS = 20_000
+#: SSD array assumed for the drive-writes-per-day chart.
+SSD_DRIVES = 8
+SSD_DRIVE_BYTES = 7.68e12
+SSD_RAID = "raid10"
+SSD_RATED_DWPD = 1.0
+
+_NICE_S = (60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
+
+
+@dataclass
+class ReportData:
+    """The text summary and one frame per chart (see each chart module for its frame)."""
+
+    report: Report
+    frames: dict[str, pl.DataFrame] = field(default_factory=dict)
+    resolution_s: float = 60.0
+    kv_bytes_per_token: float = DEFAULT_KV_BYTES_PER_TOKEN
+    requests: int = 0
+    series_since: dt.datetime | None = None
+
+
+def _time_span(con: duckdb.DuckDBPyConnection, where: str, params: list[Any]) -> tuple[int, float]:
+    row = con.execute(
+        "SELECT count(*)::BIGINT, coalesce(epoch(max(coalesce(ended_at, started_at)))"
+        " - epoch(min(coalesce(started_at, ended_at))), 0)::DOUBLE"
+        f" FROM requests WHERE {where}",
+        params,
+    ).fetchall()
+    return (int(row[0][0]), float(row[0][1])) if row else (0, 0.0)
+
+
+def pick_resolution(span_s: float, max_buckets: int = MAX_BUCKETS) -> float:
+    """The smallest "nice" bucket width (>= 1 min) that keeps ``span_s`` under ``max_buckets``."""
+    for nice in _NICE_S:
+        if span_s / nice <= max_buckets:
+            return float(nice)
+    return float(math.ceil(span_s / max_buckets / 86400) * 86400)
+
+
+def _top_groups(frame: pl.DataFrame, key: str, limit: int = MAX_GROUPS) -> pl.DataFrame:
+    import polars as pl
+
+    kinds = ["cold_input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens"]
+    frame = frame.with_columns(pl.col(key).cast(pl.String).fill_null("(none)").alias("group"))
+    if frame.height > limit:
+        ranked = frame.sort("total_tokens", descending=True)
+        keep = ranked.head(limit - 1)
+        rest = (
+            ranked.tail(frame.height - limit + 1)
+            .select(kinds)
+            .sum()
+            .with_columns(pl.lit("other").alias("group"))
+        )
+        frame = pl.concat([keep.select("group", *kinds), rest.select("group", *kinds)])
+    if key == "day":
+        frame = frame.sort("group")
+    return frame.select("group", *kinds)
+
+
+def mix_frame(con: duckdb.DuckDBPyConnection, selection: Selection | None) -> pl.DataFrame:
+    """Long token mix: overall, then by model, agent and day."""
+    import polars as pl
+
+    from traceflow.mix import token_mix
+
+    parts = []
+    overall = token_mix(con, selection).with_columns(pl.lit("all").alias("overall"))
+    for dim, frame in [("overall", overall)] + [
+        (b, token_mix(con, selection, [b])) for b in ("model", "agent", "day")
+    ]:
+        if frame.height == 0 or not frame["requests"].sum():
+            continue
+        top = _top_groups(frame, dim)
+        long = top.unpivot(index="group", variable_name="kind", value_name="tokens").with_columns(
+            pl.lit(dim).alias("dimension"),
+            pl.col("kind").str.replace("_tokens$", ""),
+            pl.col("tokens").cast(pl.Int64),
+        )
+        parts.append(long.select("dimension", "group", "kind", "tokens"))
+    if not parts:
+        return pl.DataFrame(
+            schema={"dimension": pl.String, "group": pl.String, "kind": pl.String, "tokens": pl.Int64}
+        )
+    return pl.concat(parts)
+
+
+def tokens_frame(series: pl.DataFrame) -> pl.DataFrame:
+    import polars as pl
+
+    cols = [f"{k}_tokens_per_s" for k in ("cold_input", "cache_read", "cache_write", "output")]
+    if series.height == 0:
+        return pl.DataFrame(
+            schema={"bucket_start": pl.Datetime("us", "UTC"), "kind": pl.String, "tokens_per_s": pl.Float64}
+        )
+    return (
+        series.select("bucket_start", *cols)
+        .unpivot(index="bucket_start", variable_name="kind", value_name="tokens_per_s")
+        .with_columns(
+            pl.col("kind").str.replace("_tokens_per_s$", ""), pl.col("tokens_per_s").cast(pl.Float64)
+        )
+    )
+
+
+def reuse_frame(sessions: pl.DataFrame, bins: int = 20) -> pl.DataFrame:
+    """Sessions binned by reuse ratio (20 bins of 5 %)."""
+    import polars as pl
+
+    schema = {"lo": pl.Float64, "hi": pl.Float64, "sessions": pl.Int64, "tokens": pl.Int64}
+    if sessions.height == 0 or "reuse_ratio" not in sessions.columns:
+        return pl.DataFrame(schema=schema)
+    s = sessions.filter(pl.col("reuse_ratio").is_not_null()).with_columns(
+        (pl.col("reuse_ratio").clip(0, 1) * bins).floor().clip(0, bins - 1).cast(pl.Int64).alias("b"),
+        (pl.col("cold_input_tokens") + pl.col("cache_read_tokens") + pl.col("cache_write_tokens")).alias("t"),
+    )
+    agg = s.group_by("b").agg(
+        pl.len().cast(pl.Int64).alias("sessions"), pl.col("t").sum().cast(pl.Int64).alias("tokens")
+    )
+    return (
+        agg.sort("b")
+        .select(
+            (pl.col("b") / bins).alias("lo"), ((pl.col("b") + 1) / bins).alias("hi"), "sessions", "tokens"
+        )
+        .cast(schema)  # type: ignore[arg-type]
+    )
+
+
+def context_frame(
+    con: duckdb.DuckDBPyConnection,
+    where: str,
+    params: list[Any],
+    sessions: int = MAX_SESSIONS,
+    points: int = MAX_POINTS,
+) -> pl.DataFrame:
+    """Context per request of the main stream of the longest sessions (thinned to ``points`` each)."""
+    from traceflow.lake import query_frame
+
+    sql = f"""
+WITH main AS (
+    SELECT session_id AS s,
+           epoch(coalesce(started_at, ended_at)) AS t,
+           (coalesce(cold_input_tokens, 0) + coalesce(cache_read_tokens, 0)
+            + coalesce(cache_write_tokens, 0))::BIGINT AS ctx
+    FROM requests
+    WHERE ({where}) AND session_id IS NOT NULL AND parent_session_id IS NULL
+      AND coalesce(started_at, ended_at) IS NOT NULL
+),
+top AS (
+    SELECT s, count(*) AS n, min(t) AS t0 FROM main GROUP BY s ORDER BY n DESC, s LIMIT {int(sessions)}
+),
+numbered AS (
+    SELECT m.s, (m.t - top.t0) / 60.0 AS elapsed_min, m.ctx, top.n,
+           row_number() OVER (PARTITION BY m.s ORDER BY m.t) - 1 AS i
+    FROM main m JOIN top USING (s)
+)
+SELECT left(s, 8) AS session, elapsed_min, ctx AS context_tokens
+FROM numbered
+WHERE i % greatest(1, ceil(n / {int(points)}))::BIGINT = 0 OR i = n - 1
+ORDER BY session, elapsed_min
+"""
+    return query_frame(con, sql, params)
+
+
+def ttft_frame(con: duckdb.DuckDBPyConnection, where: str, params: list[Any]) -> pl.DataFrame:
+    """Requests with a time to first token, in log-spaced bins (4 per decade)."""
+    from traceflow.lake import query_frame
+
+    sql = f"""
+SELECT power(10, b / 4.0) AS lo_ms, power(10, (b + 1) / 4.0) AS hi_ms, count(*)::BIGINT AS requests
+FROM (SELECT floor(log10(greatest(ttft_ms, 1)) * 4)::BIGINT AS b FROM requests
+      WHERE ({where}) AND ttft_ms IS NOT NULL AND ttft_ms > 0)
+GROUP BY b ORDER BY b
+"""
+    return query_frame(con, sql, params)
+
+
+def dwpd_frame(
+    con: duckdb.DuckDBPyConnection, where: str, params: list[Any], kv_bytes_per_token: float
+) -> pl.DataFrame:
+    """Per UTC day: the cache writes as KV bytes, as drive writes per day of the assumed SSD array."""
+    import polars as pl
+
+    from traceflow.lake import query_frame
+    from traceflow.sizing import dwpd
+
+    sql = f"""
+SELECT strftime(coalesce(started_at, ended_at) AT TIME ZONE 'UTC', '%Y-%m-%d') AS day,
+       coalesce(sum(cache_write_tokens), 0)::BIGINT AS write_tokens,
+       (epoch(max(coalesce(ended_at, started_at)))
+        - epoch(min(coalesce(started_at, ended_at))))::DOUBLE AS span_s
+FROM requests WHERE ({where}) AND coalesce(started_at, ended_at) IS NOT NULL
+GROUP BY day ORDER BY day
+"""
+    frame = query_frame(con, sql, params)
+    if frame.height == 0 or not frame["write_tokens"].sum():
+        return pl.DataFrame(schema={"day": pl.String, "dwpd": pl.Float64, "rated_dwpd": pl.Float64})
+    rows = []
+    for r in frame.to_dicts():
+        # a partial day (a short demo) is scaled to the rate over the part that has traffic
+        seconds = min(max(r["span_s"] or 0.0, 60.0), 86_400.0)
+        rate = r["write_tokens"] * kv_bytes_per_token / seconds
+        rows.append(
+            {
+                "day": r["day"],
+                "dwpd": dwpd(rate, SSD_DRIVES, SSD_DRIVE_BYTES, SSD_RAID),
+                "rated_dwpd": SSD_RATED_DWPD,
+            }
+        )
+    return pl.DataFrame(rows)
+
+
+def hit_ratio_frame(
+    con: duckdb.DuckDBPyConnection,
+    where: str,
+    params: list[Any],
+    kv_bytes_per_token: float,
+    tiers: Sequence[tuple[str, float]] = (),
+    block_size: int = 512,
+    limit: int = MAX_SWEEP_REQUESTS,
+) -> pl.DataFrame:
+    """Hit ratio versus LRU capacity for the most recent ``limit`` requests (prefix chains from the
+    token counts, as ``traceflow simulate`` builds them when the lake has no hash ids)."""
+    import polars as pl
+
+    from traceflow.simulate import chains_from_counts, sweep
+
+    schema = {
+        "capacity_bytes": pl.Float64,
+        "hit_ratio": pl.Float64,
+        "token_hit_ratio": pl.Float64,
+        "tier": pl.String,
+    }
+    rows = con.execute(
+        f"""SELECT * FROM (
+            SELECT epoch(coalesce(started_at, ended_at))::DOUBLE AS t,
+                   coalesce(session_id, event_id) || '/' || coalesce(parent_session_id, '') AS stream,
+                   (coalesce(cold_input_tokens, 0) + coalesce(cache_read_tokens, 0)
+                    + coalesce(cache_write_tokens, 0))::BIGINT AS ctx
+            FROM requests WHERE ({where}) AND coalesce(started_at, ended_at) IS NOT NULL
+            ORDER BY t DESC LIMIT {int(limit)}) WHERE ctx > 0 ORDER BY t""",
+        params,
+    ).fetchall()
+    if len(rows) < 2:
+        return pl.DataFrame(schema=schema)
+    trace = chains_from_counts(
+        [r[0] for r in rows], [r[1] for r in rows], [int(r[2]) for r in rows], block_size
+    )
+    block_bytes = int(block_size * kv_bytes_per_token)
+    curve = sweep(trace, None, block_bytes)
+    out = [
+        {
+            "capacity_bytes": float(p["capacity_bytes"]),
+            "hit_ratio": p["hit_ratio"],
+            "token_hit_ratio": p["token_hit_ratio"],
+            "tier": None,
+        }
+        for p in curve
+    ]
+    out += [
+        {"capacity_bytes": float(b), "hit_ratio": None, "token_hit_ratio": None, "tier": name}
+        for name, b in tiers
+    ]
+    return pl.DataFrame(out, schema=schema)
+
+
+def gather(
+    con: duckdb.DuckDBPyConnection,
+    selection: Selection | None = None,
+    *,
+    kv_bytes_per_token: float | None = None,
+    prices: PriceModel | None = None,
+    resolution_s: float | None = None,
+    tiers: Sequence[tuple[str, float]] = (),
+    series_since: dt.datetime | None = None,
+    ttls: Sequence[float] = (300.0, 3600.0),
+    resume_after_s: float = 900.0,
+) -> ReportData:
+    """Run the analyses over the selection and aggregate one frame per chart.
+
+    ``series_since`` starts the time-series charts (tokens over time, concurrent sessions, working
+    set) later than the selection, e.g. at a live stream when the lake also holds old imports.
+    ``ttls``, ``resume_after_s`` and ``resolution_s`` go to the text summary
+    (:func:`traceflow.report.build_report`); the charts' buckets are never finer than
+    ``resolution_s`` and never more than :data:`MAX_BUCKETS`.
+    """
+    import polars as pl
+
+    from traceflow.load import load_series
+    from traceflow.report import build_report
+    from traceflow.selection import Selection
+    from traceflow.sessions import sessions as session_rows
+    from traceflow.ttl import ttl_whatif
+    from traceflow.working_set import working_set_series
+
+    sel = selection or Selection()
+    where, params = sel.where()
+    n, _ = _time_span(con, where, params)
+    series_sel = sel
+    if series_since is not None and (sel.since is None or series_since > sel.since):
+        series_sel = dataclasses.replace(sel, since=series_since)
+    series_n, span = _time_span(con, *series_sel.where())
+    res = max(float(resolution_s or 0.0), pick_resolution(span))
+    kv = float(kv_bytes_per_token or DEFAULT_KV_BYTES_PER_TOKEN)
+    report = build_report(
+        con,
+        sel,
+        ttls=tuple(ttls),
+        prices=prices,
+        kv_bytes_per_token=kv_bytes_per_token,
+        resume_after_s=resume_after_s,
+        resolution_s=float(resolution_s) if resolution_s else res,
+    )
+    out = ReportData(
+        report=report, resolution_s=res, kv_bytes_per_token=kv, requests=n, series_since=series_sel.since
+    )
+    f = out.frames
+    f["token_mix"] = mix_frame(con, sel)
+    series = load_series(con, series_sel, res) if series_n else pl.DataFrame()
+    f["tokens_over_time"] = tokens_frame(series)
+    f["concurrent_sessions"] = (
+        series.select("bucket_start", "active_sessions", "new_sessions") if series.height else pl.DataFrame()
+    )
+    f["reuse_ratio"] = reuse_frame(session_rows(con, sel)) if n else reuse_frame(pl.DataFrame())
+    f["gaps"] = report.gap_histogram
+    f["ttl_cost"] = ttl_whatif(con, sel, CURVE_TTLS, prices)
+    f["context_growth"] = context_frame(con, where, params)
+    ws = []
+    for ttl in (300.0, 3600.0):
+        s = working_set_series(con, series_sel, ttl, res, kv_bytes_per_token) if series_n else pl.DataFrame()
+        if s.height:
+            from traceflow.prices import ttl_label
+
+            cols = ["bucket_start", "tokens"] + (["bytes"] if "bytes" in s.columns else [])
+            ws.append(s.select(cols).with_columns(pl.lit(f"{ttl_label(ttl)} TTL").alias("ttl")))
+    f["working_set"] = pl.concat(ws) if ws else pl.DataFrame()
+    f["hit_ratio"] = hit_ratio_frame(con, where, params, kv, tiers)
+    f["ttft"] = ttft_frame(con, where, params)
+    f["dwpd"] = dwpd_frame(con, where, params, kv)
+    return out

@@ -1,0 +1,37 @@
+"""Time to first token, pre-binned on a log scale.
+
+Frame: ``lo_ms``, ``hi_ms`` (bin edges), ``requests``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import altair as alt
+
+from ._base import HEIGHT, WIDTH, data, is_empty, no_data, top
+
+if TYPE_CHECKING:
+    import polars as pl
+
+TITLE = "Time to first token"
+
+
+def chart(frame: pl.DataFrame) -> alt.TopLevelMixin:
+    if is_empty(frame, "lo_ms", "hi_ms", "requests") or not frame["requests"].sum():
+        return no_data(TITLE, "No time-to-first-token data in this selection")
+    return top(
+        alt.Chart(data(frame))
+        .mark_bar(color="#72b7b2", stroke="white", strokeWidth=0.5)
+        .encode(
+            x=alt.X("lo_ms:Q", scale=alt.Scale(type="log"), title="time to first token (ms, log)"),
+            x2="hi_ms:Q",
+            y=alt.Y("requests:Q", title="requests"),
+            tooltip=[
+                alt.Tooltip("lo_ms:Q", format=",.0f", title="from ms"),
+                alt.Tooltip("hi_ms:Q", format=",.0f", title="to ms"),
+                "requests:Q",
+            ],
+        )
+        .properties(title=TITLE, width=WIDTH, height=HEIGHT)
+    )

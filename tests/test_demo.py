@@ -1,0 +1,59 @@
+"""``traceflow demo`` runs end to end (a real collector, OTLP through the OpenTelemetry SDK, the
+bundled examples, the analyses) and its report holds every chart."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from traceflow.dashboards.render import CHARTS
+
+from traceflow.lake import Lake
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def dashboard_commands() -> Iterator[ModuleType]:
+    """``traceflow.cli_dashboards`` with its commands on the app, taken off again afterwards, so that
+    other tests see the app as ``traceflow.cli`` builds it (until cli.py imports the module itself)."""
+    import importlib
+
+    from traceflow.cli import app
+
+    before = list(app.registered_commands)
+    module = importlib.import_module("traceflow.cli_dashboards")
+    if len(app.registered_commands) == len(before):  # imported earlier and taken off: register again
+        module = importlib.reload(module)
+    try:
+        yield module
+    finally:
+        app.registered_commands[:] = before
+
+
+def test_demo_writes_a_report_with_every_chart(
+    dashboard_commands: ModuleType, cli: Callable[..., tuple[int, str, str]], lake: Lake, tmp_path: Path
+) -> None:
+    html = tmp_path / "demo.html"
+    t0 = time.monotonic()
+    code, out, err = cli("demo", "--html", str(html), "--minutes", "15", "--stream-seconds", "4", "--quiet")
+    wall = time.monotonic() - t0
+    assert code == 0, err
+    assert wall < 60, f"the demo took {wall:.0f} s"
+    page = html.read_text()
+    shown = re.findall(r'data-chart="([a-z_]+)"', page)
+    # every chart; the TTFT one only appears for data with a time to first token, which Claude Code's
+    # api_request events do not carry
+    assert shown == [c.key for c in CHARTS if c.key != "ttft"]
+    assert "No data in this selection" not in page
+    assert "Reuse ratio" in out and "HTML report:" in out
+    # the streamed traffic arrived through the collector, the examples through the importers
+    con = lake.connect(["requests"])
+    sources = dict(con.execute("SELECT source, count(*) FROM requests GROUP BY source").fetchall())
+    assert sources.get("otlp", 0) > 100
+    if dashboard_commands.examples_dir() is not None:
+        assert len(sources) >= 2
