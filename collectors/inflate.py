@@ -82,8 +82,9 @@ class Inflater:
         if self.encoding == "deflate" and self._d is None:
             if not self._head:
                 return b""  # an empty body
+            head, self._head = self._head, b""
             self._d = zlib.decompressobj(-15)  # one byte cannot start a zlib stream
-            out = self.feed(b"")
+            out = self.feed(head)
             return out + self.finish()
         if self._d is not None and not self._d.eof:
             raise BadBody(f"truncated {self.encoding} body")
