@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer.main
 
-from traceflow.cli import app
+from traceflow.cli import app, register_all
 from traceflow.config import SETTINGS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -15,6 +15,7 @@ README = (REPO / "README.md").read_text()
 
 
 def test_every_command_is_documented() -> None:
+    register_all()
     commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
     missing = [name for name in commands if f"traceflow {name}" not in README]
     assert missing == []

@@ -289,8 +289,28 @@ def version() -> None:
     typer.echo(__version__)
 
 
+#: Modules that define further commands on ``app`` when imported (analyses, sizing, ...).
+COMMAND_MODULES = ("cli_analyses", "cli_dashboards", "cli_sizing", "cli_replay")
+
+
+def register_all() -> None:
+    """Import every command module so ``app`` knows all commands (help, docs, tests)."""
+    import importlib
+
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"{__package__}.{name}")
+
+
 def main() -> None:
-    """Console-script entry point: run the app, turning traceflow errors into one-line messages."""
+    """Console-script entry point: run the app, turning traceflow errors into one-line messages.
+
+    Typer builds every registered command's options at start-up, so the commands defined in this
+    module run without loading the others (a quicker ``traceflow mix``); anything else, ``--help``
+    included, loads them all.
+    """
+    own = {c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands}
+    if not (len(sys.argv) > 1 and sys.argv[1] in own):
+        register_all()
     try:
         code = app(standalone_mode=False)  # returns the code of a typer.Exit instead of raising it
     except TraceflowError as e:
@@ -310,6 +330,3 @@ def main() -> None:
         raise
     sys.exit(code if isinstance(code, int) else 0)
 
-
-# Command groups that live in their own modules register themselves on ``app`` when imported.
-from . import cli_analyses, cli_dashboards, cli_sizing  # noqa: E402, F401
