@@ -63,6 +63,13 @@ def export_cmd(
     block_size: BlockOpt = None,
     speedup: SpeedupOpt = 1.0,
     limit: Annotated[int | None, typer.Option(help="Only the first N requests in arrival order.")] = None,
+    ignore_cache_reads: Annotated[
+        bool,
+        typer.Option(
+            "--ignore-cache-reads",
+            help="Derive prefixes from token counts only, not from the cache reads agents report.",
+        ),
+    ] = False,
     since: SinceOpt = None,
     until: UntilOpt = None,
     agent: AgentOpt = None,
@@ -75,8 +82,8 @@ def export_cmd(
 ) -> None:
     """Export the selected requests as a replay trace (Mooncake JSONL, AIPerf sessions, kv-cache-tester).
 
-    Writes FILE and FILE's manifest (trace.jsonl -> trace.manifest.json) with counts, statistics and
-    the command lines that replay it.
+    Also writes a manifest beside it (trace.jsonl -> trace.manifest.json): counts, statistics and the
+    command lines that replay it.
     """
     from .replay import check_format as check_export_format
     from .replay import export
@@ -84,8 +91,17 @@ def export_cmd(
     check_format(fmt)
     check_export_format(fmt_name)
     selection = selection_options(since, until, agent, model, session, user, source)
+    from .prefix import PrefixOptions
+
     manifest = export(
-        open_lake(data), selection, fmt_name, output, block_size=block_size, speedup=speedup, limit=limit
+        open_lake(data),
+        selection,
+        fmt_name,
+        output,
+        block_size=block_size,
+        speedup=speedup,
+        limit=limit,
+        options=PrefixOptions(use_measured=not ignore_cache_reads),
     )
     _echo(_export_summary(manifest, output), fmt)
 
@@ -99,6 +115,7 @@ def _export_summary(manifest: dict[str, Any], output: Path) -> dict[str, Any]:
         "manifest": manifest.get("manifest"),
         "requests": counts["requests"],
         "sessions": counts["sessions"],
+        "streams": counts.get("streams"),
         "rows": counts.get("rows"),
         "block_size": manifest["block_size"],
         "speedup": manifest["speedup"],

@@ -216,11 +216,12 @@ class PrefixPlan:
     def n(self) -> int:
         return len(self.ctx)
 
-    def counts(self) -> I64:
-        """Hash ids per request: ``ceil(ctx / block_size)``."""
-        kept = self.chain < 0
-        derived = self.nfull + (self.partial >= 0)
-        out: I64 = np.where(kept, np.diff(self.kept_offsets), derived).astype(np.int64)
+    def counts(self, start: int = 0, stop: int | None = None) -> I64:
+        """Hash ids per request (``ceil(ctx / block_size)``) of requests ``start:stop``."""
+        stop = self.n if stop is None else stop
+        kept = self.chain[start:stop] < 0
+        derived = self.nfull[start:stop] + (self.partial[start:stop] >= 0)
+        out: I64 = np.where(kept, np.diff(self.kept_offsets[start : stop + 1]), derived).astype(np.int64)
         return out
 
     def ids(self, start: int = 0, stop: int | None = None) -> tuple[I64, I64]:
@@ -229,7 +230,7 @@ class PrefixPlan:
         Request ``start + i`` owns ``flat[offsets[i]:offsets[i + 1]]``.
         """
         stop = self.n if stop is None else min(stop, self.n)
-        counts = self.counts()[start:stop]
+        counts = self.counts(start, stop)
         offsets = np.zeros(len(counts) + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
         kept = self.chain[start:stop] < 0
@@ -245,26 +246,40 @@ class PrefixPlan:
         return offsets, flat
 
     def _derived_flat(self, rows: I64) -> I64:
-        """The ids of derived ``rows``, concatenated: full blocks by path run, then the partial id."""
+        """The ids of derived ``rows``, concatenated.
+
+        A request's ids are a few runs of consecutive integers (its chain's path runs, cut at its
+        full blocks, then the partial block): the runs are laid out by one cumulative sum over
+        increments (1 inside a run, a jump at each run start), three passes over the ids.
+        """
         if not len(rows):
             return np.zeros(0, dtype=np.int64)
         c = self.chain[rows]
         nf = self.nfull[rows]
+        part = self.partial[rows]
         nseg = self.seg_off[c + 1] - self.seg_off[c]
         si = _ranges(self.seg_off[c], nseg)
         f = np.repeat(nf, nseg)
         lo = self.seg_lo[si]
         length = np.maximum(np.minimum(self.seg_hi[si], f) - lo, 0)
-        seg_start = np.cumsum(length) - length  # where each run starts in the full-block stream
-        full: I64 = np.repeat(self.seg_base[si] + lo - seg_start, length) + np.arange(
-            int(length.sum()), dtype=np.int64
-        )
-        part = self.partial[rows]
+        first_value = self.seg_base[si] + lo
         has = part >= 0
-        if not has.any():
-            return full
-        ends = np.cumsum(nf)
-        out: I64 = np.insert(full, ends[has], part[has])
+        if has.any():  # the partial block: one more run of length 1 after the request's full runs
+            run_req = np.repeat(np.arange(len(rows), dtype=np.int64), nseg)
+            after = np.searchsorted(run_req, np.flatnonzero(has), side="right")
+            length = np.insert(length, after, 1)
+            first_value = np.insert(first_value, after, part[has])
+        keep = length > 0
+        length = length[keep]
+        first_value = first_value[keep]
+        total = int(length.sum())
+        out = np.ones(total, dtype=np.int64)
+        if total:
+            starts = np.cumsum(length) - length
+            jump = first_value.copy()
+            jump[1:] -= first_value[:-1] + length[:-1] - 1
+            out[starts] = jump
+            np.cumsum(out, out=out)
         return out
 
     def lists(self, start: int = 0, stop: int | None = None) -> list[list[int]]:
@@ -452,9 +467,7 @@ def _derive(
     if any_measured:
         m_o = measured[o]
         r_o = read[o]
-        cand = np.flatnonzero(
-            ~first & ~drop & m_o & (r_o < prev_ctx - np.maximum(2 * B, prev_ctx // 50))
-        )
+        cand = np.flatnonzero(~first & ~drop & m_o & (r_o < prev_ctx - np.maximum(2 * B, prev_ctx // 50)))
         brk[cand[gap(cand) <= opts.break_ttl_s]] = True
     new_chain = first | drop | brk
     chain_o = np.cumsum(new_chain) - 1
@@ -708,46 +721,6 @@ def _keep(frame: pl.DataFrame, ctx: I64, B: int) -> tuple[I64, I64, int, dict[st
 
 
 # ------------------------------------------------------------------------------------ statistics
-
-
-def prefix_hits(plan: PrefixPlan, order: I64 | None = None, chunk: int = 250_000) -> tuple[I64, int]:
-    """Infinite-cache prefix hit tokens per request (in ``order``, default row order) and the total.
-
-    A request's hit is the leading run of its blocks that an earlier request used, in tokens (a
-    partial last block counts its size).
-    """
-    n = plan.n
-    idx = np.arange(n, dtype=np.int64) if order is None else order
-    first_use = np.full(max(plan.next_id, 1), np.iinfo(np.int64).max, dtype=np.int64)
-    hits = np.zeros(n, dtype=np.int64)
-    B = plan.block_size
-    for a in range(0, n, chunk):
-        rows = idx[a : a + chunk]
-        offsets, flat = _ids_of(plan, rows)
-        counts = np.diff(offsets)
-        pos = np.repeat(np.arange(a, a + len(rows), dtype=np.int64), counts)
-        np.minimum.at(first_use, flat, pos)  # first use of each id: its smallest position
-        hit = first_use[flat] < pos
-        miss_local = np.where(hit, np.iinfo(np.int64).max, _local_index(counts))
-        nz = counts > 0
-        first_miss = np.full(len(rows), 0, dtype=np.int64)
-        if nz.any():
-            first_miss[nz] = np.minimum.reduceat(miss_local, offsets[:-1][nz])
-        first_miss = np.minimum(first_miss, counts)
-        hits[rows] = np.minimum(first_miss * B, plan.ctx[rows])
-    return hits, int(hits.sum())
-
-
-def _ids_of(plan: PrefixPlan, rows: I64) -> tuple[I64, I64]:
-    """``ids`` for an arbitrary set of rows (contiguous ranges are the fast path)."""
-    if len(rows) and rows[-1] - rows[0] + 1 == len(rows) and bool(np.all(np.diff(rows) == 1)):
-        return plan.ids(int(rows[0]), int(rows[-1]) + 1)
-    parts = [plan.ids(int(r), int(r) + 1) for r in rows]
-    counts = np.array([len(f) for _, f in parts], dtype=np.int64)
-    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
-    flat = np.concatenate([f for _, f in parts]) if parts else np.zeros(0, dtype=np.int64)
-    return offsets, flat
 
 
 def check_hash_ids(lengths: Sequence[int], hash_ids: Sequence[Sequence[int]], block_size: int) -> list[str]:

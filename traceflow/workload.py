@@ -36,11 +36,14 @@ window, or compacts (``compact``). Seeded: one seed gives one trace. The reporte
 reads the previous context when the gap is within ``cache_ttl_s`` (5 min, Claude Code's TTL) and
 writes the rest (``attributes.cache_derived = "synthetic"``).
 
-The built-in preset ``agentic-coding`` is the reference workload of DESIGN §4 (λ = 2.5 sessions/min
-Poisson; tool results of 250–600 tokens, 15 % file reads of 1,500–3,500; answers of 40–200 tokens,
-15 % code blocks of 400–900; ±100 jitter; a 64k cap that ends the session; a quarter of the sessions
-pause 840–960 s after 18–22 turns). ASSUMPTIONS, as in ``traceflow.simulate.agentic_coding_trace``:
-an initial context of 2,000–4,000 tokens, think times exponential with mean 30 s, 50 output tokens/s.
+The built-in preset ``agentic-coding`` is the reference workload of DESIGN §4 and generates the same
+process as ``traceflow.simulate.agentic_coding_trace`` (``traceflow simulate --workload``): λ = 2.5
+sessions/min Poisson; tool results of 250–600 tokens, 15 % file reads of 1,500–3,500; answers of
+40–200 tokens, 15 % code blocks of 400–900; ±100 jitter; contexts grow monotonically toward a 64k
+cap; a quarter of the sessions pause 840–960 s after 19–23 requests, then resume. ASSUMPTIONS (the
+same as the simulator's): an initial context of 2,000–4,000 tokens, think times exponential with
+mean 30 s, 50 output tokens/s, sessions keep working until the window ends, and a request that
+would pass the cap is compacted to 4,000–8,000 tokens.
 """
 
 from __future__ import annotations
@@ -281,10 +284,10 @@ _AGENTIC_CODING: dict[str, Any] = {
     "idle": {
         "threshold_s": DEFAULT_IDLE_THRESHOLD_S,
         "cohort_share": 0.25,
-        "after_turns": {"kind": "uniform", "low": 18, "high": 22, "integer": True},
+        "after_turns": {"kind": "uniform", "low": 19, "high": 23, "integer": True},
         "pause_s": _uniform(840, 960),
     },
-    "context": {"cap": 65536, "on_cap": "end", "compact_to": None},
+    "context": {"cap": 65536, "on_cap": "compact", "compact_to": _uniform(4000, 8000)},
     "cache_ttl_s": DEFAULT_CACHE_TTL_S,
 }
 
@@ -470,7 +473,8 @@ def generate(
     start_us: int = DEFAULT_START_US,
     max_requests: int | None = None,
 ) -> SynthTrace:
-    """A seeded trace from ``profile`` over ``duration_s`` seconds (see the module docstring)."""
+    """A seeded trace from ``profile`` over ``duration_s`` seconds (see the module docstring);
+    ``max_requests`` keeps the first requests in time order."""
     prof = validate_profile(dict(profile))
     if not (duration_s > 0 and math.isfinite(duration_s)):
         raise UsageError("--duration must be positive")
@@ -572,8 +576,6 @@ def generate(
         t_next[alive] = end + think * 1e6
         alive = alive[keep]
         j += 1
-        if max_requests is not None and total >= max_requests:
-            break
     if not parts:
         raise UsageError("the profile produced no request in the window")
     cols = [np.concatenate([p[k] for p in parts]) for k in range(9)]
