@@ -13,6 +13,7 @@ from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pytest
 from hypothesis import given, settings
@@ -203,6 +204,22 @@ def test_second_scope_is_rebased_and_an_id_at_two_sizes_is_split() -> None:
     r = ids_of(bad)
     assert r[0][0] != r[1][0]
     assert check_hash_ids([100, 600], r, 512) == []
+
+
+def test_kept_and_derived_requests_use_separate_id_ranges() -> None:
+    rows = [
+        {"t": 0, "ctx": 1100, "ids": [7, 8, 9], "bs": 512, "scope": "f1"},
+        {"s": "a", "t": 1, "ctx": 2000},
+        {"s": "a", "t": 2, "ctx": 3000},
+    ]
+    plan = derive(frame(rows), PrefixOptions())
+    r = plan.lists()
+    assert r[0] == [7, 8, 9] and not set(r[0]) & set(r[1] + r[2])
+    assert min(r[1] + r[2]) >= 10 and max(r[1] + r[2]) < plan.next_id
+    assert check_hash_ids([1100, 2000, 3000], r, 512) == []
+    _, ids32 = plan.ids(0, 3, np.int32)
+    assert ids32.dtype == np.int32 and ids32.tolist() == [x for ids in r for x in ids]
+    assert derive(frame(rows)[:0]).lists() == []
 
 
 def test_reblocking_source_ids_to_another_block_size() -> None:

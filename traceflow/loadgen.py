@@ -154,10 +154,16 @@ def send(
     progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
     """Send ``frame``'s requests to an OTLP endpoint; returns a summary."""
-    from opentelemetry._logs import LogRecord
-    from opentelemetry.sdk._logs import LoggerProvider
-    from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
-    from opentelemetry.sdk.resources import Resource
+    try:
+        from opentelemetry._logs import LogRecord
+        from opentelemetry.sdk._logs import LoggerProvider
+        from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+        from opentelemetry.sdk.resources import Resource
+    except ImportError:
+        raise UsageError(
+            "synth --send needs the OpenTelemetry SDK and its OTLP exporters: "
+            "pip install opentelemetry-sdk opentelemetry-exporter-otlp"
+        ) from None
 
     if frame.is_empty():
         raise UsageError("nothing to send: the trace has no requests")
@@ -167,7 +173,13 @@ def send(
         raise UsageError(f"--protocol {protocol!r} is not one of: {', '.join(PROTOCOLS)}")
     nonce = secrets.token_hex(6)
     offsets_us, records = build_records(frame, nonce)
-    exporter = _exporter(endpoint, protocol, headers, timeout_s)
+    try:
+        exporter = _exporter(endpoint, protocol, headers, timeout_s)
+    except ImportError:
+        raise UsageError(
+            f"synth --send --protocol {protocol} needs opentelemetry-exporter-otlp: "
+            "pip install opentelemetry-exporter-otlp"
+        ) from None
     resource = Resource.create(
         {"service.name": "claude-code", "service.version": service_version, "traceflow.synthetic": True}
     )

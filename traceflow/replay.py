@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 import orjson
 
 from . import __version__
@@ -267,11 +268,11 @@ class _HitCounter:
         }
 
 
-def _list_series(name: str, offsets: I64, flat: I64) -> pl.Series:
+def _list_series(name: str, offsets: I64, flat: npt.NDArray[np.signedinteger[Any]]) -> pl.Series:
     import polars as pl
     import pyarrow as pa
 
-    arr = pa.LargeListArray.from_arrays(pa.array(offsets, type=pa.int64()), pa.array(flat, type=pa.int64()))
+    arr = pa.LargeListArray.from_arrays(pa.array(offsets, type=pa.int64()), pa.array(flat))
     series = pl.from_arrow(arr)
     assert isinstance(series, pl.Series)
     return series.alias(name)
@@ -280,18 +281,18 @@ def _list_series(name: str, offsets: I64, flat: I64) -> pl.Series:
 # ----------------------------------------------------------------------------------- mooncake
 
 
-def _mooncake_chunk(plan: PrefixPlan, ts: I64, outp: I64, a: int, b: int) -> tuple[bytes, int]:
+def _mooncake_chunk(plan: PrefixPlan, ts: I64, outp: I64, a: int, b: int) -> tuple[memoryview, int]:
     import io
 
     import polars as pl
 
-    offsets, flat = plan.ids(a, b)
+    offsets, flat = plan.ids(a, b, np.int32 if plan.next_id < 2**31 else np.int64)
     chunk = pl.DataFrame(
         {"timestamp": ts[a:b], "input_length": plan.ctx[a:b], "output_length": outp[a:b]}
     ).with_columns(_list_series("hash_ids", offsets, flat))
     buf = io.BytesIO()
     chunk.write_ndjson(buf)
-    return buf.getvalue(), len(flat)
+    return buf.getbuffer(), len(flat)
 
 
 def write_mooncake(
@@ -315,7 +316,7 @@ def write_mooncake(
         hits.add(a, offsets, flat)
     tmp = out.with_name(f".{out.name}.tmp")
     with open(tmp, "wb") as fh, ThreadPoolExecutor(max_workers=w) as pool:
-        pending: list[Future[tuple[bytes, int]]] = []
+        pending: list[Future[tuple[memoryview, int]]] = []
         for a, b in bounds:
             pending.append(pool.submit(_mooncake_chunk, plan, ts, outp, a, b))
             if len(pending) > w:
@@ -601,6 +602,11 @@ def write_kvcache_tester(frame: pl.DataFrame, plan: PrefixPlan, out: Path, speed
             skipped += 1
             continue
         roots.setdefault(parent[i] or sid, []).append(i)
+    if not roots:
+        raise UsageError(
+            "the kvcache-tester format is one file per session, and none of the selected requests has "
+            "a session id (flat traces such as Mooncake or Azure have none); use mooncake or aiperf"
+        )
     used_names: set[str] = set()
     files = 0
     requests_written = 0

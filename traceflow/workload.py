@@ -785,6 +785,11 @@ def fit_frame(
         "compactions": int(drop.sum()),
         "pauses": int(pause.sum()),
     }
+    if rate is None:
+        profile["fitted"]["arrival_note"] = (
+            "all sessions start at the same time (a source without absolute times, such as "
+            "kv-cache-tester traces): arrival.sessions_per_min is a placeholder of 1.0; set it"
+        )
     return profile
 
 
