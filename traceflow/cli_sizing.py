@@ -148,8 +148,7 @@ def measured_rates(data: Path | None, selection: Selection) -> tuple[float, floa
     sql = f"""
         SELECT coalesce(sum(coalesce(cold_input_tokens, 0) + coalesce(cache_write_tokens, 0)
                             + coalesce(output_tokens, 0)), 0)::BIGINT,
-               coalesce(sum(coalesce(cold_input_tokens, 0) + coalesce(cache_read_tokens, 0)
-                            + coalesce(cache_write_tokens, 0)), 0)::BIGINT,
+               coalesce(sum(context_tokens), 0)::BIGINT,
                (epoch(max({REQUEST_TIME})) - epoch(min({REQUEST_TIME})))::DOUBLE,
                count(*)::BIGINT
         FROM requests WHERE {where}"""
@@ -253,8 +252,7 @@ def lake_trace(data: Path | None, selection: Selection, block_size: int) -> Bloc
     where, params = selection.where()
     sql = f"""
         SELECT epoch({REQUEST_TIME})::DOUBLE AS t,
-               (coalesce(cold_input_tokens, 0) + coalesce(cache_read_tokens, 0)
-                + coalesce(cache_write_tokens, 0))::BIGINT AS ctx,
+               context_tokens::BIGINT AS ctx,
                hash_ids, block_size,
                coalesce(session_id, '') || '/' || coalesce(parent_session_id, '') AS stream,
                json_extract_string(attributes, '$.hash_scope') AS scope
