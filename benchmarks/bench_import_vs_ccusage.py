@@ -8,13 +8,23 @@ a. ``ccusage daily --json --offline --timezone UTC`` (``CLAUDE_CONFIG_DIR=CORPUS
 b. traceflow first import + report into a fresh lake: ``traceflow import claude-code CORPUS/projects --data D
    --format json`` then ``traceflow mix --by day --format json --data D`` (each timed, plus the sum);
 c. traceflow repeated report: ``traceflow mix --by day --format json --data D`` on the populated lake,
-   ``--runs`` times, median.
+   ``--runs`` times, median. After the first of them the result cache (``traceflow.result_cache``) has
+   the answer, so the median is a cache hit: a fresh process that checks the lake's file list and
+   prints the stored bytes without importing DuckDB;
+c2. the same with the result cache off (``TRACEFLOW_CACHE=0``): every run starts DuckDB and queries.
 
-b runs first; then a and c alternate (a, c, a, c, ...) so that both see the same background load on a
-shared machine. ``--legacy-npm-dir`` adds one run of an older TypeScript ccusage (e.g. 17.0.2) for
+b's report is always a cache miss: the lake is new (no cache entries) and the import just changed it.
+Its stdout is compared byte for byte with every repeated report's.
+
+b runs first; then a, c and c2 alternate (a, c, c2, a, c, c2, ...) so that all see the same background
+load on a shared machine. ``--legacy-npm-dir`` adds one run of an older TypeScript ccusage (e.g. 17.0.2) for
 reference.
 
-Every measurement is a fresh process. Wall time is ``time.perf_counter`` around the process; CPU time
+Every measurement is a fresh process. ``traceflow`` is the console script beside this interpreter
+(not a pyenv shim, a bash script that re-executes through ``pyenv exec`` and adds ~0.1 s to every
+run), and the traceflow package is byte-compiled first (``compileall``) as ``pip install`` does,
+since an environment with ``PYTHONDONTWRITEBYTECODE=1`` would otherwise recompile it on each start.
+Wall time is ``time.perf_counter`` around the process; CPU time
 (user + sys, children included) and peak RSS (the largest single process of the tree) come from
 ``/usr/bin/time -v``. The peak of the summed PSS (proportional set size: pages shared after fork() are
 split, not counted twice) of the whole process tree, sampled from /proc every 20 ms, is reported too: it
@@ -234,8 +244,26 @@ def find_ccusage(npm_dir: Path, explicit: str | None) -> list[str]:
 def find_traceflow(explicit: str | None) -> list[str]:
     if explicit:
         return explicit.split()
+    beside = Path(sys.executable).with_name("traceflow")  # not a pyenv shim found first on PATH
+    if beside.exists():
+        return [str(beside)]
     exe = shutil.which("traceflow")
-    return [exe] if exe else [sys.executable, "-m", "traceflow.cli"]
+    return [exe] if exe else [sys.executable, "-m", "traceflow"]
+
+
+def precompile_traceflow() -> bool:
+    """Byte-compile the traceflow package (and its packaged sub-packages) as ``pip install`` would."""
+    code = (
+        "import importlib.util, compileall\n"
+        "ok = True\n"
+        "for name in ('traceflow', 'traceflow.queries', 'traceflow.collectors', 'traceflow.dashboards'):\n"
+        "    spec = importlib.util.find_spec(name)\n"
+        "    for d in (spec.submodule_search_locations or []) if spec else []:\n"
+        "        ok = compileall.compile_dir(d, quiet=1) and ok\n"
+        "raise SystemExit(0 if ok else 1)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return subprocess.run([sys.executable, "-c", code], env=env, check=False).returncode == 0
 
 
 def tool_version(cmd: list[str], env: dict[str, str]) -> str:
@@ -430,7 +458,11 @@ def main(argv: list[str] | None = None) -> int:
     first: dict[str, Any] | None = None
     if not args.skip_traceflow:
         tf = find_traceflow(args.traceflow)
-        results["traceflow"] = {"cmd": tf, "version": tool_version(tf, base_env)}
+        results["traceflow"] = {
+            "cmd": tf,
+            "version": tool_version(tf, base_env),
+            "precompiled": precompile_traceflow(),
+        }
         lake = work / "lake"
         if lake.exists():
             shutil.rmtree(lake)
@@ -448,6 +480,8 @@ def main(argv: list[str] | None = None) -> int:
             results["traceflow"]["import_stdout"] = imp_out[:4000]
         if imp["rc"] == 0:
             cmd = [*tf, "mix", "--by", "day", "--format", "json", "--data", str(lake)]
+            cached = lake / "v1" / "_cache" / "results"
+            results["traceflow"]["first_report_cache_miss"] = not any(cached.glob("*.bin"))
             first = measure(cmd, base_env, logs, "traceflow_mix_first", args.timeout)
             print(f"traceflow mix (first): {first['wall_s']:.2f}s rc={first['rc']}", file=sys.stderr)
             steps["traceflow_mix_first"] = summarize([first])
@@ -468,6 +502,8 @@ def main(argv: list[str] | None = None) -> int:
     # ---------------------------------------------------------------- a + c, interleaved
     cc_runs: list[dict[str, Any]] = []
     mix_runs: list[dict[str, Any]] = []
+    nocache_runs: list[dict[str, Any]] = []
+    nocache_env = {**base_env, "TRACEFLOW_CACHE": "0"}
     for i in range(args.runs):
         if cc_cmd is not None:
             r = measure(cc_cmd, cc_env, logs, f"ccusage_daily_{i}", args.timeout)
@@ -477,6 +513,9 @@ def main(argv: list[str] | None = None) -> int:
             r = measure(mix_cmd, base_env, logs, f"traceflow_mix_repeat_{i}", args.timeout)
             print(f"traceflow mix (repeat {i}): {r['wall_s']:.2f}s rc={r['rc']}", file=sys.stderr)
             mix_runs.append(r)
+            r = measure(mix_cmd, nocache_env, logs, f"traceflow_mix_nocache_{i}", args.timeout)
+            print(f"traceflow mix (TRACEFLOW_CACHE=0, {i}): {r['wall_s']:.2f}s rc={r['rc']}", file=sys.stderr)
+            nocache_runs.append(r)
     cc_days = None
     if cc_runs:
         steps["ccusage_daily"] = summarize(cc_runs)
@@ -490,6 +529,13 @@ def main(argv: list[str] | None = None) -> int:
             }
     if mix_runs:
         steps["traceflow_mix_repeated"] = summarize(mix_runs)
+        if first is not None:
+            ref = Path(first["stdout_path"]).read_bytes()
+            results["traceflow"]["repeated_stdout_identical"] = all(
+                Path(r["stdout_path"]).read_bytes() == ref for r in mix_runs + nocache_runs
+            )
+    if nocache_runs:
+        steps["traceflow_mix_repeated_nocache"] = summarize(nocache_runs)
     if cc_cmd is not None and args.with_npx:
         shim = args.npm_dir / "node_modules/.bin/ccusage"
         r = measure([str(shim), *cc_cmd[1:]], cc_env, logs, "ccusage_daily_npx_shim", args.timeout)
@@ -548,6 +594,11 @@ def main(argv: list[str] | None = None) -> int:
         ("traceflow", "`mix --by day` (first)", "traceflow_mix_first"),
         ("traceflow", "**first import + report** (sum)", "traceflow_import_plus_mix"),
         ("traceflow", f"**repeated report** `mix --by day` (median of {n})", "traceflow_mix_repeated"),
+        (
+            "traceflow",
+            f"repeated report, result cache off (`TRACEFLOW_CACHE=0`) (median of {n})",
+            "traceflow_mix_repeated_nocache",
+        ),
     ]
     lines = [
         "| tool | step | wall s | CPU s | peak RSS MB | tree PSS MB | speedup (wall) | speedup (CPU) |",
@@ -577,7 +628,12 @@ def main(argv: list[str] | None = None) -> int:
     if legacy_wall:
         results["speedups_vs_legacy"] = sp_leg = {
             k: legacy_wall / steps[k]["wall_s"]
-            for k in ("ccusage_daily", "traceflow_import_plus_mix", "traceflow_mix_repeated")
+            for k in (
+                "ccusage_daily",
+                "traceflow_import_plus_mix",
+                "traceflow_mix_repeated",
+                "traceflow_mix_repeated_nocache",
+            )
             if k in steps and steps[k].get("wall_s")
         }
         vs_legacy = f"\n\nwall-time speedups vs ccusage {legacy_version} (TypeScript, 1 run): " + ", ".join(

@@ -1,5 +1,5 @@
-"""``python -m traceflow``: the same as the ``traceflow`` command."""
+"""``python -m traceflow``: the same as the ``traceflow`` command (result cache first, then the CLI)."""
 
-from .cli import main
+from ._entry import main
 
 main()

@@ -213,18 +213,25 @@ def compact(
     data: DataOpt = None,
     fmt: FormatOpt = "table",
 ) -> None:
-    """Merge each partition's small files into one deduplicated file."""
+    """Merge each partition's small files into one deduplicated file; store the derived views."""
     import polars as pl
 
+    from .lake import DERIVED
     from .output import render
     from .schema import TABLES
 
     check_format(fmt)
     lake = open_lake(data)
     rows = []
+    derived_before = {v: len(lake.fresh_derived(v) or []) for v in DERIVED}
     for table in TABLES:
         before, after = lake.compact(table)
         rows.append({"table": table, "files_before": before, "files_after": after})
+    # compacting requests also stores the views derived from them (steps, rollup), see Lake
+    for view, before in derived_before.items():
+        rows.append(
+            {"table": view, "files_before": before, "files_after": len(lake.fresh_derived(view) or [])}
+        )
     lake.clean_staging()
     typer.echo(render(pl.DataFrame(rows), fmt))
 
@@ -253,10 +260,13 @@ def serve(
         str | None,
         typer.Option(envvar="TRACEFLOW_TOKEN", help="Bearer token clients must send (Authorization header)."),
     ] = None,
-    tls_cert: Annotated[Path | None, typer.Option(help="PEM certificate: serve both transports over TLS.")] = None,
+    tls_cert: Annotated[
+        Path | None, typer.Option(help="PEM certificate: serve both transports over TLS.")
+    ] = None,
     tls_key: Annotated[Path | None, typer.Option(help="PEM private key for --tls-cert.")] = None,
     keep_content: Annotated[
-        bool, typer.Option(help="Store prompt, response and tool text the agents attach (dropped by default).")
+        bool,
+        typer.Option(help="Store prompt, response and tool text the agents attach (dropped by default)."),
     ] = False,
     max_body_bytes: Annotated[
         int, typer.Option(help="Largest request body, after decompression (larger: HTTP 413).")
@@ -329,4 +339,3 @@ def main() -> None:
             sys.exit(e.exit_code)  # type: ignore[attr-defined]
         raise
     sys.exit(code if isinstance(code, int) else 0)
-

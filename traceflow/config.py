@@ -5,7 +5,6 @@ The README lists each setting (a test checks it).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,10 +15,6 @@ class Setting:
     env: str
     default: str
     help: str
-
-
-def _xdg_data_home() -> str:
-    return os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
 
 
 SETTINGS: tuple[Setting, ...] = (
@@ -42,10 +37,17 @@ SETTINGS: tuple[Setting, ...] = (
         "Bearer token `traceflow serve` requires from clients; needed to bind a non-loopback address.",
     ),
     Setting(
+        "cache",
+        "TRACEFLOW_CACHE",
+        "1 (on)",
+        "`0` turns off the result cache that serves repeated reports (<data>/v1/_cache/results).",
+    ),
+    Setting(
         "claude_config_dir",
         "CLAUDE_CONFIG_DIR",
         "~/.claude",
-        "Where `traceflow import claude-code` looks for `projects/**/*.jsonl` (comma-separated list allowed).",
+        "Where `traceflow import claude-code` looks for `projects/**/*.jsonl` "
+        "(comma-separated list allowed).",
     ),
     Setting(
         "codex_home",
@@ -64,9 +66,6 @@ SETTINGS: tuple[Setting, ...] = (
 
 def data_dir(flag: str | Path | None = None) -> Path:
     """The data directory: ``--data`` flag, else ``TRACEFLOW_DATA``, else the XDG data dir."""
-    if flag:
-        return Path(flag).expanduser()
-    env = os.environ.get("TRACEFLOW_DATA")
-    if env:
-        return Path(env).expanduser()
-    return Path(_xdg_data_home()) / "traceflow"
+    from ._datadir import resolve_data_dir  # stdlib-only: the result cache's fast path uses it too
+
+    return Path(resolve_data_dir(flag))

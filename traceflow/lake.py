@@ -5,6 +5,7 @@ Layout (DESIGN §2)::
     <data>/v1/<table>/dt=YYYY-MM-DD/<time_ns>-<pid>-<rand>.parquet   published files (never modified)
     <data>/v1/_staging/                                              files being written
     <data>/v1/_state/                                                importer and collector bookkeeping
+    <data>/v1/_derived/<view>/<generation>/*.parquet                 derived views stored by compaction
 
 A file is written in ``_staging`` (outside every table tree, so readers' globs never see it),
 fsynced, and renamed into its partition, then the partition directory is fsynced: once
@@ -14,6 +15,13 @@ collector) may publish at once; file names never collide.
 Readers open an in-memory DuckDB with one view per table. A row may be stored more than once (the
 same request imported twice, an exporter's retry, a transcript line and its OTLP event); the views
 keep one row per ``event_id``: the most complete copy (largest token total), then the newest.
+
+Compaction also stores two derived views of the compacted requests: ``request_steps``
+(``queries/steps.sql``: each request's stream, position, gap and reusable prefix, the window every
+per-stream analysis starts from) and ``request_rollup`` (``queries/rollup.sql``: token totals per day,
+agent, model, session, user and source, what ``mix`` sums). While no request file has been added
+since, each view reads its stored files and the analyses of the whole lake skip the window and the
+full scan; otherwise the view is its query.
 """
 
 from __future__ import annotations
@@ -44,6 +52,22 @@ _COMPLETENESS = (
     "coalesce(cold_input_tokens, 0) + coalesce(cache_read_tokens, 0)"
     " + coalesce(cache_write_tokens, 0) + coalesce(output_tokens, 0)"
 )
+#: Views derived from the requests and stored by compaction: view name -> packaged query. The view
+#: carries the comment :data:`MATERIALISED` while it reads stored files instead of running its query.
+STEPS_VIEW = "request_steps"
+ROLLUP_VIEW = "request_rollup"
+DERIVED = {STEPS_VIEW: "steps", ROLLUP_VIEW: "rollup"}
+MATERIALISED = STEPS_MATERIALISED = "materialised"
+
+
+def _derived_sql(view: str) -> str:
+    """The derived view's packaged query over the whole requests view (no selection, no parameters)."""
+    from . import sql
+
+    query = sql.load(DERIVED[view])
+    return query.sql({"selection": "true"} if "/*@selection*/" in query.text else None)
+
+
 #: Which copy of an ``event_id`` the views keep, per table (default: the newest).
 _DEDUP_ORDER = {REQUESTS.name: f"{_COMPLETENESS} DESC, ingested_at DESC"}
 
@@ -220,9 +244,108 @@ class Lake:
         limit = os.environ.get("TRACEFLOW_MEMORY_LIMIT")
         if limit:
             con.execute("SET memory_limit = ?", [limit])
-        for name in tables or TABLES:
+        names = list(tables or TABLES)
+        for name in names:
             con.execute(self.view_sql(name))
+        if REQUESTS.name in names:
+            for view in DERIVED:
+                stored = self.fresh_derived(view)
+                con.execute(self.derived_view_sql(view, stored))
+                if stored:
+                    con.execute(f"COMMENT ON VIEW {view} IS '{MATERIALISED}'")
         return con
+
+    # -- derived views (stored by compaction) -------------------------------------------------
+    def _derived_marker(self, view: str) -> Path:
+        return self.state_dir / "derived" / f"{view}.json"
+
+    def fresh_derived(self, view: str) -> list[Path] | None:
+        """The view's stored files, when they were computed from exactly today's request files."""
+        marker = self._derived_marker(view)
+        if not marker.exists():
+            return None
+        try:
+            record = orjson.loads(marker.read_bytes())
+            computed_from = set(record["requests"])
+            files = [self.base / f for f in record["files"]]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            return None
+        current = {str(f.relative_to(self.table_dir(REQUESTS.name))) for f in self.files(REQUESTS.name)}
+        if current != computed_from or not all(f.exists() for f in files):
+            return None
+        return files
+
+    def fresh_steps(self) -> list[Path] | None:
+        """The stored ``request_steps`` files when fresh (see :meth:`fresh_derived`)."""
+        return self.fresh_derived(STEPS_VIEW)
+
+    def derived_view_sql(self, view: str, files: list[Path] | None = None) -> str:
+        """A derived view: its stored ``files`` (see :meth:`fresh_derived`), else its query."""
+        if files:
+            listing = ", ".join(f"'{p}'" for p in files)
+            body = f"SELECT * FROM read_parquet([{listing}], hive_partitioning = false)"
+        else:
+            body = _derived_sql(view)
+        return f"CREATE OR REPLACE VIEW {view} AS {body}"
+
+    def materialise_derived(self) -> dict[str, int]:
+        """Store every derived view over the whole (compacted) requests table; returns rows per view.
+
+        A view whose stored files are fresh is skipped, and nothing is stored while the requests
+        table is not one deduplicated base (run :meth:`compact`: the window over a base is cheap).
+        """
+        table = REQUESTS.name
+        files = self.files(table)
+        if not files or not set(files) <= self.deduped_files(table):
+            return {}
+        stored: dict[str, int] = {}
+        for view in DERIVED:
+            if self.fresh_derived(view) is None:
+                stored[view] = self._materialise(view, files)
+        return stored
+
+    def _materialise(self, view: str, files: list[Path]) -> int:
+        self.ensure()
+        gen = f"{time.time_ns()}-{secrets.token_hex(4)}"
+        out = self.staging / f"{view}-{gen}"
+        out.mkdir()
+        con = self.connect([REQUESTS.name])
+        try:
+            con.execute("SET preserve_insertion_order = false")
+            # LZ4 with Parquet v2 encodings (delta for sorted integers) reads about twice as fast
+            # as zstd here; these files are derived, so read speed beats size
+            rows = con.execute(
+                f"COPY ({_derived_sql(view)}) TO '{out}' "
+                "(FORMAT parquet, COMPRESSION lz4_raw, PARQUET_VERSION V2, PER_THREAD_OUTPUT true)"
+            ).fetchall()
+        finally:
+            con.close()
+        for f in out.glob("*.parquet"):
+            fd = os.open(f, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        root = self.base / "_derived" / view
+        root.mkdir(parents=True, exist_ok=True)
+        target = root / gen
+        os.replace(out, target)
+        _fsync_dir(root)
+        marker = self._derived_marker(view)
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        record = {
+            "requests": sorted(str(f.relative_to(self.table_dir(REQUESTS.name))) for f in files),
+            "files": sorted(str(f.relative_to(self.base)) for f in target.glob("*.parquet")),
+        }
+        tmp = marker.with_suffix(".tmp")
+        tmp.write_bytes(orjson.dumps(record))
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, marker)
+        # keep the previous generation for readers that opened it a moment ago
+        for old in sorted(p for p in root.iterdir() if p.name != gen)[:-1]:
+            shutil.rmtree(old, ignore_errors=True)
+        return int(rows[0][0]) if rows else 0
 
     def _deduped_marker(self, table: str) -> Path:
         return self.state_dir / "deduped" / f"{table}.json"
@@ -291,6 +414,8 @@ class Lake:
         files = self.files(table)
         one_per_partition = len(files) == len({f.parent for f in files})
         if not files or (one_per_partition and set(files) <= self.deduped_files(table)):
+            if table == REQUESTS.name:
+                self.materialise_derived()  # a lake compacted before derived views were stored
             return len(files), len(files)
         self.ensure()
         out = self.staging / f"compact-{time.time_ns()}-{secrets.token_hex(4)}"
@@ -336,6 +461,8 @@ class Lake:
             with contextlib.suppress(OSError):
                 d.rmdir()  # a partition whose rows all moved elsewhere
         shutil.rmtree(out, ignore_errors=True)
+        if table == REQUESTS.name:
+            self.materialise_derived()
         return len(files), len(published)
 
     def clean_staging(self, older_than_s: float = 3600) -> int:

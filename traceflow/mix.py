@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 
@@ -40,22 +41,37 @@ COLUMNS = (
 )
 
 
-def mix_sql(by: Sequence[str], where: str) -> str:
-    unknown = [b for b in by if b not in GROUPS]
+#: ``--by`` names over the ``request_rollup`` view (``queries/rollup.sql``), which ``mix`` sums
+#: instead of the requests when compaction stored it and the selection allows (see :func:`_rollup_where`).
+ROLLUP_GROUPS: dict[str, str] = {
+    "agent": "agent",
+    "model": "model",
+    "session": "session_id",
+    "day": "day",
+    "user": "user_id",
+    "source": "source",
+}
+
+
+def mix_sql(by: Sequence[str], where: str, *, rollup: bool = False) -> str:
+    """The mix over ``requests`` (or, with ``rollup``, over the stored ``request_rollup`` sums)."""
+    groups = ROLLUP_GROUPS if rollup else GROUPS
+    unknown = [b for b in by if b not in groups]
     if unknown:
-        raise UsageError(f"cannot group by {', '.join(unknown)}; choose from: {', '.join(GROUPS)}")
-    keys = ", ".join(f"{GROUPS[b]} AS {b}" for b in by)
+        raise UsageError(f"cannot group by {', '.join(unknown)}; choose from: {', '.join(groups)}")
+    keys = ", ".join(f"{groups[b]} AS {b}" for b in by)
     group = f"GROUP BY {', '.join(by)} ORDER BY {', '.join(by)}" if by else ""
+    count = "coalesce(sum(requests), 0)" if rollup else "count(*)"
     # DuckDB returns sum() of integers as a DECIMAL: cast back to BIGINT.
     return f"""
 WITH sums AS (
     SELECT {keys + "," if by else ""}
-           count(*)::BIGINT AS requests,
+           {count}::BIGINT AS requests,
            coalesce(sum(cold_input_tokens), 0)::BIGINT AS cold_input_tokens,
            coalesce(sum(cache_read_tokens), 0)::BIGINT AS cache_read_tokens,
            coalesce(sum(cache_write_tokens), 0)::BIGINT AS cache_write_tokens,
            coalesce(sum(output_tokens), 0)::BIGINT AS output_tokens
-    FROM requests
+    FROM {"request_rollup" if rollup else "requests"}
     WHERE {where}
     {group}
 )
@@ -75,9 +91,54 @@ def token_mix_rows(
     con: duckdb.DuckDBPyConnection, selection: Selection | None = None, by: Sequence[str] = ()
 ) -> Rows:
     """Like :func:`token_mix`, as plain rows (no polars needed)."""
-    where, params = (selection or Selection()).where()
-    cursor = con.execute(mix_sql(by, where), params)
+    sel = selection or Selection()
+    answer = _rollup_where(sel) if _rollup_stored(con) else None
+    if answer is not None:
+        where, params = answer
+        cursor = con.execute(mix_sql(by, where, rollup=True), params)
+    else:
+        where, params = sel.where()
+        cursor = con.execute(mix_sql(by, where), params)
     return Rows([*by, *COLUMNS], cursor.fetchall())
+
+
+def _rollup_stored(con: duckdb.DuckDBPyConnection) -> bool:
+    from .sql import materialised
+
+    return materialised(con, "request_rollup")
+
+
+def _midnight(value: dt.datetime) -> str | None:
+    """``YYYY-MM-DD`` when ``value`` is a UTC midnight (a whole-day bound), else None."""
+    utc = value.astimezone(dt.UTC)
+    return utc.strftime("%Y-%m-%d") if utc.time() == dt.time(0) else None
+
+
+def _rollup_where(sel: Selection) -> tuple[str, list[Any]] | None:
+    """The selection as a predicate over the rollup's columns, or None when the rollup cannot
+    answer it exactly (a bound inside a day, or a filter on something the rollup does not keep)."""
+    if sel.extra:
+        return None
+    clauses: list[str] = []
+    params: list[Any] = []
+    for bound, op in ((sel.since, ">="), (sel.until, "<")):
+        if bound is not None:
+            day = _midnight(bound)
+            if day is None:
+                return None
+            clauses.append(f"day {op} ?")  # ISO days compare as strings; a NULL day never matches
+            params.append(day)
+    for column, values in (
+        ("agent", sel.agents),
+        ("model", sel.models),
+        ("session_id", sel.sessions),
+        ("user_id", sel.users),
+        ("source", sel.sources),
+    ):
+        if values:
+            clauses.append(f"{column} IN ({', '.join('?' for _ in values)})")
+            params.extend(values)
+    return (" AND ".join(clauses) or "true"), params
 
 
 def token_mix(

@@ -211,6 +211,8 @@ def run(
 
     query = load(name)
     sql = query.sql(blocks)
+    if _whole_lake(blocks, params) and _steps_materialised(con):
+        sql = use_stored_steps(sql)
     if wrap is not None:
         sql = wrap.replace("{q}", f"(\n{sql}\n)")
     values = bind(query, sql, params or {})
@@ -218,6 +220,63 @@ def run(
         return query_frame(con, sql, values)
     except duckdb.Error as e:
         raise QueryError(f"query {name!r} failed: {e}") from None
+
+
+_STREAM_CTES = re.compile(r"-- >>> stream CTEs.*?\n\)(,?)\n-- <<< stream CTEs", re.S)
+
+
+_SESSION_ROWS = re.compile(r"-- >>> session rows\n.*?-- <<< session rows", re.S)
+
+#: ``sessions.sql``'s per-session aggregate over the stored steps: the steps hold the same requests
+#: with ``root_key``, the coalesced times and tokens already computed, and read far faster than the
+#: requests' string columns (tests/test_steps.py checks both give the same sessions).
+STORED_SESSION_ROWS = """-- over the steps stored by compaction
+    SELECT root_key, any_value(root_session_id) AS root_session_id,
+        max(agent) AS agent, max(model) AS model, max(user_id) AS user_id, max(source) AS source,
+        min(t_start) AS started_at, max(t_end) AS ended_at,
+        (max(t_end_us) - min(t_start_us)) / 1e6 AS duration_s,
+        count(*)::BIGINT AS requests,
+        sum(cold_input_tokens)::BIGINT AS cold_input_tokens,
+        sum(cache_read_tokens)::BIGINT AS cache_read_tokens,
+        sum(cache_write_tokens)::BIGINT AS cache_write_tokens,
+        sum(output_tokens)::BIGINT AS output_tokens
+    FROM request_steps
+    GROUP BY 1"""
+
+
+def use_stored_steps(sql: str) -> str:
+    """``sql`` reading the ``request_steps`` view (stored by compaction) where it would run the
+    window: its stream CTEs (see ``queries/steps.sql``) and ``sessions.sql``'s per-session rows."""
+    sql = _STREAM_CTES.sub(
+        lambda m: f"WITH steps AS (SELECT * FROM request_steps){m.group(1)} -- stored by compaction", sql
+    )
+    return _SESSION_ROWS.sub(lambda m: STORED_SESSION_ROWS, sql)
+
+
+def _whole_lake(blocks: Mapping[str, str] | None, params: Mapping[str, Any] | None) -> bool:
+    """Whether a query run selects every request (the case the stored steps answer)."""
+    selection = (blocks or {}).get("selection")
+    if selection is not None:
+        return selection.strip().strip("()").strip().lower() == "true"
+    given = params or {}
+    return given.get("since") is None and given.get("until") is None
+
+
+def _steps_materialised(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the connection's ``request_steps`` view reads the steps stored by compaction."""
+    from .lake import STEPS_VIEW
+
+    return materialised(con, STEPS_VIEW)
+
+
+def materialised(con: duckdb.DuckDBPyConnection, view: str) -> bool:
+    """Whether the connection's derived ``view`` reads the files stored by compaction."""
+    from .lake import MATERIALISED
+
+    rows = con.execute(
+        "SELECT comment FROM duckdb_views() WHERE view_name = ? AND NOT internal", [view]
+    ).fetchall()
+    return bool(rows) and rows[0][0] == MATERIALISED
 
 
 def selection_block(selection: Selection | None, time_expr: str | None = None) -> tuple[str, dict[str, Any]]:

@@ -75,6 +75,9 @@ class FileContext:
     path: Path
     first_line: int = 1  # 1-based number of the first line in ``data``
     state: dict[str, Any] = field(default_factory=dict)  # carried between imports of this file
+    #: An importer that counted the lines of ``data`` may set the number of the line after them
+    #: (``first_line + data.count(b"\n")``), which spares the caller counting them again.
+    next_line: int | None = None
 
 
 class Importer(Protocol):

@@ -22,10 +22,19 @@ result does not depend on line order or on how a growing file was split between 
 
 Only lines that contain ``"usage"`` are fully parsed; user lines are read with a few regular
 expressions (their tool results can be large).
+
+Speed: the usual assistant line (int token counts, text ids) goes through :func:`_fast_block` and
+:func:`_requests_frame_fast`, which pick the kept copy per request in Python and build a frame of the
+kept rows only; events become a frame column by column (:func:`_events_frame`). Any other line (odd
+types, out-of-range counts) sends its batch through the general :meth:`ClaudeCodeImporter._block` /
+:func:`_requests_frame` / ``frame_from_rows`` path, so both give the same rows, and the same errors
+(``tests/test_claude_code_fastpath.py`` checks that).
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import os
 import re
 import time
@@ -94,6 +103,11 @@ class _Keys:
         self.uuid = b'"uuid"' + sep + b'"'
         self.subtype = b'"subtype"' + sep + b'"'
         self.is_meta = b'"isMeta"' + sep + b"true"
+        #: :func:`_skippable` as one regular expression: a ``"type":`` key, any one byte (the
+        #: opening quote in valid JSON), an ignored type and its closing quote.
+        self.skip = re.compile(
+            re.escape(self.type) + b".(?:" + b"|".join(map(re.escape, _SKIP_TYPES)) + b')"', re.DOTALL
+        )
 
 
 _COMPACT = _Keys(b":")  # what Claude Code writes (JSON.stringify)
@@ -127,6 +141,159 @@ def _search(pattern: re.Pattern[bytes], line: bytes) -> str | None:
     return m.group(1).decode() if m else None
 
 
+_IGNORED_ERRNOS = (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP)  # as pathlib ignores them
+
+
+def _jsonl_files(root: Path) -> list[Path]:
+    """``sorted(p for p in root.rglob("*.jsonl") if p.is_file())`` with one ``scandir`` per folder.
+
+    As ``rglob``: folders are entered but not through symbolic links, unreadable ones are skipped;
+    as ``Path.is_file``: a link counts when it leads to a regular file.
+    """
+    found: list[Path] = []
+    folders = [str(root)]
+    while folders:
+        folder = folders.pop()
+        try:
+            with os.scandir(folder) as it:
+                entries = list(it)
+        except PermissionError:
+            continue
+        for entry in entries:
+            name = entry.name
+            if name.endswith(".jsonl"):
+                path = Path(folder, name)
+                try:
+                    regular = path.is_file() if entry.is_symlink() else entry.is_file(follow_symlinks=False)
+                except OSError:
+                    regular = path.is_file()
+                if regular:
+                    found.append(path)
+            try:
+                folder_entry = entry.is_dir(follow_symlinks=False)
+            except OSError as e:
+                if e.errno not in _IGNORED_ERRNOS:
+                    raise
+                folder_entry = False
+            if folder_entry:
+                folders.append(os.path.join(folder, name))
+    return sorted(found)
+
+
+_INT_OR_NONE = frozenset((int, type(None)))
+_STR_OR_NONE = frozenset((str, type(None)))
+
+
+def _fast_block(
+    rec: dict[str, Any], no: int, file_agent: str | None, st: dict[str, Any], trigger_ts: str | None
+) -> tuple[Any, ...] | None:
+    """:meth:`ClaudeCodeImporter._block` for the usual record, or None for any other.
+
+    Usual: a dict ``message`` with a dict ``usage`` whose token counts are ints (or absent), a
+    string timestamp, no ``costUSD`` but a float, text (or nothing) in the text columns, not
+    ``<synthetic>`` nor an API error. Anything else (and so every record that makes ``_block``
+    raise) is left to the general code, which this function must match exactly; it changes ``st``
+    only when it returns a row.
+    """
+    get = rec.get
+    msg = get("message")
+    if type(msg) is not dict:
+        return None
+    mget = msg.get
+    usage = mget("usage")
+    ts = get("timestamp")
+    model = mget("model")
+    if type(usage) is not dict or type(ts) is not str or model == "<synthetic>" or get("isApiErrorMessage"):
+        return None
+    uget = usage.get
+    cold = uget("input_tokens")
+    read = uget("cache_read_input_tokens")
+    write = uget("cache_creation_input_tokens")
+    output = uget("output_tokens")
+    breakdown = uget("cache_creation")
+    details = uget("output_tokens_details")
+    cost = get("costUSD")
+    thinking = details.get("thinking_tokens") if type(details) is dict else None
+    if type(breakdown) is dict:
+        w5 = breakdown.get("ephemeral_5m_input_tokens")
+        w1 = breakdown.get("ephemeral_1h_input_tokens")
+        if (
+            not {type(cold), type(read), type(write), type(output), type(thinking), type(w5), type(w1)}
+            <= _INT_OR_NONE
+        ):
+            return None
+        w5 = w5 or 0
+        w1 = w1 or 0
+    else:
+        if not {type(cold), type(read), type(write), type(output), type(thinking)} <= _INT_OR_NONE:
+            return None
+        w5 = w1 = None
+    if cost is not None and type(cost) is not float:
+        return None
+    # ClaudeCodeImporter._ids, without its side effect until the row is known to be usual.
+    own_session = get("sessionId") or st.get("session_id")
+    agent = get("agentId")
+    agent_id = agent or file_agent
+    session: Any
+    parent: Any
+    if agent_id and (get("isSidechain") or file_agent):
+        session, parent = f"agent-{agent_id}", own_session
+    else:
+        session, parent = own_session, None
+    row = (
+        no,
+        get("requestId"),
+        mget("id"),
+        ts,
+        trigger_ts,
+        session,
+        parent,
+        st.get("prompt_id"),
+        get("version"),
+        model,
+        cold or 0,
+        read or 0,
+        write or 0,
+        w5,
+        w1,
+        output or 0,
+        thinking,
+        cost,
+        get("cwd"),
+        get("gitBranch"),
+        agent,
+        get("uuid"),
+        uget("speed"),
+        uget("service_tier"),
+        mget("stop_reason"),
+    )
+    # The text columns hold text (or nothing): what _requests_frame_fast relies on.
+    if (
+        not {
+            type(row[1]),
+            type(row[2]),
+            type(trigger_ts),
+            type(session),
+            type(parent),
+            type(row[7]),
+            type(row[8]),
+            type(model),
+            type(row[18]),
+            type(row[19]),
+            type(agent),
+            type(row[21]),
+            type(row[22]),
+            type(row[23]),
+            type(row[24]),
+        }
+        <= _STR_OR_NONE
+    ):
+        return None
+    if own_session:
+        st["session_id"] = own_session
+    return row
+
+
 class ClaudeCodeImporter:
     name: ClassVar[str] = "claude-code"
     whole_file: ClassVar[bool] = False
@@ -143,7 +310,7 @@ class ClaudeCodeImporter:
     def discover(self, root: Path) -> list[Path]:
         if root.is_file():
             return [root]
-        return sorted(p for p in root.rglob("*.jsonl") if p.is_file())
+        return _jsonl_files(root)
 
     def parse(self, data: bytes, ctx: FileContext) -> Parsed:
         out = Parsed()
@@ -152,6 +319,8 @@ class ClaudeCodeImporter:
         # A sub-agent transcript lives in <session>/subagents/agent-<id>.jsonl.
         file_agent = ctx.path.stem[len("agent-") :] if ctx.path.stem.startswith("agent-") else None
         acc: list[tuple[Any, ...]] = []  # one tuple per assistant block line, see _COLUMNS
+        usual = True  # every tuple in acc came from _fast_block (see _requests_frame_fast)
+        errors = out.errors
         last_user_ts: str | None = st.get("last_user_ts")
         prev_was_user = bool(st.get("prev_was_user"))
         loads = orjson.loads
@@ -160,6 +329,9 @@ class ClaudeCodeImporter:
         pos, size, no = 0, len(data), ctx.first_line - 1
         head = data[:4096]
         k = _SPACED if (b'": "' in head and b'":"' not in head) else _COMPACT
+        key_user, key_system, key_ts, key_prompt = k.user, k.system, k.timestamp, k.prompt_id
+        len_ts, len_prompt = len(key_ts), len(key_prompt)
+        skippable = k.skip.search
         # Lines are visited in place (bytes.find over ranges, memoryview slices for the JSON parser):
         # no copy of the tool results and file contents that make up most of a transcript.
         while pos < size:
@@ -173,17 +345,33 @@ class ClaudeCodeImporter:
             # The record's own "type" sits in its first few hundred bytes for every line type but
             # assistant (whose message, usage included, may come first): classify on that window
             # and scan a whole line only for the usage of an assistant record.
-            win = min(end, start + _WINDOW)
-            is_user = find(k.user, start, win) >= 0
-            if not is_user and find(k.system, start, win) < 0 and _skippable(data, k, start, win):
-                continue
-            if not is_user and find(b'"usage"', start, end) >= 0:
+            win = start + _WINDOW
+            if win > end:
+                win = end
+            if find(key_user, start, win) < 0:
+                if find(key_system, start, win) < 0 and skippable(data, start, win) is not None:
+                    continue
+                if find(b'"usage"', start, end) < 0:
+                    if find(key_system, start, end) >= 0:
+                        sub = _field(data, k.subtype, start, end)
+                        if sub in ("compact_boundary", "turn_duration"):
+                            out.events.append(
+                                self._system_event(sub, data[start:end], path, no, file_agent, st)
+                            )
+                    elif find(k.type, start, end) < 0 and _invalid(view[start:end]):
+                        errors.append(LineError(path, no, "not a JSON transcript record; line skipped"))
+                    continue
                 try:
                     rec = loads(view[start:end])
                 except orjson.JSONDecodeError as e:
-                    out.errors.append(LineError(path, no, f"invalid JSON ({e}); line skipped"))
+                    errors.append(LineError(path, no, f"invalid JSON ({e}); line skipped"))
                     continue
-                if not isinstance(rec, dict) or rec.get("type") != "assistant":
+                if type(rec) is not dict or rec.get("type") != "assistant":
+                    prev_was_user = False
+                    continue
+                block = _fast_block(rec, no, file_agent, st, last_user_ts if prev_was_user else None)
+                if block is not None:
+                    acc.append(block)
                     prev_was_user = False
                     continue
                 try:
@@ -194,52 +382,72 @@ class ClaudeCodeImporter:
                         acc.append(
                             self._block(rec, msg, no, file_agent, st, last_user_ts if prev_was_user else None)
                         )
+                        usual = False
                 except (KeyError, TypeError, ValueError, AttributeError) as e:
-                    out.errors.append(LineError(path, no, f"unreadable assistant usage record: {e!r}"))
+                    errors.append(LineError(path, no, f"unreadable assistant usage record: {e!r}"))
                     continue
                 prev_was_user = False
                 continue
-            if is_user:
-                if data[end - 1 : end] != b"}" and _invalid(view[start:end]):
-                    out.errors.append(LineError(path, no, "truncated JSON line; line skipped"))
+            # A user line: a prompt, or a tool result (the bulk of a transcript's bytes).
+            if data[end - 1] != 125 and _invalid(view[start:end]):  # 125: "}"
+                errors.append(LineError(path, no, "truncated JSON line; line skipped"))
+                continue
+            # _field(data, key, start, end), inlined for the two keys every user line is searched for.
+            i = find(key_ts, start, end)
+            if i < 0:
+                ts_s = None
+            else:
+                i += len_ts
+                j = find(b'"', i, end)
+                ts_s = data[i:j].decode() if j > 0 else None
+            i = find(key_prompt, start, end)
+            if i < 0:
+                prompt = None
+            else:
+                i += len_prompt
+                j = find(b'"', i, end)
+                prompt = data[i:j].decode() if j > 0 else None
+            if (
+                find(b'"tool_result"', start, min(end, start + 2 * _WINDOW)) < 0
+                and find(k.is_meta, start, end) < 0
+            ):
+                line = data[start:end] if end - start < 4096 else None
+                try:
+                    ts = iso_micros(ts_s) if ts_s else None
+                except ValueError:
+                    errors.append(LineError(path, no, f"bad timestamp {ts_s!r}; line skipped"))
                     continue
-                ts_s = _field(data, k.timestamp, start, end)
-                prompt = _field(data, k.prompt_id, start, end)
-                if (
-                    find(b'"tool_result"', start, min(end, start + 2 * _WINDOW)) < 0
-                    and find(k.is_meta, start, end) < 0
-                ):
-                    line = data[start:end] if end - start < 4096 else None
-                    try:
-                        ts = iso_micros(ts_s) if ts_s else None
-                    except ValueError:
-                        out.errors.append(LineError(path, no, f"bad timestamp {ts_s!r}; line skipped"))
-                        continue
-                    uuid = _field(data, k.uuid, start, end)
-                    st["prompt_id"] = prompt or uuid or st.get("prompt_id")
-                    out.events.append(self._user_event(line or data[start:end], path, no, ts, file_agent, st))
-                elif prompt:
-                    st["prompt_id"] = prompt
-                if ts_s is not None:
-                    last_user_ts = ts_s
-                prev_was_user = True
-            elif find(k.system, start, end) >= 0:
-                sub = _field(data, k.subtype, start, end)
-                if sub in ("compact_boundary", "turn_duration"):
-                    out.events.append(self._system_event(sub, data[start:end], path, no, file_agent, st))
-            elif find(k.type, start, end) < 0 and _invalid(view[start:end]):
-                out.errors.append(LineError(path, no, "not a JSON transcript record; line skipped"))
+                uuid = _field(data, k.uuid, start, end)
+                st["prompt_id"] = prompt or uuid or st.get("prompt_id")
+                out.events.append(self._user_event(line or data[start:end], path, no, ts, file_agent, st))
+            elif prompt:
+                st["prompt_id"] = prompt
+            if ts_s is not None:
+                last_user_ts = ts_s
+            prev_was_user = True
         st["last_user_ts"] = last_user_ts
         st["prev_was_user"] = prev_was_user
-        if acc:
-            out.raw.append((path, acc))
+        # ``no`` counted a last line without its newline too.
+        ctx.next_line = no + 1 if not data or data[-1] == 10 else no
+        if acc or out.events:
+            out.raw.append((path, acc, usual))
         return out
 
     def finish(self, parsed: Parsed) -> None:
-        """Build one requests frame from every file's block lines (see :func:`_requests_frame`)."""
-        blocks = [(path, *t) for path, acc in parsed.raw for t in acc]
-        parsed.raw.clear()
-        parsed.frames.setdefault("requests", []).append(_requests_frame(blocks))
+        """Build one requests frame from every file's block lines, and one events frame.
+
+        Block lines that all came from :func:`_fast_block` go through :func:`_requests_frame_fast`;
+        a batch with any other goes through :func:`_requests_frame`, the general (slower) path.
+        """
+        raw: list[tuple[str, list[tuple[Any, ...]], bool]] = parsed.raw
+        frame = _requests_frame_fast(raw) if all(usual for _, _, usual in raw) else None
+        if frame is None:
+            frame = _requests_frame([(path, *t) for path, acc, _ in raw for t in acc])
+        raw.clear()
+        parsed.frames.setdefault("requests", []).append(frame)
+        if parsed.events:
+            parsed.frames.setdefault("events", []).append(_events_frame(parsed.events))
+            parsed.events.clear()
 
     def _block(
         self,
@@ -452,8 +660,6 @@ def _requests_frame(acc: list[tuple[Any, ...]]) -> Any:
     """
     import polars as pl
 
-    from ..schema import REQUESTS
-
     types = {"str": pl.String, "i64": pl.Int64, "f64": pl.Float64}
     raw = pl.DataFrame(acc, schema={k: types[v] for k, v in _COLUMNS.items()}, orient="row")
     ts = pl.col("ts").str.to_datetime(time_unit="us", time_zone="UTC")
@@ -489,14 +695,16 @@ def _requests_frame(acc: list[tuple[Any, ...]]) -> Any:
         .join(first, on="key", how="left")
         .sort("file", "seq")
     )
-    ids = [
-        stable_id("anthropic-request", r)
-        if r
-        else stable_id("claude-message", m)
-        if m
-        else stable_id("claude-line", f, n)
-        for r, m, f, n in kept.select("request_id", "message_id", "file", "seq").iter_rows()
-    ]
+    return _request_rows(kept)
+
+
+def _request_rows(kept: Any) -> Any:
+    """The lake rows of the kept block lines (with ``ended_at``, ``started_at``, ``estimated``)."""
+    import polars as pl
+
+    from ..schema import REQUESTS
+
+    ids = _request_ids(*(kept[c].to_list() for c in ("request_id", "message_id", "file", "seq")))
     attrs = pl.struct(
         pl.col("message_id"),
         pl.col("file"),
@@ -522,3 +730,153 @@ def _requests_frame(acc: list[tuple[Any, ...]]) -> Any:
         ingested_at=pl.lit(int(time.time() * 1_000_000)).cast(pl.Datetime("us", "UTC")),
     )
     return frame.select([pl.col(c).cast(t) for c, t in REQUESTS.schema.items()])
+
+
+def _request_ids(requests: list[Any], messages: list[Any], files: list[str], seqs: list[int]) -> list[str]:
+    """``stable_id("anthropic-request", r) if r else stable_id("claude-message", m) if m else
+    stable_id("claude-line", f, n)`` for each row, reusing the hash state of the constant prefixes."""
+    prefixes = {}
+    for kind in ("anthropic-request", "claude-message", "claude-line"):
+        h = hashlib.blake2b(digest_size=16)
+        h.update(b"\x1f")
+        h.update(kind.encode())
+        prefixes[kind] = h
+    by_request, by_message, by_line = (
+        prefixes["anthropic-request"],
+        prefixes["claude-message"],
+        prefixes["claude-line"],
+    )
+    out = []
+    for r, m, f, n in zip(requests, messages, files, seqs, strict=True):
+        if r:
+            h = by_request.copy()
+            h.update(b"\x1f" + str(r).encode())
+        elif m:
+            h = by_message.copy()
+            h.update(b"\x1f" + str(m).encode())
+        else:
+            h = by_line.copy()
+            h.update(b"\x1f" + str(f).encode() + b"\x1f" + str(n).encode())
+        out.append(h.hexdigest())
+    return out
+
+
+_TYPES_BY_KIND = {"str": "String", "i64": "Int64", "f64": "Float64"}
+
+#: Token counts below this add up (four of them) without overflowing an Int64.
+_SMALL = 1 << 60
+
+
+def _requests_frame_fast(raw: list[tuple[str, list[tuple[Any, ...]], bool]]) -> Any:
+    """:func:`_requests_frame` for block lines from :func:`_fast_block`, or None where it cannot say.
+
+    The kept copy and the first line of each request are chosen here, in one pass in Python (the
+    token counts are small ints, the text columns text), so that only the kept rows become a frame.
+    The timestamps of all lines are still parsed together, as :func:`_requests_frame` parses them
+    (the same format inference and the same errors). None (use the general path): a token count
+    outside ``[0, 2**60)``, where Int64 arithmetic or range might differ from Python's.
+    """
+    import polars as pl
+
+    rank = {p: r for r, p in enumerate(sorted({p for p, _, _ in raw}))}
+    # key -> [kept row, its total, file rank, seq, line index, path; first line's index, file rank, seq]
+    slots: dict[str, list[Any]] = {}
+    stamps: list[str] = []
+    triggers: list[str | None] = []
+    i = 0
+    for path, acc, _ in raw:
+        f = rank[path]
+        for row in acc:
+            (seq, request_id, message_id, ts, trigger, _, _, _, _, _, cold, read, creation, w5, w1, output,
+             thinking, _, _, _, _, _, _, _, _) = row  # fmt: skip
+            if request_id is not None:
+                key = "r:" + request_id
+            elif message_id is not None:
+                key = "m:" + message_id
+            else:
+                key = f"l:{path}:{seq}"
+            if w5 is None:
+                write = creation
+                if (cold | read | creation | output | (thinking or 0)) >> 60:
+                    return None
+            else:
+                write = w5 + w1
+                if write <= 0:
+                    write = creation
+                if (cold | read | creation | output | w5 | w1 | (thinking or 0)) >> 60:
+                    return None
+            total = cold + read + write + output
+            slot = slots.get(key)
+            if slot is None:
+                slots[key] = [row, total, f, seq, i, path, i, f, seq]
+            else:
+                if (total, f, seq) >= (slot[1], slot[2], slot[3]):
+                    slot[0:6] = row, total, f, seq, i, path
+                if (f, seq) < (slot[7], slot[8]):
+                    slot[6:9] = i, f, seq
+            stamps.append(ts)
+            triggers.append(trigger)
+            i += 1
+    kept = sorted(slots.values(), key=lambda s: (s[2], s[3]))
+    ts = pl.DataFrame(
+        [pl.Series("ts", stamps, dtype=pl.String), pl.Series("trigger_ts", triggers, dtype=pl.String)]
+    ).select(
+        ended_at=pl.col("ts").str.to_datetime(time_unit="us", time_zone="UTC"),
+        trigger=pl.col("trigger_ts").str.to_datetime(time_unit="us", time_zone="UTC"),
+    )
+    first = ts[[s[6] for s in kept]]
+    names = list(_COLUMNS)
+    values = list(zip(*(s[0] for s in kept), strict=True)) if kept else [() for _ in names[1:]]
+    columns = [pl.Series("file", [s[5] for s in kept], dtype=pl.String)] + [
+        pl.Series(name, col, dtype=getattr(pl, _TYPES_BY_KIND[_COLUMNS[name]]), strict=True)
+        for name, col in zip(names[1:], values, strict=True)
+    ]
+    frame = pl.DataFrame(columns).with_columns(
+        ended_at=ts["ended_at"][[s[4] for s in kept]],
+        started_at=first.select(
+            pl.when(pl.col("trigger") <= pl.col("ended_at"))
+            .then(pl.col("trigger"))
+            .otherwise(pl.col("ended_at"))
+        ).to_series(),
+        estimated=first["trigger"].is_not_null(),
+    )
+    breakdown = pl.col("cache_write_5m_tokens") + pl.col("cache_write_1h_tokens")
+    return _request_rows(
+        frame.with_columns(
+            cache_write_tokens=pl.when(breakdown > 0).then(breakdown).otherwise(pl.col("cache_creation"))
+        )
+    )
+
+
+def _events_frame(rows: list[Row]) -> Any:
+    """``frame_from_rows(EVENTS, rows)`` for this importer's event rows, built column by column.
+
+    The rows have the same keys (see :meth:`ClaudeCodeImporter._event`), ``timestamp`` an int or
+    None and ``attributes`` a dict, serialised as :func:`traceflow.lake.frame_from_rows` does.
+    """
+    import polars as pl
+
+    from ..lake import frame_from_rows
+    from ..schema import EVENTS, polars_type
+
+    now = int(time.time() * 1_000_000)
+    dumps, option = orjson.dumps, orjson.OPT_NON_STR_KEYS
+    columns = []
+    try:
+        for name, duck in EVENTS.columns.items():
+            dtype = polars_type(duck)
+            if name == "attributes":
+                values: list[Any] = [
+                    dumps(r["attributes"], option=option, default=str).decode() for r in rows
+                ]
+            elif name == "ingested_at":
+                values = [now] * len(rows)
+            else:
+                values = [r.get(name) for r in rows]
+            if isinstance(dtype, pl.Datetime):
+                columns.append(pl.Series(name, values, dtype=pl.Int64, strict=True).cast(dtype))
+            else:
+                columns.append(pl.Series(name, values, dtype=dtype, strict=True))
+    except Exception:  # a value of another type (an id that is a number): the general path decides
+        return frame_from_rows(EVENTS, rows)
+    return pl.DataFrame(columns)

@@ -1,0 +1,81 @@
+-- steps: one row per request in stream order: its stream, position, gap, kind and reusable prefix.
+-- The per-stream analyses (gaps, gap_histogram, resumes, compactions, sessions, ttl, ttl_validation,
+-- working_set) all start from these CTEs: a stream is one (session_id, parent_session_id), so a
+-- sub-agent is its own stream; requests are ordered by (started_at, seq); gap_s is the idle time since
+-- the previous request of the stream ended (clamped at 0, NULL for the first); kind is agent (same
+-- prompt_id), human (new prompt_id) or unknown; prefix_tokens is the previous request's context plus
+-- its output, at most this request's context. Requests without tokens are left out. `traceflow
+-- compact` stores this query's result for the whole lake as the request_steps view, which the
+-- analyses then read instead of recomputing the window (when they select the whole lake).
+-- DuckDB dialect: epoch_us, hash.
+-- params:  $since TIMESTAMPTZ = NULL  only requests at or after this time
+--          $until TIMESTAMPTZ = NULL  only requests before this time
+-- returns: root_session_id, root_key, is_main, session_id, parent_session_id, agent, model, user_id,
+--          source, prompt_id, prompt_key, t_start, t_end, t_start_us, t_end_us, context_tokens,
+--          cold_input_tokens, cache_read_tokens, cache_write_tokens, output_tokens, position,
+--          prev_end_us, next_end_us, prev_prompt_key, prev_context_tokens, prev_output_tokens, gap_s,
+--          kind, prefix_tokens
+
+-- >>> stream CTEs (identical in every per-stream query; tests/test_queries.py checks it)
+WITH sel AS (
+    -- the selection; requests without tokens (failed calls) neither read nor write a cache
+    SELECT *
+    FROM requests
+    WHERE total_tokens > 0 AND coalesce(started_at, ended_at) IS NOT NULL
+      AND /*@selection*/ (CAST($since AS TIMESTAMPTZ) IS NULL OR coalesce(started_at, ended_at) >= CAST($since AS TIMESTAMPTZ))
+      AND (CAST($until AS TIMESTAMPTZ) IS NULL OR coalesce(started_at, ended_at) < CAST($until AS TIMESTAMPTZ)) /*@end*/
+),
+keyed AS (
+    -- integer keys keep the window's sort cheap: a stream is keyed by the 64-bit hash of
+    -- (session_id, parent_session_id) (two streams colliding, ~1e-8 for a million streams, would
+    -- merge) and prompt ids are compared by hash; a request without a session stands alone
+    SELECT *,
+        CASE WHEN session_id IS NULL THEN hash(event_id) ELSE hash(session_id, parent_session_id) END AS stream_key,
+        CASE WHEN coalesce(parent_session_id, session_id) IS NULL THEN hash(event_id)
+             ELSE hash(coalesce(parent_session_id, session_id)) END AS root_key,
+        parent_session_id IS NULL AS is_main,
+        epoch_us(coalesce(started_at, ended_at)) AS t_start_us,
+        epoch_us(coalesce(ended_at, started_at)) AS t_end_us,
+        CASE WHEN prompt_id IS NOT NULL THEN hash(prompt_id) END AS prompt_key
+    FROM sel
+),
+stream AS (
+    -- one row per request in stream order; a sub-agent (parent_session_id set) is its own stream;
+    -- (started_at, seq) is unique within a stream in practice: seq is the source order
+    SELECT
+        coalesce(parent_session_id, session_id) AS root_session_id, root_key, is_main,
+        session_id, parent_session_id, agent, model, user_id, source, prompt_id, prompt_key,
+        coalesce(started_at, ended_at) AS t_start,
+        coalesce(ended_at, started_at) AS t_end,
+        t_start_us, t_end_us,
+        context_tokens,
+        coalesce(cold_input_tokens, 0) AS cold_input_tokens,
+        coalesce(cache_read_tokens, 0) AS cache_read_tokens,
+        coalesce(cache_write_tokens, 0) AS cache_write_tokens,
+        coalesce(output_tokens, 0) AS output_tokens,
+        row_number() OVER w AS position,
+        lag(t_end_us) OVER w AS prev_end_us,
+        lead(t_end_us) OVER w AS next_end_us,
+        lag(prompt_key) OVER w AS prev_prompt_key,
+        lag(context_tokens) OVER w AS prev_context_tokens,
+        lag(coalesce(output_tokens, 0)) OVER w AS prev_output_tokens
+    FROM keyed
+    WINDOW w AS (PARTITION BY stream_key ORDER BY t_start_us, seq)
+),
+steps AS (
+    -- gap_s: idle seconds since the previous request of the stream ended (NULL for its first request)
+    -- kind: agent (same prompt_id), human (new prompt_id), unknown (no prompt ids)
+    -- prefix_tokens: the cached prefix this request could reuse: the previous request's context plus
+    -- its output, at most this request's context (a compaction keeps less)
+    SELECT *,
+        CASE WHEN position > 1 THEN greatest(t_start_us - prev_end_us, 0) / 1e6 END AS gap_s,
+        CASE WHEN position = 1 THEN NULL
+             WHEN prompt_key IS NULL AND prev_prompt_key IS NULL THEN 'unknown'
+             WHEN prompt_key = prev_prompt_key THEN 'agent'
+             ELSE 'human' END AS kind,
+        CASE WHEN position = 1 THEN 0
+             ELSE least(prev_context_tokens + prev_output_tokens, context_tokens) END AS prefix_tokens
+    FROM stream
+)
+-- <<< stream CTEs
+SELECT * FROM steps;
