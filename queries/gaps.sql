@@ -5,12 +5,13 @@
 -- request's ended_at, in seconds, clamped at 0 (a missing start or end falls back to the other).
 -- kind is agent when the prompt_id is the previous request's (a tool loop), human when it is new,
 -- unknown when the source has no prompt ids. A stream's first request has no gap and no row.
+-- gap_bin is the gap's bin in the log-spaced histogram (see steps.sql).
 -- Requests without tokens (failed calls) are left out. DuckDB dialect: epoch_us.
 -- params:  $since TIMESTAMPTZ = NULL  only requests at or after this time
 --          $until TIMESTAMPTZ = NULL  only requests before this time
 -- returns: root_session_id, session_id, parent_session_id, agent, model, user_id, source, prompt_id,
 --          started_at, position, gap_s, kind, context_tokens, prefix_tokens, cache_read_tokens,
---          cache_write_tokens
+--          cache_write_tokens, gap_bin
 
 -- >>> stream CTEs (identical in every per-stream query; tests/test_queries.py checks it)
 WITH sel AS (
@@ -70,13 +71,37 @@ steps AS (
              WHEN prompt_key = prev_prompt_key THEN 'agent'
              ELSE 'human' END AS kind,
         CASE WHEN position = 1 THEN 0
-             ELSE least(prev_context_tokens + prev_output_tokens, context_tokens) END AS prefix_tokens
+             ELSE least(prev_context_tokens + prev_output_tokens, context_tokens) END AS prefix_tokens,
+        -- gap_bin: the gap's histogram bin, i such that edge[i] <= gap_s < edge[i + 1] for the edges
+        -- (seconds) 0, 0.1, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400,
+        -- 28800, 86400 (the last bin is open-ended); NULL for a stream's first request
+        CASE WHEN position = 1 THEN NULL
+             WHEN greatest(t_start_us - prev_end_us, 0) < 100000 THEN 0
+             WHEN greatest(t_start_us - prev_end_us, 0) < 500000 THEN 1
+             WHEN greatest(t_start_us - prev_end_us, 0) < 1000000 THEN 2
+             WHEN greatest(t_start_us - prev_end_us, 0) < 2000000 THEN 3
+             WHEN greatest(t_start_us - prev_end_us, 0) < 5000000 THEN 4
+             WHEN greatest(t_start_us - prev_end_us, 0) < 10000000 THEN 5
+             WHEN greatest(t_start_us - prev_end_us, 0) < 20000000 THEN 6
+             WHEN greatest(t_start_us - prev_end_us, 0) < 30000000 THEN 7
+             WHEN greatest(t_start_us - prev_end_us, 0) < 60000000 THEN 8
+             WHEN greatest(t_start_us - prev_end_us, 0) < 120000000 THEN 9
+             WHEN greatest(t_start_us - prev_end_us, 0) < 300000000 THEN 10
+             WHEN greatest(t_start_us - prev_end_us, 0) < 600000000 THEN 11
+             WHEN greatest(t_start_us - prev_end_us, 0) < 1200000000 THEN 12
+             WHEN greatest(t_start_us - prev_end_us, 0) < 1800000000 THEN 13
+             WHEN greatest(t_start_us - prev_end_us, 0) < 3600000000 THEN 14
+             WHEN greatest(t_start_us - prev_end_us, 0) < 7200000000 THEN 15
+             WHEN greatest(t_start_us - prev_end_us, 0) < 14400000000 THEN 16
+             WHEN greatest(t_start_us - prev_end_us, 0) < 28800000000 THEN 17
+             WHEN greatest(t_start_us - prev_end_us, 0) < 86400000000 THEN 18
+             ELSE 19 END AS gap_bin
     FROM stream
 )
 -- <<< stream CTEs
 SELECT root_session_id, session_id, parent_session_id, agent, model, user_id, source, prompt_id,
        t_start AS started_at, position, gap_s, kind,
-       context_tokens, prefix_tokens, cache_read_tokens, cache_write_tokens
+       context_tokens, prefix_tokens, cache_read_tokens, cache_write_tokens, gap_bin
 FROM steps
 WHERE position > 1
 /*@order*/ ORDER BY root_session_id, session_id, parent_session_id NULLS FIRST, position /*@end*/;

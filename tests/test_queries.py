@@ -96,6 +96,12 @@ def test_histogram_bins_match_the_library() -> None:
     text = (REPO / "queries" / "gap_histogram.sql").read_text()
     edges = [float(x) for x in re.findall(r"\(\d+, ([\d.]+), [\d.NUL]+\)", text)]
     assert tuple(edges) == gaps.BIN_EDGES
+    # the stream CTEs' gap_bin: the same edges, in microseconds, numbered from 0
+    steps = (REPO / "queries" / "steps.sql").read_text()
+    bins = re.findall(r"prev_end_us, 0\) < (\d+) THEN (\d+)", steps)
+    assert [int(us) / 1e6 for us, _ in bins] == list(gaps.BIN_EDGES[1:])
+    assert [int(i) for _, i in bins] == list(range(len(gaps.BIN_EDGES) - 1))
+    assert f"ELSE {len(gaps.BIN_EDGES) - 1} END AS gap_bin" in steps
 
 
 def test_params_bind_from_strings(con: Any) -> None:

@@ -65,11 +65,6 @@ BIN_EDGES: tuple[float, ...] = (
 )
 
 
-def _bin_case(column: str = "gap_s") -> str:
-    whens = " ".join(f"WHEN {column} < {hi!r} THEN {i}" for i, hi in enumerate(BIN_EDGES[1:]))
-    return f"CASE {whens} ELSE {len(BIN_EDGES) - 1} END"
-
-
 def _ttl_key(ttl_s: float) -> str:
     return f"{ttl_s:g}".replace(".", "_")
 
@@ -135,7 +130,7 @@ def gap_summary(
         ]
     if histogram:  # one map for all kinds: key = bin * 4 + kind code (human 1, agent 2, unknown 3)
         kind_code = "CASE kind WHEN 'human' THEN 1 WHEN 'agent' THEN 2 ELSE 3 END"
-        parts.append(f"histogram(({_bin_case()}) * 4 + {kind_code}) AS hist")
+        parts.append(f"histogram(gap_bin * 4 + {kind_code}) AS hist")  # gap_bin: see queries/steps.sql
     inner = f"SELECT {keys}{', '.join(parts)} FROM {{q}} AS g {group}"
     outer_cols = [f'"{b}"' for b in by] + [
         "gaps",
