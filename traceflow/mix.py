@@ -128,17 +128,8 @@ def _rollup_where(sel: Selection) -> tuple[str, list[Any]] | None:
                 return None
             clauses.append(f"day {op} ?")  # ISO days compare as strings; a NULL day never matches
             params.append(day)
-    for column, values in (
-        ("agent", sel.agents),
-        ("model", sel.models),
-        ("session_id", sel.sessions),
-        ("user_id", sel.users),
-        ("source", sel.sources),
-    ):
-        if values:
-            clauses.append(f"{column} IN ({', '.join('?' for _ in values)})")
-            params.extend(values)
-    return (" AND ".join(clauses) or "true"), params
+    more, more_params = sel.filter_clauses(session="session_id")
+    return (" AND ".join(clauses + more) or "true"), params + more_params
 
 
 def token_mix(

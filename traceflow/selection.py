@@ -56,14 +56,24 @@ class Selection:
         if self.until is not None:
             clauses.append(f"{time_expr} < ?")
             params.append(self.until)
+        more, more_params = self.filter_clauses()
+        return (" AND ".join(clauses + more) or "true"), params + more_params
+
+    def filter_clauses(
+        self, session: str = "coalesce(parent_session_id, session_id)"
+    ) -> tuple[list[str], list[Any]]:
+        """The ``IN`` clauses of the filters (not the time window) and their parameters; ``session``
+        is the expression a session filter compares (the view's, or a rollup's column)."""
+        clauses: list[str] = []
+        params: list[Any] = []
         for column, values in (
             ("agent", self.agents),
             ("model", self.models),
-            ("coalesce(parent_session_id, session_id)", self.sessions),
+            (session, self.sessions),
             ("user_id", self.users),
             ("source", self.sources),
         ):
             if values:
                 clauses.append(f"{column} IN ({', '.join('?' for _ in values)})")
                 params.extend(values)
-        return (" AND ".join(clauses) or "true"), params
+        return clauses, params
