@@ -10,6 +10,7 @@ module aggregates them in DuckDB (nothing per gap reaches Python).
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +64,11 @@ BIN_EDGES: tuple[float, ...] = (
     28800.0,
     86400.0,
 )
+
+
+#: The histogram key of a gap: bin * 4 + kind code (human 1, agent 2, unknown 3); gap_bin is the
+#: bin of :data:`BIN_EDGES` that ``queries/steps.sql`` computes.
+_HIST_KEY = "gap_bin * 4 + CASE kind WHEN 'human' THEN 1 WHEN 'agent' THEN 2 ELSE 3 END"
 
 
 def _ttl_key(ttl_s: float) -> str:
@@ -128,9 +134,14 @@ def gap_summary(
             f" AS {kind}_share_over_{_ttl_key(t)}"
             for t in ttls
         ]
-    if histogram:  # one map for all kinds: key = bin * 4 + kind code (human 1, agent 2, unknown 3)
-        kind_code = "CASE kind WHEN 'human' THEN 1 WHEN 'agent' THEN 2 ELSE 3 END"
-        parts.append(f"histogram(gap_bin * 4 + {kind_code}) AS hist")  # gap_bin: see queries/steps.sql
+    blocks, params = _selection(selection)
+    # With stored steps the histogram is a separate scan, run concurrently on a second cursor (the
+    # quantiles' final sort leaves a core idle); otherwise it rides along in the same pass, so the
+    # window is computed once. DuckDB evaluates histogram() through a materialised copy of the
+    # input, which at 100 M gaps costs more than the second scan.
+    separate = histogram and not by and sql.uses_stored_steps(con, blocks, params)
+    if histogram and not separate:
+        parts.append(f"histogram({_HIST_KEY}) AS hist")
     inner = f"SELECT {keys}{', '.join(parts)} FROM {{q}} AS g {group}"
     outer_cols = [f'"{b}"' for b in by] + [
         "gaps",
@@ -152,11 +163,22 @@ def gap_summary(
         ]
         outer_cols.append(f"{kind}_mean_s")
         outer_cols += [f"{kind}_share_over_{_ttl_key(t)}" for t in ttls]
-    if histogram:
+    if histogram and not separate:
         outer_cols.append("hist")
     wrap = f"SELECT {', '.join(outer_cols)} FROM ({inner}) AS s"
-    blocks, params = _selection(selection)
-    return sql.run(con, "gaps", params, blocks=blocks, wrap=wrap)
+    if not separate:
+        return sql.run(con, "gaps", params, blocks=blocks, wrap=wrap)
+    import polars as pl
+
+    with cf.ThreadPoolExecutor(max_workers=1) as pool:
+        cursor = con.cursor()  # the same database and views, its own connection
+        hist_wrap = f"SELECT {_HIST_KEY} AS k, count(*) AS n FROM {{q}} AS g GROUP BY 1"
+        hist = pool.submit(sql.run, cursor, "gaps", params, blocks=blocks, wrap=hist_wrap)
+        summary = sql.run(con, "gaps", params, blocks=blocks, wrap=wrap)
+        counts = hist.result()
+        cursor.close()
+    as_map = [{"key": k, "value": n} for k, n in counts.sort("k").iter_rows()]
+    return summary.with_columns(pl.Series("hist", [as_map]))
 
 
 def gap_histogram(con: duckdb.DuckDBPyConnection, selection: Selection | None = None) -> pl.DataFrame:

@@ -211,7 +211,7 @@ def run(
 
     query = load(name)
     sql = query.sql(blocks)
-    if _whole_lake(blocks, params) and _steps_materialised(con):
+    if uses_stored_steps(con, blocks, params):
         sql = use_stored_steps(sql)
     if wrap is not None:
         sql = wrap.replace("{q}", f"(\n{sql}\n)")
@@ -251,6 +251,13 @@ def use_stored_steps(sql: str) -> str:
         lambda m: f"WITH steps AS (SELECT * FROM request_steps){m.group(1)} -- stored by compaction", sql
     )
     return _SESSION_ROWS.sub(lambda m: STORED_SESSION_ROWS, sql)
+
+
+def uses_stored_steps(
+    con: duckdb.DuckDBPyConnection, blocks: Mapping[str, str] | None, params: Mapping[str, Any] | None
+) -> bool:
+    """Whether :func:`run` with these blocks and parameters reads the steps stored by compaction."""
+    return _whole_lake(blocks, params) and _steps_materialised(con)
 
 
 def _whole_lake(blocks: Mapping[str, str] | None, params: Mapping[str, Any] | None) -> bool:
