@@ -57,7 +57,7 @@ _COMPLETENESS = (
 STEPS_VIEW = "request_steps"
 ROLLUP_VIEW = "request_rollup"
 DERIVED = {STEPS_VIEW: "steps", ROLLUP_VIEW: "rollup"}
-MATERIALISED = STEPS_MATERIALISED = "materialised"
+MATERIALISED = "materialised"
 
 
 def _derived_sql(view: str) -> str:
@@ -140,12 +140,22 @@ def _partition_values(table: Table, frame: pl.DataFrame) -> pl.Series:
     return frame.select(ts.dt.strftime("%Y-%m-%d").fill_null("unknown").alias("dt")).to_series()
 
 
-def _fsync_dir(path: Path) -> None:
+def _fsync_path(path: Path) -> None:
+    """fsync a directory (making renames into it durable) or a file another process wrote."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _write_json_durably(path: Path, value: Any) -> None:
+    """Replace ``path`` with ``value`` as JSON atomically (temp file, fsync, rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(orjson.dumps(value))
+    _fsync_path(tmp)
+    os.replace(tmp, path)
 
 
 class Lake:
@@ -226,7 +236,7 @@ class Lake:
             published.append(target)
             dirs.add(target_dir)
         for d in dirs:
-            _fsync_dir(d)
+            _fsync_path(d)
         return published
 
     def append(self, table: str, rows: Sequence[Mapping[str, Any]] | pl.DataFrame) -> list[Path]:
@@ -248,8 +258,9 @@ class Lake:
         for name in names:
             con.execute(self.view_sql(name))
         if REQUESTS.name in names:
+            current = self._request_files()
             for view in DERIVED:
-                stored = self.fresh_derived(view)
+                stored = self.fresh_derived(view, current)
                 con.execute(self.derived_view_sql(view, stored))
                 if stored:
                     con.execute(f"COMMENT ON VIEW {view} IS '{MATERIALISED}'")
@@ -259,8 +270,12 @@ class Lake:
     def _derived_marker(self, view: str) -> Path:
         return self.state_dir / "derived" / f"{view}.json"
 
-    def fresh_derived(self, view: str) -> list[Path] | None:
-        """The view's stored files, when they were computed from exactly today's request files."""
+    def _request_files(self) -> set[str]:
+        return {str(f.relative_to(self.table_dir(REQUESTS.name))) for f in self.files(REQUESTS.name)}
+
+    def fresh_derived(self, view: str, current: set[str] | None = None) -> list[Path] | None:
+        """The view's stored files, when they were computed from exactly today's request files
+        (``current``, the requests' file names under their table, when the caller has them)."""
         marker = self._derived_marker(view)
         if not marker.exists():
             return None
@@ -270,14 +285,11 @@ class Lake:
             files = [self.base / f for f in record["files"]]
         except (orjson.JSONDecodeError, KeyError, TypeError):
             return None
-        current = {str(f.relative_to(self.table_dir(REQUESTS.name))) for f in self.files(REQUESTS.name)}
+        if current is None:
+            current = self._request_files()
         if current != computed_from or not all(f.exists() for f in files):
             return None
         return files
-
-    def fresh_steps(self) -> list[Path] | None:
-        """The stored ``request_steps`` files when fresh (see :meth:`fresh_derived`)."""
-        return self.fresh_derived(STEPS_VIEW)
 
     def derived_view_sql(self, view: str, files: list[Path] | None = None) -> str:
         """A derived view: its stored ``files`` (see :meth:`fresh_derived`), else its query."""
@@ -321,27 +333,17 @@ class Lake:
         finally:
             con.close()
         for f in out.glob("*.parquet"):
-            fd = os.open(f, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            _fsync_path(f)
         root = self.base / "_derived" / view
         root.mkdir(parents=True, exist_ok=True)
         target = root / gen
         os.replace(out, target)
-        _fsync_dir(root)
-        marker = self._derived_marker(view)
-        marker.parent.mkdir(parents=True, exist_ok=True)
+        _fsync_path(root)
         record = {
             "requests": sorted(str(f.relative_to(self.table_dir(REQUESTS.name))) for f in files),
             "files": sorted(str(f.relative_to(self.base)) for f in target.glob("*.parquet")),
         }
-        tmp = marker.with_suffix(".tmp")
-        tmp.write_bytes(orjson.dumps(record))
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, marker)
+        _write_json_durably(self._derived_marker(view), record)
         # keep the previous generation for readers that opened it a moment ago
         for old in sorted(p for p in root.iterdir() if p.name != gen)[:-1]:
             shutil.rmtree(old, ignore_errors=True)
@@ -438,22 +440,13 @@ class Lake:
         staged = []
         for part in sorted(out.glob("dt=*")):
             for i, f in enumerate(sorted(part.glob("*.parquet"))):
-                fd = os.open(f, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+                _fsync_path(f)
                 target = f.with_name(f"{time.time_ns()}-{os.getpid()}-compacted-{i}.parquet")
                 f.rename(target)
                 staged.append((target, f"{table}/{part.name}"))
         published = self.publish(staged)
-        marker = self._deduped_marker(table)
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        tmp = marker.with_suffix(".tmp")
-        tmp.write_bytes(orjson.dumps([str(p.relative_to(self.table_dir(table))) for p in published]))
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, marker)
+        names = [str(p.relative_to(self.table_dir(table))) for p in published]
+        _write_json_durably(self._deduped_marker(table), names)
         for f in files:
             with contextlib.suppress(FileNotFoundError):
                 f.unlink()
