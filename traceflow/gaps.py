@@ -170,12 +170,14 @@ def gap_summary(
         return sql.run(con, "gaps", params, blocks=blocks, wrap=wrap)
     import polars as pl
 
-    with cf.ThreadPoolExecutor(max_workers=1) as pool:
-        cursor = con.cursor()  # the same database and views, its own connection
-        hist_wrap = f"SELECT {_HIST_KEY} AS k, count(*) AS n FROM {{q}} AS g GROUP BY 1"
-        hist = pool.submit(sql.run, cursor, "gaps", params, blocks=blocks, wrap=hist_wrap)
-        summary = sql.run(con, "gaps", params, blocks=blocks, wrap=wrap)
-        counts = hist.result()
+    hist_wrap = f"SELECT {_HIST_KEY} AS k, count(*) AS n FROM {{q}} AS g GROUP BY 1"
+    cursor = con.cursor()  # the same database and views, its own connection
+    try:
+        with cf.ThreadPoolExecutor(max_workers=1) as pool:
+            hist = pool.submit(sql.run, cursor, "gaps", params, blocks=blocks, wrap=hist_wrap)
+            summary = sql.run(con, "gaps", params, blocks=blocks, wrap=wrap)
+            counts = hist.result()
+    finally:
         cursor.close()
     as_map = [{"key": k, "value": n} for k, n in counts.sort("k").iter_rows()]
     return summary.with_columns(pl.Series("hist", [as_map]))
