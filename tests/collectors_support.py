@@ -21,9 +21,10 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 
+from tests.conftest import shared_data
 from traceflow.lake import Lake
 
-CAPTURES = Path(__file__).resolve().parents[2] / "shared" / "data" / "claude-code-otlp"
+CAPTURES = shared_data() / "claude-code-otlp"
 PAYLOADS = Path(__file__).resolve().parent / "payloads"
 
 

@@ -22,6 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import shared_data
 from traceflow import importing
 from traceflow.importers import claude_code
 from traceflow.importers.base import FileContext, Parsed, finish
@@ -31,7 +32,7 @@ from traceflow.schema import EVENTS
 
 CLAUDE = claude_code.IMPORTER
 
-_EXAMPLES = Path(__file__).resolve().parents[2] / "shared" / "data"
+_EXAMPLES = shared_data()
 
 
 def _parse(

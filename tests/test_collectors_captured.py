@@ -63,7 +63,7 @@ def _signal(path: Path) -> otlp.Signal:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     if not BODIES:
-        pytest.skip("no captured Claude Code bodies in ../shared/data/claude-code-otlp")
+        pytest.fail(f"no captured Claude Code bodies in {CAPTURES}; set TRACEFLOW_SHARED_DATA")
     with Server(tmp_path_factory.mktemp("captured"), "--roll-interval", "0.2") as srv:
         yield srv
 

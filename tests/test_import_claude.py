@@ -11,6 +11,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import shared_data
 from traceflow.importers import get
 from traceflow.importing import run_import
 from traceflow.lake import Lake
@@ -177,9 +178,7 @@ def test_default_location_follows_claude_config_dir(
 
 # -- properties -------------------------------------------------------------------------------
 
-_EXAMPLE = (
-    Path(__file__).resolve().parents[2] / "shared" / "data" / "agent-examples" / "claude-transcript.jsonl"
-)
+_EXAMPLE = shared_data() / "agent-examples" / "claude-transcript.jsonl"
 
 
 def _assistant_lines() -> list[str]:

@@ -33,7 +33,7 @@ TOKENS = ("cold_input_tokens", "cache_read_tokens", "cache_write_tokens", "outpu
 
 def fixture_lines() -> list[bytes]:
     if not FIXTURE.exists():
-        pytest.skip(f"fixture missing: {FIXTURE}")
+        pytest.fail(f"fixture missing: {FIXTURE}; set TRACEFLOW_SHARED_DATA")
     return [ln for ln in FIXTURE.read_bytes().split(b"\n") if ln.strip()]
 
 
