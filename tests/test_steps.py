@@ -17,7 +17,7 @@ import pytest
 
 import traceflow.cli_analyses  # noqa: F401  (registers the commands on the app)
 from traceflow import sql
-from traceflow.lake import MATERIALISED, STEPS_VIEW, Lake
+from traceflow.lake import STEPS_VIEW, Lake
 
 Cli = Callable[..., tuple[int, str, str]]
 
@@ -49,11 +49,7 @@ def _run_all(cli: Cli) -> dict[str, str]:
 
 
 def _materialised(lake: Lake) -> bool:
-    con = lake.connect(["requests"])
-    rows = con.execute(
-        "SELECT comment FROM duckdb_views() WHERE view_name = ? AND NOT internal", [STEPS_VIEW]
-    ).fetchall()
-    return bool(rows) and rows[0][0] == MATERIALISED
+    return sql.materialised(lake.connect(["requests"]), STEPS_VIEW)
 
 
 def _round(value: object) -> object:

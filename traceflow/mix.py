@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 
 from .errors import UsageError
+from .lake import ROLLUP_VIEW
 from .output import Rows
 from .selection import REQUEST_TIME, Selection
+from .sql import materialised
 
 if TYPE_CHECKING:
     import polars as pl
@@ -92,7 +94,7 @@ def token_mix_rows(
 ) -> Rows:
     """Like :func:`token_mix`, as plain rows (no polars needed)."""
     sel = selection or Selection()
-    answer = _rollup_where(sel) if _rollup_stored(con) else None
+    answer = _rollup_where(sel) if materialised(con, ROLLUP_VIEW) else None
     if answer is not None:
         where, params = answer
         cursor = con.execute(mix_sql(by, where, rollup=True), params)
@@ -100,12 +102,6 @@ def token_mix_rows(
         where, params = sel.where()
         cursor = con.execute(mix_sql(by, where), params)
     return Rows([*by, *COLUMNS], cursor.fetchall())
-
-
-def _rollup_stored(con: duckdb.DuckDBPyConnection) -> bool:
-    from .sql import materialised
-
-    return materialised(con, "request_rollup")
 
 
 def _midnight(value: dt.datetime) -> str | None:

@@ -257,7 +257,9 @@ def uses_stored_steps(
     con: duckdb.DuckDBPyConnection, blocks: Mapping[str, str] | None, params: Mapping[str, Any] | None
 ) -> bool:
     """Whether :func:`run` with these blocks and parameters reads the steps stored by compaction."""
-    return _whole_lake(blocks, params) and _steps_materialised(con)
+    from .lake import STEPS_VIEW
+
+    return _whole_lake(blocks, params) and materialised(con, STEPS_VIEW)
 
 
 def _whole_lake(blocks: Mapping[str, str] | None, params: Mapping[str, Any] | None) -> bool:
@@ -267,13 +269,6 @@ def _whole_lake(blocks: Mapping[str, str] | None, params: Mapping[str, Any] | No
         return selection.strip().strip("()").strip().lower() == "true"
     given = params or {}
     return given.get("since") is None and given.get("until") is None
-
-
-def _steps_materialised(con: duckdb.DuckDBPyConnection) -> bool:
-    """Whether the connection's ``request_steps`` view reads the steps stored by compaction."""
-    from .lake import STEPS_VIEW
-
-    return materialised(con, STEPS_VIEW)
 
 
 def materialised(con: duckdb.DuckDBPyConnection, view: str) -> bool:
