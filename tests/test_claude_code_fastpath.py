@@ -8,6 +8,7 @@ error and the carried state. The import's worker-process path must agree with th
 
 from __future__ import annotations
 
+import copy
 import json
 import multiprocessing
 import os
@@ -85,6 +86,7 @@ def _compare(files: list[tuple[str, bytes]], cuts: dict[str, list[int]], monkeyp
     fast = _outcome(files, cuts)
     with monkeypatch.context() as m:
         m.setattr(claude_code, "_fast_block", lambda *a: None)
+        m.setattr(claude_code, "native_scanner", lambda: None)  # the compiled scanner's rows are fast ones
         m.setattr(claude_code, "_events_frame", lambda rows: frame_from_rows(EVENTS, rows))
         general = _outcome(files, cuts)
     _same(fast, general)
@@ -108,6 +110,11 @@ def test_real_transcripts_fast_equals_general(shared: Path, monkeypatch: pytest.
 
 
 _ODD: list[Any] = [None, "", "12", "3.5", "abc", 1.5, True, False, -3, 0, 7, 2**61, 2**63 + 5, [], {}]
+
+
+def _odd(rng: random.Random, *extra: Any) -> Any:
+    """One odd value, a fresh copy (a shared ``{}`` put in two places would make a cycle)."""
+    return copy.deepcopy(rng.choice([*_ODD, *extra]))
 
 
 def _mutate(rng: random.Random, line: bytes) -> bytes:
@@ -141,18 +148,18 @@ def _mutate(rng: random.Random, line: bytes) -> bytes:
             )
             if key == "cache_creation" and rng.random() < 0.5:
                 usage[key] = {
-                    "ephemeral_5m_input_tokens": rng.choice(_ODD),
-                    "ephemeral_1h_input_tokens": rng.choice(_ODD),
+                    "ephemeral_5m_input_tokens": _odd(rng),
+                    "ephemeral_1h_input_tokens": _odd(rng),
                 }
             elif key == "output_tokens_details":
-                usage[key] = {"thinking_tokens": rng.choice(_ODD)}
+                usage[key] = {"thinking_tokens": _odd(rng)}
             elif rng.random() < 0.2:
                 usage.pop(key, None)
             else:
-                usage[key] = rng.choice(_ODD)
+                usage[key] = _odd(rng)
         elif msg is not None and c < 0.55:
             key = rng.choice(["id", "model", "stop_reason", "usage"])
-            msg[key] = rng.choice([*_ODD, "<synthetic>"])
+            msg[key] = _odd(rng, "<synthetic>")
         else:
             key = rng.choice(
                 [
@@ -163,7 +170,7 @@ def _mutate(rng: random.Random, line: bytes) -> bytes:
             if rng.random() < 0.3:
                 rec.pop(key, None)
             else:
-                rec[key] = rng.choice([*_ODD, "assistant", "user", "2026-01-01T00:00:00Z"])
+                rec[key] = _odd(rng, "assistant", "user", "2026-01-01T00:00:00Z")
     return json.dumps(rec).encode() if rng.random() < 0.2 else orjson.dumps(rec)
 
 

@@ -43,6 +43,7 @@ from typing import Any, ClassVar
 
 import orjson
 
+from ..native import claude_scanner as native_scanner
 from .base import FileContext, LineError, Parsed, Row, as_float, as_int, iso_micros, stable_id
 
 _TYPE = re.compile(rb'"type"\s*:\s*"([a-z_-]+)"')
@@ -108,6 +109,16 @@ class _Keys:
         self.skip = re.compile(
             re.escape(self.type) + b".(?:" + b"|".join(map(re.escape, _SKIP_TYPES)) + b')"', re.DOTALL
         )
+        #: The same markers for the compiled scanner (:func:`traceflow.native.claude_scanner`).
+        self.native = (
+            self.user,
+            self.system,
+            self.type,
+            self.timestamp,
+            self.prompt_id,
+            self.is_meta,
+            _SKIP_TYPES,
+        )
 
 
 _COMPACT = _Keys(b":")  # what Claude Code writes (JSON.stringify)
@@ -126,6 +137,14 @@ def _field(data: bytes, key: bytes, start: int, end: int) -> str | None:
     i += len(key)
     j = data.find(b'"', i, end)
     return data[i:j].decode() if j > 0 else None
+
+
+def _carry(st: dict[str, Any], **values: Any) -> None:
+    """Store the compiled scanner's state in ``st`` as the Python loop would have: a key it never
+    set stays absent rather than None."""
+    for key, value in values.items():
+        if value is not None or key in st or key in ("last_user_ts", "prev_was_user"):
+            st[key] = value
 
 
 def _invalid(line: memoryview) -> bool:
@@ -319,23 +338,69 @@ class ClaudeCodeImporter:
         # A sub-agent transcript lives in <session>/subagents/agent-<id>.jsonl.
         file_agent = ctx.path.stem[len("agent-") :] if ctx.path.stem.startswith("agent-") else None
         acc: list[tuple[Any, ...]] = []  # one tuple per assistant block line, see _COLUMNS
-        usual = True  # every tuple in acc came from _fast_block (see _requests_frame_fast)
+        head = data[:4096]
+        k = _SPACED if (b'": "' in head and b'":"' not in head) else _COMPACT
+        size, no = len(data), ctx.first_line - 1
+        scan = native_scanner()
+        if scan is None:
+            no, usual = self._lines(data, 0, size, no, k, out, acc, path, file_agent, st)
+        else:
+            # The compiled scanner takes the lines it is sure of; each line it leaves goes through
+            # the Python loop alone, and the scanner resumes after it with the same state.
+            usual = True
+            pos = 0
+            keys = k.native
+            while pos < size:
+                pos, no, session, prompt, last_ts, prev, stopped = scan(
+                    data, pos, no, keys, file_agent, st.get("session_id"), st.get("prompt_id"),
+                    st.get("last_user_ts"), bool(st.get("prev_was_user")), acc,
+                )  # fmt: skip
+                _carry(st, session_id=session, prompt_id=prompt, last_user_ts=last_ts, prev_was_user=prev)
+                if not stopped:
+                    break
+                nl = data.find(b"\n", pos)
+                limit = size if nl < 0 else nl + 1
+                no, one_usual = self._lines(data, pos, limit, no, k, out, acc, path, file_agent, st)
+                usual = usual and one_usual
+                pos = limit
+        # ``no`` counted a last line without its newline too.
+        ctx.next_line = no + 1 if not data or data[-1] == 10 else no
+        if acc or out.events:
+            out.raw.append((path, acc, usual))
+        return out
+
+    def _lines(
+        self,
+        data: bytes,
+        pos: int,
+        size: int,
+        no: int,
+        k: _Keys,
+        out: Parsed,
+        acc: list[tuple[Any, ...]],
+        path: str,
+        file_agent: str | None,
+        st: dict[str, Any],
+    ) -> tuple[int, bool]:
+        """Read the lines of ``data[pos:size]`` (the first is line ``no + 1``) into ``out`` and ``acc``.
+
+        Returns the last line's number, and whether every row added to ``acc`` came from
+        :func:`_fast_block`. The carry-over state lives in ``st`` between calls.
+        """
+        usual = True
         errors = out.errors
         last_user_ts: str | None = st.get("last_user_ts")
         prev_was_user = bool(st.get("prev_was_user"))
         loads = orjson.loads
         view = memoryview(data)
         find = data.find
-        pos, size, no = 0, len(data), ctx.first_line - 1
-        head = data[:4096]
-        k = _SPACED if (b'": "' in head and b'":"' not in head) else _COMPACT
         key_user, key_system, key_ts, key_prompt = k.user, k.system, k.timestamp, k.prompt_id
         len_ts, len_prompt = len(key_ts), len(key_prompt)
         skippable = k.skip.search
         # Lines are visited in place (bytes.find over ranges, memoryview slices for the JSON parser):
         # no copy of the tool results and file contents that make up most of a transcript.
         while pos < size:
-            end = find(b"\n", pos)
+            end = find(b"\n", pos, size)
             if end < 0:
                 end = size
             no += 1
@@ -427,11 +492,7 @@ class ClaudeCodeImporter:
             prev_was_user = True
         st["last_user_ts"] = last_user_ts
         st["prev_was_user"] = prev_was_user
-        # ``no`` counted a last line without its newline too.
-        ctx.next_line = no + 1 if not data or data[-1] == 10 else no
-        if acc or out.events:
-            out.raw.append((path, acc, usual))
-        return out
+        return no, usual
 
     def finish(self, parsed: Parsed) -> None:
         """Build one requests frame from every file's block lines, and one events frame.

@@ -1,0 +1,1039 @@
+/* traceflow._cscan: the compiled line scanner of the Claude Code transcript importer.
+ *
+ * scan() walks a transcript's lines exactly as ClaudeCodeImporter._lines does (the same byte
+ * searches, the same windows, the same carry-over state) and handles the lines that make up
+ * nearly all of a transcript's bytes:
+ *
+ *   - lines of record types the importer ignores;
+ *   - tool-result and meta user lines (their timestamp and promptId);
+ *   - ordinary assistant lines: the row _fast_block would build, from a validating JSON parse
+ *     that builds nothing but the fields the row needs.
+ *
+ * At any other line (a user prompt, a system event, an API error, anything unusual, anything
+ * this parser is not sure orjson would read the same way) it stops and returns that line's
+ * position; the Python code handles that one line and calls scan() again. So the compiled and
+ * the pure-Python importer give the same rows by construction wherever scan() declines, and
+ * tests/test_cscan.py checks they agree wherever it does not.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
+typedef const unsigned char *ptr;
+
+/* ---- byte searches, as bytes.find(needle, start, end) >= 0 ---------------------------------- */
+
+static ptr find(ptr hay, ptr end, const char *needle, Py_ssize_t n)
+{
+    if (n == 0)
+        return hay;
+    if (end - hay < n)
+        return NULL;
+    return (ptr)memmem(hay, (size_t)(end - hay), needle, (size_t)n);
+}
+
+/* ---- a validating JSON reader that keeps only what the row needs ----------------------------- */
+
+enum { K_ABSENT = 0, K_NULL, K_TRUE, K_FALSE, K_STR, K_INT, K_FLOAT, K_OBJ, K_OTHER };
+
+typedef struct {
+    int kind;
+    ptr s;             /* K_STR: the raw bytes between the quotes; K_FLOAT: the number's text */
+    Py_ssize_t n;
+    int escaped;       /* K_STR: holds a backslash escape */
+    long long i;       /* K_INT */
+} Val;
+
+typedef struct {
+    ptr p, end;
+    int bad; /* 1: not sure (let Python decide) */
+} Cur;
+
+#define MAX_DEPTH 256
+
+static inline void ws(Cur *c)
+{
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r'))
+        c->p++;
+}
+
+static inline int hexval(unsigned char h)
+{
+    if (h >= '0' && h <= '9')
+        return h - '0';
+    if (h >= 'a' && h <= 'f')
+        return h - 'a' + 10;
+    if (h >= 'A' && h <= 'F')
+        return h - 'A' + 10;
+    return -1;
+}
+
+/* One UTF-8 sequence starting at p (p[0] >= 0x80); its length, or 0 when invalid. */
+static inline int utf8_len(ptr p, ptr end)
+{
+    unsigned char b = p[0];
+    if (b >= 0xC2 && b <= 0xDF) {
+        if (end - p < 2 || (p[1] & 0xC0) != 0x80)
+            return 0;
+        return 2;
+    }
+    if (b >= 0xE0 && b <= 0xEF) {
+        if (end - p < 3 || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80)
+            return 0;
+        if (b == 0xE0 && p[1] < 0xA0)
+            return 0; /* overlong */
+        if (b == 0xED && p[1] >= 0xA0)
+            return 0; /* a surrogate */
+        return 3;
+    }
+    if (b >= 0xF0 && b <= 0xF4) {
+        if (end - p < 4 || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80 || (p[3] & 0xC0) != 0x80)
+            return 0;
+        if (b == 0xF0 && p[1] < 0x90)
+            return 0;
+        if (b == 0xF4 && p[1] >= 0x90)
+            return 0;
+        return 4;
+    }
+    return 0;
+}
+
+/* A string; c->p at its opening quote. Validates escapes, control characters and UTF-8. */
+static void string(Cur *c, Val *v)
+{
+    ptr p = c->p + 1, end = c->end;
+    int escaped = 0;
+    ptr s = p;
+    for (;;) {
+#ifdef __SSE2__
+        while (end - p >= 16) {
+            __m128i x = _mm_loadu_si128((const __m128i *)p);
+            __m128i special = _mm_or_si128(
+                _mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8('"')), _mm_cmpeq_epi8(x, _mm_set1_epi8('\\'))),
+                /* bytes < 0x20 or >= 0x80: (x as signed) < 0x20 */
+                _mm_cmplt_epi8(x, _mm_set1_epi8(0x20)));
+            int mask = _mm_movemask_epi8(special);
+            if (mask) {
+                p += __builtin_ctz((unsigned)mask);
+                break;
+            }
+            p += 16;
+        }
+#endif
+        if (p >= end) {
+            c->bad = 1;
+            return;
+        }
+        unsigned char b = *p;
+        if (b == '"')
+            break;
+        if (b == '\\') {
+            escaped = 1;
+            if (end - p < 2) {
+                c->bad = 1;
+                return;
+            }
+            unsigned char e = p[1];
+            if (e == 'u') {
+                if (end - p < 6) {
+                    c->bad = 1;
+                    return;
+                }
+                int h0 = hexval(p[2]), h1 = hexval(p[3]), h2 = hexval(p[4]), h3 = hexval(p[5]);
+                if ((h0 | h1 | h2 | h3) < 0) {
+                    c->bad = 1;
+                    return;
+                }
+                int u = (h0 << 12) | (h1 << 8) | (h2 << 4) | h3;
+                if (u >= 0xD800 && u <= 0xDFFF) {
+                    c->bad = 1; /* surrogates: orjson's rules decide */
+                    return;
+                }
+                p += 6;
+            } else if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' || e == 'r' ||
+                       e == 't') {
+                p += 2;
+            } else {
+                c->bad = 1;
+                return;
+            }
+            continue;
+        }
+        if (b < 0x20) {
+            c->bad = 1;
+            return;
+        }
+        if (b >= 0x80) {
+            int n = utf8_len(p, end);
+            if (!n) {
+                c->bad = 1;
+                return;
+            }
+            p += n;
+            continue;
+        }
+        p++;
+    }
+    if (v) {
+        v->kind = K_STR;
+        v->s = s;
+        v->n = p - s;
+        v->escaped = escaped;
+    }
+    c->p = p + 1;
+}
+
+/* A number: JSON's grammar; ints of up to 18 digits keep their value, longer ones and floats
+ * with large exponents are left to Python. */
+static void number(Cur *c, Val *v)
+{
+    ptr p = c->p, end = c->end, s = p;
+    int neg = 0, isfloat = 0;
+    if (p < end && *p == '-') {
+        neg = 1;
+        p++;
+    }
+    if (p >= end) {
+        c->bad = 1;
+        return;
+    }
+    ptr digits = p;
+    if (*p == '0') {
+        p++;
+    } else if (*p >= '1' && *p <= '9') {
+        while (p < end && *p >= '0' && *p <= '9')
+            p++;
+    } else {
+        c->bad = 1;
+        return;
+    }
+    Py_ssize_t ndigits = p - digits;
+    if (p < end && *p == '.') {
+        isfloat = 1;
+        p++;
+        ptr f = p;
+        while (p < end && *p >= '0' && *p <= '9')
+            p++;
+        if (p == f) {
+            c->bad = 1;
+            return;
+        }
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        isfloat = 1;
+        p++;
+        if (p < end && (*p == '+' || *p == '-'))
+            p++;
+        ptr f = p;
+        while (p < end && *p >= '0' && *p <= '9')
+            p++;
+        if (p == f || p - f > 2) { /* no digits, or an exponent orjson may not map to a double */
+            c->bad = 1;
+            return;
+        }
+    }
+    if (p - s > 40) {
+        c->bad = 1;
+        return;
+    }
+    if (!isfloat && ndigits > 18) {
+        c->bad = 1;
+        return;
+    }
+    if (v) {
+        if (isfloat) {
+            v->kind = K_FLOAT;
+            v->s = s;
+            v->n = p - s;
+        } else {
+            long long x = 0;
+            for (ptr d = digits; d < digits + ndigits; d++)
+                x = x * 10 + (*d - '0');
+            v->kind = K_INT;
+            v->i = neg ? -x : x;
+        }
+    }
+    c->p = p;
+}
+
+static void skip_value(Cur *c, int depth);
+
+static int literal(Cur *c, const char *word, Py_ssize_t n)
+{
+    if (c->end - c->p < n || memcmp(c->p, word, (size_t)n) != 0) {
+        c->bad = 1;
+        return 0;
+    }
+    c->p += n;
+    return 1;
+}
+
+/* A value we only keep the kind (and scalar) of; objects and arrays are validated and skipped. */
+static void value(Cur *c, Val *v, int depth)
+{
+    ws(c);
+    if (c->p >= c->end) {
+        c->bad = 1;
+        return;
+    }
+    switch (*c->p) {
+    case '"':
+        string(c, v);
+        return;
+    case '{':
+    case '[':
+        skip_value(c, depth);
+        if (v)
+            v->kind = *(c->p - 1) == '}' ? K_OBJ : K_OTHER;
+        return;
+    case 't':
+        if (literal(c, "true", 4) && v)
+            v->kind = K_TRUE;
+        return;
+    case 'f':
+        if (literal(c, "false", 5) && v)
+            v->kind = K_FALSE;
+        return;
+    case 'n':
+        if (literal(c, "null", 4) && v)
+            v->kind = K_NULL;
+        return;
+    default:
+        number(c, v);
+        return;
+    }
+}
+
+static void skip_value(Cur *c, int depth)
+{
+    ws(c);
+    if (c->p >= c->end) {
+        c->bad = 1;
+        return;
+    }
+    unsigned char open = *c->p;
+    if (open != '{' && open != '[') {
+        value(c, NULL, depth);
+        return;
+    }
+    if (depth >= MAX_DEPTH) {
+        c->bad = 1;
+        return;
+    }
+    unsigned char close = open == '{' ? '}' : ']';
+    c->p++;
+    ws(c);
+    if (c->p < c->end && *c->p == close) {
+        c->p++;
+        return;
+    }
+    for (;;) {
+        if (open == '{') {
+            ws(c);
+            if (c->p >= c->end || *c->p != '"') {
+                c->bad = 1;
+                return;
+            }
+            string(c, NULL);
+            if (c->bad)
+                return;
+            ws(c);
+            if (c->p >= c->end || *c->p != ':') {
+                c->bad = 1;
+                return;
+            }
+            c->p++;
+        }
+        skip_value(c, depth + 1);
+        if (c->bad)
+            return;
+        ws(c);
+        if (c->p >= c->end) {
+            c->bad = 1;
+            return;
+        }
+        if (*c->p == ',') {
+            c->p++;
+            continue;
+        }
+        if (*c->p == close) {
+            c->p++;
+            return;
+        }
+        c->bad = 1;
+        return;
+    }
+}
+
+/* An object whose keys named in `names` are read into `vals` (and, where `subs[i]` is set and the
+ * value is an object, read by that function). Another key, and any duplicate of a named one, is
+ * skipped or makes the line Python's. */
+typedef struct Spec Spec;
+struct Spec {
+    int count;
+    const char *const *names;
+    Val *vals;
+    Spec *const *subs; /* may be NULL */
+};
+
+static void object(Cur *c, Spec *spec, int depth)
+{
+    /* c->p at '{' */
+    if (depth >= MAX_DEPTH) {
+        c->bad = 1;
+        return;
+    }
+    c->p++;
+    ws(c);
+    if (c->p < c->end && *c->p == '}') {
+        c->p++;
+        return;
+    }
+    for (;;) {
+        ws(c);
+        if (c->p >= c->end || *c->p != '"') {
+            c->bad = 1;
+            return;
+        }
+        Val key = {0};
+        string(c, &key);
+        if (c->bad)
+            return;
+        ws(c);
+        if (c->p >= c->end || *c->p != ':') {
+            c->bad = 1;
+            return;
+        }
+        c->p++;
+        int which = -1;
+        if (key.escaped) {
+            c->bad = 1; /* a key written with escapes may spell a named one */
+            return;
+        }
+        for (int i = 0; i < spec->count; i++) {
+            const char *name = spec->names[i];
+            if ((Py_ssize_t)strlen(name) == key.n && memcmp(name, key.s, (size_t)key.n) == 0) {
+                which = i;
+                break;
+            }
+        }
+        if (which < 0) {
+            skip_value(c, depth + 1);
+        } else {
+            Val *v = &spec->vals[which];
+            if (v->kind != K_ABSENT) {
+                c->bad = 1; /* a duplicate key: which copy wins is the JSON parser's rule */
+                return;
+            }
+            ws(c);
+            if (spec->subs && spec->subs[which] && c->p < c->end && *c->p == '{') {
+                object(c, spec->subs[which], depth + 1);
+                v->kind = K_OBJ;
+            } else {
+                value(c, v, depth + 1);
+                if (!c->bad && v->kind == K_ABSENT)
+                    v->kind = K_OTHER;
+            }
+        }
+        if (c->bad)
+            return;
+        ws(c);
+        if (c->p >= c->end) {
+            c->bad = 1;
+            return;
+        }
+        if (*c->p == ',') {
+            c->p++;
+            continue;
+        }
+        if (*c->p == '}') {
+            c->p++;
+            return;
+        }
+        c->bad = 1;
+        return;
+    }
+}
+
+/* ---- the assistant record ------------------------------------------------------------------ */
+
+enum { T_TYPE, T_MESSAGE, T_TIMESTAMP, T_APIERR, T_COST, T_SESSION, T_AGENT, T_SIDECHAIN, T_REQUEST,
+       T_VERSION, T_CWD, T_BRANCH, T_UUID, T_N };
+static const char *const TOP_NAMES[] = {"type", "message", "timestamp", "isApiErrorMessage", "costUSD",
+                                        "sessionId", "agentId", "isSidechain", "requestId", "version",
+                                        "cwd", "gitBranch", "uuid"};
+enum { M_USAGE, M_MODEL, M_ID, M_STOP, M_N };
+static const char *const MSG_NAMES[] = {"usage", "model", "id", "stop_reason"};
+enum { U_INPUT, U_READ, U_CREATION, U_OUTPUT, U_BREAKDOWN, U_DETAILS, U_SPEED, U_TIER, U_N };
+static const char *const USAGE_NAMES[] = {"input_tokens", "cache_read_input_tokens",
+                                          "cache_creation_input_tokens", "output_tokens", "cache_creation",
+                                          "output_tokens_details", "speed", "service_tier"};
+enum { B_5M, B_1H, B_N };
+static const char *const BREAKDOWN_NAMES[] = {"ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens"};
+enum { D_THINKING, D_N };
+static const char *const DETAILS_NAMES[] = {"thinking_tokens"};
+
+typedef struct {
+    Val top[T_N], msg[M_N], usage[U_N], breakdown[B_N], details[D_N];
+} Record;
+
+/* Parse a whole line as one JSON value; 0 when it is an object read into r, -1 when Python must. */
+static int read_record(ptr start, ptr end, Record *r)
+{
+    memset(r, 0, sizeof *r);
+    Spec breakdown = {B_N, BREAKDOWN_NAMES, r->breakdown, NULL};
+    Spec details = {D_N, DETAILS_NAMES, r->details, NULL};
+    Spec *usage_subs[U_N] = {NULL, NULL, NULL, NULL, &breakdown, &details, NULL, NULL};
+    Spec usage = {U_N, USAGE_NAMES, r->usage, usage_subs};
+    Spec *msg_subs[M_N] = {&usage, NULL, NULL, NULL};
+    Spec msg = {M_N, MSG_NAMES, r->msg, msg_subs};
+    Spec *top_subs[T_N] = {NULL, &msg};
+    Spec top = {T_N, TOP_NAMES, r->top, top_subs};
+    Cur c = {start, end, 0};
+    ws(&c);
+    if (c.p >= c.end || *c.p != '{')
+        return -1;
+    object(&c, &top, 0);
+    if (c.bad)
+        return -1;
+    ws(&c);
+    return c.p == c.end ? 0 : -1;
+}
+
+/* ---- building the row ----------------------------------------------------------------------- */
+
+/* The Python value of a JSON string (escapes decoded), or NULL with an error set. */
+static PyObject *str_of(const Val *v)
+{
+    if (!v->escaped)
+        return PyUnicode_DecodeUTF8((const char *)v->s, v->n, "strict");
+    /* decode the escapes (no surrogates: string() declined them) into UTF-8 */
+    char *buf = PyMem_Malloc((size_t)v->n + 1);
+    if (!buf)
+        return PyErr_NoMemory();
+    Py_ssize_t o = 0;
+    for (ptr p = v->s, end = v->s + v->n; p < end;) {
+        if (*p != '\\') {
+            buf[o++] = (char)*p++;
+            continue;
+        }
+        unsigned char e = p[1];
+        p += 2;
+        switch (e) {
+        case 'b': buf[o++] = '\b'; break;
+        case 'f': buf[o++] = '\f'; break;
+        case 'n': buf[o++] = '\n'; break;
+        case 'r': buf[o++] = '\r'; break;
+        case 't': buf[o++] = '\t'; break;
+        case 'u': {
+            int u = (hexval(p[0]) << 12) | (hexval(p[1]) << 8) | (hexval(p[2]) << 4) | hexval(p[3]);
+            p += 4;
+            if (u < 0x80) {
+                buf[o++] = (char)u;
+            } else if (u < 0x800) {
+                buf[o++] = (char)(0xC0 | (u >> 6));
+                buf[o++] = (char)(0x80 | (u & 0x3F));
+            } else {
+                buf[o++] = (char)(0xE0 | (u >> 12));
+                buf[o++] = (char)(0x80 | ((u >> 6) & 0x3F));
+                buf[o++] = (char)(0x80 | (u & 0x3F));
+            }
+            break;
+        }
+        default: buf[o++] = (char)e; /* " \ / */
+        }
+    }
+    PyObject *s = PyUnicode_DecodeUTF8(buf, o, "strict");
+    PyMem_Free(buf);
+    return s;
+}
+
+/* A text column: str, None (null or absent), or -1 (another type: Python's). */
+static int text(const Val *v, PyObject **out)
+{
+    if (v->kind == K_ABSENT || v->kind == K_NULL) {
+        *out = Py_NewRef(Py_None);
+        return 0;
+    }
+    if (v->kind != K_STR)
+        return -1;
+    *out = str_of(v);
+    return *out ? 0 : -2;
+}
+
+/* A token count: int, None (null or absent), or -1 (another type). */
+static int count(const Val *v, PyObject **out)
+{
+    if (v->kind == K_ABSENT || v->kind == K_NULL) {
+        *out = Py_NewRef(Py_None);
+        return 0;
+    }
+    if (v->kind != K_INT)
+        return -1;
+    *out = PyLong_FromLongLong(v->i);
+    return *out ? 0 : -2;
+}
+
+/* Python's truthiness of true / false / null / absent; -1 for another value. */
+static int flag(const Val *v)
+{
+    if (v->kind == K_TRUE)
+        return 1;
+    if (v->kind == K_FALSE || v->kind == K_NULL || v->kind == K_ABSENT)
+        return 0;
+    return -1;
+}
+
+static int is_nonempty_str(const Val *v) { return v->kind == K_STR && v->n > 0; }
+
+/* The carried state of the line walk (ClaudeCodeImporter._lines' locals and ctx.state). */
+typedef struct {
+    PyObject *session_id, *prompt_id, *last_user_ts; /* owned; str or None */
+    int prev_was_user;
+} State;
+
+/* Values repeated on most lines (model, version, cwd, ...): reuse the last str when the bytes match. */
+typedef struct {
+    PyObject *obj;
+    char *bytes;
+    Py_ssize_t n;
+} Memo;
+
+enum { MEMO_VERSION, MEMO_MODEL, MEMO_CWD, MEMO_BRANCH, MEMO_SPEED, MEMO_TIER, MEMO_STOP, MEMO_SESSION,
+       MEMO_AGENT, MEMO_N };
+
+static int memo_text(Memo *m, const Val *v, PyObject **out)
+{
+    if (v->kind == K_STR && !v->escaped && m->obj && m->n == v->n && memcmp(m->bytes, v->s, (size_t)v->n) == 0) {
+        *out = Py_NewRef(m->obj);
+        return 0;
+    }
+    int rc = text(v, out);
+    if (rc == 0 && v->kind == K_STR && !v->escaped) {
+        char *copy = PyMem_Realloc(m->bytes, (size_t)v->n + 1);
+        if (copy) {
+            memcpy(copy, v->s, (size_t)v->n);
+            m->bytes = copy;
+            m->n = v->n;
+            Py_XSETREF(m->obj, Py_NewRef(*out));
+        }
+    }
+    return rc;
+}
+
+static void memo_clear(Memo *memo)
+{
+    for (int i = 0; i < MEMO_N; i++) {
+        Py_CLEAR(memo[i].obj);
+        PyMem_Free(memo[i].bytes);
+        memo[i].bytes = NULL;
+    }
+}
+
+/* The row of an ordinary assistant record (_fast_block's tuple), appended to acc.
+ * 1: appended; 0: not ordinary (Python's line); -2: a Python error. */
+static int assistant_row(const Record *r, long long no, PyObject *file_agent, State *st, Memo *memo,
+                         PyObject *acc)
+{
+    const Val *msg = r->msg, *u = r->usage, *top = r->top;
+    if (top[T_MESSAGE].kind != K_OBJ || msg[M_USAGE].kind != K_OBJ || top[T_TIMESTAMP].kind != K_STR)
+        return 0;
+    const Val *model = &msg[M_MODEL];
+    if (model->kind == K_STR && model->escaped)
+        return 0;
+    if (model->kind == K_STR && model->n == 11 && memcmp(model->s, "<synthetic>", 11) == 0)
+        return 0;
+    if (flag(&top[T_APIERR]) != 0)
+        return 0;
+    int sidechain = flag(&top[T_SIDECHAIN]);
+    if (sidechain < 0)
+        return 0;
+    const Val *cost = &top[T_COST];
+    if (!(cost->kind == K_ABSENT || cost->kind == K_NULL || cost->kind == K_FLOAT))
+        return 0;
+    /* token counts: ints or nothing; a breakdown / details that is not an object counts as absent */
+    int has_breakdown = u[U_BREAKDOWN].kind == K_OBJ;
+    const Val *counts[] = {&u[U_INPUT], &u[U_READ], &u[U_CREATION], &u[U_OUTPUT], &r->breakdown[B_5M],
+                           &r->breakdown[B_1H], &r->details[D_THINKING]};
+    for (int i = 0; i < 7; i++) {
+        if (i >= 4 && i <= 5 && !has_breakdown)
+            continue;
+        if (i == 6 && u[U_DETAILS].kind != K_OBJ)
+            continue;
+        if (!(counts[i]->kind == K_ABSENT || counts[i]->kind == K_NULL || counts[i]->kind == K_INT))
+            return 0;
+    }
+    /* session and parent, as ClaudeCodeImporter._ids */
+    const Val *sid = &top[T_SESSION], *agent = &top[T_AGENT];
+    if (!(sid->kind == K_ABSENT || sid->kind == K_NULL || sid->kind == K_STR))
+        return 0;
+    if (!(agent->kind == K_ABSENT || agent->kind == K_NULL || agent->kind == K_STR))
+        return 0;
+    if (st->session_id != Py_None && !PyUnicode_CheckExact(st->session_id))
+        return 0;
+    if (st->prompt_id != Py_None && !PyUnicode_CheckExact(st->prompt_id))
+        return 0;
+    if (st->last_user_ts != Py_None && !PyUnicode_CheckExact(st->last_user_ts))
+        return 0;
+    /* every other text column must be text or nothing */
+    const Val *texts[] = {&top[T_REQUEST], &msg[M_ID], &top[T_VERSION], model, &top[T_CWD], &top[T_BRANCH],
+                          &top[T_UUID], &u[U_SPEED], &u[U_TIER], &msg[M_STOP]};
+    for (int i = 0; i < 10; i++)
+        if (!(texts[i]->kind == K_ABSENT || texts[i]->kind == K_NULL || texts[i]->kind == K_STR))
+            return 0;
+
+    PyObject *f[25] = {NULL};
+    int rc = 0;
+#define TAKE(i, expr)                                                                                         \
+    do {                                                                                                      \
+        int _r = (expr);                                                                                      \
+        if (_r) {                                                                                             \
+            rc = _r == -1 ? 0 : -2;                                                                           \
+            goto fail;                                                                                        \
+        }                                                                                                     \
+    } while (0)
+    f[0] = PyLong_FromLongLong(no);
+    if (!f[0]) {
+        rc = -2;
+        goto fail;
+    }
+    TAKE(1, text(&top[T_REQUEST], &f[1]));
+    TAKE(2, text(&msg[M_ID], &f[2]));
+    TAKE(3, text(&top[T_TIMESTAMP], &f[3]));
+    f[4] = Py_NewRef(st->prev_was_user ? st->last_user_ts : Py_None);
+    PyObject *own = NULL, *agent_obj = NULL;
+    if (is_nonempty_str(sid)) {
+        TAKE(5, memo_text(&memo[MEMO_SESSION], sid, &own));
+        if (PyUnicode_GET_LENGTH(own) == 0) { /* cannot happen: n > 0 bytes decode to a non-empty str */
+            Py_DECREF(own);
+            own = NULL;
+            rc = 0;
+            goto fail;
+        }
+    } else {
+        own = Py_NewRef(st->session_id);
+    }
+    if (memo_text(&memo[MEMO_AGENT], agent, &agent_obj)) {
+        Py_DECREF(own);
+        rc = PyErr_Occurred() ? -2 : 0;
+        goto fail;
+    }
+    f[20] = agent_obj;
+    PyObject *agent_id = is_nonempty_str(agent) ? agent_obj : file_agent;
+    int file_agent_true = file_agent != Py_None && PyObject_IsTrue(file_agent);
+    if (agent_id != Py_None && PyObject_IsTrue(agent_id) && (sidechain || file_agent_true)) {
+        f[5] = PyUnicode_FromFormat("agent-%U", agent_id);
+        if (!f[5]) {
+            Py_DECREF(own);
+            rc = -2;
+            goto fail;
+        }
+        f[6] = own; /* the parent */
+    } else {
+        f[5] = own;
+        f[6] = Py_NewRef(Py_None);
+    }
+    f[7] = Py_NewRef(st->prompt_id);
+    TAKE(8, memo_text(&memo[MEMO_VERSION], &top[T_VERSION], &f[8]));
+    TAKE(9, memo_text(&memo[MEMO_MODEL], model, &f[9]));
+    /* cold, read, creation, (5m, 1h), output: `x or 0` */
+    const int cols[] = {10, 11, 12, 15};
+    const Val *cv[] = {&u[U_INPUT], &u[U_READ], &u[U_CREATION], &u[U_OUTPUT]};
+    for (int i = 0; i < 4; i++) {
+        f[cols[i]] = PyLong_FromLongLong(cv[i]->kind == K_INT ? cv[i]->i : 0);
+        if (!f[cols[i]]) {
+            rc = -2;
+            goto fail;
+        }
+    }
+    if (has_breakdown) {
+        const Val *b5 = &r->breakdown[B_5M], *b1 = &r->breakdown[B_1H];
+        f[13] = PyLong_FromLongLong(b5->kind == K_INT ? b5->i : 0);
+        f[14] = PyLong_FromLongLong(b1->kind == K_INT ? b1->i : 0);
+        if (!f[13] || !f[14]) {
+            rc = -2;
+            goto fail;
+        }
+    } else {
+        f[13] = Py_NewRef(Py_None);
+        f[14] = Py_NewRef(Py_None);
+    }
+    if (u[U_DETAILS].kind == K_OBJ)
+        TAKE(16, count(&r->details[D_THINKING], &f[16]));
+    else
+        f[16] = Py_NewRef(Py_None);
+    if (cost->kind == K_FLOAT) {
+        char num[48];
+        memcpy(num, cost->s, (size_t)cost->n);
+        num[cost->n] = 0;
+        double d = PyOS_string_to_double(num, NULL, NULL);
+        if (d == -1.0 && PyErr_Occurred()) {
+            PyErr_Clear();
+            rc = 0;
+            goto fail;
+        }
+        f[17] = PyFloat_FromDouble(d);
+        if (!f[17]) {
+            rc = -2;
+            goto fail;
+        }
+    } else {
+        f[17] = Py_NewRef(Py_None);
+    }
+    TAKE(18, memo_text(&memo[MEMO_CWD], &top[T_CWD], &f[18]));
+    TAKE(19, memo_text(&memo[MEMO_BRANCH], &top[T_BRANCH], &f[19]));
+    TAKE(21, text(&top[T_UUID], &f[21]));
+    TAKE(22, memo_text(&memo[MEMO_SPEED], &u[U_SPEED], &f[22]));
+    TAKE(23, memo_text(&memo[MEMO_TIER], &u[U_TIER], &f[23]));
+    TAKE(24, memo_text(&memo[MEMO_STOP], &msg[M_STOP], &f[24]));
+#undef TAKE
+    PyObject *row = PyTuple_New(25);
+    if (!row) {
+        rc = -2;
+        goto fail;
+    }
+    for (int i = 0; i < 25; i++)
+        PyTuple_SET_ITEM(row, i, f[i]);
+    int err = PyList_Append(acc, row);
+    Py_DECREF(row);
+    if (err)
+        return -2;
+    /* `if own_session: st["session_id"] = own_session` */
+    if (is_nonempty_str(sid)) {
+        PyObject *own_now = f[6] != Py_None ? f[6] : f[5];
+        Py_SETREF(st->session_id, Py_NewRef(own_now));
+    }
+    st->prev_was_user = 0;
+    return 1;
+fail:
+    for (int i = 0; i < 25; i++)
+        Py_XDECREF(f[i]);
+    if (rc == 0 && PyErr_Occurred()) {
+        if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+            PyErr_Clear(); /* Python's line: it reports the bad bytes its own way */
+        else
+            rc = -2;
+    }
+    return rc;
+}
+
+/* ---- the line walk --------------------------------------------------------------------------- */
+
+typedef struct {
+    Py_buffer user, system, type, timestamp, prompt_id, is_meta;
+    PyObject *skip_types; /* tuple of bytes */
+} Keys;
+
+#define WINDOW 1024
+
+/* _skippable / _Keys.skip: a "type": key, one byte, an ignored type, its closing quote, within the window. */
+static int skippable(ptr start, ptr win, const Keys *k)
+{
+    const char *tk = k->type.buf;
+    Py_ssize_t tn = k->type.len;
+    ptr at = find(start, win, tk, tn);
+    Py_ssize_t nskip = PyTuple_GET_SIZE(k->skip_types);
+    while (at) {
+        ptr name = at + tn + 1;
+        for (Py_ssize_t i = 0; i < nskip; i++) {
+            PyObject *t = PyTuple_GET_ITEM(k->skip_types, i);
+            Py_ssize_t n = PyBytes_GET_SIZE(t);
+            if (name + n + 1 <= win && memcmp(name, PyBytes_AS_STRING(t), (size_t)n) == 0 && name[n] == '"')
+                return 1;
+        }
+        at = find(at + 1, win, tk, tn);
+    }
+    return 0;
+}
+
+/* _field: the bytes after `key` up to the next quote, decoded; NULL + no error when absent,
+ * NULL + error when they are not UTF-8. */
+static PyObject *field(ptr start, ptr end, const Py_buffer *key, int *found)
+{
+    ptr at = find(start, end, key->buf, key->len);
+    *found = 0;
+    if (!at)
+        return NULL;
+    at += key->len;
+    ptr q = at < end ? memchr(at, '"', (size_t)(end - at)) : NULL;
+    if (!q)
+        return NULL; /* `j > 0` fails: None */
+    *found = 1;
+    return PyUnicode_DecodeUTF8((const char *)at, q - at, "strict");
+}
+
+static PyObject *scan(PyObject *self, PyObject *args)
+{
+    Py_buffer data;
+    Py_ssize_t pos;
+    long long no;
+    PyObject *keys_t, *file_agent, *acc;
+    State st;
+    PyObject *session_id, *prompt_id, *last_user_ts;
+    int prev;
+    if (!PyArg_ParseTuple(args, "y*nLO!OOOOpO!", &data, &pos, &no, &PyTuple_Type, &keys_t, &file_agent,
+                          &session_id, &prompt_id, &last_user_ts, &prev, &PyList_Type, &acc))
+        return NULL;
+    Keys k;
+    memset(&k, 0, sizeof k);
+    if (!PyArg_ParseTuple(keys_t, "y*y*y*y*y*y*O!", &k.user, &k.system, &k.type, &k.timestamp, &k.prompt_id,
+                          &k.is_meta, &PyTuple_Type, &k.skip_types)) {
+        PyBuffer_Release(&data);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(k.skip_types); i++) {
+        if (!PyBytes_Check(PyTuple_GET_ITEM(k.skip_types, i))) {
+            PyErr_SetString(PyExc_TypeError, "skip types must be bytes");
+            goto error_early;
+        }
+    }
+    st.session_id = Py_NewRef(session_id);
+    st.prompt_id = Py_NewRef(prompt_id);
+    st.last_user_ts = Py_NewRef(last_user_ts);
+    st.prev_was_user = prev;
+    Memo memo[MEMO_N];
+    memset(memo, 0, sizeof memo);
+
+    ptr base = data.buf;
+    Py_ssize_t size = data.len;
+    int stopped = 0, failed = 0;
+    Record rec;
+    static const char TOOL_RESULT[] = "\"tool_result\"";
+    static const char USAGE[] = "\"usage\"";
+    while (pos < size) {
+        ptr start = base + pos;
+        ptr nl = memchr(start, '\n', (size_t)(size - pos));
+        ptr end = nl ? nl : base + size;
+        Py_ssize_t line_start = pos;
+        long long line_no = no + 1;
+        Py_ssize_t next = (end - base) + 1;
+        if (end - start < 2) {
+            no = line_no;
+            pos = next;
+            continue;
+        }
+        ptr win = start + WINDOW < end ? start + WINDOW : end;
+        if (!find(start, win, k.user.buf, k.user.len)) {
+            if (!find(start, win, k.system.buf, k.system.len) && skippable(start, win, &k)) {
+                no = line_no;
+                pos = next;
+                continue;
+            }
+            if (!find(start, end, USAGE, sizeof USAGE - 1)) {
+                if (find(start, end, k.system.buf, k.system.len) || !find(start, end, k.type.buf, k.type.len)) {
+                    stopped = 1; /* a system record (maybe an event), or a record with no type */
+                    break;
+                }
+                no = line_no;
+                pos = next;
+                continue;
+            }
+            if (read_record(start, end, &rec) < 0) {
+                stopped = 1;
+                break;
+            }
+            const Val *type = &rec.top[T_TYPE];
+            if (type->kind == K_STR && type->escaped) {
+                stopped = 1;
+                break;
+            }
+            if (!(type->kind == K_STR && type->n == 9 && memcmp(type->s, "assistant", 9) == 0)) {
+                st.prev_was_user = 0;
+                no = line_no;
+                pos = next;
+                continue;
+            }
+            int rc = assistant_row(&rec, line_no, file_agent, &st, memo, acc);
+            if (rc == -2) {
+                failed = 1;
+                break;
+            }
+            if (rc == 0) {
+                stopped = 1;
+                break;
+            }
+            no = line_no;
+            pos = next;
+            continue;
+        }
+        /* a user line: a prompt (Python's: it becomes an event) or a tool result / meta line */
+        if (end[-1] != '}') {
+            stopped = 1; /* maybe truncated: Python validates and reports it */
+            break;
+        }
+        ptr tr_end = start + 2 * WINDOW < end ? start + 2 * WINDOW : end;
+        if (!find(start, tr_end, TOOL_RESULT, sizeof TOOL_RESULT - 1) &&
+            !find(start, end, k.is_meta.buf, k.is_meta.len)) {
+            stopped = 1;
+            break;
+        }
+        int has_ts, has_prompt;
+        PyObject *ts = field(start, end, &k.timestamp, &has_ts);
+        if (has_ts && !ts) {
+            PyErr_Clear();
+            stopped = 1;
+            break;
+        }
+        PyObject *prompt = field(start, end, &k.prompt_id, &has_prompt);
+        if (has_prompt && !prompt) {
+            PyErr_Clear();
+            Py_XDECREF(ts);
+            stopped = 1;
+            break;
+        }
+        if (prompt && PyUnicode_GET_LENGTH(prompt) > 0)
+            Py_SETREF(st.prompt_id, prompt);
+        else
+            Py_XDECREF(prompt);
+        if (ts)
+            Py_SETREF(st.last_user_ts, ts);
+        st.prev_was_user = 1;
+        no = line_no;
+        pos = next;
+        (void)line_start;
+    }
+    memo_clear(memo);
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&k.user);
+    PyBuffer_Release(&k.system);
+    PyBuffer_Release(&k.type);
+    PyBuffer_Release(&k.timestamp);
+    PyBuffer_Release(&k.prompt_id);
+    PyBuffer_Release(&k.is_meta);
+    if (failed) {
+        Py_DECREF(st.session_id);
+        Py_DECREF(st.prompt_id);
+        Py_DECREF(st.last_user_ts);
+        return NULL;
+    }
+    PyObject *out = Py_BuildValue("(nLNNNOO)", pos, no, st.session_id, st.prompt_id, st.last_user_ts,
+                                  st.prev_was_user ? Py_True : Py_False, stopped ? Py_True : Py_False);
+    return out;
+error_early:
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&k.user);
+    PyBuffer_Release(&k.system);
+    PyBuffer_Release(&k.type);
+    PyBuffer_Release(&k.timestamp);
+    PyBuffer_Release(&k.prompt_id);
+    PyBuffer_Release(&k.is_meta);
+    return NULL;
+}
+
+static PyMethodDef METHODS[] = {
+    {"scan", scan, METH_VARARGS,
+     "scan(data, pos, no, keys, file_agent, session_id, prompt_id, last_user_ts, prev_was_user, acc)\n"
+     "-> (pos, no, session_id, prompt_id, last_user_ts, prev_was_user, stopped)\n\n"
+     "Walk the transcript lines of data from byte pos (line number no + 1 on), appending the row of\n"
+     "each ordinary assistant line to acc, until the end or a line left to Python (stopped)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_cscan",
+                                    "Compiled line scanner for Claude Code transcripts.", -1, METHODS};
+
+PyMODINIT_FUNC PyInit__cscan(void) { return PyModule_Create(&MODULE); }
