@@ -214,14 +214,22 @@ _PROMPT = (
 
 
 def _scan(data: bytes, **state: Any) -> tuple[list[tuple[Any, ...]], tuple[Any, ...]]:
+    acc, _, out = _scan_events(data, **state)
+    return acc, out
+
+
+def _scan_events(
+    data: bytes, **state: Any
+) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], tuple[Any, ...]]:
     scan = native.claude_scanner()
     assert scan is not None
     acc: list[tuple[Any, ...]] = []
+    events: list[tuple[Any, ...]] = []
     out = scan(
         data, 0, 0, claude_code._COMPACT.native, state.get("file_agent"), state.get("session_id"),
-        state.get("prompt_id"), state.get("last_user_ts"), state.get("prev_was_user", False), acc,
+        state.get("prompt_id"), state.get("last_user_ts"), state.get("prev_was_user", False), acc, events,
     )  # fmt: skip
-    return acc, out
+    return acc, events, out
 
 
 def test_scanner_row_is_fast_block_row() -> None:
@@ -238,13 +246,14 @@ def test_scanner_row_is_fast_block_row() -> None:
 @pytest.mark.parametrize(
     "line",
     [
-        _PROMPT,  # a prompt: an event, Python's
+        _PROMPT.replace(b"00:00:00Z", b"00:00:00+02:00"),  # a prompt with a timestamp of another form
+        _PROMPT.replace(b"2026-01-01", b"2026-02-30"),  # no such day: Python reports it
         _ASSISTANT.replace(b'"claude-x"', b'"<synthetic>"'),  # an API error
         _ASSISTANT.replace(b'"input_tokens":3', b'"input_tokens":3.0'),  # not an int
         _ASSISTANT.replace(b'"sessionId"', b'"session\\u0049d"'),  # an escaped key
-        _ASSISTANT.replace(b'{"parentUuid"', b'{"type":"user","parentUuid"'),  # a duplicate key
+        _ASSISTANT.replace(b'{"parentUuid"', b'{"sessionId":"s0","parentUuid"'),  # a duplicate key
         _ASSISTANT[:-1],  # truncated
-        b'{"type":"system","subtype":"turn_duration","durationMs":5}',  # a system event
+        b'{"type":"system","subtype":"turn_duration","durationMs":5.1.2}',  # float() would raise
         b'{"no_type":1}',  # no record type
     ],
 )
@@ -258,3 +267,48 @@ def test_scanner_skips_ignored_record_types() -> None:
     data = b'{"type":"file-history-snapshot","x":"\\"usage\\""}\n\n{"type":"summary"}\n' + _ASSISTANT
     acc, (pos, no, *_, stopped) = _scan(data)
     assert not stopped and pos >= len(data) and no == 4 and len(acc) == 1 and acc[0][0] == 4
+
+
+def test_scanner_reads_prompts_and_system_events() -> None:
+    data = (
+        _PROMPT
+        + b"\n"
+        + b'{"type":"system","subtype":"turn_duration","durationMs":1234.5,"sessionId":"s2",'
+        + b'"timestamp":"2026-01-01T00:00:09.123456Z","version":"2.1.9"}\n'
+        + b'{"type":"system","subtype":"compact_boundary","compactMetadata":{"trigger":"auto","preTokens":150000},'
+        + b'"timestamp":"2024-02-29T23:59:59Z"}\n'
+        + b'{"type":"system","subtype":"informational","content":"x"}\n'
+    )
+    acc, events, (pos, no, session, prompt, last_ts, prev, stopped) = _scan_events(data, session_id="s0")
+    assert not stopped and no == 4 and acc == []
+    assert [e[:3] for e in events] == [
+        (0, 1, 1767225600000000),  # 2026-01-01T00:00:00Z
+        (1, 2, 1767225609123456),
+        (2, 3, 1709251199000000),  # a leap day
+    ]
+    assert events[0][3:] == ("s0", None, "u0", None, "u0", None, None)  # the prompt id falls back to uuid
+    assert events[1][3:9] == ("s2", None, "u0", "2.1.9", "1234.5", None)
+    assert events[2][7:9] == ("150000", "auto")
+    assert (session, prompt, last_ts, prev) == ("s2", "u0", "2026-01-01T00:00:00Z", True)
+
+
+_STAMP = st.builds(
+    lambda y, mo, d, h, mi, s, frac, z: f"{y:04d}-{mo:02d}-{d:02d}T{h:02d}:{mi:02d}:{s:02d}{frac}{z}",
+    st.integers(0, 9999),
+    st.integers(0, 13),
+    st.integers(0, 32),
+    st.integers(0, 24),
+    st.integers(0, 60),
+    st.integers(0, 60),
+    st.sampled_from(["", ".5", ".123", ".123456", ".1234567", ".000"]),
+    st.sampled_from(["Z", "", "+00:00", "z"]),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(stamp=_STAMP)
+def test_timestamps_read_as_python_reads_them(stamp: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    line = _PROMPT.replace(b"2026-01-01T00:00:00Z", stamp.encode())
+    system = b'{"type":"system","subtype":"turn_duration","durationMs":3,"timestamp":"%s"}' % stamp.encode()
+    files = [("/p/t.jsonl", line + b"\n" + _ASSISTANT + b"\n"), ("/p/u.jsonl", system + b"\n")]
+    _both(files, {}, monkeypatch)

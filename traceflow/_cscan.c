@@ -821,10 +821,196 @@ fail:
     return rc;
 }
 
+
+/* ---- the importer's regular expressions, as byte searches ----------------------------------- */
+
+/* rb'"key"\s*:\s*' followed by: RE_QUOTED '"([^"]+)"', RE_LOWER '"([a-z]+)"', RE_NUMBER '([0-9.]+)',
+ * RE_DIGITS '([0-9]+)' or RE_TRUE 'true'. The leftmost match, as re.search finds it; its group in
+ * (*gs, *gn). `key` includes its quotes. */
+enum { RE_QUOTED, RE_LOWER, RE_NUMBER, RE_DIGITS, RE_TRUE };
+
+static inline int re_space(unsigned char b)
+{
+    return b == ' ' || b == '\t' || b == '\n' || b == '\r' || b == '\f' || b == '\v';
+}
+
+static int re_search(ptr start, ptr end, const char *key, int mode, ptr *gs, Py_ssize_t *gn)
+{
+    Py_ssize_t kn = (Py_ssize_t)strlen(key);
+    for (ptr at = find(start, end, key, kn); at; at = find(at + 1, end, key, kn)) {
+        ptr p = at + kn;
+        while (p < end && re_space(*p))
+            p++;
+        if (p >= end || *p != ':')
+            continue;
+        p++;
+        while (p < end && re_space(*p))
+            p++;
+        if (mode == RE_TRUE) {
+            if (end - p >= 4 && memcmp(p, "true", 4) == 0)
+                return 1;
+            continue;
+        }
+        if (mode == RE_QUOTED || mode == RE_LOWER) {
+            if (p >= end || *p != '"')
+                continue;
+            p++;
+            ptr g = p;
+            if (mode == RE_QUOTED) {
+                ptr q = memchr(p, '"', (size_t)(end - p));
+                if (!q || q == g)
+                    continue;
+                *gs = g;
+                *gn = q - g;
+                return 1;
+            }
+            while (p < end && *p >= 'a' && *p <= 'z')
+                p++;
+            if (p == g || p >= end || *p != '"')
+                continue;
+            *gs = g;
+            *gn = p - g;
+            return 1;
+        }
+        ptr g = p;
+        while (p < end && ((*p >= '0' && *p <= '9') || (mode == RE_NUMBER && *p == '.')))
+            p++;
+        if (p == g)
+            continue;
+        *gs = g;
+        *gn = p - g;
+        return 1;
+    }
+    return 0;
+}
+
+/* The decoded group of re_search, Py_None when there is no match; NULL (error cleared) when the
+ * bytes are not UTF-8, where Python's .decode() would raise. */
+static PyObject *re_text(ptr start, ptr end, const char *key, int mode)
+{
+    ptr g;
+    Py_ssize_t n;
+    if (!re_search(start, end, key, mode, &g, &n))
+        return Py_NewRef(Py_None);
+    PyObject *s = PyUnicode_DecodeUTF8((const char *)g, n, "strict");
+    if (!s)
+        PyErr_Clear();
+    return s;
+}
+
+/* Microseconds since the epoch of a timestamp written as Claude Code writes them,
+ * YYYY-MM-DDTHH:MM:SS[.fff|.ffffff]Z, with every field in range (what datetime.fromisoformat accepts);
+ * 0 and *ok = 0 for any other text (Python's iso_micros decides). */
+static long long days_from_civil(long long y, unsigned m, unsigned d)
+{
+    y -= m <= 2;
+    const long long era = (y >= 0 ? y : y - 399) / 400;
+    const unsigned yoe = (unsigned)(y - era * 400);
+    const unsigned doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    const unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + (long long)doe - 719468;
+}
+
+static int digits(const char *s, int n, int *out)
+{
+    int v = 0;
+    for (int i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return 0;
+        v = v * 10 + (s[i] - '0');
+    }
+    *out = v;
+    return 1;
+}
+
+static long long canonical_micros(PyObject *text, int *ok)
+{
+    *ok = 0;
+    Py_ssize_t n;
+    const char *s = PyUnicode_AsUTF8AndSize(text, &n);
+    if (!s) {
+        PyErr_Clear();
+        return 0;
+    }
+    int y, mo, d, h, mi, se, frac = 0;
+    if (!(n == 20 || n == 24 || n == 27) || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' ||
+        s[16] != ':' || s[n - 1] != 'Z')
+        return 0;
+    if (!digits(s, 4, &y) || !digits(s + 5, 2, &mo) || !digits(s + 8, 2, &d) || !digits(s + 11, 2, &h) ||
+        !digits(s + 14, 2, &mi) || !digits(s + 17, 2, &se))
+        return 0;
+    if (n > 20) {
+        if (s[19] != '.' || !digits(s + 20, (int)n - 21, &frac))
+            return 0;
+        if (n == 24)
+            frac *= 1000;
+    }
+    static const int mdays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    if (y < 1 || mo < 1 || mo > 12 || d < 1 || h > 23 || mi > 59 || se > 59)
+        return 0;
+    int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    if (d > mdays[mo - 1] + (mo == 2 && leap))
+        return 0;
+    *ok = 1;
+    long long days = days_from_civil(y, (unsigned)mo, (unsigned)d);
+    return ((days * 86400 + h * 3600 + mi * 60 + se) * 1000000LL) + frac;
+}
+
+/* Python's float() of a [0-9.]+ match: digits with at most one point, and at least one digit. */
+static int float_text(PyObject *t)
+{
+    Py_ssize_t n;
+    const char *s = PyUnicode_AsUTF8AndSize(t, &n);
+    int points = 0, nd = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (s[i] == '.')
+            points++;
+        else
+            nd++;
+    }
+    return points <= 1 && nd > 0;
+}
+
+/* ClaudeCodeImporter._line_session without its side effect: the session and parent of an event line,
+ * and the session to remember (or NULL). -1 when Python must decide. All references are new. */
+static int line_session(ptr start, ptr end, PyObject *file_agent, PyObject *st_session, PyObject **session,
+                        PyObject **parent, PyObject **remember)
+{
+    PyObject *found = re_text(start, end, "\"sessionId\"", RE_QUOTED);
+    if (!found)
+        return -1;
+    PyObject *agent = re_text(start, end, "\"agentId\"", RE_QUOTED);
+    if (!agent) {
+        Py_DECREF(found);
+        return -1;
+    }
+    PyObject *own = found != Py_None ? found : st_session; /* [^"]+ is never empty */
+    *remember = found != Py_None ? Py_NewRef(found) : NULL;
+    PyObject *agent_id = agent != Py_None ? agent : file_agent;
+    int file_agent_true = file_agent != Py_None && PyObject_IsTrue(file_agent);
+    if (agent_id != Py_None && PyObject_IsTrue(agent_id) &&
+        (file_agent_true || re_search(start, end, "\"isSidechain\"", RE_TRUE, &(ptr){0}, &(Py_ssize_t){0}))) {
+        *session = PyUnicode_FromFormat("agent-%U", agent_id);
+        *parent = Py_NewRef(own);
+    } else {
+        *session = Py_NewRef(own);
+        *parent = Py_NewRef(Py_None);
+    }
+    Py_DECREF(found);
+    Py_DECREF(agent);
+    if (!*session) {
+        PyErr_Clear();
+        Py_DECREF(*parent);
+        Py_XDECREF(*remember);
+        return -1;
+    }
+    return 0;
+}
+
 /* ---- the line walk --------------------------------------------------------------------------- */
 
 typedef struct {
-    Py_buffer user, system, type, timestamp, prompt_id, is_meta;
+    Py_buffer user, system, type, timestamp, prompt_id, is_meta, uuid, subtype;
     PyObject *skip_types; /* tuple of bytes */
 } Keys;
 
@@ -866,22 +1052,166 @@ static PyObject *field(ptr start, ptr end, const Py_buffer *key, int *found)
     return PyUnicode_DecodeUTF8((const char *)at, q - at, "strict");
 }
 
+
+/* An event as scan() reports it: (kind, line, micros or None, session, parent, prompt_id, version,
+ * a, b, prompt key); kind 0 user_prompt (a: uuid), 1 turn_duration (a: durationMs text),
+ * 2 compaction (a: preTokens text, b: trigger). ClaudeCodeImporter._native_events makes the rows. */
+static int add_event(PyObject *events, int kind, long long no, PyObject *ts, PyObject *session, PyObject *parent,
+                     PyObject *prompt_id, PyObject *version, PyObject *a, PyObject *b, PyObject *key)
+{
+    PyObject *t = Py_BuildValue("(iLOOOOOOOO)", kind, no, ts, session, parent, prompt_id, version, a, b, key);
+    if (!t)
+        return -2;
+    int err = PyList_Append(events, t);
+    Py_DECREF(t);
+    return err ? -2 : 0;
+}
+
+/* The micros of a timestamp text (or None for None / ""), or NULL when Python must decide. */
+static PyObject *event_time(PyObject *ts_s)
+{
+    if (ts_s == Py_None || PyUnicode_GET_LENGTH(ts_s) == 0)
+        return Py_NewRef(Py_None);
+    int ok;
+    long long us = canonical_micros(ts_s, &ok);
+    return ok ? PyLong_FromLongLong(us) : NULL;
+}
+
+static int text_or_none(PyObject *o) { return o == Py_None || PyUnicode_CheckExact(o); }
+
+/* A user prompt line (the Python loop's prompt branch and _user_event): 0 done, -1 Python's, -2 error. */
+static int user_prompt(ptr start, ptr end, long long no, const Keys *k, PyObject *file_agent, State *st,
+                       PyObject *events)
+{
+    if (!text_or_none(st->session_id) || !text_or_none(st->prompt_id))
+        return -1;
+    int rc = -1, found;
+    PyObject *ts_s = NULL, *prompt = NULL, *uuid = NULL, *ts = NULL, *session = NULL, *parent = NULL,
+             *remember = NULL, *uuid_attr = NULL, *version = NULL, *key = NULL;
+    ts_s = field(start, end, &k->timestamp, &found);
+    if (found && !ts_s)
+        goto done;
+    if (!ts_s)
+        ts_s = Py_NewRef(Py_None);
+    prompt = field(start, end, &k->prompt_id, &found);
+    if (found && !prompt)
+        goto done;
+    if (!prompt)
+        prompt = Py_NewRef(Py_None);
+    if (!(ts = event_time(ts_s)))
+        goto done;
+    uuid = field(start, end, &k->uuid, &found);
+    if (found && !uuid)
+        goto done;
+    if (!uuid)
+        uuid = Py_NewRef(Py_None);
+    /* st["prompt_id"] = prompt or uuid or st.get("prompt_id") */
+    PyObject *new_prompt = PyObject_IsTrue(prompt) ? prompt : PyObject_IsTrue(uuid) ? uuid : st->prompt_id;
+    if (line_session(start, end, file_agent, st->session_id, &session, &parent, &remember) < 0)
+        goto done;
+    if (!(uuid_attr = re_text(start, end, "\"uuid\"", RE_QUOTED)) ||
+        !(version = re_text(start, end, "\"version\"", RE_QUOTED)) ||
+        !(key = re_text(start, end, "\"promptId\"", RE_QUOTED)))
+        goto done;
+    rc = add_event(events, 0, no, ts, session, parent, new_prompt, version, uuid_attr, Py_None, key);
+    if (rc == 0) {
+        Py_SETREF(st->prompt_id, Py_NewRef(new_prompt));
+        if (remember)
+            Py_SETREF(st->session_id, Py_NewRef(remember));
+        if (ts_s != Py_None)
+            Py_SETREF(st->last_user_ts, Py_NewRef(ts_s));
+        st->prev_was_user = 1;
+    }
+done:
+    if (rc == -1)
+        PyErr_Clear();
+    Py_XDECREF(ts_s);
+    Py_XDECREF(prompt);
+    Py_XDECREF(uuid);
+    Py_XDECREF(ts);
+    Py_XDECREF(session);
+    Py_XDECREF(parent);
+    Py_XDECREF(remember);
+    Py_XDECREF(uuid_attr);
+    Py_XDECREF(version);
+    Py_XDECREF(key);
+    return rc;
+}
+
+/* A system line without usage: an event when its subtype is compact_boundary or turn_duration
+ * (_system_event), else nothing. 0 done, -1 Python's, -2 error. */
+static int system_event(ptr start, ptr end, long long no, const Keys *k, PyObject *file_agent, State *st,
+                        PyObject *events)
+{
+    int found;
+    PyObject *sub = field(start, end, &k->subtype, &found);
+    if (found && !sub) {
+        PyErr_Clear();
+        return -1;
+    }
+    if (!sub)
+        return 0;
+    int kind = PyUnicode_CompareWithASCIIString(sub, "turn_duration") == 0       ? 1
+               : PyUnicode_CompareWithASCIIString(sub, "compact_boundary") == 0 ? 2
+                                                                                 : 0;
+    Py_DECREF(sub);
+    if (!kind)
+        return 0;
+    if (!text_or_none(st->session_id) || !text_or_none(st->prompt_id))
+        return -1;
+    int rc = -1;
+    PyObject *session = NULL, *parent = NULL, *remember = NULL, *ts_s = NULL, *ts = NULL, *a = NULL,
+             *b = NULL, *version = NULL;
+    if (line_session(start, end, file_agent, st->session_id, &session, &parent, &remember) < 0)
+        goto done;
+    if (!(ts_s = re_text(start, end, "\"timestamp\"", RE_QUOTED)))
+        goto done;
+    if (kind == 1) {
+        if (!(a = re_text(start, end, "\"durationMs\"", RE_NUMBER)))
+            goto done;
+        if (a != Py_None && !float_text(a))
+            goto done;
+        b = Py_NewRef(Py_None);
+    } else if (!(a = re_text(start, end, "\"preTokens\"", RE_DIGITS)) ||
+               !(b = re_text(start, end, "\"trigger\"", RE_LOWER))) {
+        goto done;
+    }
+    if (!(ts = event_time(ts_s)) || !(version = re_text(start, end, "\"version\"", RE_QUOTED)))
+        goto done;
+    rc = add_event(events, kind, no, ts, session, parent, st->prompt_id, version, a, b, Py_None);
+    if (rc == 0 && remember)
+        Py_SETREF(st->session_id, Py_NewRef(remember));
+done:
+    if (rc == -1)
+        PyErr_Clear();
+    Py_XDECREF(session);
+    Py_XDECREF(parent);
+    Py_XDECREF(remember);
+    Py_XDECREF(ts_s);
+    Py_XDECREF(ts);
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    Py_XDECREF(version);
+    return rc;
+}
+
 static PyObject *scan(PyObject *self, PyObject *args)
 {
     Py_buffer data;
     Py_ssize_t pos;
     long long no;
-    PyObject *keys_t, *file_agent, *acc;
+    PyObject *keys_t, *file_agent, *acc, *events;
     State st;
     PyObject *session_id, *prompt_id, *last_user_ts;
     int prev;
-    if (!PyArg_ParseTuple(args, "y*nLO!OOOOpO!", &data, &pos, &no, &PyTuple_Type, &keys_t, &file_agent,
-                          &session_id, &prompt_id, &last_user_ts, &prev, &PyList_Type, &acc))
+    if (!PyArg_ParseTuple(args, "y*nLO!OOOOpO!O!", &data, &pos, &no, &PyTuple_Type, &keys_t, &file_agent,
+                          &session_id, &prompt_id, &last_user_ts, &prev, &PyList_Type, &acc, &PyList_Type,
+                          &events))
         return NULL;
     Keys k;
     memset(&k, 0, sizeof k);
-    if (!PyArg_ParseTuple(keys_t, "y*y*y*y*y*y*O!", &k.user, &k.system, &k.type, &k.timestamp, &k.prompt_id,
-                          &k.is_meta, &PyTuple_Type, &k.skip_types)) {
+    if (!PyArg_ParseTuple(keys_t, "y*y*y*y*y*y*y*y*O!", &k.user, &k.system, &k.type, &k.timestamp,
+                          &k.prompt_id, &k.is_meta, &k.uuid, &k.subtype, &PyTuple_Type, &k.skip_types)) {
         PyBuffer_Release(&data);
         return NULL;
     }
@@ -924,8 +1254,18 @@ static PyObject *scan(PyObject *self, PyObject *args)
                 continue;
             }
             if (!find(start, end, USAGE, sizeof USAGE - 1)) {
-                if (find(start, end, k.system.buf, k.system.len) || !find(start, end, k.type.buf, k.type.len)) {
-                    stopped = 1; /* a system record (maybe an event), or a record with no type */
+                if (find(start, end, k.system.buf, k.system.len)) {
+                    int rc = system_event(start, end, line_no, &k, file_agent, &st, events);
+                    if (rc == -2) {
+                        failed = 1;
+                        break;
+                    }
+                    if (rc < 0) {
+                        stopped = 1;
+                        break;
+                    }
+                } else if (!find(start, end, k.type.buf, k.type.len)) {
+                    stopped = 1; /* a record with no type: Python checks it is JSON */
                     break;
                 }
                 no = line_no;
@@ -966,10 +1306,21 @@ static PyObject *scan(PyObject *self, PyObject *args)
             break;
         }
         ptr tr_end = start + 2 * WINDOW < end ? start + 2 * WINDOW : end;
-        if (!find(start, tr_end, TOOL_RESULT, sizeof TOOL_RESULT - 1) &&
-            !find(start, end, k.is_meta.buf, k.is_meta.len)) {
-            stopped = 1;
-            break;
+        int prompt_line = !find(start, tr_end, TOOL_RESULT, sizeof TOOL_RESULT - 1) &&
+                          !find(start, end, k.is_meta.buf, k.is_meta.len);
+        if (prompt_line) {
+            int rc = user_prompt(start, end, line_no, &k, file_agent, &st, events);
+            if (rc == -2) {
+                failed = 1;
+                break;
+            }
+            if (rc < 0) {
+                stopped = 1;
+                break;
+            }
+            no = line_no;
+            pos = next;
+            continue;
         }
         int has_ts, has_prompt;
         PyObject *ts = field(start, end, &k.timestamp, &has_ts);
@@ -1004,6 +1355,8 @@ static PyObject *scan(PyObject *self, PyObject *args)
     PyBuffer_Release(&k.timestamp);
     PyBuffer_Release(&k.prompt_id);
     PyBuffer_Release(&k.is_meta);
+    PyBuffer_Release(&k.uuid);
+    PyBuffer_Release(&k.subtype);
     if (failed) {
         Py_DECREF(st.session_id);
         Py_DECREF(st.prompt_id);
@@ -1021,6 +1374,8 @@ error_early:
     PyBuffer_Release(&k.timestamp);
     PyBuffer_Release(&k.prompt_id);
     PyBuffer_Release(&k.is_meta);
+    PyBuffer_Release(&k.uuid);
+    PyBuffer_Release(&k.subtype);
     return NULL;
 }
 

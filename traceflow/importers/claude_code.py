@@ -117,6 +117,8 @@ class _Keys:
             self.timestamp,
             self.prompt_id,
             self.is_meta,
+            self.uuid,
+            self.subtype,
             _SKIP_TYPES,
         )
 
@@ -139,12 +141,12 @@ def _field(data: bytes, key: bytes, start: int, end: int) -> str | None:
     return data[i:j].decode() if j > 0 else None
 
 
-def _carry(st: dict[str, Any], **values: Any) -> None:
-    """Store the compiled scanner's state in ``st`` as the Python loop would have: a key it never
-    set stays absent rather than None."""
-    for key, value in values.items():
-        if value is not None or key in st or key in ("last_user_ts", "prev_was_user"):
-            st[key] = value
+def _settle(st: dict[str, Any]) -> None:
+    """Drop an unknown session or prompt id from the carried state (absent and None mean the same;
+    the compiled scanner cannot tell them apart)."""
+    for key in ("session_id", "prompt_id"):
+        if key in st and st[key] is None:
+            del st[key]
 
 
 def _invalid(line: memoryview) -> bool:
@@ -350,12 +352,16 @@ class ClaudeCodeImporter:
             usual = True
             pos = 0
             keys = k.native
+            found: list[tuple[Any, ...]] = []
             while pos < size:
                 pos, no, session, prompt, last_ts, prev, stopped = scan(
                     data, pos, no, keys, file_agent, st.get("session_id"), st.get("prompt_id"),
-                    st.get("last_user_ts"), bool(st.get("prev_was_user")), acc,
+                    st.get("last_user_ts"), bool(st.get("prev_was_user")), acc, found,
                 )  # fmt: skip
-                _carry(st, session_id=session, prompt_id=prompt, last_user_ts=last_ts, prev_was_user=prev)
+                st.update(session_id=session, prompt_id=prompt, last_user_ts=last_ts, prev_was_user=prev)
+                if found:
+                    self._native_events(found, path, out)
+                    found.clear()
                 if not stopped:
                     break
                 nl = data.find(b"\n", pos)
@@ -363,6 +369,7 @@ class ClaudeCodeImporter:
                 no, one_usual = self._lines(data, pos, limit, no, k, out, acc, path, file_agent, st)
                 usual = usual and one_usual
                 pos = limit
+        _settle(st)
         # ``no`` counted a last line without its newline too.
         ctx.next_line = no + 1 if not data or data[-1] == 10 else no
         if acc or out.events:
@@ -562,6 +569,25 @@ class ClaudeCodeImporter:
             msg.get("stop_reason"),
         )
 
+    def _native_events(self, found: list[tuple[Any, ...]], path: str, out: Parsed) -> None:
+        """The event rows of the compiled scanner's event tuples (see ``_cscan.c``: add_event)."""
+        event, append = self._event, out.events.append
+        for kind, no, ts, session, parent, prompt_id, version, a, b, key in found:
+            if kind == 0:  # _user_event
+                row = event(
+                    "user_prompt", path, no, ts, session, parent, prompt_id, {"uuid": a, "file": path},
+                    version=version,
+                )  # fmt: skip
+                if key and parent is None:
+                    row["event_id"] = stable_id("claude-user-prompt", key)
+            elif kind == 1:  # _system_event
+                attrs = {"file": path, "duration_ms": float(a) if a else None}
+                row = event("turn_duration", path, no, ts, session, parent, prompt_id, attrs, version=version)
+            else:
+                attrs = {"file": path, "pre_tokens": int(a) if a else None, "trigger": b}
+                row = event("compaction", path, no, ts, session, parent, prompt_id, attrs, version=version)
+            append(row)
+
     # -- rows -------------------------------------------------------------------------------
     def _ids(
         self, rec: dict[str, Any], file_agent: str | None, st: dict[str, Any]
@@ -582,7 +608,7 @@ class ClaudeCodeImporter:
         ts: int | None,
         session: str | None,
         parent: str | None,
-        st: dict[str, Any],
+        prompt_id: str | None,
         attributes: dict[str, Any],
         *,
         version: str | None = None,
@@ -596,7 +622,7 @@ class ClaudeCodeImporter:
             "user_id": None,
             "session_id": session,
             "parent_session_id": parent,
-            "prompt_id": st.get("prompt_id"),
+            "prompt_id": prompt_id,
             "request_id": request_id,
             "name": name,
             "timestamp": ts,
@@ -621,7 +647,15 @@ class ClaudeCodeImporter:
         session, parent = self._line_session(line, file_agent, st)
         attrs = {"uuid": _search(_UUID, line), "file": path}
         row = self._event(
-            "user_prompt", path, no, ts, session, parent, st, attrs, version=_search(_VERSION, line)
+            "user_prompt",
+            path,
+            no,
+            ts,
+            session,
+            parent,
+            st.get("prompt_id"),
+            attrs,
+            version=_search(_VERSION, line),
         )
         prompt_id = _search(_PROMPT_ID, line)
         if prompt_id and parent is None:  # = the OTLP user_prompt event of the turn (its prompt.id)
@@ -650,7 +684,7 @@ class ClaudeCodeImporter:
             iso_micros(ts_s) if ts_s else None,
             session,
             parent,
-            st,
+            st.get("prompt_id"),
             attrs,
             version=_search(_VERSION, line),
         )
@@ -671,7 +705,7 @@ class ClaudeCodeImporter:
             iso_micros(ts) if ts else None,
             session,
             parent,
-            st,
+            st.get("prompt_id"),
             attrs,
             version=rec.get("version"),
             request_id=rec.get("requestId"),
