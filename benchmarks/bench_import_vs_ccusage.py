@@ -374,6 +374,55 @@ def warm_cache(corpus: Path) -> float:
     return time.perf_counter() - t0
 
 
+def interpreter_of(cmd: list[str]) -> str:
+    """The Python that runs a ``traceflow`` command (its script's shebang), else this one."""
+    with contextlib.suppress(OSError, IndexError):
+        first = Path(cmd[0]).read_bytes()[:256].split(b"\n", 1)[0]
+        if first.startswith(b"#!"):
+            exe = first[2:].decode().strip().split()[0]
+            if Path(exe).exists():
+                return exe
+    return sys.executable
+
+
+_READ_ALL = (
+    "import os, sys\n"
+    "for root, _, names in os.walk(sys.argv[1]):\n"
+    "    for n in names:\n"
+    "        with open(os.path.join(root, n), 'rb', buffering=0) as f:\n"
+    "            while f.read(1 << 20):\n"
+    "                pass\n"
+)
+
+
+def floor_costs(python: str, corpus: Path, runs: int) -> dict[str, float]:
+    """Fixed costs no design on this stack avoids (median wall seconds of ``runs`` each): starting
+    the interpreter, importing DuckDB (a report reads Parquet with it) and polars (the importer
+    writes Parquet with it), and reading the corpus's bytes once on one core."""
+    probes = {
+        "python_start_s": ["-c", "pass"],
+        "python_import_duckdb_s": ["-c", "import duckdb"],
+        "python_import_polars_s": ["-c", "import polars"],
+        "python_read_corpus_s": ["-c", _READ_ALL, str(corpus / "projects")],
+    }
+    out = {}
+    for name, args in probes.items():
+        times = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            subprocess.run([python, *args], check=True, stdout=subprocess.DEVNULL)
+            times.append(time.perf_counter() - t0)
+        out[name] = statistics.median(times)
+    start = out["python_start_s"]
+    # two processes: the import (reads the bytes on two cores, writes Parquet with the cheaper of the
+    # two libraries) and the report (queries with DuckDB)
+    duck, polars = out["python_import_duckdb_s"] - start, out["python_import_polars_s"] - start
+    out["floor_first_import_report_s"] = (
+        2 * start + min(duck, polars) + duck + (out["python_read_corpus_s"] - start) / 2
+    )
+    return out
+
+
 def fmt(v: float | None, nd: int = 2) -> str:
     return "n/a" if v is None else f"{v:.{nd}f}"
 
@@ -406,6 +455,11 @@ def main(argv: list[str] | None = None) -> int:
         "--legacy-npm-dir",
         type=Path,
         help="also time one run of an older, TypeScript ccusage (e.g. 17.0.2) npm-installed there",
+    )
+    ap.add_argument(
+        "--python-parser",
+        action="store_true",
+        help="also time one first import with the compiled scanner off (TRACEFLOW_NATIVE=0)",
     )
     ap.add_argument("--skip-traceflow", action="store_true")
     ap.add_argument("--skip-ccusage", action="store_true")
@@ -499,6 +553,29 @@ def main(argv: list[str] | None = None) -> int:
                     "peak_rss_mb": max(imp["peak_rss_mb"] or 0, first["peak_rss_mb"] or 0),
                     "tree_peak_rss_mb": max(imp["tree_peak_rss_mb"], first["tree_peak_rss_mb"]),
                 }
+        if imp["rc"] == 0 and args.python_parser:
+            # b2: the same first import with the compiled scanner off, into its own lake; its
+            # per-day report must equal the first one's.
+            py_lake = work / "lake-python"
+            if py_lake.exists():
+                shutil.rmtree(py_lake)
+            py_env = {**base_env, "TRACEFLOW_NATIVE": "0"}
+            py_imp = measure(
+                [*tf, "import", "claude-code", str(corpus / "projects"), "--data", str(py_lake)],
+                py_env,
+                logs,
+                "traceflow_import_python",
+                args.timeout,
+            )
+            print(f"traceflow import (TRACEFLOW_NATIVE=0): {py_imp['wall_s']:.2f}s", file=sys.stderr)
+            steps["traceflow_import_python"] = summarize([py_imp])
+            check = [*tf, "mix", "--by", "day", "--format", "json", "--data"]
+            same = [
+                subprocess.run([*check, str(d)], env=py_env, capture_output=True, check=False).stdout
+                for d in (lake, py_lake)
+            ]
+            results["traceflow"]["python_parser_same_report"] = same[0] == same[1] and bool(same[0])
+        results["floor"] = floor_costs(interpreter_of(tf), corpus, args.runs)
         failed = [r for r in (imp, first) if r is not None and r["rc"] != 0]
         if failed:
             results["traceflow"]["failure"] = [
@@ -621,6 +698,11 @@ def main(argv: list[str] | None = None) -> int:
             "ccusage_legacy_daily",
         ),
         ("traceflow", "`import claude-code` into a fresh lake", "traceflow_import"),
+        (
+            "traceflow",
+            "same, compiled scanner off (`TRACEFLOW_NATIVE=0`, 1 run)",
+            "traceflow_import_python",
+        ),
         ("traceflow", "`mix --by day` (first)", "traceflow_mix_first"),
         ("traceflow", "**first import + report** (sum)", "traceflow_import_plus_mix"),
         ("traceflow", f"**repeated report** `mix --by day` (median of {n})", "traceflow_mix_repeated"),
@@ -692,6 +774,16 @@ def main(argv: list[str] | None = None) -> int:
         f"{results['loadavg_end'][0]:.2f} on {os.cpu_count()} CPUs"
     )
     results["agreement_markdown"] += vs_legacy
+    if "floor" in results and base:
+        f = results["floor"]
+        results["agreement_markdown"] += (
+            f"\n\nfixed costs (medians of {n}): Python start {f['python_start_s']:.3f} s, "
+            f"with `import duckdb` {f['python_import_duckdb_s']:.3f} s, "
+            f"with `import polars` {f['python_import_polars_s']:.3f} s, "
+            f"reading the corpus once {f['python_read_corpus_s']:.3f} s; so a first import + report on this "
+            f"stack costs at least {f['floor_first_import_report_s']:.2f} s before any parsing, against "
+            f"{base / TARGETS['first_import_report']:.2f} s for 3× ccusage"
+        )
     if "uninstrumented" in results:
         u = results["uninstrumented"]
         results["agreement_markdown"] += (

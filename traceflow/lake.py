@@ -36,13 +36,13 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import duckdb
 import orjson
 
 from .errors import LakeError
 from .schema import LAKE_VERSION, REQUESTS, TABLES, Table, polars_type
 
 if TYPE_CHECKING:
+    import duckdb
     import polars as pl
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -248,6 +248,8 @@ class Lake:
     # -- reading ------------------------------------------------------------------------------
     def connect(self, tables: Iterable[str] | None = None) -> duckdb.DuckDBPyConnection:
         """An in-memory DuckDB connection with one deduplicating view per table."""
+        import duckdb  # here, not at the top: writers (imports, the collector) never load it
+
         con = duckdb.connect(":memory:")
         con.execute("SET TimeZone = 'UTC'")
         con.execute(f"SET temp_directory = '{self.base / '_tmp'}'")  # spills stay in the data dir
@@ -425,6 +427,8 @@ class Lake:
         cols = ", ".join(spec.columns)
         day = " , ".join(spec.partition_by)
         order = _DEDUP_ORDER.get(table, "ingested_at DESC")
+        import duckdb  # here, not at the top: writers (imports, the collector) never load it
+
         con = duckdb.connect(":memory:")
         try:
             con.execute("SET preserve_insertion_order = false")
