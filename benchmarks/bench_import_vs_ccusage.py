@@ -523,18 +523,19 @@ def main(argv: list[str] | None = None) -> int:
             "version": tool_version(tf, base_env),
             "precompiled": precompile_traceflow(),
         }
+
+        def first_import(lake: Path, env: dict[str, str], label: str) -> dict[str, Any]:
+            """``traceflow import claude-code`` of the corpus into a fresh ``lake``, timed."""
+            if lake.exists():
+                shutil.rmtree(lake)
+            cmd = [*tf, "import", "claude-code", str(corpus / "projects"), "--data", str(lake)]
+            run = measure([*cmd, "--format", "json"], env, logs, label, args.timeout)
+            print(f"{label}: {run['wall_s']:.2f}s rc={run['rc']}", file=sys.stderr)
+            steps[label] = summarize([run])
+            return run
+
         lake = work / "lake"
-        if lake.exists():
-            shutil.rmtree(lake)
-        imp = measure(
-            [*tf, "import", "claude-code", str(corpus / "projects"), "--data", str(lake), "--format", "json"],
-            base_env,
-            logs,
-            "traceflow_import",
-            args.timeout,
-        )
-        print(f"traceflow import: {imp['wall_s']:.2f}s rc={imp['rc']}", file=sys.stderr)
-        steps["traceflow_import"] = summarize([imp])
+        imp = first_import(lake, base_env, "traceflow_import")
         with contextlib.suppress(OSError):
             imp_out = Path(imp["stdout_path"]).read_text(errors="replace")
             results["traceflow"]["import_stdout"] = imp_out[:4000]
@@ -557,18 +558,8 @@ def main(argv: list[str] | None = None) -> int:
             # b2: the same first import with the compiled scanner off, into its own lake; its
             # per-day report must equal the first one's.
             py_lake = work / "lake-python"
-            if py_lake.exists():
-                shutil.rmtree(py_lake)
             py_env = {**base_env, "TRACEFLOW_NATIVE": "0"}
-            py_imp = measure(
-                [*tf, "import", "claude-code", str(corpus / "projects"), "--data", str(py_lake)],
-                py_env,
-                logs,
-                "traceflow_import_python",
-                args.timeout,
-            )
-            print(f"traceflow import (TRACEFLOW_NATIVE=0): {py_imp['wall_s']:.2f}s", file=sys.stderr)
-            steps["traceflow_import_python"] = summarize([py_imp])
+            first_import(py_lake, py_env, "traceflow_import_python")
             check = [*tf, "mix", "--by", "day", "--format", "json", "--data"]
             same = [
                 subprocess.run([*check, str(d)], env=py_env, capture_output=True, check=False).stdout

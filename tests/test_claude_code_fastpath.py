@@ -13,6 +13,7 @@ import json
 import multiprocessing
 import os
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -174,10 +175,11 @@ def _mutate(rng: random.Random, line: bytes) -> bytes:
     return json.dumps(rec).encode() if rng.random() < 0.2 else orjson.dumps(rec)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(seed=st.integers(0, 2**32 - 1))
-def test_odd_records_fast_equals_general(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    rng = random.Random(seed)
+def _random_files(
+    rng: random.Random, seed: int, change: Callable[[random.Random, bytes], bytes], names: list[str]
+) -> tuple[list[tuple[str, bytes]], dict[str, list[int]]]:
+    """One to three files of runs of real transcript lines, some changed by ``change``, some cut
+    into pieces at line ends (as a growing file is read by several imports)."""
     lines = _real_lines()
     files = []
     cuts: dict[str, list[int]] = {}
@@ -185,13 +187,20 @@ def test_odd_records_fast_equals_general(seed: int, monkeypatch: pytest.MonkeyPa
         n = rng.randint(1, 40)
         start = rng.randrange(0, len(lines) - n)
         rate = rng.choice([0.0, 0.1, 0.4])
-        chunk = [_mutate(rng, ln) if rng.random() < rate else ln for ln in lines[start : start + n]]
+        chunk = [change(rng, ln) if rng.random() < rate else ln for ln in lines[start : start + n]]
         data = b"\n".join(chunk) + (b"\n" if rng.random() < 0.8 else b"")
-        path = f"/p/{seed}/" + rng.choice([f"s{i}.jsonl", f"sub/agent-a{i}.jsonl"])
+        path = f"/p/{seed}/" + rng.choice(names).format(i=i)
         files.append((path, data))
         ends = [k + 1 for k, b in enumerate(data) if b == 10][:-1]
         if ends and rng.random() < 0.4:
             cuts[path] = sorted(rng.sample(ends, min(len(ends), rng.randint(1, 3))))
+    return files, cuts
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1))
+def test_odd_records_fast_equals_general(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    files, cuts = _random_files(random.Random(seed), seed, _mutate, ["s{i}.jsonl", "sub/agent-a{i}.jsonl"])
     _compare(files, cuts, monkeypatch)
 
 

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.test_claude_code_fastpath import _mutate, _outcome, _real_lines, _same
+from tests.test_claude_code_fastpath import _mutate, _outcome, _random_files, _same
 from traceflow import native
 from traceflow.importers import claude_code
 from traceflow.importing import run_import
@@ -165,30 +165,16 @@ def _valid(line: bytes) -> bool:
     return True
 
 
+def _change(rng: random.Random, line: bytes) -> bytes:
+    """A change to the JSON text (mostly) or to a value (see ``test_claude_code_fastpath``)."""
+    return _mutate_text(rng, line) if rng.random() < 0.6 else _mutate(rng, line)
+
+
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**32 - 1))
 def test_fuzzed_transcripts(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    rng = random.Random(seed)
-    lines = _real_lines()
-    files = []
-    cuts: dict[str, list[int]] = {}
-    for i in range(rng.randint(1, 3)):
-        n = rng.randint(1, 40)
-        start = rng.randrange(0, len(lines) - n)
-        chunk = []
-        for ln in lines[start : start + n]:
-            r = rng.random()
-            if r < 0.15:
-                ln = _mutate_text(rng, ln)
-            elif r < 0.25:
-                ln = _mutate(rng, ln)
-            chunk.append(ln)
-        data = b"\n".join(chunk) + (b"\n" if rng.random() < 0.8 else b"")
-        path = f"/p/{seed}/" + rng.choice([f"s{i}.jsonl", f"sub/agent-a{i}.jsonl", "sub/agent-.jsonl"])
-        files.append((path, data))
-        ends = [k + 1 for k, b in enumerate(data) if b == 10][:-1]
-        if ends and rng.random() < 0.4:
-            cuts[path] = sorted(rng.sample(ends, min(len(ends), rng.randint(1, 3))))
+    names = ["s{i}.jsonl", "sub/agent-a{i}.jsonl", "sub/agent-.jsonl"]
+    files, cuts = _random_files(random.Random(seed), seed, _change, names)
     _both(files, cuts, monkeypatch)
 
 
@@ -275,11 +261,12 @@ def test_scanner_reads_prompts_and_system_events() -> None:
         + b"\n"
         + b'{"type":"system","subtype":"turn_duration","durationMs":1234.5,"sessionId":"s2",'
         + b'"timestamp":"2026-01-01T00:00:09.123456Z","version":"2.1.9"}\n'
-        + b'{"type":"system","subtype":"compact_boundary","compactMetadata":{"trigger":"auto","preTokens":150000},'
+        + b'{"type":"system","subtype":"compact_boundary",'
+        + b'"compactMetadata":{"trigger":"auto","preTokens":150000},'
         + b'"timestamp":"2024-02-29T23:59:59Z"}\n'
         + b'{"type":"system","subtype":"informational","content":"x"}\n'
     )
-    acc, events, (pos, no, session, prompt, last_ts, prev, stopped) = _scan_events(data, session_id="s0")
+    acc, events, (_, no, session, prompt, last_ts, prev, stopped) = _scan_events(data, session_id="s0")
     assert not stopped and no == 4 and acc == []
     assert [e[:3] for e in events] == [
         (0, 1, 1767225600000000),  # 2026-01-01T00:00:00Z

@@ -308,6 +308,57 @@ static void value(Cur *c, Val *v, int depth)
     }
 }
 
+/* After a member or element: 1 at a ',' (another follows), 0 at `close` (the end), -1 otherwise. */
+static int after_item(Cur *c, unsigned char close)
+{
+    ws(c);
+    if (c->p < c->end && (*c->p == ',' || *c->p == close)) {
+        return *c->p++ == ',';
+    }
+    c->bad = 1;
+    return -1;
+}
+
+/* A member's key and its ':'; 0, or -1 (bad). */
+static int member_key(Cur *c, Val *key)
+{
+    ws(c);
+    if (c->p >= c->end || *c->p != '"') {
+        c->bad = 1;
+        return -1;
+    }
+    string(c, key);
+    if (c->bad)
+        return -1;
+    ws(c);
+    if (c->p >= c->end || *c->p != ':') {
+        c->bad = 1;
+        return -1;
+    }
+    c->p++;
+    return 0;
+}
+
+/* Opening an object or array at c->p: 1 when it has items, 0 when it is empty (and consumed). */
+static int open_items(Cur *c, unsigned char close, int depth)
+{
+    if (depth >= MAX_DEPTH) {
+        c->bad = 1;
+        return 0;
+    }
+    c->p++;
+    ws(c);
+    if (c->p < c->end && *c->p == close) {
+        c->p++;
+        return 0;
+    }
+    return 1;
+}
+
+typedef struct Spec Spec;
+static void object(Cur *c, Spec *spec, int depth);
+static Spec NO_NAMES;
+
 static void skip_value(Cur *c, int depth)
 {
     ws(c);
@@ -315,102 +366,43 @@ static void skip_value(Cur *c, int depth)
         c->bad = 1;
         return;
     }
-    unsigned char open = *c->p;
-    if (open != '{' && open != '[') {
+    if (*c->p == '{') {
+        object(c, &NO_NAMES, depth);
+        return;
+    }
+    if (*c->p != '[') {
         value(c, NULL, depth);
         return;
     }
-    if (depth >= MAX_DEPTH) {
-        c->bad = 1;
+    if (!open_items(c, ']', depth))
         return;
-    }
-    unsigned char close = open == '{' ? '}' : ']';
-    c->p++;
-    ws(c);
-    if (c->p < c->end && *c->p == close) {
-        c->p++;
-        return;
-    }
-    for (;;) {
-        if (open == '{') {
-            ws(c);
-            if (c->p >= c->end || *c->p != '"') {
-                c->bad = 1;
-                return;
-            }
-            string(c, NULL);
-            if (c->bad)
-                return;
-            ws(c);
-            if (c->p >= c->end || *c->p != ':') {
-                c->bad = 1;
-                return;
-            }
-            c->p++;
-        }
+    do
         skip_value(c, depth + 1);
-        if (c->bad)
-            return;
-        ws(c);
-        if (c->p >= c->end) {
-            c->bad = 1;
-            return;
-        }
-        if (*c->p == ',') {
-            c->p++;
-            continue;
-        }
-        if (*c->p == close) {
-            c->p++;
-            return;
-        }
-        c->bad = 1;
-        return;
-    }
+    while (!c->bad && after_item(c, ']') == 1);
 }
 
 /* An object whose keys named in `names` are read into `vals` (and, where `subs[i]` is set and the
- * value is an object, read by that function). Another key, and any duplicate of a named one, is
- * skipped or makes the line Python's. */
-typedef struct Spec Spec;
+ * value is an object, read by that function). Another key is skipped; a duplicate of a named one,
+ * or a key written with escapes, makes the line Python's. */
 struct Spec {
     int count;
     const char *const *names;
     Val *vals;
     Spec *const *subs; /* may be NULL */
 };
+static Spec NO_NAMES = {0, NULL, NULL, NULL};
 
 static void object(Cur *c, Spec *spec, int depth)
 {
     /* c->p at '{' */
-    if (depth >= MAX_DEPTH) {
-        c->bad = 1;
+    if (!open_items(c, '}', depth))
         return;
-    }
-    c->p++;
-    ws(c);
-    if (c->p < c->end && *c->p == '}') {
-        c->p++;
-        return;
-    }
-    for (;;) {
-        ws(c);
-        if (c->p >= c->end || *c->p != '"') {
-            c->bad = 1;
-            return;
-        }
+    do {
         Val key = {0};
-        string(c, &key);
-        if (c->bad)
+        if (member_key(c, &key) < 0)
             return;
-        ws(c);
-        if (c->p >= c->end || *c->p != ':') {
-            c->bad = 1;
-            return;
-        }
-        c->p++;
         int which = -1;
-        if (key.escaped) {
+        if (key.escaped && spec->count) {
             c->bad = 1; /* a key written with escapes may spell a named one */
             return;
         }
@@ -423,40 +415,23 @@ static void object(Cur *c, Spec *spec, int depth)
         }
         if (which < 0) {
             skip_value(c, depth + 1);
-        } else {
-            Val *v = &spec->vals[which];
-            if (v->kind != K_ABSENT) {
-                c->bad = 1; /* a duplicate key: which copy wins is the JSON parser's rule */
-                return;
-            }
-            ws(c);
-            if (spec->subs && spec->subs[which] && c->p < c->end && *c->p == '{') {
-                object(c, spec->subs[which], depth + 1);
-                v->kind = K_OBJ;
-            } else {
-                value(c, v, depth + 1);
-                if (!c->bad && v->kind == K_ABSENT)
-                    v->kind = K_OTHER;
-            }
-        }
-        if (c->bad)
-            return;
-        ws(c);
-        if (c->p >= c->end) {
-            c->bad = 1;
-            return;
-        }
-        if (*c->p == ',') {
-            c->p++;
             continue;
         }
-        if (*c->p == '}') {
-            c->p++;
+        Val *v = &spec->vals[which];
+        if (v->kind != K_ABSENT) {
+            c->bad = 1; /* a duplicate key: which copy wins is the JSON parser's rule */
             return;
         }
-        c->bad = 1;
-        return;
-    }
+        ws(c);
+        if (spec->subs && spec->subs[which] && c->p < c->end && *c->p == '{') {
+            object(c, spec->subs[which], depth + 1);
+            v->kind = K_OBJ;
+        } else {
+            value(c, v, depth + 1);
+            if (!c->bad && v->kind == K_ABSENT)
+                v->kind = K_OTHER;
+        }
+    } while (!c->bad && after_item(c, '}') == 1);
 }
 
 /* ---- the assistant record ------------------------------------------------------------------ */
@@ -552,31 +527,21 @@ static PyObject *str_of(const Val *v)
     return s;
 }
 
-/* A text column: str, None (null or absent), or -1 (another type: Python's). */
-static int text(const Val *v, PyObject **out)
+/* A nullable column: None (null or absent), else a str (want K_STR) or an int (want K_INT);
+ * -1 for a value of another type (Python's line), -2 on a Python error. */
+static int nullable(const Val *v, int want, PyObject **out)
 {
     if (v->kind == K_ABSENT || v->kind == K_NULL) {
         *out = Py_NewRef(Py_None);
         return 0;
     }
-    if (v->kind != K_STR)
+    if (v->kind != want)
         return -1;
-    *out = str_of(v);
+    *out = want == K_STR ? str_of(v) : PyLong_FromLongLong(v->i);
     return *out ? 0 : -2;
 }
 
-/* A token count: int, None (null or absent), or -1 (another type). */
-static int count(const Val *v, PyObject **out)
-{
-    if (v->kind == K_ABSENT || v->kind == K_NULL) {
-        *out = Py_NewRef(Py_None);
-        return 0;
-    }
-    if (v->kind != K_INT)
-        return -1;
-    *out = PyLong_FromLongLong(v->i);
-    return *out ? 0 : -2;
-}
+static int text(const Val *v, PyObject **out) { return nullable(v, K_STR, out); }
 
 /* Python's truthiness of true / false / null / absent; -1 for another value. */
 static int flag(const Val *v)
@@ -635,26 +600,26 @@ static void memo_clear(Memo *memo)
 }
 
 /* The row of an ordinary assistant record (_fast_block's tuple), appended to acc.
- * 1: appended; 0: not ordinary (Python's line); -2: a Python error. */
+ * 0: appended; -1: not ordinary (Python's line); -2: a Python error. */
 static int assistant_row(const Record *r, long long no, PyObject *file_agent, State *st, Memo *memo,
                          PyObject *acc)
 {
     const Val *msg = r->msg, *u = r->usage, *top = r->top;
     if (top[T_MESSAGE].kind != K_OBJ || msg[M_USAGE].kind != K_OBJ || top[T_TIMESTAMP].kind != K_STR)
-        return 0;
+        return -1;
     const Val *model = &msg[M_MODEL];
     if (model->kind == K_STR && model->escaped)
-        return 0;
+        return -1;
     if (model->kind == K_STR && model->n == 11 && memcmp(model->s, "<synthetic>", 11) == 0)
-        return 0;
+        return -1;
     if (flag(&top[T_APIERR]) != 0)
-        return 0;
+        return -1;
     int sidechain = flag(&top[T_SIDECHAIN]);
     if (sidechain < 0)
-        return 0;
+        return -1;
     const Val *cost = &top[T_COST];
     if (!(cost->kind == K_ABSENT || cost->kind == K_NULL || cost->kind == K_FLOAT))
-        return 0;
+        return -1;
     /* token counts: ints or nothing; a breakdown / details that is not an object counts as absent */
     int has_breakdown = u[U_BREAKDOWN].kind == K_OBJ;
     const Val *counts[] = {&u[U_INPUT], &u[U_READ], &u[U_CREATION], &u[U_OUTPUT], &r->breakdown[B_5M],
@@ -665,34 +630,34 @@ static int assistant_row(const Record *r, long long no, PyObject *file_agent, St
         if (i == 6 && u[U_DETAILS].kind != K_OBJ)
             continue;
         if (!(counts[i]->kind == K_ABSENT || counts[i]->kind == K_NULL || counts[i]->kind == K_INT))
-            return 0;
+            return -1;
     }
     /* session and parent, as ClaudeCodeImporter._ids */
     const Val *sid = &top[T_SESSION], *agent = &top[T_AGENT];
     if (!(sid->kind == K_ABSENT || sid->kind == K_NULL || sid->kind == K_STR))
-        return 0;
+        return -1;
     if (!(agent->kind == K_ABSENT || agent->kind == K_NULL || agent->kind == K_STR))
-        return 0;
+        return -1;
     if (st->session_id != Py_None && !PyUnicode_CheckExact(st->session_id))
-        return 0;
+        return -1;
     if (st->prompt_id != Py_None && !PyUnicode_CheckExact(st->prompt_id))
-        return 0;
+        return -1;
     if (st->last_user_ts != Py_None && !PyUnicode_CheckExact(st->last_user_ts))
-        return 0;
+        return -1;
     /* every other text column must be text or nothing */
     const Val *texts[] = {&top[T_REQUEST], &msg[M_ID], &top[T_VERSION], model, &top[T_CWD], &top[T_BRANCH],
                           &top[T_UUID], &u[U_SPEED], &u[U_TIER], &msg[M_STOP]};
     for (int i = 0; i < 10; i++)
         if (!(texts[i]->kind == K_ABSENT || texts[i]->kind == K_NULL || texts[i]->kind == K_STR))
-            return 0;
+            return -1;
 
     PyObject *f[25] = {NULL};
-    int rc = 0;
+    int rc = -1;
 #define TAKE(i, expr)                                                                                         \
     do {                                                                                                      \
         int _r = (expr);                                                                                      \
         if (_r) {                                                                                             \
-            rc = _r == -1 ? 0 : -2;                                                                           \
+            rc = _r == -1 ? -1 : -2;                                                                           \
             goto fail;                                                                                        \
         }                                                                                                     \
     } while (0)
@@ -711,7 +676,7 @@ static int assistant_row(const Record *r, long long no, PyObject *file_agent, St
         if (PyUnicode_GET_LENGTH(own) == 0) { /* cannot happen: n > 0 bytes decode to a non-empty str */
             Py_DECREF(own);
             own = NULL;
-            rc = 0;
+            rc = -1;
             goto fail;
         }
     } else {
@@ -719,7 +684,7 @@ static int assistant_row(const Record *r, long long no, PyObject *file_agent, St
     }
     if (memo_text(&memo[MEMO_AGENT], agent, &agent_obj)) {
         Py_DECREF(own);
-        rc = PyErr_Occurred() ? -2 : 0;
+        rc = PyErr_Occurred() ? -2 : -1;
         goto fail;
     }
     f[20] = agent_obj;
@@ -763,7 +728,7 @@ static int assistant_row(const Record *r, long long no, PyObject *file_agent, St
         f[14] = Py_NewRef(Py_None);
     }
     if (u[U_DETAILS].kind == K_OBJ)
-        TAKE(16, count(&r->details[D_THINKING], &f[16]));
+        TAKE(16, nullable(&r->details[D_THINKING], K_INT, &f[16]));
     else
         f[16] = Py_NewRef(Py_None);
     if (cost->kind == K_FLOAT) {
@@ -773,7 +738,7 @@ static int assistant_row(const Record *r, long long no, PyObject *file_agent, St
         double d = PyOS_string_to_double(num, NULL, NULL);
         if (d == -1.0 && PyErr_Occurred()) {
             PyErr_Clear();
-            rc = 0;
+            rc = -1;
             goto fail;
         }
         f[17] = PyFloat_FromDouble(d);
@@ -808,11 +773,11 @@ static int assistant_row(const Record *r, long long no, PyObject *file_agent, St
         Py_SETREF(st->session_id, Py_NewRef(own_now));
     }
     st->prev_was_user = 0;
-    return 1;
+    return 0;
 fail:
     for (int i = 0; i < 25; i++)
         Py_XDECREF(f[i]);
-    if (rc == 0 && PyErr_Occurred()) {
+    if (rc == -1 && PyErr_Occurred()) {
         if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
             PyErr_Clear(); /* Python's line: it reports the bad bytes its own way */
         else
@@ -1016,6 +981,15 @@ typedef struct {
 
 #define WINDOW 1024
 
+static void keys_release(Keys *k)
+{
+    Py_buffer *all[] = {&k->user, &k->system, &k->type, &k->timestamp, &k->prompt_id, &k->is_meta, &k->uuid,
+                        &k->subtype};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        if (all[i]->obj)
+            PyBuffer_Release(all[i]);
+}
+
 /* _skippable / _Keys.skip: a "type": key, one byte, an ignored type, its closing quote, within the window. */
 static int skippable(ptr start, ptr win, const Keys *k)
 {
@@ -1195,6 +1169,16 @@ done:
     return rc;
 }
 
+/* After a line's handler (0 done, -1 Python's line, -2 a Python error): whether the walk stops. */
+static inline int must_stop(int rc, int *failed, int *stopped)
+{
+    if (rc == -2)
+        *failed = 1;
+    else if (rc == -1)
+        *stopped = 1;
+    return rc < 0;
+}
+
 static PyObject *scan(PyObject *self, PyObject *args)
 {
     Py_buffer data;
@@ -1255,15 +1239,9 @@ static PyObject *scan(PyObject *self, PyObject *args)
             }
             if (!find(start, end, USAGE, sizeof USAGE - 1)) {
                 if (find(start, end, k.system.buf, k.system.len)) {
-                    int rc = system_event(start, end, line_no, &k, file_agent, &st, events);
-                    if (rc == -2) {
-                        failed = 1;
+                    if (must_stop(system_event(start, end, line_no, &k, file_agent, &st, events), &failed,
+                                  &stopped))
                         break;
-                    }
-                    if (rc < 0) {
-                        stopped = 1;
-                        break;
-                    }
                 } else if (!find(start, end, k.type.buf, k.type.len)) {
                     stopped = 1; /* a record with no type: Python checks it is JSON */
                     break;
@@ -1287,15 +1265,8 @@ static PyObject *scan(PyObject *self, PyObject *args)
                 pos = next;
                 continue;
             }
-            int rc = assistant_row(&rec, line_no, file_agent, &st, memo, acc);
-            if (rc == -2) {
-                failed = 1;
+            if (must_stop(assistant_row(&rec, line_no, file_agent, &st, memo, acc), &failed, &stopped))
                 break;
-            }
-            if (rc == 0) {
-                stopped = 1;
-                break;
-            }
             no = line_no;
             pos = next;
             continue;
@@ -1309,15 +1280,8 @@ static PyObject *scan(PyObject *self, PyObject *args)
         int prompt_line = !find(start, tr_end, TOOL_RESULT, sizeof TOOL_RESULT - 1) &&
                           !find(start, end, k.is_meta.buf, k.is_meta.len);
         if (prompt_line) {
-            int rc = user_prompt(start, end, line_no, &k, file_agent, &st, events);
-            if (rc == -2) {
-                failed = 1;
+            if (must_stop(user_prompt(start, end, line_no, &k, file_agent, &st, events), &failed, &stopped))
                 break;
-            }
-            if (rc < 0) {
-                stopped = 1;
-                break;
-            }
             no = line_no;
             pos = next;
             continue;
@@ -1349,14 +1313,7 @@ static PyObject *scan(PyObject *self, PyObject *args)
     }
     memo_clear(memo);
     PyBuffer_Release(&data);
-    PyBuffer_Release(&k.user);
-    PyBuffer_Release(&k.system);
-    PyBuffer_Release(&k.type);
-    PyBuffer_Release(&k.timestamp);
-    PyBuffer_Release(&k.prompt_id);
-    PyBuffer_Release(&k.is_meta);
-    PyBuffer_Release(&k.uuid);
-    PyBuffer_Release(&k.subtype);
+    keys_release(&k);
     if (failed) {
         Py_DECREF(st.session_id);
         Py_DECREF(st.prompt_id);
@@ -1368,14 +1325,7 @@ static PyObject *scan(PyObject *self, PyObject *args)
     return out;
 error_early:
     PyBuffer_Release(&data);
-    PyBuffer_Release(&k.user);
-    PyBuffer_Release(&k.system);
-    PyBuffer_Release(&k.type);
-    PyBuffer_Release(&k.timestamp);
-    PyBuffer_Release(&k.prompt_id);
-    PyBuffer_Release(&k.is_meta);
-    PyBuffer_Release(&k.uuid);
-    PyBuffer_Release(&k.subtype);
+    keys_release(&k);
     return NULL;
 }
 
