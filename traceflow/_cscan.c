@@ -7,10 +7,13 @@
  *   - lines of record types the importer ignores;
  *   - tool-result and meta user lines (their timestamp and promptId);
  *   - ordinary assistant lines: the row _fast_block would build, from a validating JSON parse
- *     that builds nothing but the fields the row needs.
+ *     that builds nothing but the fields the row needs;
+ *   - user prompts and turn_duration / compact_boundary system lines: the fields of their event
+ *     (ClaudeCodeImporter._line_event makes the row), read with byte searches equivalent to the
+ *     importer's regular expressions, and timestamps in Claude Code's own form.
  *
- * At any other line (a user prompt, a system event, an API error, anything unusual, anything
- * this parser is not sure orjson would read the same way) it stops and returns that line's
+ * At any other line (an API error, anything unusual, anything this parser is not sure orjson or
+ * the regular expressions would read the same way) it stops and returns that line's
  * position; the Python code handles that one line and calls scan() again. So the compiled and
  * the pure-Python importer give the same rows by construction wherever scan() declines, and
  * tests/test_cscan.py checks they agree wherever it does not.
@@ -1028,8 +1031,9 @@ static PyObject *field(ptr start, ptr end, const Py_buffer *key, int *found)
 
 
 /* An event as scan() reports it: (kind, line, micros or None, session, parent, prompt_id, version,
- * a, b, prompt key); kind 0 user_prompt (a: uuid), 1 turn_duration (a: durationMs text),
- * 2 compaction (a: preTokens text, b: trigger). ClaudeCodeImporter._native_events makes the rows. */
+ * a, b, prompt key), the arguments of ClaudeCodeImporter._line_event after its path; kind 0
+ * user_prompt (a: uuid), 1 turn_duration (a: durationMs text), 2 compaction (a: preTokens text,
+ * b: trigger). */
 static int add_event(PyObject *events, int kind, long long no, PyObject *ts, PyObject *session, PyObject *parent,
                      PyObject *prompt_id, PyObject *version, PyObject *a, PyObject *b, PyObject *key)
 {

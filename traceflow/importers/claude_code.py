@@ -23,12 +23,20 @@ result does not depend on line order or on how a growing file was split between 
 Only lines that contain ``"usage"`` are fully parsed; user lines are read with a few regular
 expressions (their tool results can be large).
 
-Speed: the usual assistant line (int token counts, text ids) goes through :func:`_fast_block` and
-:func:`_requests_frame_fast`, which pick the kept copy per request in Python and build a frame of the
-kept rows only; events become a frame column by column (:func:`_events_frame`). Any other line (odd
-types, out-of-range counts) sends its batch through the general :meth:`ClaudeCodeImporter._block` /
-:func:`_requests_frame` / ``frame_from_rows`` path, so both give the same rows, and the same errors
-(``tests/test_claude_code_fastpath.py`` checks that).
+Speed, in three layers that give the same rows, errors and carried state:
+
+* The compiled scanner (``traceflow/_cscan.c``, :mod:`traceflow.native`) walks the lines with the
+  same byte searches as :meth:`ClaudeCodeImporter._lines` and handles the lines it is sure of:
+  ignored record types, tool-result lines, ordinary assistant lines (the tuple :func:`_fast_block`
+  would build), prompts and system events (the arguments of
+  :meth:`ClaudeCodeImporter._line_event`). It leaves any other line to the Python loop, one line at a
+  time (``tests/test_cscan.py``).
+* In the Python loop, the usual assistant line (int token counts, text ids) goes through
+  :func:`_fast_block`.
+* :func:`_requests_frame_fast` picks the kept copy per request in Python and builds a frame of the
+  kept rows only; events become a frame column by column (:func:`_events_frame`). Any other line (odd
+  types, out-of-range counts) sends its batch through the general :meth:`ClaudeCodeImporter._block` /
+  :func:`_requests_frame` / ``frame_from_rows`` path (``tests/test_claude_code_fastpath.py``).
 """
 
 from __future__ import annotations
@@ -62,6 +70,9 @@ _VERSION = re.compile(rb'"version"\s*:\s*"([^"]+)"')
 
 
 _WINDOW = 1024
+#: Kinds of the events read off single lines (:meth:`ClaudeCodeImporter._line_event`); the compiled
+#: scanner uses the same numbers.
+_PROMPT_EVENT, _TURN_EVENT, _COMPACTION_EVENT = 0, 1, 2
 #: Record types that never carry tokens or turn boundaries.
 _SKIP_TYPES = (
     b"file-history-snapshot",
@@ -570,23 +581,10 @@ class ClaudeCodeImporter:
         )
 
     def _native_events(self, found: list[tuple[Any, ...]], path: str, out: Parsed) -> None:
-        """The event rows of the compiled scanner's event tuples (see ``_cscan.c``: add_event)."""
-        event, append = self._event, out.events.append
-        for kind, no, ts, session, parent, prompt_id, version, a, b, key in found:
-            if kind == 0:  # _user_event
-                row = event(
-                    "user_prompt", path, no, ts, session, parent, prompt_id, {"uuid": a, "file": path},
-                    version=version,
-                )  # fmt: skip
-                if key and parent is None:
-                    row["event_id"] = stable_id("claude-user-prompt", key)
-            elif kind == 1:  # _system_event
-                attrs = {"file": path, "duration_ms": float(a) if a else None}
-                row = event("turn_duration", path, no, ts, session, parent, prompt_id, attrs, version=version)
-            else:
-                attrs = {"file": path, "pre_tokens": int(a) if a else None, "trigger": b}
-                row = event("compaction", path, no, ts, session, parent, prompt_id, attrs, version=version)
-            append(row)
+        """The event rows of the compiled scanner's event tuples (``_cscan.c``: add_event)."""
+        line_event, append = self._line_event, out.events.append
+        for event in found:
+            append(line_event(path, *event))
 
     # -- rows -------------------------------------------------------------------------------
     def _ids(
@@ -645,49 +643,59 @@ class ClaudeCodeImporter:
         self, line: bytes, path: str, no: int, ts: int | None, file_agent: str | None, st: dict[str, Any]
     ) -> Row:
         session, parent = self._line_session(line, file_agent, st)
-        attrs = {"uuid": _search(_UUID, line), "file": path}
-        row = self._event(
-            "user_prompt",
-            path,
-            no,
-            ts,
-            session,
-            parent,
-            st.get("prompt_id"),
-            attrs,
-            version=_search(_VERSION, line),
+        version, uuid = _search(_VERSION, line), _search(_UUID, line)
+        prompt_key = _search(_PROMPT_ID, line)
+        return self._line_event(
+            path, _PROMPT_EVENT, no, ts, session, parent, st.get("prompt_id"), version, uuid, None, prompt_key
         )
-        prompt_id = _search(_PROMPT_ID, line)
-        if prompt_id and parent is None:  # = the OTLP user_prompt event of the turn (its prompt.id)
-            row["event_id"] = stable_id("claude-user-prompt", prompt_id)
-        return row
 
     def _system_event(
         self, sub: str, line: bytes, path: str, no: int, file_agent: str | None, st: dict[str, Any]
     ) -> Row:
         session, parent = self._line_session(line, file_agent, st)
         ts_s = _search(_TIMESTAMP, line)
-        attrs: dict[str, Any] = {"file": path}
         if sub == "turn_duration":
-            d = _search(_DURATION, line)
-            attrs["duration_ms"] = float(d) if d else None
-            name = "turn_duration"
+            kind, a, b = _TURN_EVENT, _search(_DURATION, line), None
         else:
-            pre = _search(_PRE_TOKENS, line)
-            attrs["pre_tokens"] = int(pre) if pre else None
-            attrs["trigger"] = _search(_TRIGGER, line)
-            name = "compaction"
-        return self._event(
-            name,
-            path,
-            no,
-            iso_micros(ts_s) if ts_s else None,
-            session,
-            parent,
-            st.get("prompt_id"),
-            attrs,
-            version=_search(_VERSION, line),
+            kind, a, b = _COMPACTION_EVENT, _search(_PRE_TOKENS, line), _search(_TRIGGER, line)
+        ts = iso_micros(ts_s) if ts_s else None
+        return self._line_event(
+            path, kind, no, ts, session, parent, st.get("prompt_id"), _search(_VERSION, line), a, b, None
         )
+
+    def _line_event(
+        self,
+        path: str,
+        kind: int,
+        no: int,
+        ts: int | None,
+        session: str | None,
+        parent: str | None,
+        prompt_id: str | None,
+        version: str | None,
+        a: str | None,
+        b: str | None,
+        prompt_key: str | None,
+    ) -> Row:
+        """The row of a prompt or system event from the fields read off its line (by the Python
+        loop or the compiled scanner, whose event tuples are these arguments after ``path``).
+
+        ``a`` / ``b``: the prompt's uuid; the turn's ``durationMs``; the compaction's ``preTokens``
+        and ``trigger``. ``prompt_key``: the prompt's ``promptId``, the OTLP ``user_prompt`` event's
+        ``prompt.id``, which becomes the event id of a main-session prompt.
+        """
+        attrs: dict[str, Any]
+        if kind == _PROMPT_EVENT:
+            name, attrs = "user_prompt", {"uuid": a, "file": path}
+        elif kind == _TURN_EVENT:
+            name, attrs = "turn_duration", {"file": path, "duration_ms": float(a) if a else None}
+        else:
+            name = "compaction"
+            attrs = {"file": path, "pre_tokens": int(a) if a else None, "trigger": b}
+        row = self._event(name, path, no, ts, session, parent, prompt_id, attrs, version=version)
+        if prompt_key and parent is None:
+            row["event_id"] = stable_id("claude-user-prompt", prompt_key)
+        return row
 
     def _error_event(
         self, rec: dict[str, Any], path: str, no: int, file_agent: str | None, st: dict[str, Any]
