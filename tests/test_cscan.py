@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from tests.test_claude_code_fastpath import _mutate, _outcome, _random_files, _same
 from traceflow import native
 from traceflow.importers import claude_code
-from traceflow.importing import run_import
+from traceflow.importing import _is_json, run_import
 from traceflow.lake import Lake
 
 if not native.available():
@@ -154,15 +154,9 @@ def _mutate_text(rng: random.Random, line: bytes) -> bytes:
         return rng.choice([b'["usage","type"]', b'"usage"', b"42", b"null"])
     if r == 15:  # the markers inside a string
         return line.replace(b"{", b'{"note":"\\"type\\":\\"user\\" \\"usage\\"",', 1)
-    return json.dumps(orjson.loads(line), ensure_ascii=rng.random() < 0.5).encode() if _valid(line) else line
-
-
-def _valid(line: bytes) -> bool:
-    try:
-        orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return False
-    return True
+    if not _is_json(line):
+        return line
+    return json.dumps(orjson.loads(line), ensure_ascii=rng.random() < 0.5).encode()
 
 
 def _change(rng: random.Random, line: bytes) -> bytes:
