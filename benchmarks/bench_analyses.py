@@ -163,8 +163,8 @@ def proposed_view_sql(lake: object, name: str) -> str:
     or written once) has no duplicates inside it, and a request's copies share its partition (the
     partition comes from the request's own timestamps), so its rows need no window.
     """
-    from traceflow.lake import Lake
     from traceflow.schema import REQUESTS, TABLES
+    from traceflow.store.lake import Lake
 
     assert isinstance(lake, Lake)
     spec = TABLES[name]
@@ -209,7 +209,7 @@ def proposed_view_sql(lake: object, name: str) -> str:
 def _cli(argv: list[str]) -> None:
     """Run ``traceflow`` with the analysis commands; ``--proposed-view`` first patches the views,
     ``--memory-limit X`` sets DuckDB's memory limit (and a spill folder) on every connection."""
-    from traceflow.lake import Lake
+    from traceflow.store.lake import Lake
 
     if argv and argv[0] == "--proposed-view":
         global _ORIGINAL_VIEW_SQL
@@ -230,8 +230,8 @@ def _cli(argv: list[str]) -> None:
 
         Lake.connect = limited  # type: ignore[method-assign]
     sys.argv = ["traceflow", *argv]
-    import traceflow.cli_analyses  # noqa: F401  (registers the commands)
-    from traceflow.cli import main
+    import traceflow.cli.analyses  # noqa: F401  (registers the commands)
+    from traceflow.cli.app import main
 
     main()
 

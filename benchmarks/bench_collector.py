@@ -417,7 +417,7 @@ def bench_transport(transport: str, args: argparse.Namespace, root: Path) -> dic
         server.stop()
     rows = distinct = None
     if drain_s is not None:
-        from traceflow.lake import Lake
+        from traceflow.store.lake import Lake
 
         con = Lake(data).connect(["requests"])
         row = con.execute("select count(*), count(distinct request_id) from requests").fetchone()

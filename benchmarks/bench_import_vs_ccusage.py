@@ -8,7 +8,7 @@ a. ``ccusage daily --json --offline --timezone UTC`` (``CLAUDE_CONFIG_DIR=CORPUS
 b. traceflow first import + report into a fresh lake: ``traceflow import claude-code CORPUS/projects --data D
    --format json`` then ``traceflow mix --by day --format json --data D`` (each timed, plus the sum);
 c. traceflow repeated report: ``traceflow mix --by day --format json --data D`` on the populated lake,
-   ``--runs`` times, median. After the first of them the result cache (``traceflow.result_cache``) has
+   ``--runs`` times, median. After the first of them the result cache (``traceflow.store.result_cache``) has
    the answer, so the median is a cache hit: a fresh process that checks the lake's file list and
    prints the stored bytes without importing DuckDB;
 c2. the same with the result cache off (``TRACEFLOW_CACHE=0``): every run starts DuckDB and queries.

@@ -49,7 +49,7 @@ def _usage() -> dict[str, float]:
 
 
 def _trace(requests: int) -> Any:
-    from traceflow.workload import generate, preset
+    from traceflow.replay.workload import generate, preset
 
     # a slightly higher rate, then the first `requests` in time order
     rate = requests / PRESET_REQUESTS_PER_RATE * 1.05
@@ -58,12 +58,12 @@ def _trace(requests: int) -> Any:
 
 def stage(name: str, args: argparse.Namespace) -> dict[str, Any]:
     """Run one stage in this process; returns its figures."""
-    from traceflow.lake import Lake
+    from traceflow.store.lake import Lake
 
     t0 = time.perf_counter()
     out: dict[str, Any] = {"stage": name}
     if name in ("synth-lake", "gen-export-lake"):
-        from traceflow.workload import write_lake
+        from traceflow.replay.workload import write_lake
 
         n = args.synth_requests if name == "synth-lake" else args.export_requests
         trace = _trace(n)
@@ -76,7 +76,7 @@ def stage(name: str, args: argparse.Namespace) -> dict[str, Any]:
         out["files_before"], out["files_after"] = before, after
         out["requests"] = args.export_requests
     elif name == "synth-mooncake":
-        from traceflow.replay import export_frame
+        from traceflow.replay.export import export_frame
 
         trace = _trace(args.synth_requests)
         out["generate_s"] = round(time.perf_counter() - t0, 2)
@@ -85,7 +85,7 @@ def stage(name: str, args: argparse.Namespace) -> dict[str, Any]:
         out["hash_ids"] = manifest["counts"]["hash_ids"]
         out["output_bytes"] = Path(args.out).stat().st_size
     elif name in ("export-mooncake", "export-mooncake-compacted"):
-        from traceflow import replay
+        from traceflow.replay import export as replay
 
         phases: dict[str, float] = {}
         for fn in ("load_requests", "derive", "write_mooncake"):  # time the three phases

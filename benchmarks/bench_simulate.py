@@ -4,7 +4,7 @@
 Two block-access traces, each replayed by both simulators in one run:
 
 a. the public Mooncake conversation trace expanded to its 512-token blocks (288,500 accesses);
-b. a seeded synthetic agentic-coding trace (``traceflow.simulate.agentic_coding_trace``, DESIGN §4 shape,
+b. a seeded synthetic agentic-coding trace (``traceflow.kv.simulate.agentic_coding_trace``, DESIGN §4 shape,
    more sessions per minute and a longer run) of at least 100 million block accesses.
 
 For each capacity: libCacheSim 0.3.5 ``LRU(cache_size=C, hashpower=H).process_trace(TraceReader(file))``
@@ -42,9 +42,9 @@ from typing import Any
 import libcachesim
 import numpy as np
 
-from traceflow import simulate as sim
-from traceflow.models import KVSize
-from traceflow.sizing import Tier
+from traceflow.kv import simulate as sim
+from traceflow.kv.models import KVSize
+from traceflow.kv.sizing import Tier
 
 REPO = Path(__file__).resolve().parents[1]
 MOONCAKE = REPO.parent / "shared" / "data" / "mooncake_conversation_trace.jsonl"

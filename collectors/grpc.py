@@ -20,9 +20,9 @@ from opentelemetry.proto.collector.logs.v1 import logs_service_pb2_grpc
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
-from . import ingest
-from .ingest import PROTOBUF, Ingest, Outcome
-from .spool import Signal
+from traceflow.collectors import ingest
+from traceflow.collectors.ingest import PROTOBUF, Ingest, Outcome
+from traceflow.collectors.spool import Signal
 
 _logger = logging.getLogger(__name__)
 

@@ -24,10 +24,10 @@ import socket
 import ssl
 import time
 
-from . import ingest
-from .inflate import ENCODINGS, BadBody, BodyTooLarge, Inflater
-from .ingest import JSON, Ingest, Outcome, Reservation
-from .spool import SIGNALS, Signal
+from traceflow.collectors import ingest
+from traceflow.collectors.inflate import ENCODINGS, BadBody, BodyTooLarge, Inflater
+from traceflow.collectors.ingest import JSON, Ingest, Outcome, Reservation
+from traceflow.collectors.spool import SIGNALS, Signal
 
 _logger = logging.getLogger(__name__)
 

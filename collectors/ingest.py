@@ -1,7 +1,7 @@
 """Shared by both transports: authenticate, admit, decode, log to the WAL, answer.
 
 The acknowledgement path is deliberately short (DESIGN §7): decode the payload to prove it is
-well formed (protobuf or OTLP/JSON, via ``traceflow.otlp.parse_body``), drop records that are
+well formed (protobuf or OTLP/JSON, via ``traceflow.otlp.decode.parse_body``), drop records that are
 structurally invalid (reported as ``partial_success``), append the payload to the write-ahead log
 (``spool.Wal``, group-committed) and answer. Mapping records to lake rows happens later, in the
 sealer process (``collectors/sealer.py``), so it never slows the exporters down.
@@ -23,10 +23,9 @@ import orjson
 from google.protobuf.message import DecodeError as PbDecodeError
 from google.protobuf.message import Message
 
-from traceflow import otlp
+from traceflow.collectors.spool import SIGNALS, Signal, Wal, WalRecord
 from traceflow.errors import DecodeError
-
-from .spool import SIGNALS, Signal, Wal, WalRecord
+from traceflow.otlp import decode as otlp
 
 _logger = logging.getLogger(__name__)
 

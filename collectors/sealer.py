@@ -7,7 +7,7 @@ second core and keeps a payload that crashes the mapper away from the servers.
 
 One seal, for a run of consecutive closed segments (up to ``batch_bytes``):
 
-1. decode and map every record (``traceflow.otlp.map_request``, with the persisted ``MetricState``);
+1. decode and map every record (``traceflow.otlp.decode.map_request``, with the persisted ``MetricState``);
 2. write one staged Parquet file per table and partition, publish them (``Lake.write_staged`` +
    ``Lake.publish``: fsynced, atomic renames);
 3. save the metric state (atomic replace), then delete the segments.
@@ -37,12 +37,11 @@ from pathlib import Path
 
 import orjson
 
-from traceflow import otlp
-from traceflow.importers.base import Parsed
-from traceflow.lake import Lake, frame_from_rows
+from traceflow.collectors import spool
+from traceflow.otlp import decode as otlp
+from traceflow.rows import Parsed
 from traceflow.schema import TABLES
-
-from . import spool
+from traceflow.store.lake import Lake, frame_from_rows
 
 _logger = logging.getLogger(__name__)
 

@@ -32,10 +32,10 @@ from typing import Any
 import grpc
 import orjson
 
-from . import grpc as otlp_grpc
-from . import http as otlp_http
-from . import spool
-from .ingest import Admission, Ingest, poll_backlog
+from traceflow.collectors import grpc as otlp_grpc
+from traceflow.collectors import http as otlp_http
+from traceflow.collectors import spool
+from traceflow.collectors.ingest import Admission, Ingest, poll_backlog
 
 _logger = logging.getLogger("traceflow.serve")
 
@@ -455,7 +455,7 @@ def serve_command() -> None:
     (the actual ports, so 0 is usable in scripts), stops cleanly on SIGTERM/SIGINT (exit 0).
     Wire it with ``raise typer.Exit(run_server(...))``.
     """
-    raise NotImplementedError("documentation only: traceflow.cli wires `serve` to run_server")
+    raise NotImplementedError("documentation only: traceflow.cli.app wires `serve` to run_server")
 
 
 def _size(text: str) -> int:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import altair as alt
 
-from ._base import HEIGHT, WIDTH, data, is_empty, no_data, top, values
+from traceflow.dashboards._base import HEIGHT, WIDTH, data, is_empty, no_data, top, values
 
 if TYPE_CHECKING:
     import polars as pl

@@ -1,6 +1,6 @@
 """Inter-turn idle gaps on a log scale, human and agent stacked, against the 5 min and 1 h TTLs.
 
-Frame: :func:`traceflow.gaps.gap_histogram` (``label, lo_s, hi_s, human_gaps, agent_gaps,
+Frame: :func:`traceflow.analysis.gaps.gap_histogram` (``label, lo_s, hi_s, human_gaps, agent_gaps,
 unknown_gaps``).
 """
 
@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import altair as alt
 
-from ._base import HEIGHT, WIDTH, data, is_empty, no_data, top, values
+from traceflow.dashboards._base import HEIGHT, WIDTH, data, is_empty, no_data, top, values
 
 if TYPE_CHECKING:
     import polars as pl

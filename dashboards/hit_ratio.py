@@ -1,6 +1,6 @@
 """Cache hit ratio versus capacity (one LRU stack-distance sweep), with the tiers' capacities marked.
 
-Frame: ``capacity_bytes``, ``hit_ratio``, ``token_hit_ratio`` (:func:`traceflow.simulate.sweep`),
+Frame: ``capacity_bytes``, ``hit_ratio``, ``token_hit_ratio`` (:func:`traceflow.kv.simulate.sweep`),
 optionally ``tier`` rows: a row with ``tier`` set (and ``capacity_bytes``) draws a labelled rule.
 """
 
@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import altair as alt
 
-from ._base import HEIGHT, WIDTH, data, is_empty, no_data, top
+from traceflow.dashboards._base import HEIGHT, WIDTH, data, is_empty, no_data, top
 
 if TYPE_CHECKING:
     import polars as pl

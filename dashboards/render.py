@@ -23,11 +23,10 @@ if TYPE_CHECKING:
     import altair as alt
     import duckdb
 
-    from traceflow.lake import Lake
+    from traceflow.dashboards.report_data import ReportData
     from traceflow.prices import PriceModel
-    from traceflow.selection import Selection
-
-    from .report_data import ReportData
+    from traceflow.store.lake import Lake
+    from traceflow.store.selection import Selection
 
 
 @dataclass(frozen=True)
@@ -323,7 +322,7 @@ def _describe(selection: Selection | None) -> str:
 
 
 def _notes(data: ReportData, given_kv: bool) -> list[str]:
-    from .report_data import SSD_DRIVE_BYTES, SSD_DRIVES, SSD_RAID, SSD_RATED_DWPD
+    from traceflow.dashboards.report_data import SSD_DRIVE_BYTES, SSD_DRIVES, SSD_RAID, SSD_RATED_DWPD
 
     kv = f"{data.kv_bytes_per_token:,.0f} B of KV per token"
     notes = [
@@ -355,9 +354,8 @@ def render_html(
 
     ``options`` go to :func:`.report_data.gather` (``ttls``, ``resume_after_s``, ``resolution_s``).
     """
-    from traceflow.report import headline, render_text
-
-    from .report_data import gather
+    from traceflow.analysis.report import headline, render_text
+    from traceflow.dashboards.report_data import gather
 
     data = gather(
         con,
@@ -401,13 +399,13 @@ def write_report(
 ) -> dict[str, Any]:
     """Write the HTML report and/or one PNG/SVG per chart for ``selection``; returns what was written.
 
-    ``lake`` is a :class:`traceflow.lake.Lake` (or an open connection with its views); ``tiers`` are
+    ``lake`` is a :class:`traceflow.store.lake.Lake` (or an open connection with its views); ``tiers`` are
     (name, bytes) marks on the hit-ratio chart; ``ttls``, ``resume_after_s`` and ``resolution_s``
     are those of ``traceflow report`` (the charts coarsen the buckets of long selections).
     The result (JSON-ready) has ``requests``, ``charts`` (their keys, in order), ``headline``
     (the summary's sentences), and the paths written.
     """
-    from traceflow.report import headline
+    from traceflow.analysis.report import headline
 
     con = lake.connect() if hasattr(lake, "connect") else lake
     page, charts, data = render_html(

@@ -18,9 +18,9 @@ if TYPE_CHECKING:
     import duckdb
     import polars as pl
 
+    from traceflow.analysis.report import Report
     from traceflow.prices import PriceModel
-    from traceflow.report import Report
-    from traceflow.selection import Selection
+    from traceflow.store.selection import Selection
 
 #: KV bytes per token assumed when none is given (MiniMax-M2 at FP8, DESIGN §5): for the hit-ratio
 #: and SSD charts, which need bytes.
@@ -99,7 +99,7 @@ def mix_frame(con: duckdb.DuckDBPyConnection, selection: Selection | None) -> pl
     """Long token mix: overall, then by model, agent and day."""
     import polars as pl
 
-    from traceflow.mix import token_mix
+    from traceflow.analysis.mix import token_mix
 
     parts = []
     overall = token_mix(con, selection).with_columns(pl.lit("all").alias("overall"))
@@ -170,7 +170,7 @@ def context_frame(
     points: int = MAX_POINTS,
 ) -> pl.DataFrame:
     """Context per request of the main stream of the longest sessions (thinned to ``points`` each)."""
-    from traceflow.lake import query_frame
+    from traceflow.store.lake import query_frame
 
     sql = f"""
 WITH main AS (
@@ -200,7 +200,7 @@ ORDER BY session, elapsed_min
 
 def ttft_frame(con: duckdb.DuckDBPyConnection, where: str, params: list[Any]) -> pl.DataFrame:
     """Requests with a time to first token, in log-spaced bins (4 per decade)."""
-    from traceflow.lake import query_frame
+    from traceflow.store.lake import query_frame
 
     sql = f"""
 SELECT power(10, b / 4.0) AS lo_ms, power(10, (b + 1) / 4.0) AS hi_ms, count(*)::BIGINT AS requests
@@ -217,8 +217,8 @@ def dwpd_frame(
     """Per UTC day: the cache writes as KV bytes, as drive writes per day of the assumed SSD array."""
     import polars as pl
 
-    from traceflow.lake import query_frame
-    from traceflow.sizing import dwpd
+    from traceflow.kv.sizing import dwpd
+    from traceflow.store.lake import query_frame
 
     sql = f"""
 SELECT strftime(coalesce(started_at, ended_at) AT TIME ZONE 'UTC', '%Y-%m-%d') AS day,
@@ -259,7 +259,7 @@ def hit_ratio_frame(
     token counts, as ``traceflow simulate`` builds them when the lake has no hash ids)."""
     import polars as pl
 
-    from traceflow.simulate import chains_from_counts, sweep
+    from traceflow.kv.simulate import chains_from_counts, sweep
 
     schema = {
         "capacity_bytes": pl.Float64,
@@ -317,17 +317,17 @@ def gather(
     ``series_since`` starts the time-series charts (tokens over time, concurrent sessions, working
     set) later than the selection, e.g. at a live stream when the lake also holds old imports.
     ``ttls``, ``resume_after_s`` and ``resolution_s`` go to the text summary
-    (:func:`traceflow.report.build_report`); the charts' buckets are never finer than
+    (:func:`traceflow.analysis.report.build_report`); the charts' buckets are never finer than
     ``resolution_s`` and never more than :data:`MAX_BUCKETS`.
     """
     import polars as pl
 
-    from traceflow.load import load_series
-    from traceflow.report import build_report
-    from traceflow.selection import Selection
-    from traceflow.sessions import sessions as session_rows
-    from traceflow.ttl import ttl_whatif
-    from traceflow.working_set import working_set_series
+    from traceflow.analysis.load import load_series
+    from traceflow.analysis.report import build_report
+    from traceflow.analysis.sessions import sessions as session_rows
+    from traceflow.analysis.ttl import ttl_whatif
+    from traceflow.analysis.working_set import working_set_series
+    from traceflow.store.selection import Selection
 
     sel = selection or Selection()
     where, params = sel.where()

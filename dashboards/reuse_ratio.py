@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import altair as alt
 
-from ._base import HEIGHT, WIDTH, data, is_empty, no_data, top
+from traceflow.dashboards._base import HEIGHT, WIDTH, data, is_empty, no_data, top
 
 if TYPE_CHECKING:
     import polars as pl

@@ -1,6 +1,6 @@
 """TTL what-if: what the selection would have cost under each cache TTL, and the share that expires.
 
-Frame: :func:`traceflow.ttl.ttl_whatif` (``ttl_s, ttl, cost_usd, share_requests_expired, best``).
+Frame: :func:`traceflow.analysis.ttl.ttl_whatif` (``ttl_s, ttl, cost_usd, share_requests_expired, best``).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import altair as alt
 
-from ._base import HEIGHT, WIDTH, data, is_empty, no_data, top
+from traceflow.dashboards._base import HEIGHT, WIDTH, data, is_empty, no_data, top
 
 if TYPE_CHECKING:
     import polars as pl

@@ -1,1 +1,1 @@
-"""Packaged .sql files; read them through traceflow.sql."""
+"""Packaged .sql files; read them through traceflow.store.sql."""

@@ -3,7 +3,7 @@
 -- Model: a request whose idle gap (as in gaps.sql) exceeds the TTL finds its prefix expired and
 -- writes it again (rewrite_tokens); otherwise it reads the prefix and writes only what is new. The
 -- prefix is the previous request's context plus its output, at most this request's context. A
--- stream's first request writes its whole context. traceflow.ttl prices the tokens.
+-- stream's first request writes its whole context. traceflow.analysis.ttl prices the tokens.
 -- params:  $since TIMESTAMPTZ = NULL  only requests at or after this time
 --          $until TIMESTAMPTZ = NULL  only requests before this time
 --          $ttl_s DOUBLE = 300        the cache TTL in seconds

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from traceflow.lake import Lake
+from traceflow.store.lake import Lake
 
 CLAUDE_VERSION = "2.1.332"
 REPO = Path(__file__).resolve().parents[1]

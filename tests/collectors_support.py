@@ -22,7 +22,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 
 from tests.conftest import shared_data
-from traceflow.lake import Lake
+from traceflow.store.lake import Lake
 
 CAPTURES = shared_data() / "claude-code-otlp"
 PAYLOADS = Path(__file__).resolve().parent / "payloads"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from traceflow.lake import Lake
+from traceflow.store.lake import Lake
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -38,7 +38,7 @@ def lake(tmp_path: Path) -> Lake:
 @pytest.fixture
 def cli(lake: Lake) -> Callable[..., tuple[int, str, str]]:
     """Run ``traceflow ARGS --data <the test's lake>`` in-process: (exit code, stdout, stderr)."""
-    from traceflow.cli import app
+    from traceflow.cli.app import app
 
     runner = CliRunner()
 

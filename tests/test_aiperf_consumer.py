@@ -30,9 +30,9 @@ from typing import Any
 
 import pytest
 
-from traceflow.lake import Lake
-from traceflow.replay import export
-from traceflow.workload import generate, preset, write_lake
+from traceflow.replay.export import export
+from traceflow.replay.workload import generate, preset, write_lake
+from traceflow.store.lake import Lake
 
 
 def _aiperf_python() -> str | None:
@@ -235,7 +235,7 @@ def test_aiperf_loader_reads_the_exports(offline: tuple[dict[str, str], Path], t
     weka = "-"
     if (SHARED / "weka_cc_traces").is_dir():
         from traceflow.importers import get
-        from traceflow.importing import run_import
+        from traceflow.importers.run import run_import
 
         wl = Lake(tmp_path / "weka")
         run_import(wl, get("kvcache-tester"), [SHARED / "weka_cc_traces"])

@@ -12,11 +12,11 @@ from typing import Any
 import polars as pl
 import pytest
 
-from traceflow import gaps, load, sessions, ttl, working_set
+from traceflow.analysis import gaps, load, sessions, ttl, working_set
 from traceflow.errors import UsageError
-from traceflow.lake import Lake
 from traceflow.prices import ModelPrice, PriceModel, parse_ttl, ttl_label
-from traceflow.selection import Selection
+from traceflow.store.lake import Lake
+from traceflow.store.selection import Selection
 
 T0 = dt.datetime(2026, 8, 1, 10, 0, tzinfo=dt.UTC)
 SONNET, OPUS = "claude-sonnet-4-5-20250929", "claude-opus-4-5-20251101"

@@ -16,12 +16,13 @@ from typing import Any
 
 import pytest
 
-import traceflow.cli_analyses  # noqa: F401  (registers the commands on the app)
+import traceflow.cli.analyses  # noqa: F401  (registers the commands on the app)
 from tests.test_analyses import fill
-from traceflow import gaps, importers, sessions, ttl
-from traceflow.importing import run_import
-from traceflow.lake import Lake
-from traceflow.selection import Selection
+from traceflow import importers
+from traceflow.analysis import gaps, sessions, ttl
+from traceflow.importers.run import run_import
+from traceflow.store.lake import Lake
+from traceflow.store.selection import Selection
 
 Cli = Callable[..., tuple[int, str, str]]
 REPO = Path(__file__).resolve().parents[1]

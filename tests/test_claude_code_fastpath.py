@@ -25,12 +25,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import shared_data
-from traceflow import importing
 from traceflow.importers import claude_code
-from traceflow.importers.base import FileContext, Parsed, finish
-from traceflow.importing import run_import, table_frames
-from traceflow.lake import Lake, frame_from_rows
+from traceflow.importers import run as importing
+from traceflow.importers.base import FileContext, finish
+from traceflow.importers.run import run_import, table_frames
+from traceflow.rows import Parsed
 from traceflow.schema import EVENTS
+from traceflow.store.lake import Lake, frame_from_rows
 
 CLAUDE = claude_code.IMPORTER
 

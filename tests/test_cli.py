@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from traceflow.lake import Lake
-from traceflow.mix import COLUMNS
+from traceflow.analysis.mix import COLUMNS
+from traceflow.store.lake import Lake
 
 Cli = Callable[..., tuple[int, str, str]]
 

@@ -20,7 +20,7 @@ from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
-from traceflow import otlp
+from traceflow.otlp import decode as otlp
 
 pytestmark = pytest.mark.realdata
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from collectors_support import api_request_logs
+
 from traceflow.collectors import spool
 from traceflow.collectors.http import HttpServer
 from traceflow.collectors.ingest import Admission, Ingest

@@ -8,6 +8,7 @@ import zlib
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from traceflow.collectors.inflate import BadBody, BodyTooLarge, Inflater
 
 COMPRESS = {

@@ -12,6 +12,7 @@ import orjson
 from collectors_support import Server, api_request_logs, count_requests, query, wait_for
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.metrics.v1.metrics_pb2 import AggregationTemporality
+
 from traceflow.collectors import spool
 from traceflow.collectors.sealer import MAX_ATTEMPTS, Sealer
 

@@ -14,6 +14,7 @@ import httpx
 import pytest
 from collectors_support import Server, api_request_logs, count_requests, query, stub, wait_for
 from google.rpc import error_details_pb2, status_pb2
+
 from traceflow.collectors import server as server_mod
 
 PB = {"Content-Type": "application/x-protobuf"}

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from traceflow.collectors import spool
 from traceflow.collectors.spool import Wal, WalRecord
 

@@ -25,8 +25,8 @@ from hypothesis import strategies as st
 from tests.test_claude_code_fastpath import _mutate, _outcome, _random_files, _same
 from traceflow import native
 from traceflow.importers import claude_code
-from traceflow.importing import _is_json, run_import
-from traceflow.lake import Lake
+from traceflow.importers.run import _is_json, run_import
+from traceflow.store.lake import Lake
 
 if not native.available():
     if os.environ.get("TRACEFLOW_REQUIRE_NATIVE") == "1":

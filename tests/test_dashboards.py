@@ -13,6 +13,7 @@ from types import ModuleType
 
 import polars as pl
 import pytest
+
 from traceflow.dashboards import render
 from traceflow.dashboards.render import CHARTS
 
@@ -92,14 +93,14 @@ def _texts(spec: dict[str, object]) -> str:
 
 @pytest.fixture
 def dashboard_commands() -> Iterator[ModuleType]:
-    """``traceflow.cli_dashboards`` with its commands on the app, taken off again afterwards, so that
-    other tests see the app as ``traceflow.cli`` builds it (until cli.py imports the module itself)."""
+    """``traceflow.cli.dashboards`` with its commands on the app, taken off again afterwards, so that
+    other tests see the app as ``traceflow.cli.app`` builds it (until cli.py imports the module itself)."""
     import importlib
 
-    from traceflow.cli import app
+    from traceflow.cli.app import app
 
     before = list(app.registered_commands)
-    module = importlib.import_module("traceflow.cli_dashboards")
+    module = importlib.import_module("traceflow.cli.dashboards")
     if len(app.registered_commands) == len(before):  # imported earlier and taken off: register again
         module = importlib.reload(module)
     try:
@@ -160,8 +161,8 @@ def test_html_document_is_self_contained() -> None:
 
 
 def test_report_data_and_files_from_a_lake(tmp_path: Path) -> None:
-    from traceflow.lake import Lake
-    from traceflow.workload import generate, preset
+    from traceflow.replay.workload import generate, preset
+    from traceflow.store.lake import Lake
 
     lake = Lake(tmp_path / "data")
     lake.append("requests", generate(preset("agentic-coding"), 600, seed=3).lake_frame())
@@ -179,7 +180,7 @@ def test_report_data_and_files_from_a_lake(tmp_path: Path) -> None:
 
 
 def test_report_on_an_empty_lake(tmp_path: Path) -> None:
-    from traceflow.lake import Lake
+    from traceflow.store.lake import Lake
 
     written = render.write_report(Lake(tmp_path / "data"), html=tmp_path / "r.html")
     page = (tmp_path / "r.html").read_text()
@@ -195,8 +196,8 @@ def test_dashboard_serves_the_report_and_rebuilds_it_on_new_data(
 
     import httpx
 
-    from traceflow.lake import Lake
-    from traceflow.workload import generate, preset
+    from traceflow.replay.workload import generate, preset
+    from traceflow.store.lake import Lake
 
     lake = Lake(tmp_path / "data")
     app = dashboard_commands.dashboard_app(lake, refresh_s=5)

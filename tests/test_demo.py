@@ -10,23 +10,23 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from traceflow.dashboards.render import CHARTS
 
-from traceflow.lake import Lake
+from traceflow.dashboards.render import CHARTS
+from traceflow.store.lake import Lake
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
 def dashboard_commands() -> Iterator[ModuleType]:
-    """``traceflow.cli_dashboards`` with its commands on the app, taken off again afterwards, so that
-    other tests see the app as ``traceflow.cli`` builds it (until cli.py imports the module itself)."""
+    """``traceflow.cli.dashboards`` with its commands on the app, taken off again afterwards, so that
+    other tests see the app as ``traceflow.cli.app`` builds it (until cli.py imports the module itself)."""
     import importlib
 
-    from traceflow.cli import app
+    from traceflow.cli.app import app
 
     before = list(app.registered_commands)
-    module = importlib.import_module("traceflow.cli_dashboards")
+    module = importlib.import_module("traceflow.cli.dashboards")
     if len(app.registered_commands) == len(before):  # imported earlier and taken off: register again
         module = importlib.reload(module)
     try:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer.main
 
-from traceflow.cli import app, register_all
+from traceflow.cli.app import app, register_all
 from traceflow.config import SETTINGS
 
 REPO = Path(__file__).resolve().parents[1]

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from tests.conftest import shared_data
 from traceflow.importers import get
-from traceflow.importing import run_import
-from traceflow.lake import Lake
+from traceflow.importers.run import run_import
+from traceflow.store.lake import Lake
 
 CLAUDE = get("claude-code")
 KINDS = ("cold_input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")

@@ -17,8 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from traceflow.importers.base import FileContext, Parsed, Row, iso_micros, stable_id
+from traceflow.importers.base import FileContext
 from traceflow.importers.codex import IMPORTER, CodexImporter
+from traceflow.rows import Parsed, Row, iso_micros, stable_id
 
 
 def shared_data() -> Path:
@@ -564,8 +565,8 @@ def test_empty_chunk_leaves_state_unchanged() -> None:
 
 
 def test_rows_fit_the_lake_schema() -> None:
-    from traceflow.lake import frame_from_rows
     from traceflow.schema import EVENTS, REQUESTS
+    from traceflow.store.lake import frame_from_rows
 
     parsed = parse(join(fixture_lines()))
     assert frame_from_rows(REQUESTS, parsed.requests).height == len(parsed.requests) > 0

@@ -14,8 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from traceflow.importers.base import FileContext, Parsed, Row, iso_micros, stable_id
+from traceflow.importers.base import FileContext
 from traceflow.importers.gemini import IMPORTER, GeminiImporter
+from traceflow.rows import Parsed, Row, iso_micros, stable_id
 
 
 def shared_data() -> Path:
@@ -366,8 +367,8 @@ def test_property_row_tokens_match_the_source(usages: list[dict[str, int]]) -> N
 
 
 def test_rows_fit_the_lake_schema() -> None:
-    from traceflow.lake import frame_from_rows
     from traceflow.schema import EVENTS, REQUESTS
+    from traceflow.store.lake import frame_from_rows
 
     parsed = parse(join(fixture_lines()))
     assert frame_from_rows(REQUESTS, parsed.requests).height == len(parsed.requests) > 0

@@ -16,8 +16,8 @@ import orjson
 from traceflow.importers import get
 from traceflow.importers.base import FileContext
 from traceflow.importers.otlp_json import IMPORTER, OtlpJsonImporter
-from traceflow.importing import run_import
-from traceflow.lake import Lake
+from traceflow.importers.run import run_import
+from traceflow.store.lake import Lake
 
 KINDS = ("cold_input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")
 

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from traceflow.importers import get
-from traceflow.importing import run_import
-from traceflow.lake import Lake
+from traceflow.importers.run import run_import
+from traceflow.store.lake import Lake
 
 MOONCAKE = get("mooncake")
 AZURE = get("azure")

@@ -9,9 +9,9 @@ import duckdb
 import pytest
 
 from traceflow.errors import LakeError
-from traceflow.lake import Lake
 from traceflow.schema import TABLES
-from traceflow.sqlrun import snapshot
+from traceflow.store.lake import Lake
+from traceflow.store.user_sql import snapshot
 
 T0 = int(dt.datetime(2026, 8, 1, 12, tzinfo=dt.UTC).timestamp() * 1_000_000)
 

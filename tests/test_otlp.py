@@ -1,4 +1,4 @@
-"""OTLP decoding and mapping (traceflow.otlp): the hand-built fixtures, the real Claude Code captures.
+"""OTLP decoding and mapping (traceflow.otlp.decode): the hand-built fixtures, the real Claude Code captures.
 
 Expected numbers come from ../shared/data/agent-examples/README.md, from the fake API's formula in
 reference/CLAUDE_CODE_REAL_CLIENT.md ("Fake API driver markers": request k has input 11+100(k-1),
@@ -26,9 +26,9 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
-from traceflow import otlp
 from traceflow.errors import DecodeError
-from traceflow.importers.base import iso_micros, stable_id
+from traceflow.otlp import decode as otlp
+from traceflow.rows import iso_micros, stable_id
 
 JSON = "application/json"
 PB = "application/x-protobuf"

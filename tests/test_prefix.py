@@ -1,4 +1,4 @@
-"""Prefix structure from token counts (traceflow.prefix).
+"""Prefix structure from token counts (traceflow.replay.prefix).
 
 The ground-truth test drops the true prefix hashes of the real Claude Code sessions in
 ``shared/data/weka_cc_traces``, derives ids from token counts and timing alone, and compares hit
@@ -20,9 +20,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from traceflow.importers import get
-from traceflow.importing import run_import
-from traceflow.lake import Lake
-from traceflow.prefix import PrefixOptions, check_hash_ids, derive, load_requests
+from traceflow.importers.run import run_import
+from traceflow.replay.prefix import PrefixOptions, check_hash_ids, derive, load_requests
+from traceflow.store.lake import Lake
 
 US = 1_000_000
 
@@ -407,7 +407,7 @@ def test_kept_ids_of_the_real_sessions_reproduce_their_hit_ratio(weka: pl.DataFr
 def test_mooncake_traces_reexport_with_identical_hash_ids(name: str, tmp_path: Path) -> None:
     from conftest import SHARED
 
-    from traceflow.replay import export
+    from traceflow.replay.export import export
 
     src = SHARED / name
     lake = Lake(tmp_path / "data")
@@ -433,7 +433,7 @@ def test_mooncake_traces_reexport_with_identical_hash_ids(name: str, tmp_path: P
 def test_two_mooncake_traces_in_one_export_keep_separate_id_spaces(tmp_path: Path) -> None:
     from conftest import SHARED
 
-    from traceflow.replay import export
+    from traceflow.replay.export import export
 
     files = [SHARED / "mooncake_conversation_trace.jsonl", SHARED / "mooncake_synthetic_trace.jsonl"]
     lake = Lake(tmp_path / "data")

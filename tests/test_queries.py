@@ -11,10 +11,11 @@ import duckdb
 import pytest
 
 from tests.test_analyses import fill
-from traceflow import gaps, sql
+from traceflow.analysis import gaps
 from traceflow.errors import MissingParameter, QueryError, UnknownQuery, UsageError
-from traceflow.lake import Lake
-from traceflow.selection import Selection
+from traceflow.store import sql
+from traceflow.store.lake import Lake
+from traceflow.store.selection import Selection
 
 REPO = Path(__file__).resolve().parents[1]
 NAMES = sql.names()

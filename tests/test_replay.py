@@ -1,4 +1,4 @@
-"""Replay exports (traceflow.replay) and the ``traceflow export`` command.
+"""Replay exports (traceflow.replay.export) and the ``traceflow export`` command.
 
 Expected values come from the lake rows and the source files read here with plain code; the AIPerf
 consumer itself is exercised in test_aiperf_consumer.py.
@@ -16,13 +16,13 @@ from typing import Any
 import polars as pl
 import pytest
 
-import traceflow.cli_replay  # noqa: F401  (registers export/fit/synth on the app)
+import traceflow.cli.replay  # noqa: F401  (registers export/fit/synth on the app)
 from traceflow.importers import get
-from traceflow.importing import run_import
-from traceflow.lake import Lake
-from traceflow.prefix import check_hash_ids, load_requests
-from traceflow.replay import export, manifest_path
-from traceflow.workload import generate, preset, write_lake
+from traceflow.importers.run import run_import
+from traceflow.replay.export import export, manifest_path
+from traceflow.replay.prefix import check_hash_ids, load_requests
+from traceflow.replay.workload import generate, preset, write_lake
+from traceflow.store.lake import Lake
 
 
 def jsonl(path: Path) -> list[dict[str, Any]]:

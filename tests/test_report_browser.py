@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from traceflow.lake import Lake
+from traceflow.store.lake import Lake
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +39,7 @@ def _lake(tmp_path: Path) -> Lake:
     """A small agentic-coding lake, with a time to first token so the optional TTFT chart shows too."""
     import polars as pl
 
-    from traceflow.workload import generate, preset
+    from traceflow.replay.workload import generate, preset
 
     trace = generate(preset("agentic-coding"), 900, seed=7)
     frame = trace.lake_frame().with_columns(

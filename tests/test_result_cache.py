@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from traceflow import result_cache
-from traceflow.lake import Lake
+from traceflow.store import result_cache
+from traceflow.store.lake import Lake
 
 T0 = 1785585600_000000  # 2026-08-01T12:00Z, in microseconds
 HEAVY = ("duckdb", "polars", "pyarrow", "typer")

@@ -14,11 +14,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import traceflow.cli_sizing  # noqa: F401  (registers models/size/simulate on the app)
-from traceflow import simulate as sim
-from traceflow.lake import Lake
-from traceflow.models import KVSize
-from traceflow.sizing import Tier, parse_tier
+import traceflow.cli.sizing  # noqa: F401  (registers models/size/simulate on the app)
+from traceflow.kv import simulate as sim
+from traceflow.kv.models import KVSize
+from traceflow.kv.sizing import Tier, parse_tier
+from traceflow.store.lake import Lake
 
 Cli = Callable[..., tuple[int, str, str]]
 ONE = KVSize(per_token_bytes=1)  # 1 byte per token: tier bytes = tokens

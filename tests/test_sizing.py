@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-import traceflow.cli_sizing  # noqa: F401  (registers models/size/simulate on the app)
-from traceflow import models, sizing
+import traceflow.cli.sizing  # noqa: F401  (registers models/size/simulate on the app)
 from traceflow.errors import UsageError
-from traceflow.lake import Lake
+from traceflow.kv import models, sizing
+from traceflow.store.lake import Lake
 
 Cli = Callable[..., tuple[int, str, str]]
 

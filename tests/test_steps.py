@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-import traceflow.cli_analyses  # noqa: F401  (registers the commands on the app)
-from traceflow import sql
-from traceflow.lake import STEPS_VIEW, Lake
+import traceflow.cli.analyses  # noqa: F401  (registers the commands on the app)
+from traceflow.store import sql
+from traceflow.store.lake import STEPS_VIEW, Lake
 
 Cli = Callable[..., tuple[int, str, str]]
 
@@ -143,7 +143,7 @@ MIXES = [
 
 
 def test_the_stored_rollup_answers_mix_like_the_requests(weka_lake: None, lake: Lake, cli: Cli) -> None:
-    from traceflow.lake import ROLLUP_VIEW
+    from traceflow.store.lake import ROLLUP_VIEW
 
     before = [cli("mix", *argv, "--format", "json")[1] for argv in MIXES]
     code, out, err = cli("compact", "--format", "json")
@@ -166,8 +166,8 @@ def test_the_stored_rollup_answers_mix_like_the_requests(weka_lake: None, lake: 
 def test_the_rollup_takes_only_whole_days() -> None:
     import datetime as dt
 
-    from traceflow.mix import _rollup_where
-    from traceflow.selection import Selection
+    from traceflow.analysis.mix import _rollup_where
+    from traceflow.store.selection import Selection
 
     day = dt.datetime(2026, 8, 1, tzinfo=dt.UTC)
     assert _rollup_where(Selection(since=day)) == ("day >= ?", ["2026-08-01"])

@@ -1,5 +1,5 @@
-"""Workload profiles: fit, generate, the agentic-coding preset, and ``synth --send`` (traceflow.workload,
-traceflow.loadgen)."""
+"""Workload profiles: fit, generate, the agentic-coding preset, and ``synth --send``
+(traceflow.replay.workload, traceflow.replay.loadgen)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-import traceflow.cli_replay  # noqa: F401  (registers export/fit/synth on the app)
-from traceflow.lake import Lake
-from traceflow.prefix import load_requests
-from traceflow.workload import (
+import traceflow.cli.replay  # noqa: F401  (registers export/fit/synth on the app)
+from traceflow.replay.prefix import load_requests
+from traceflow.replay.workload import (
     fit,
     fit_mixture,
     generate,
@@ -29,6 +28,7 @@ from traceflow.workload import (
     validate_profile,
     write_lake,
 )
+from traceflow.store.lake import Lake
 
 
 def round_trip_profile() -> dict[str, Any]:
@@ -94,7 +94,7 @@ def test_agentic_coding_preset_has_the_reference_shape() -> None:
     assert paused / eligible == pytest.approx(0.25, abs=0.06)
     assert (trace.read[trace.turn == 0] == 0).all()
     # the same process as `traceflow simulate --workload agentic-coding`
-    from traceflow.simulate import agentic_coding_trace
+    from traceflow.kv.simulate import agentic_coding_trace
 
     sim = agentic_coding_trace(4 * 3600, seed=0)
     assert trace.n == pytest.approx(sim.n_requests, rel=0.1)
@@ -241,7 +241,7 @@ class _Receiver:
         self.thread.start()
 
     def rows(self) -> pl.DataFrame:
-        from traceflow.otlp import MetricState, map_body
+        from traceflow.otlp.decode import MetricState, map_body
 
         out: list[dict[str, Any]] = []
         for body, ctype in self.bodies:
@@ -280,7 +280,7 @@ def _check_sent(rows: pl.DataFrame, frame: pl.DataFrame) -> None:
 
 
 def test_send_as_claude_code_otlp_over_http(receiver: _Receiver) -> None:
-    from traceflow.loadgen import send
+    from traceflow.replay.loadgen import send
 
     trace = generate(preset("agentic-coding"), 600, seed=4, rate_scale=2)
     frame = trace.replay_frame()
@@ -295,7 +295,7 @@ def test_send_as_claude_code_otlp_over_http(receiver: _Receiver) -> None:
 
 
 def test_send_in_real_time_is_time_warped(receiver: _Receiver) -> None:
-    from traceflow.loadgen import send
+    from traceflow.replay.loadgen import send
 
     frame = generate(preset("agentic-coding"), 120, seed=8, rate_scale=3).replay_frame()
     t0, e0, e1 = int(frame["t_us"].min()), int(frame["end_us"].min()), int(frame["end_us"].max())  # type: ignore[arg-type]
@@ -349,7 +349,7 @@ def test_send_over_grpc_and_the_captured_command(
         assert json.loads(out)["requests"] == frame.height
     finally:
         server.stop(None)
-    from traceflow.otlp import MetricState, map_body
+    from traceflow.otlp.decode import MetricState, map_body
 
     rows = [
         r

@@ -1,8 +1,9 @@
 """traceflow: trace analytics for the token traffic of AI agents.
 
-The library API: :class:`traceflow.lake.Lake` (store and views), :func:`traceflow.importing.run_import`,
-:func:`traceflow.mix.token_mix`, :func:`traceflow.sqlrun.run_sql`. Nothing here starts a server or
-touches the disk on import.
+The library API: :class:`traceflow.store.lake.Lake` (store and views),
+:func:`traceflow.importers.run.run_import`, :func:`traceflow.analysis.mix.token_mix`,
+:func:`traceflow.store.user_sql.run_sql`. Nothing here starts a server or touches the disk on import.
+The README's "Architecture" section maps the packages.
 """
 
 __version__ = "0.1.0"

@@ -1,5 +1,5 @@
 """``python -m traceflow``: the same as the ``traceflow`` command (result cache first, then the CLI)."""
 
-from ._entry import main
+from traceflow._entry import main
 
 main()

@@ -1,8 +1,8 @@
 """The ``traceflow`` console script and ``python -m traceflow``: the result cache's fast path, then the CLI.
 
 Only the standard library is imported before the cache is consulted: a repeated report over an
-unchanged lake (see :mod:`traceflow.result_cache`) is written from the cache without importing typer,
-DuckDB, polars or pyarrow. Otherwise :func:`traceflow.cli.main` runs as always; when the command is
+unchanged lake (see :mod:`traceflow.store.result_cache`) is written from the cache without importing typer,
+DuckDB, polars or pyarrow. Otherwise :func:`traceflow.cli.app.main` runs as always; when the command is
 cacheable its stdout and stderr are recorded on the way out (``print``, ``typer.echo``,
 ``sys.stdout.write`` and ``sys.stdout.buffer.write`` all go through the recorder) and stored if it
 exits 0. Anything going wrong with the cache is a miss: the command itself never fails because of it.
@@ -114,21 +114,22 @@ def main() -> None:
     snapshot = None
     hit = None
     try:
-        from . import _datadir, result_cache
+        from traceflow import config
+        from traceflow.store import result_cache
 
         plan = result_cache.plan(sys.argv)
         if plan is not None:
             hit = result_cache.lookup(plan)
             if hit is None:
                 snapshot = result_cache.Snapshot(plan.data_dir)
-                resolved_before = len(_datadir.resolved)
+                resolved_before = len(config.resolved)
     except Exception:  # the cache never breaks a command
         plan = hit = None
     if hit is not None:
         _replay(*hit)
         return
 
-    from .cli import main as cli_main
+    from traceflow.cli.app import main as cli_main
 
     if plan is None or snapshot is None:
         cli_main()
@@ -160,7 +161,7 @@ def main() -> None:
             except Exception:
                 pass
     if _exit_code(code) == 0 and not (out_rec.overflow or err_rec.overflow):
-        used = {os.path.abspath(d) for d in _datadir.resolved[resolved_before:]}
+        used = {os.path.abspath(d) for d in config.resolved[resolved_before:]}
         if used == {plan.data_dir}:  # the CLI read the lake the fast path validated, and only it
             try:  # noqa: SIM105 (contextlib costs an import)
                 result_cache.store(plan, snapshot, out_rec.value(), err_rec.value())

@@ -1,12 +1,19 @@
 """Settings: every one in one table, resolved as flag > environment variable > default.
 
-The README lists each setting (a test checks it).
+The README lists each setting (a test checks it). This module is the only reader of the process
+environment for traceflow's own settings, and imports only the standard library: the result
+cache's fast path (``traceflow._entry``) resolves the data directory here before anything heavy.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
+
+#: Every data directory resolved in this process, in order. The fast path stores a result only when
+#: the command resolved exactly the directory whose lake it validated the result against.
+resolved: list[str] = []
 
 
 @dataclass(frozen=True)
@@ -73,6 +80,19 @@ SETTINGS: tuple[Setting, ...] = (
 
 def data_dir(flag: str | Path | None = None) -> Path:
     """The data directory: ``--data`` flag, else ``TRACEFLOW_DATA``, else the XDG data dir."""
-    from ._datadir import resolve_data_dir  # stdlib-only: the result cache's fast path uses it too
-
     return Path(resolve_data_dir(flag))
+
+
+def resolve_data_dir(flag: str | os.PathLike[str] | None = None) -> str:
+    """``--data`` flag, else ``$TRACEFLOW_DATA``, else ``$XDG_DATA_HOME/traceflow`` (``~/.local/share``)."""
+    if flag:
+        path = os.path.expanduser(os.fspath(flag))
+    else:
+        env = os.environ.get("TRACEFLOW_DATA")
+        if env:
+            path = os.path.expanduser(env)
+        else:
+            xdg = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+            path = os.path.join(xdg, "traceflow")
+    resolved.append(path)
+    return path

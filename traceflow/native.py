@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 try:
-    from . import _cscan  # type: ignore[attr-defined]
+    from traceflow import _cscan  # type: ignore[attr-defined]
 except ImportError:  # built without a C compiler
     _cscan = None
 

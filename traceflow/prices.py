@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .errors import UsageError
+from traceflow.errors import UsageError
 
 #: Date of the built-in list prices (anthropic.com/pricing).
 DEFAULT_AS_OF = "2025-11-24"

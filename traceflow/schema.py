@@ -1,7 +1,7 @@
 """Table and column names: the single source of truth for the lake's schema.
 
 Column names are a contract (DESIGN §1): add columns freely, never rename. Every table is stored as
-Parquet under ``<data>/v1/<table>/dt=YYYY-MM-DD/``; the reader (``traceflow.lake``) exposes one DuckDB
+Parquet under ``<data>/v1/<table>/dt=YYYY-MM-DD/``; the reader (``traceflow.store.lake``) exposes one DuckDB
 view per table with duplicates removed by ``event_id``.
 
 Rows travel through the importers and collectors as plain ``dict``s keyed by these column names;

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import importlib
 
-from ..errors import UnknownSource
-from .base import Importer
+from traceflow.errors import UnknownSource
+from traceflow.importers.base import Importer
 
 #: CLI name -> module that defines ``IMPORTER``.
 REGISTRY: dict[str, str] = {

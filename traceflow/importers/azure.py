@@ -32,8 +32,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
-from .base import FileContext, LineError, Parsed, Row, stable_id
-from .mooncake import discover_files, file_key
+from traceflow.importers.base import FileContext
+from traceflow.importers.mooncake import discover_files, file_key
+from traceflow.rows import LineError, Parsed, Row, stable_id
 
 _TS = re.compile(
     r"^\s*(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?\s*(Z|[+-]\d{2}:?\d{2})?\s*$"

@@ -28,8 +28,16 @@ from typing import Any, ClassVar
 
 import orjson
 
-from .base import FileContext, LineError, Parsed, Row, iter_lines, stable_id
-from .mooncake import RELATIVE_EPOCH_US, discover_files, file_key, int_list, required_int, seconds_to_micros
+from traceflow.importers.base import FileContext, iter_lines
+from traceflow.importers.mooncake import (
+    RELATIVE_EPOCH_US,
+    discover_files,
+    file_key,
+    int_list,
+    required_int,
+    seconds_to_micros,
+)
+from traceflow.rows import LineError, Parsed, Row, stable_id
 
 BLOCK_SIZE = 16
 

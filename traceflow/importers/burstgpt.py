@@ -30,9 +30,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
-from .azure import count, csv_records
-from .base import FileContext, LineError, Parsed, Row, stable_id
-from .mooncake import RELATIVE_EPOCH_US, discover_files, file_key, seconds_to_micros
+from traceflow.importers.azure import count, csv_records
+from traceflow.importers.base import FileContext
+from traceflow.importers.mooncake import RELATIVE_EPOCH_US, discover_files, file_key, seconds_to_micros
+from traceflow.rows import LineError, Parsed, Row, stable_id
 
 _DEFAULT_HEADER = ["timestamp", "model", "requesttokens", "responsetokens", "totaltokens", "logtype"]
 _KNOWN = {*_DEFAULT_HEADER, "sessionid", "elapsedtime"}

@@ -51,8 +51,9 @@ from typing import Any, ClassVar
 
 import orjson
 
-from ..native import claude_scanner as native_scanner
-from .base import FileContext, LineError, Parsed, Row, as_float, as_int, iso_micros, stable_id
+from traceflow.importers.base import FileContext
+from traceflow.native import claude_scanner as native_scanner
+from traceflow.rows import LineError, Parsed, Row, as_float, as_int, iso_micros, stable_id
 
 _TYPE = re.compile(rb'"type"\s*:\s*"([a-z_-]+)"')
 _PROMPT_ID = re.compile(rb'"promptId"\s*:\s*"([^"]+)"')
@@ -805,7 +806,7 @@ def _request_rows(kept: Any) -> Any:
     """The lake rows of the kept block lines (with ``ended_at``, ``started_at``, ``estimated``)."""
     import polars as pl
 
-    from ..schema import REQUESTS
+    from traceflow.schema import REQUESTS
 
     ids = _request_ids(*(kept[c].to_list() for c in ("request_id", "message_id", "file", "seq")))
     attrs = pl.struct(
@@ -955,12 +956,12 @@ def _events_frame(rows: list[Row]) -> Any:
     """``frame_from_rows(EVENTS, rows)`` for this importer's event rows, built column by column.
 
     The rows have the same keys (see :meth:`ClaudeCodeImporter._event`), ``timestamp`` an int or
-    None and ``attributes`` a dict, serialised as :func:`traceflow.lake.frame_from_rows` does.
+    None and ``attributes`` a dict, serialised as :func:`traceflow.store.lake.frame_from_rows` does.
     """
     import polars as pl
 
-    from ..lake import frame_from_rows
-    from ..schema import EVENTS, polars_type
+    from traceflow.schema import EVENTS, polars_type
+    from traceflow.store.lake import frame_from_rows
 
     now = int(time.time() * 1_000_000)
     dumps, option = orjson.dumps, orjson.OPT_NON_STR_KEYS

@@ -43,7 +43,8 @@ from typing import Any, ClassVar
 
 import orjson
 
-from .base import FileContext, LineError, Parsed, Row, as_int, iso_micros, iter_lines, stable_id
+from traceflow.importers.base import FileContext, iter_lines
+from traceflow.rows import LineError, Parsed, Row, as_int, iso_micros, stable_id
 
 SOURCE = "codex-jsonl"
 AGENT = "codex"

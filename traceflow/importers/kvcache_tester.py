@@ -46,8 +46,15 @@ from typing import Any, ClassVar
 
 import orjson
 
-from .base import FileContext, LineError, Parsed, Row, as_float, stable_id
-from .mooncake import RELATIVE_EPOCH_US, discover_files, int_list, required_int, seconds_to_micros
+from traceflow.importers.base import FileContext
+from traceflow.importers.mooncake import (
+    RELATIVE_EPOCH_US,
+    discover_files,
+    int_list,
+    required_int,
+    seconds_to_micros,
+)
+from traceflow.rows import LineError, Parsed, Row, as_float, stable_id
 
 DEFAULT_BLOCK_SIZE = 64
 _SUBAGENT_FIELDS = (

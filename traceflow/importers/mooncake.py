@@ -30,7 +30,8 @@ from typing import Any, ClassVar
 
 import orjson
 
-from .base import FileContext, LineError, Parsed, Row, as_int, iter_lines, stable_id
+from traceflow.importers.base import FileContext, iter_lines
+from traceflow.rows import LineError, Parsed, Row, as_int, stable_id
 
 #: The absolute time that relative trace timestamps (Mooncake, kv-cache-tester, Bailian, BurstGPT)
 #: are counted from: the Unix epoch, 1970-01-01T00:00:00Z. ``started_at - epoch`` is the offset.

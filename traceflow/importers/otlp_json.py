@@ -4,11 +4,11 @@ The OpenTelemetry Collector's ``file`` exporter writes one ``Export{Logs,Metrics
 per line; a file holding one pretty-printed request (or several, one after the other) is read too.
 Each request is recognised by its top-level key (``resourceLogs``, ``resourceMetrics``,
 ``resourceSpans``) and mapped exactly as the collectors map what they receive
-(:mod:`traceflow.otlp`), with ``source = "otlp-json"``. Content attributes are dropped.
+(:mod:`traceflow.otlp.decode`), with ``source = "otlp-json"``. Content attributes are dropped.
 
 * A line that is not JSON, not an export request, or not valid OTLP/JSON becomes a ``LineError``;
   the rest of the file is still imported. Records the mapper refuses are reported the same way.
-* Cumulative metric streams are turned into deltas with a :class:`~traceflow.otlp.MetricState`
+* Cumulative metric streams are turned into deltas with a :class:`~traceflow.otlp.decode.MetricState`
   carried in ``ctx.state`` from one import of a growing file to the next. A file is taken to hold its
   streams from their start (``created_at`` = 0), so the first point of a series with a known start
   counts in full; a stream that continues across rotated files is therefore counted from its start
@@ -28,9 +28,10 @@ from typing import Any, ClassVar
 
 import orjson
 
-from ..errors import DecodeError
-from ..otlp import MetricState, map_request, signal_of_json
-from .base import FileContext, LineError, Parsed
+from traceflow.errors import DecodeError
+from traceflow.importers.base import FileContext
+from traceflow.otlp.decode import MetricState, map_request, signal_of_json
+from traceflow.rows import LineError, Parsed
 
 _SUFFIXES = (".json", ".jsonl", ".ndjson")
 _OTLP_KEY = re.compile(rb'"resource(?:Logs|Metrics|Spans|_logs|_metrics|_spans)"\s*:')

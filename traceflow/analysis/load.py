@@ -1,0 +1,192 @@
+"""Arrivals and load over time (DESIGN §3): new sessions per minute and whether they arrive as a
+Poisson process, requests per second, sessions open at once, tokens per second by kind.
+
+The series is ``queries/load.sql`` (one row per bucket, default one minute, empty buckets included).
+The Poisson check is the index-of-dispersion test: for counts ``x_1..x_n`` per bucket, ``D =
+variance / mean`` is 1 for a Poisson process, and ``(n - 1) * D`` follows a chi-squared law with
+``n - 1`` degrees of freedom; the two-sided p-value says how surprising ``D`` is. Real traffic has a
+daily rhythm (a Poisson process whose rate changes), which alone makes ``D`` exceed 1, so the
+summary also gives the index *within each hour* (each hour's minutes against that hour's mean),
+which is near 1 when arrivals are Poisson at a slowly varying rate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from traceflow.store import sql
+
+if TYPE_CHECKING:
+    import duckdb
+    import polars as pl
+
+    from traceflow.store.selection import Selection
+
+DEFAULT_RESOLUTION_S = 60.0
+TOKEN_KINDS = ("cold_input", "cache_read", "cache_write", "output")
+
+
+def load_series(
+    con: duckdb.DuckDBPyConnection,
+    selection: Selection | None = None,
+    resolution_s: float = DEFAULT_RESOLUTION_S,
+) -> pl.DataFrame:
+    """One row per bucket of ``resolution_s`` seconds (the columns of ``queries/load.sql``)."""
+    if resolution_s <= 0:
+        from traceflow.errors import UsageError
+
+        raise UsageError("--resolution must be positive")
+    block, params = sql.selection_block(selection)
+    return sql.run(con, "load", {**params, "resolution_s": float(resolution_s)}, blocks={"selection": block})
+
+
+def _gamma_p(a: float, x: float) -> float:
+    """The regularised lower incomplete gamma function P(a, x) (series / continued fraction)."""
+    if x <= 0:
+        return 0.0
+    log_front = a * math.log(x) - x - math.lgamma(a)
+    if x < a + 1:
+        term = total = 1.0 / a
+        n = a
+        for _ in range(10_000):
+            n += 1
+            term *= x / n
+            total += term
+            if abs(term) < abs(total) * 1e-15:
+                break
+        return min(1.0, total * math.exp(log_front))
+    # Lentz's continued fraction for Q(a, x)
+    tiny = 1e-300
+    b = x + 1 - a
+    c = 1 / tiny
+    d = 1 / b
+    h = d
+    for i in range(1, 10_000):
+        an = -i * (i - a)
+        b += 2
+        d = an * d + b
+        d = tiny if abs(d) < tiny else d
+        c = b + an / c
+        c = tiny if abs(c) < tiny else c
+        d = 1 / d
+        delta = d * c
+        h *= delta
+        if abs(delta - 1) < 1e-15:
+            break
+    return max(0.0, 1.0 - math.exp(log_front) * h)
+
+
+def chi2_cdf(x: float, dof: int) -> float:
+    """P(X <= x) for a chi-squared variable with ``dof`` degrees of freedom.
+
+    >>> round(chi2_cdf(3.841458820694124, 1), 6), round(chi2_cdf(100.0, 100), 4)
+    (0.95, 0.5188)
+    """
+    return _gamma_p(dof / 2.0, x / 2.0)
+
+
+@dataclass(frozen=True)
+class Dispersion:
+    """The index-of-dispersion test of counts per bucket."""
+
+    buckets: int
+    mean: float | None
+    variance: float | None
+    index: float | None  # variance / mean: 1 for Poisson, > 1 bursty, < 1 regular
+    chi2: float | None  # (buckets - 1) * index
+    p_value: float | None  # two-sided
+    poisson: bool | None  # p_value >= alpha
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "buckets": self.buckets,
+            "mean": self.mean,
+            "variance": self.variance,
+            "index_of_dispersion": self.index,
+            "chi2": self.chi2,
+            "p_value": self.p_value,
+            "poisson": self.poisson,
+        }
+
+
+def dispersion(counts: Sequence[float], alpha: float = 0.05) -> Dispersion:
+    """Index of dispersion of ``counts`` with its chi-squared test (two-sided, level ``alpha``).
+
+    >>> d = dispersion([2, 3, 1, 4, 2, 3, 2, 3])
+    >>> round(d.index, 3), d.poisson
+    (0.343, True)
+    """
+    n = len(counts)
+    if n < 2:
+        return Dispersion(n, None, None, None, None, None, None)
+    mean = sum(counts) / n
+    var = sum((c - mean) ** 2 for c in counts) / (n - 1)
+    if mean == 0:
+        return Dispersion(n, mean, var, None, None, None, None)
+    index = var / mean
+    chi2 = (n - 1) * index
+    cdf = chi2_cdf(chi2, n - 1)
+    p = min(1.0, 2 * min(cdf, 1 - cdf))
+    return Dispersion(n, mean, var, index, chi2, p, p >= alpha)
+
+
+def local_dispersion(counts: Sequence[float], window: int) -> float | None:
+    """The index of dispersion within consecutive windows of ``window`` buckets (pooled), or None.
+
+    Each window's counts are compared with that window's own mean, so a rate that changes slowly
+    (a daily rhythm) does not inflate it. Windows with no arrivals are skipped.
+    """
+    num = 0.0
+    dof = 0
+    total = 0.0
+    used = 0
+    for start in range(0, len(counts), window):
+        chunk = counts[start : start + window]
+        if len(chunk) < 2:
+            continue
+        m = sum(chunk) / len(chunk)
+        if m == 0:
+            continue
+        num += sum((c - m) ** 2 for c in chunk)
+        dof += len(chunk) - 1
+        total += sum(chunk)
+        used += len(chunk)
+    if not dof or not total:
+        return None
+    return (num / dof) / (total / used)
+
+
+def load_summary(series: pl.DataFrame, resolution_s: float = DEFAULT_RESOLUTION_S) -> pl.DataFrame:
+    """One row: span, sessions, arrival rate and its dispersion test, requests/s, sessions open,
+    tokens/s by kind (mean and peak over the buckets)."""
+    import polars as pl
+
+    counts = series["new_sessions"].to_list() if series.height else []
+    disp = dispersion(counts)
+    per_hour = max(2, round(3600 / resolution_s))
+    row: dict[str, Any] = {
+        "resolution_s": float(resolution_s),
+        "buckets": series.height,
+        "span_s": series.height * float(resolution_s),
+        "sessions": int(sum(counts)),
+        "requests": int(series["requests"].sum()) if series.height else 0,
+        "new_sessions_per_min": (disp.mean * 60 / resolution_s) if disp.mean is not None else None,
+        "index_of_dispersion": disp.index,
+        "chi2": disp.chi2,
+        "p_value": disp.p_value,
+        "poisson": disp.poisson,
+        "index_of_dispersion_within_hour": local_dispersion(counts, per_hour),
+    }
+    for col, name in (("requests_per_s", "requests_per_s"), ("active_sessions", "active_sessions")):
+        row[f"{name}_mean"] = float(series[col].mean()) if series.height else None  # type: ignore[arg-type]
+        row[f"{name}_peak"] = series[col].max() if series.height else None
+    for kind in TOKEN_KINDS:
+        col = f"{kind}_tokens_per_s"
+        row[f"{col}_mean"] = float(series[col].mean()) if series.height else None  # type: ignore[arg-type]
+        row[f"{col}_peak"] = float(series[col].max()) if series.height else None  # type: ignore[arg-type]
+    return pl.DataFrame(
+        [row], schema_overrides={"active_sessions_peak": pl.Int64, "requests_per_s_peak": pl.Float64}
+    )

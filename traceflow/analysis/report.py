@@ -1,0 +1,300 @@
+"""One summary of every analysis for a selection: reuse, gaps against the TTLs and what they cost,
+sessions, arrivals, and the KV working set (``traceflow report``).
+
+:func:`build_report` runs the analyses (each one pass over the lake) and returns a :class:`Report`
+of frames; :meth:`Report.as_dict` is the JSON contract, :func:`render_markdown` and
+:func:`render_text` are for people. The headline sentences answer the questions the report exists
+for: the reuse ratio, how often gaps outlive the 5-minute and 1-hour TTLs and what that costs, and
+how much KV the sessions would occupy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from traceflow.analysis import gaps as gaps_mod
+from traceflow.prices import PriceModel, ttl_label
+
+if TYPE_CHECKING:
+    import duckdb
+    import polars as pl
+
+    from traceflow.analysis.ttl import TtlResult
+    from traceflow.output import Rows
+    from traceflow.store.selection import Selection
+
+
+@dataclass(frozen=True)
+class Report:
+    """The frames behind ``traceflow report``."""
+
+    mix: pl.DataFrame  # one row: traceflow.analysis.mix.COLUMNS
+    gap_summary: pl.DataFrame  # one row: traceflow.analysis.gaps.summary_columns(ttls)
+    gap_histogram: pl.DataFrame
+    ttl: TtlResult
+    sessions: pl.DataFrame  # one row: traceflow.analysis.sessions.SUMMARY
+    load: pl.DataFrame  # one row: traceflow.analysis.load.load_summary
+    working_set: pl.DataFrame  # one row per TTL: traceflow.analysis.working_set.SUMMARY_COLUMNS
+    ttls: tuple[float, ...]
+    resume_after_s: float
+    kv_bytes_per_token: float | None
+
+    def gaps_dict(self) -> dict[str, Any]:
+        rows = self.gap_summary.to_dicts()
+        out = gaps_mod._group_object(rows[0], self.ttls, ()) if rows else {}
+        out["ttls"] = list(self.ttls)
+        out["histogram"] = self.gap_histogram.to_dicts()
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``traceflow report --format json`` object (stable keys)."""
+        return {
+            "headline": headline(self),
+            "mix": _one(self.mix),
+            "gaps": self.gaps_dict(),
+            "ttl": self.ttl.as_dict(),
+            "sessions": _one(self.sessions),
+            "load": _one(self.load),
+            "working_set": self.working_set.to_dicts(),
+            "settings": {
+                "ttls": list(self.ttls),
+                "resume_after_s": self.resume_after_s,
+                "kv_bytes_per_token": self.kv_bytes_per_token,
+            },
+        }
+
+
+def _one(frame: pl.DataFrame) -> dict[str, Any]:
+    rows = frame.to_dicts()
+    return rows[0] if rows else {}
+
+
+def build_report(
+    con: duckdb.DuckDBPyConnection,
+    selection: Selection | None = None,
+    ttls: Sequence[float] = (300.0, 3600.0),
+    prices: PriceModel | None = None,
+    kv_bytes_per_token: float | None = None,
+    resume_after_s: float = 900.0,
+    resolution_s: float = 60.0,
+) -> Report:
+    """Run every analysis over the selection."""
+    from traceflow.analysis.load import load_series, load_summary
+    from traceflow.analysis.mix import token_mix
+    from traceflow.analysis.sessions import session_summary
+    from traceflow.analysis.ttl import ttl_list, ttl_report
+    from traceflow.analysis.working_set import working_set_summary
+
+    all_ttls = tuple(ttl_list(ttls))
+    summary = gaps_mod.gap_summary(con, selection, all_ttls, histogram=True)
+    return Report(
+        mix=token_mix(con, selection),
+        gap_summary=summary.drop("hist"),
+        gap_histogram=gaps_mod._histogram_from_maps(summary.to_dicts()[0]),
+        ttl=ttl_report(con, selection, all_ttls, prices),
+        sessions=session_summary(con, selection, resume_after_s=resume_after_s),
+        load=load_summary(load_series(con, selection, resolution_s), resolution_s),
+        working_set=working_set_summary(con, selection, all_ttls, resolution_s, kv_bytes_per_token),
+        ttls=all_ttls,
+        resume_after_s=resume_after_s,
+        kv_bytes_per_token=kv_bytes_per_token,
+    )
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def _num(x: float | None) -> str:
+    if x is None:
+        return "n/a"
+    for unit, size in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= size:
+            return f"{x / size:.2f}{unit}"
+    return f"{x:.0f}" if float(x).is_integer() else f"{x:.1f}"
+
+
+def _bytes(x: float | None) -> str:
+    if x is None:
+        return "n/a"
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if x >= size:
+            return f"{x / size:.2f} {unit}"
+    return f"{x:.0f} B"
+
+
+def _usd(x: float | None) -> str:
+    return "n/a" if x is None else f"${x:,.2f}"
+
+
+def _dur(seconds: float | None) -> str:
+    if seconds is None:
+        return "n/a"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def headline(report: Report) -> list[str]:
+    """The report's findings as sentences."""
+    lines: list[str] = []
+    mix = _one(report.mix)
+    sess = _one(report.sessions)
+    if not mix.get("requests"):
+        return ["No requests in the selection."]
+    inputs = mix["cold_input_tokens"] + mix["cache_read_tokens"] + mix["cache_write_tokens"]
+    lines.append(
+        f"Reuse ratio {_pct(mix.get('reuse_ratio'))} of {_num(inputs)} input tokens in "
+        f"{mix['requests']:,} requests ({sess.get('sessions', 0):,} sessions); "
+        f"{_pct(mix.get('share_cache_read'))} of all tokens were cache reads, "
+        f"{_pct(mix.get('share_cache_write'))} cache writes."
+    )
+    g = report.gaps_dict()
+    if g.get("gaps"):
+        parts = []
+        for t in report.ttls:
+            key = f"{t:g}"
+            share, human = g["share_over"][key], g["human"]["share_over"][key]
+            parts.append(f"{_pct(share)} of gaps ({_pct(human)} of human gaps) outlive {ttl_label(t)}")
+        lines.append(
+            f"Idle gaps: {'; '.join(parts)}. Median gap {_dur(g['p50_s'])}, "
+            f"median human gap {_dur(g['human']['p50_s'])}, p99 {_dur(g['p99_s'])}."
+        )
+    w = report.ttl.whatif
+    if w.height:
+        costs = ", ".join(
+            f"{r['ttl']} {_usd(r['cost_usd'])} ({_pct(r['share_requests_expired'])} of requests expire)"
+            for r in w.to_dicts()
+        )
+        best = report.ttl.best_ttl_s
+        best_label = ttl_label(best) if best else "n/a"
+        lines.append(f"TTL what-if (prices of {report.ttl.prices.as_of}): {costs}; best TTL: {best_label}.")
+        five = w.filter(w["ttl_s"] == 300.0).to_dicts()
+        if five and five[0]["expiry_cost_usd"]:
+            lines.append(
+                f"Under the 5-minute TTL, expired prefixes ({_num(five[0]['rewrite_tokens'])} tokens) "
+                f"add {_usd(five[0]['expiry_cost_usd'])} over reading them from the cache."
+            )
+    v = report.ttl.validation
+    if v.height:
+        rows = {r["gap_class"]: r for r in v.to_dicts()}
+        longer = [
+            rows[c] for c in ("medium", "long") if c in rows and rows[c].get("write_vs_short") is not None
+        ]
+        if "short" in rows and longer:
+            ratio = ", ".join(f"{_num(r['write_vs_short'])}x after {r['gap_class']} gaps" for r in longer)
+            lines.append(
+                f"Data check: requests wrote {ratio} as much cache per request as after gaps under "
+                f"{ttl_label(rows['short']['gap_to_s'])}."
+            )
+    for r in report.working_set.to_dicts():
+        extra = ""
+        if r.get("peak_bytes") is not None:
+            extra = f" = {_bytes(r['peak_bytes'])} peak, {_bytes(r['p95_bytes'])} p95"
+        lines.append(
+            f"KV working set at a {r['ttl']} TTL: peak {_num(r['peak_tokens'])} tokens, "
+            f"p95 {_num(r['p95_tokens'])}, mean {_num(r['mean_tokens'])}{extra}."
+        )
+    if sess.get("sessions"):
+        lines.append(
+            f"Sessions: median {_num(sess['requests_p50'])} requests and {_num(sess['turns_p50'])} turns "
+            f"over {_dur(sess['duration_p50_s'])}; context {_num(sess['context_start_p50'])} -> "
+            f"{_num(sess['context_end_p50'])} tokens (median), "
+            f"{_num(sess['growth_per_turn_mean'])} per turn; "
+            f"{sess['sessions_with_compaction']:,} compacted, {sess['sessions_with_resume']:,} resumed after "
+            f"{_dur(report.resume_after_s)} idle (reloading {_num(sess['resume_reload_tokens'])} tokens)."
+        )
+    ld = _one(report.load)
+    if ld.get("sessions"):
+        verdict = "consistent with Poisson" if ld.get("poisson") else "not Poisson"
+        within = ld.get("index_of_dispersion_within_hour")
+        within_text = f"; {within:.2f} within each hour" if within is not None else ""
+        p_value = f"{ld['p_value']:.2g}" if ld.get("p_value") is not None else "n/a"
+        lines.append(
+            f"Arrivals: {ld['new_sessions_per_min']:.3g} new sessions/min, index of dispersion "
+            f"{_num(ld['index_of_dispersion'])} (p = {p_value}: {verdict}{within_text}); "
+            f"peak {ld['active_sessions_peak']:,} sessions open, {ld['requests_per_s_peak']:.3g} requests/s."
+        )
+    return lines
+
+
+def _section_tables(report: Report) -> list[tuple[str, Rows | pl.DataFrame]]:
+    from traceflow.output import Rows
+
+    g = report.gaps_dict()
+    gap_rows: list[tuple[Any, ...]] = []
+    if g.get("gaps") is not None:
+        for m in ("gaps", "p50_s", "p90_s", "p99_s", "mean_s"):
+            gap_rows.append((m, g[m], g["human"].get(m), g["agent"].get(m)))
+        for t in report.ttls:
+            key = f"{t:g}"
+            gap_rows.append(
+                (
+                    f"share_over_{ttl_label(t)}",
+                    g["share_over"][key],
+                    g["human"]["share_over"][key],
+                    g["agent"]["share_over"][key],
+                )
+            )
+    gap_frame = Rows(["metric", "all", "human", "agent"], gap_rows)
+    return [
+        ("Token mix", report.mix),
+        ("Idle gaps", gap_frame),
+        (
+            "Gap histogram",
+            report.gap_histogram.select("label", "gaps", "human_gaps", "agent_gaps", "share", "cum_share"),
+        ),
+        (
+            "TTL what-if",
+            report.ttl.whatif.select(
+                "ttl",
+                "share_requests_expired",
+                "rewrite_tokens",
+                "share_tokens_rewritten",
+                "cost_usd",
+                "expiry_cost_usd",
+                "best",
+            ),
+        ),
+        ("Cache writes after short and long gaps (observed)", report.ttl.validation),
+        ("Sessions", _transpose(report.sessions)),
+        ("Arrivals and load", _transpose(report.load)),
+        ("KV working set", report.working_set.drop("resolution_s")),
+    ]
+
+
+def _transpose(frame: pl.DataFrame) -> Rows:
+    from traceflow.output import Rows
+
+    return Rows(["metric", "value"], list(_one(frame).items()))
+
+
+def render_markdown(report: Report) -> str:
+    """The report as Markdown: headline bullets, then one table per analysis."""
+    from traceflow.output import render
+
+    out = ["# traceflow report", ""]
+    out += [f"- {line}" for line in headline(report)]
+    for title, frame in _section_tables(report):
+        out += ["", f"## {title}", "", render(frame, "markdown")]
+    return "\n".join(out) + "\n"
+
+
+def render_text(report: Report) -> str:
+    """The report as plain text tables (``--format table``)."""
+    import textwrap
+
+    from traceflow.output import render
+
+    out = ["traceflow report", "================", ""]
+    out += [
+        textwrap.fill(line, width=100, initial_indent="* ", subsequent_indent="  ")
+        for line in headline(report)
+    ]
+    for title, frame in _section_tables(report):
+        out += ["", title, "-" * len(title), render(frame, "table")]
+    return "\n".join(out) + "\n"

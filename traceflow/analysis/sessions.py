@@ -1,0 +1,117 @@
+"""Sessions (DESIGN §3): turns, requests, duration, context growth, compactions, sub-agents, resumes.
+
+A session folds its sub-agents in (``coalesce(parent_session_id, session_id)``); the context figures,
+turns, growth, context drops and resumes come from its main stream. Definitions are in the header of
+``queries/sessions.sql``: turns are changes of ``prompt_id``; ``growth_per_turn`` is the sum of the
+context increases between consecutive requests over the turns; a *compaction* is a context drop of
+more than ``compaction_drop`` (default half) of the previous request's context, or a ``compaction``
+event; a *resume* is a request after at least ``resume_after_s`` (default 15 min) idle, and its cached
+prefix (the previous context plus output) is the context that had to be reloaded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from traceflow.store import sql
+
+if TYPE_CHECKING:
+    import duckdb
+    import polars as pl
+
+    from traceflow.store.selection import Selection
+
+DEFAULT_RESUME_AFTER_S = 900.0
+DEFAULT_COMPACTION_DROP = 0.5
+
+#: ``--by`` names and their expression over the rows of ``queries/sessions.sql``.
+GROUPS: dict[str, str] = {
+    "agent": "agent",
+    "model": "model",
+    "day": "strftime(started_at AT TIME ZONE 'UTC', '%Y-%m-%d')",
+    "user": "user_id",
+    "source": "source",
+}
+
+#: Aggregate columns of :func:`session_summary` after the ``by`` columns (JSON keys are a contract).
+SUMMARY: tuple[tuple[str, str], ...] = (
+    ("sessions", "count(*)::BIGINT"),
+    ("requests", "sum(requests)::BIGINT"),
+    ("turns", "sum(turns)::BIGINT"),
+    ("subagents", "sum(subagents)::BIGINT"),
+    ("sessions_with_subagents", "count(*) FILTER (WHERE subagents > 0)::BIGINT"),
+    ("requests_p50", "quantile_cont(requests, 0.5)"),
+    ("requests_mean", "avg(requests)"),
+    ("turns_p50", "quantile_cont(turns, 0.5)"),
+    ("turns_mean", "avg(turns)"),
+    ("duration_p50_s", "quantile_cont(duration_s, 0.5)"),
+    ("duration_p90_s", "quantile_cont(duration_s, 0.9)"),
+    ("duration_mean_s", "avg(duration_s)"),
+    ("context_start_p50", "quantile_cont(context_start, 0.5)"),
+    ("context_end_p50", "quantile_cont(context_end, 0.5)"),
+    ("context_end_p90", "quantile_cont(context_end, 0.9)"),
+    ("context_max", "max(context_max)"),
+    ("growth_per_turn_p50", "quantile_cont(growth_per_turn, 0.5)"),
+    ("growth_per_turn_mean", "sum(growth_tokens) / nullif(sum(turns), 0)::DOUBLE"),
+    ("compactions", "sum(compactions)::BIGINT"),
+    ("sessions_with_compaction", "count(*) FILTER (WHERE compactions > 0)::BIGINT"),
+    ("resumes", "sum(resumes)::BIGINT"),
+    ("sessions_with_resume", "count(*) FILTER (WHERE resumes > 0)::BIGINT"),
+    ("resume_reload_tokens", "sum(resume_reload_tokens)::BIGINT"),
+    ("resume_cache_write_tokens", "sum(resume_cache_write_tokens)::BIGINT"),
+    (
+        "reuse_ratio",
+        "sum(cache_read_tokens)"
+        " / nullif(sum(cold_input_tokens + cache_read_tokens + cache_write_tokens), 0)::DOUBLE",
+    ),
+)
+
+
+def _params(
+    selection: Selection | None, resume_after_s: float, compaction_drop: float
+) -> tuple[dict[str, str], dict[str, Any]]:
+    if not 0 < compaction_drop < 1:
+        from traceflow.errors import UsageError
+
+        raise UsageError(
+            f"--compaction-drop {compaction_drop} must be between 0 and 1 (a share of the context)"
+        )
+    block, params = sql.selection_block(selection)
+    return {"selection": block}, {
+        **params,
+        "resume_after_s": float(resume_after_s),
+        "compaction_drop": float(compaction_drop),
+    }
+
+
+def sessions(
+    con: duckdb.DuckDBPyConnection,
+    selection: Selection | None = None,
+    resume_after_s: float = DEFAULT_RESUME_AFTER_S,
+    compaction_drop: float = DEFAULT_COMPACTION_DROP,
+    limit: int | None = None,
+) -> pl.DataFrame:
+    """One row per session (the columns of ``queries/sessions.sql``), by start time."""
+    blocks, params = _params(selection, resume_after_s, compaction_drop)
+    blocks["order"] = ""
+    wrap = "SELECT * FROM {q} AS s ORDER BY started_at, root_session_id" + (
+        f" LIMIT {int(limit)}" if limit is not None else ""
+    )
+    return sql.run(con, "sessions", params, blocks=blocks, wrap=wrap)
+
+
+def session_summary(
+    con: duckdb.DuckDBPyConnection,
+    selection: Selection | None = None,
+    by: Sequence[str] = (),
+    resume_after_s: float = DEFAULT_RESUME_AFTER_S,
+    compaction_drop: float = DEFAULT_COMPACTION_DROP,
+) -> pl.DataFrame:
+    """The sessions in aggregate, one row or one per ``by`` group: ``by`` columns, then :data:`SUMMARY`."""
+    keys, group = sql.group_keys(by, GROUPS)
+    blocks, params = _params(selection, resume_after_s, compaction_drop)
+    blocks["order"] = ""
+    aggs = ", ".join(f"{expr} AS {name}" for name, expr in SUMMARY)
+    wrap = f"SELECT {keys}{aggs} FROM {{q}} AS s {group}"
+    return sql.run(con, "sessions", params, blocks=blocks, wrap=wrap)

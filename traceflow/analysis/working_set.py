@@ -1,0 +1,164 @@
+"""The live KV working set (DESIGN §3): the context the cache must hold at once for a TTL.
+
+At time t it is the sum of ``context_tokens`` of the session streams (a sub-agent counts apart)
+whose last request ended within the TTL before t: a request's context counts from its end until the
+TTL runs out or the stream's next request ends (``queries/working_set.sql``). The series gives, per
+bucket (default a minute), the average over the bucket and the value at its end; peak and
+percentiles are taken over the bucket averages from the first request to the last expiry (use a
+finer ``resolution_s`` for sharper peaks). Times ``kv_bytes_per_token`` (KV_TIER_SIZING §1: e.g.
+126,976 B for MiniMax-M2 at FP8) it is the memory a tier must hold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from traceflow.prices import ttl_label
+from traceflow.store import sql
+
+if TYPE_CHECKING:
+    import duckdb
+    import polars as pl
+
+    from traceflow.store.selection import Selection
+
+DEFAULT_TTL_S = 300.0
+DEFAULT_RESOLUTION_S = 60.0
+
+#: Columns of :func:`working_set_summary` (JSON keys are a contract).
+SUMMARY_COLUMNS = (
+    "ttl_s",
+    "ttl",
+    "resolution_s",
+    "buckets",
+    "peak_tokens",
+    "peak_at",
+    "p95_tokens",
+    "p50_tokens",
+    "mean_tokens",
+    "peak_streams",
+    "mean_streams",
+    "kv_bytes_per_token",
+    "peak_bytes",
+    "p95_bytes",
+    "mean_bytes",
+)
+
+
+def working_set_series(
+    con: duckdb.DuckDBPyConnection,
+    selection: Selection | None = None,
+    ttl_s: float = DEFAULT_TTL_S,
+    resolution_s: float = DEFAULT_RESOLUTION_S,
+    kv_bytes_per_token: float | None = None,
+) -> pl.DataFrame:
+    """One row per bucket: ``bucket_start, tokens, tokens_end, streams, streams_end`` (and
+    ``bytes, bytes_end`` when ``kv_bytes_per_token`` is given)."""
+    import polars as pl
+
+    from traceflow.errors import UsageError
+
+    if ttl_s <= 0 or resolution_s <= 0:
+        raise UsageError("the TTL and --resolution must be positive")
+    if kv_bytes_per_token is not None and kv_bytes_per_token <= 0:
+        raise UsageError("--kv-bytes-per-token must be positive")
+    block, params = sql.selection_block(selection)
+    frame = sql.run(
+        con,
+        "working_set",
+        {**params, "ttl_s": float(ttl_s), "resolution_s": float(resolution_s)},
+        blocks={"selection": block},
+    )
+    # Sums of +/- deltas: round away float noise (the values are whole tokens at bucket ends).
+    frame = frame.with_columns(
+        pl.col("tokens_end").round(0), pl.col("tokens").round(6), pl.col("streams").round(9)
+    )
+    if kv_bytes_per_token is not None:
+        frame = frame.with_columns(
+            (pl.col("tokens") * kv_bytes_per_token).alias("bytes"),
+            (pl.col("tokens_end") * kv_bytes_per_token).alias("bytes_end"),
+        )
+    return frame
+
+
+def summarise(
+    series: pl.DataFrame, ttl_s: float, resolution_s: float, kv_bytes_per_token: float | None = None
+) -> dict[str, Any]:
+    """Peak (and when), p95, p50 and mean of a series from :func:`working_set_series`."""
+    out: dict[str, Any] = {
+        "ttl_s": float(ttl_s),
+        "ttl": ttl_label(ttl_s),
+        "resolution_s": float(resolution_s),
+        "buckets": series.height,
+    }
+    if series.height:
+        tokens = series["tokens"]
+        peak_idx = int(tokens.arg_max())  # type: ignore[arg-type]
+        out.update(
+            peak_tokens=float(tokens[peak_idx]),
+            peak_at=series["bucket_start"][peak_idx],
+            p95_tokens=float(tokens.quantile(0.95, "linear")),  # type: ignore[arg-type]
+            p50_tokens=float(tokens.quantile(0.5, "linear")),  # type: ignore[arg-type]
+            mean_tokens=float(tokens.mean()),  # type: ignore[arg-type]
+            peak_streams=float(series["streams"].max()),  # type: ignore[arg-type]
+            mean_streams=float(series["streams"].mean()),  # type: ignore[arg-type]
+        )
+    else:
+        out.update(
+            peak_tokens=None,
+            peak_at=None,
+            p95_tokens=None,
+            p50_tokens=None,
+            mean_tokens=None,
+            peak_streams=None,
+            mean_streams=None,
+        )
+    out["kv_bytes_per_token"] = kv_bytes_per_token
+    for key in ("peak", "p95", "mean"):
+        tokens_value = out[f"{key}_tokens"]
+        out[f"{key}_bytes"] = (
+            tokens_value * kv_bytes_per_token
+            if kv_bytes_per_token is not None and tokens_value is not None
+            else None
+        )
+    return {k: out[k] for k in SUMMARY_COLUMNS}
+
+
+def working_set_summary(
+    con: duckdb.DuckDBPyConnection,
+    selection: Selection | None = None,
+    ttls: Sequence[float] = (DEFAULT_TTL_S,),
+    resolution_s: float = DEFAULT_RESOLUTION_S,
+    kv_bytes_per_token: float | None = None,
+) -> pl.DataFrame:
+    """One row per TTL: :data:`SUMMARY_COLUMNS`."""
+    import polars as pl
+
+    rows = [
+        summarise(
+            working_set_series(con, selection, t, resolution_s, kv_bytes_per_token),
+            t,
+            resolution_s,
+            kv_bytes_per_token,
+        )
+        for t in ttls
+    ]
+    schema: dict[str, Any] = {
+        "ttl_s": pl.Float64,
+        "ttl": pl.String,
+        "resolution_s": pl.Float64,
+        "buckets": pl.Int64,
+        "peak_tokens": pl.Float64,
+        "peak_at": pl.Datetime("us", "UTC"),
+        "p95_tokens": pl.Float64,
+        "p50_tokens": pl.Float64,
+        "mean_tokens": pl.Float64,
+        "peak_streams": pl.Float64,
+        "mean_streams": pl.Float64,
+        "kv_bytes_per_token": pl.Float64,
+        "peak_bytes": pl.Float64,
+        "p95_bytes": pl.Float64,
+        "mean_bytes": pl.Float64,
+    }
+    return pl.DataFrame(rows, schema=schema)

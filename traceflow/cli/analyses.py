@@ -1,0 +1,483 @@
+"""The analysis commands: ``gaps``, ``ttl``, ``sessions``, ``load``, ``working-set``, ``report``,
+``query`` and ``queries``, registered on the ``traceflow`` app (``cli.py`` imports this module).
+
+Each command parses its options, calls one library function and prints; heavy modules are imported
+inside the command bodies so ``traceflow --help`` stays fast. ``python -m traceflow.cli.analyses``
+runs the app with these commands registered (used by the benchmarks).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from traceflow.cli.app import (
+    AgentOpt,
+    DataOpt,
+    FormatOpt,
+    ModelOpt,
+    SessionOpt,
+    SinceOpt,
+    SourceOpt,
+    UntilOpt,
+    UserOpt,
+    app,
+    check_format,
+    open_lake,
+    selection_options,
+)
+from traceflow.errors import UsageError
+
+if TYPE_CHECKING:
+    import duckdb
+    import polars as pl
+
+    from traceflow.output import Rows
+
+TtlOpt = Annotated[
+    list[str] | None,
+    typer.Option("--ttl", help="A cache TTL: seconds or 30s, 5m, 1h, 1d (repeatable)."),
+]
+PricesOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--prices", help="JSON/TOML price file overriding the built-in prices (see traceflow.prices)."
+    ),
+]
+KvBytesOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--kv-bytes-per-token", help="KV-cache bytes per token of the model, for bytes (e.g. 126976)."
+    ),
+]
+ResolutionOpt = Annotated[str, typer.Option("--resolution", help="Bucket width: seconds or 1s, 1m, 1h.")]
+ResumeOpt = Annotated[
+    str,
+    typer.Option("--resume-after", help="Idle time after which a request is a resume (a returning user)."),
+]
+
+
+GapsByOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--by",
+        help="Group by agent, model, session, day, user, source or kind (repeatable or comma-separated).",
+    ),
+]
+SessionsByOpt = Annotated[
+    list[str] | None,
+    typer.Option("--by", help="Group by agent, model, day, user or source (repeatable or comma-separated)."),
+]
+
+
+def _ttls(values: list[str] | None, default: tuple[float, ...]) -> list[float]:
+    return [_duration(v, "--ttl") for v in values] if values else list(default)
+
+
+def _duration(value: str, option: str) -> float:
+    from traceflow.prices import parse_ttl
+
+    try:
+        return parse_ttl(value)
+    except UsageError as e:
+        raise UsageError(f"{option}: {e}") from None
+
+
+def _connect(data: Path | None, tables: list[str] | None = None) -> duckdb.DuckDBPyConnection:
+    return open_lake(data).connect(tables or ["requests"])
+
+
+def _print(result: Rows | pl.DataFrame, fmt: str, *, single: bool = False) -> None:
+    from traceflow.output import render
+
+    typer.echo(render(result, fmt, single=single))
+
+
+def _print_json(value: Any) -> None:
+    from traceflow.output import to_json
+
+    typer.echo(to_json(value))
+
+
+def _sections(sections: list[tuple[str, Rows | pl.DataFrame]], fmt: str) -> None:
+    """Several tables under titles (table and markdown formats)."""
+    from traceflow.output import render
+
+    out: list[str] = []
+    for title, frame in sections:
+        if fmt == "markdown":
+            out += [f"## {title}", "", render(frame, "markdown"), ""]
+        else:
+            out += [title, "-" * len(title), render(frame, "table"), ""]
+    typer.echo("\n".join(out).rstrip("\n"))
+
+
+def _transpose(row: dict[str, Any]) -> Rows:
+    from traceflow.output import Rows
+
+    return Rows(["metric", "value"], [(k, v) for k, v in row.items()])
+
+
+@app.command()
+def gaps(
+    ttl: TtlOpt = None,
+    by: GapsByOpt = None,
+    histogram: Annotated[
+        bool, typer.Option("--histogram", help="Print only the log-scaled histogram.")
+    ] = False,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
+    agent: AgentOpt = None,
+    model: ModelOpt = None,
+    session: SessionOpt = None,
+    user: UserOpt = None,
+    source: SourceOpt = None,
+    data: DataOpt = None,
+    fmt: FormatOpt = "table",
+) -> None:
+    """Idle gaps between requests of a session (agent loops vs human turns) against cache TTLs."""
+    from traceflow.analysis import gaps as g
+    from traceflow.output import Rows
+    from traceflow.prices import ttl_label
+    from traceflow.store.sql import split_by
+
+    check_format(fmt)
+    ttls = _ttls(ttl, g.DEFAULT_TTLS)
+    groups = split_by(by)
+    selection = selection_options(since, until, agent, model, session, user, source)
+    con = _connect(data)
+    if histogram:
+        _print(g.gap_histogram(con, selection), fmt)
+        return
+    report = g.gap_report(con, selection, ttls, groups)
+    if fmt == "json":
+        _print_json(report)
+        return
+    if fmt == "csv":
+        _print(g.gap_summary(con, selection, ttls, groups), fmt)
+        return
+    rows: list[tuple[Any, ...]] = []
+    for m in ("gaps", "p50_s", "p90_s", "p99_s", "mean_s"):
+        rows.append((m, report[m], report["human"][m], report["agent"][m]))
+    rows.append(("max_s", report["max_s"], None, None))
+    for t in ttls:
+        key = f"{t:g}"
+        rows.append(
+            (
+                f"share_over_{ttl_label(t)}",
+                report["share_over"][key],
+                report["human"]["share_over"][key],
+                report["agent"]["share_over"][key],
+            )
+        )
+    sections: list[tuple[str, Rows | pl.DataFrame]] = [
+        ("Idle gaps (seconds)", Rows(["metric", "all", "human", "agent"], rows))
+    ]
+    if groups:
+        cols = [
+            *groups,
+            "gaps",
+            "human_gaps",
+            "agent_gaps",
+            "p50_s",
+            "p90_s",
+            "p99_s",
+            "human_p50_s",
+            *[f"share_over_{g._ttl_key(t)}" for t in ttls],
+        ]
+        sections.append((f"By {', '.join(groups)}", g.gap_summary(con, selection, ttls, groups).select(cols)))
+    hist = g.gap_histogram(con, selection).select(
+        "label", "gaps", "human_gaps", "agent_gaps", "share", "cum_share"
+    )
+    sections.append(("Histogram (log-scaled bins)", hist))
+    _sections(sections, fmt)
+
+
+@app.command()
+def ttl(
+    ttl: TtlOpt = None,
+    prices: PricesOpt = None,
+    by: Annotated[list[str] | None, typer.Option("--by", help="model: one row per TTL and model.")] = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
+    agent: AgentOpt = None,
+    model: ModelOpt = None,
+    session: SessionOpt = None,
+    user: UserOpt = None,
+    source: SourceOpt = None,
+    data: DataOpt = None,
+    fmt: FormatOpt = "table",
+) -> None:
+    """Cache-TTL what-if: per TTL (5m, 1h and each --ttl) the requests whose prefix expired, the tokens
+    to rewrite, the cost under the price model, and the best TTL; plus what the data shows."""
+    from traceflow.analysis.ttl import ttl_list, ttl_report
+    from traceflow.prices import PriceModel, ttl_label
+    from traceflow.store.sql import split_by
+
+    check_format(fmt)
+    groups = split_by(by)
+    if groups not in ([], ["model"]):
+        raise UsageError("ttl groups only --by model")
+    selection = selection_options(since, until, agent, model, session, user, source)
+    result = ttl_report(_connect(data), selection, ttl_list(_ttls(ttl, ())), PriceModel.load(prices))
+    if fmt == "json":
+        _print_json(result.as_dict())
+        return
+    if groups:
+        table = result.by_model.select(
+            "ttl_s",
+            "model",
+            "requests",
+            "expired_requests",
+            "rewrite_tokens",
+            "read_tokens",
+            "write_tokens",
+            "write_multiplier",
+            "cost_usd",
+            "expiry_cost_usd",
+        )
+    else:
+        table = result.whatif
+    if fmt == "csv":
+        _print(table, fmt)
+        return
+    best = result.best_ttl_s
+    observed = result.as_dict()["observed"]
+    summary = _transpose(
+        {
+            "best_ttl": ttl_label(best) if best is not None else None,
+            "observed_cost_usd": observed["cost_usd"],
+            "reported_cost_usd": observed["reported_cost_usd"],
+            "prices_as_of": result.prices.as_of,
+        }
+    )
+    _sections(
+        [
+            ("TTL what-if", table if groups else table.drop("ttl_s")),
+            ("Best TTL and observed cost", summary),
+            ("Observed cache writes after short, medium and long gaps", result.validation),
+        ],
+        fmt,
+    )
+
+
+@app.command()
+def sessions(
+    by: SessionsByOpt = None,
+    list_: Annotated[
+        bool, typer.Option("--list", help="One row per session instead of the summary.")
+    ] = False,
+    limit: Annotated[
+        int | None, typer.Option("--limit", help="With --list: at most this many sessions.")
+    ] = None,
+    resume_after: ResumeOpt = "15m",
+    compaction_drop: Annotated[
+        float,
+        typer.Option(
+            "--compaction-drop",
+            help="Context drop (share of the previous context) that counts as a compaction.",
+        ),
+    ] = 0.5,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
+    agent: AgentOpt = None,
+    model: ModelOpt = None,
+    session: SessionOpt = None,
+    user: UserOpt = None,
+    source: SourceOpt = None,
+    data: DataOpt = None,
+    fmt: FormatOpt = "table",
+) -> None:
+    """Sessions: turns, requests, duration, context at start and end, growth per turn, compactions,
+    sub-agents and resumes after long idle; in aggregate, per group, or one row each (--list)."""
+    from traceflow.analysis import sessions as s
+    from traceflow.store.sql import split_by
+
+    check_format(fmt)
+    groups = split_by(by)
+    resume_s = _duration(resume_after, "--resume-after")
+    selection = selection_options(since, until, agent, model, session, user, source)
+    con = _connect(data, ["requests", "events"])
+    if list_:
+        _print(s.sessions(con, selection, resume_s, compaction_drop, limit), fmt)
+        return
+    frame = s.session_summary(con, selection, groups, resume_s, compaction_drop)
+    if not groups and fmt in ("table", "markdown"):
+        _print(_transpose(frame.to_dicts()[0]), fmt)
+        return
+    _print(frame, fmt, single=not groups)
+
+
+@app.command()
+def load(
+    resolution: ResolutionOpt = "1m",
+    series: Annotated[
+        bool, typer.Option("--series", help="Print the time series instead of the summary.")
+    ] = False,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
+    agent: AgentOpt = None,
+    model: ModelOpt = None,
+    session: SessionOpt = None,
+    user: UserOpt = None,
+    source: SourceOpt = None,
+    data: DataOpt = None,
+    fmt: FormatOpt = "table",
+) -> None:
+    """Arrivals and load: new sessions per minute and whether they are Poisson (index of
+    dispersion), requests/s, sessions open at once, tokens/s by kind."""
+    from traceflow.analysis.load import load_series, load_summary
+
+    check_format(fmt)
+    res = _duration(resolution, "--resolution")
+    selection = selection_options(since, until, agent, model, session, user, source)
+    frame = load_series(_connect(data), selection, res)
+    if series:
+        _print(frame, fmt)
+        return
+    summary = load_summary(frame, res)
+    if fmt in ("table", "markdown"):
+        _print(_transpose(summary.to_dicts()[0]), fmt)
+        return
+    _print(summary, fmt, single=True)
+
+
+@app.command("working-set")
+def working_set(
+    ttl: TtlOpt = None,
+    resolution: ResolutionOpt = "1m",
+    kv_bytes_per_token: KvBytesOpt = None,
+    series: Annotated[
+        bool, typer.Option("--series", help="Print the time series (first --ttl) instead of the summary.")
+    ] = False,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
+    agent: AgentOpt = None,
+    model: ModelOpt = None,
+    session: SessionOpt = None,
+    user: UserOpt = None,
+    source: SourceOpt = None,
+    data: DataOpt = None,
+    fmt: FormatOpt = "table",
+) -> None:
+    """The live KV working set for a TTL (default 5m): context held by sessions idle for less than
+    the TTL, over time; peak, p95, mean (tokens, and bytes with --kv-bytes-per-token)."""
+    from traceflow.analysis.working_set import DEFAULT_TTL_S, working_set_series, working_set_summary
+
+    check_format(fmt)
+    ttls = _ttls(ttl, (DEFAULT_TTL_S,))
+    res = _duration(resolution, "--resolution")
+    selection = selection_options(since, until, agent, model, session, user, source)
+    con = _connect(data)
+    if series:
+        _print(working_set_series(con, selection, ttls[0], res, kv_bytes_per_token), fmt)
+        return
+    summary = working_set_summary(con, selection, ttls, res, kv_bytes_per_token)
+    _print(summary, fmt, single=len(ttls) == 1 and fmt == "json")
+
+
+@app.command()
+def report(
+    ttl: TtlOpt = None,
+    prices: PricesOpt = None,
+    kv_bytes_per_token: KvBytesOpt = None,
+    resume_after: ResumeOpt = "15m",
+    resolution: ResolutionOpt = "1m",
+    since: SinceOpt = None,
+    until: UntilOpt = None,
+    agent: AgentOpt = None,
+    model: ModelOpt = None,
+    session: SessionOpt = None,
+    user: UserOpt = None,
+    source: SourceOpt = None,
+    data: DataOpt = None,
+    fmt: FormatOpt = "table",
+    html: Annotated[
+        Path | None,
+        typer.Option("--html", help="Also write a self-contained HTML report with charts (opens offline)."),
+    ] = None,
+    png: Annotated[Path | None, typer.Option("--png", help="Also write one PNG per chart into DIR.")] = None,
+    svg: Annotated[Path | None, typer.Option("--svg", help="Also write one SVG per chart into DIR.")] = None,
+) -> None:
+    """One summary of every analysis: reuse ratio, gaps against the 5m and 1h TTLs and what they
+    cost, sessions, arrivals and the KV working set (and, with --html, the charts)."""
+    from traceflow.analysis.report import build_report, render_markdown, render_text
+    from traceflow.prices import PriceModel
+
+    check_format(fmt)
+    if fmt == "csv":
+        raise UsageError("traceflow report has no csv form; use --format table, markdown or json")
+    selection = selection_options(since, until, agent, model, session, user, source)
+    rep = build_report(
+        _connect(data, ["requests", "events"]),
+        selection,
+        _ttls(ttl, ()),
+        PriceModel.load(prices),
+        kv_bytes_per_token,
+        _duration(resume_after, "--resume-after"),
+        _duration(resolution, "--resolution"),
+    )
+    if fmt == "json":
+        _print_json(rep.as_dict())
+    elif fmt == "markdown":
+        typer.echo(render_markdown(rep), nl=False)
+    else:
+        typer.echo(render_text(rep), nl=False)
+    if html or png or svg:
+        from traceflow.dashboards.render import write_report
+
+        written = write_report(
+            open_lake(data),
+            selection,
+            html=html,
+            png_dir=png,
+            svg_dir=svg,
+            kv_bytes_per_token=kv_bytes_per_token,
+            prices=PriceModel.load(prices),
+            ttls=_ttls(ttl, ()),
+            resume_after_s=_duration(resume_after, "--resume-after"),
+            resolution_s=_duration(resolution, "--resolution"),
+        )
+        paths = [written["html"]] if "html" in written else []
+        paths += written.get("png", []) + written.get("svg", [])
+        typer.echo(
+            f"wrote {len(paths)} file(s): {', '.join(map(str, paths[:3]))}"
+            + (" ..." if len(paths) > 3 else ""),
+            err=True,
+        )
+
+
+@app.command()
+def query(
+    name: Annotated[str, typer.Argument(help="A packaged query (see `traceflow queries`), e.g. gaps.")],
+    param: Annotated[
+        list[str] | None,
+        typer.Option("--param", "-p", help="NAME=VALUE for a $NAME in the query (repeatable)."),
+    ] = None,
+    data: DataOpt = None,
+    fmt: FormatOpt = "table",
+) -> None:
+    """Run a packaged query from queries/ with its $parameters."""
+    from traceflow.store import sql
+
+    check_format(fmt)
+    params = sql.parse_param_options(param)
+    sql.load(name)  # an unknown name is a usage error before the lake is opened
+    _print(sql.run(open_lake(data).connect(), name, params), fmt)
+
+
+@app.command()
+def queries(fmt: FormatOpt = "table") -> None:
+    """List the packaged queries with what they answer, their parameters and columns."""
+    from traceflow.store import sql
+
+    check_format(fmt)
+    _print(sql.listing(), fmt)
+
+
+if __name__ == "__main__":
+    from traceflow.cli.app import main
+
+    main()

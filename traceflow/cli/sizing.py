@@ -1,0 +1,393 @@
+"""``traceflow models``, ``traceflow size`` and ``traceflow simulate``: KV tier sizing and cache simulation.
+
+Registered on the shared app when imported (``cli.py`` imports this module). Each command parses its
+options, calls :mod:`traceflow.kv.models`, :mod:`traceflow.kv.sizing` or :mod:`traceflow.kv.simulate`, prints.
+
+``--model`` is the lake filter every analysis command has; the KV geometry comes from
+``--kv-model NAME`` (the catalogue) or ``--config config.json``, and falls back to a single
+``--model`` value when that names a catalogue model.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from traceflow.cli.app import (
+    AgentOpt,
+    DataOpt,
+    FormatOpt,
+    ModelOpt,
+    SessionOpt,
+    SinceOpt,
+    SourceOpt,
+    UntilOpt,
+    UserOpt,
+    app,
+    check_format,
+    open_lake,
+    selection_options,
+)
+from traceflow.errors import UsageError
+
+if TYPE_CHECKING:
+    from traceflow.kv.models import KVSize
+    from traceflow.kv.simulate import BlockTrace
+    from traceflow.store.selection import Selection
+
+KvModelOpt = Annotated[
+    str | None,
+    typer.Option("--kv-model", help="Catalogue model whose KV geometry to use (`traceflow models`)."),
+]
+ConfigOpt = Annotated[
+    Path | None, typer.Option("--config", help="A Hugging Face config.json instead of --kv-model.")
+]
+DtypeOpt = Annotated[
+    str | None,
+    typer.Option("--dtype", help="KV-cache dtype: bf16, fp16, fp8, fp8_ds_mla, fp32 (default: the model's)."),
+]
+MtpOpt = Annotated[bool, typer.Option("--mtp", help="Count the MTP draft layer(s) as KV layers.")]
+SwaOpt = Annotated[
+    bool, typer.Option("--swa-uncapped", help="Count sliding-window layers per token (no hybrid allocator).")
+]
+TierOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--tier",
+        help="NAME=SIZE[:read=BW][:latency=DUR][:ttl=DUR][:kind=KIND], top tier first; repeatable "
+        "(e.g. --tier gpu=80GB --tier dram=512GB --tier ssd=100TB).",
+    ),
+]
+
+
+def _kv(
+    kv_model: str | None,
+    config: Path | None,
+    dtype: str | None,
+    model_filter: list[str] | None,
+    mtp: bool,
+    swa_uncapped: bool,
+) -> tuple[str, KVSize]:
+    from traceflow.kv import models
+
+    name = kv_model
+    if name is None and config is None:
+        if model_filter and len(model_filter) == 1:
+            name = model_filter[0]
+        else:
+            raise UsageError(
+                "name the model: --kv-model NAME (see `traceflow models`) or --config config.json"
+            )
+    if config is None and name is not None:
+        spec = models.find_model(name)
+        return spec.name, spec.kv(dtype, swa_capped=not swa_uncapped, mtp=mtp)
+    return models.resolve(name, config, dtype, swa_capped=not swa_uncapped, mtp=mtp)
+
+
+def _tiers(specs: list[str] | None, default: list[str]) -> tuple[Any, ...]:
+    from traceflow.kv.sizing import parse_tier
+
+    return tuple(parse_tier(s) for s in (specs or default))
+
+
+def _fmt_num(value: Any) -> Any:
+    if isinstance(value, float) and math.isinf(value):
+        return "inf"
+    return value
+
+
+def _kv_rows(d: dict[str, Any], skip: tuple[str, ...] = ()) -> Any:
+    from traceflow.output import Rows
+
+    rows = [(k, _fmt_num(v)) for k, v in d.items() if not isinstance(v, list | dict) and k not in skip]
+    return Rows(
+        ["metric", "value"], [(k, v if v is None or isinstance(v, str) else _show(v)) for k, v in rows]
+    )
+
+
+def _show(v: Any) -> str:
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        return f"{v:,.6g}" if abs(v) < 1e6 else f"{v:,.4e}"
+    return str(v)
+
+
+def _table(records: list[dict[str, Any]]) -> Any:
+    from traceflow.output import Rows
+
+    if not records:
+        return Rows(["(none)"], [])
+    cols = list(records[0])
+    return Rows(cols, [[_fmt_num(r.get(c)) for c in cols] for r in records])
+
+
+@app.command()
+def models(fmt: FormatOpt = "table") -> None:
+    """List the model catalogue: KV bytes per token (BF16, FP8) and per-session state."""
+    from traceflow.kv.models import catalogue_rows
+    from traceflow.output import render
+
+    check_format(fmt)
+    typer.echo(render(_table(catalogue_rows()), fmt))
+
+
+def measured_rates(data: Path | None, selection: Selection) -> tuple[float, float, float]:
+    """New-KV and input token rates (tok/s) of the lake's selection, and the span in seconds.
+
+    New KV = cold input + cache writes + output (what must be stored); input = cold + read + write.
+    """
+    from traceflow.store.selection import REQUEST_TIME
+
+    where, params = selection.where()
+    sql = f"""
+        SELECT coalesce(sum(coalesce(cold_input_tokens, 0) + coalesce(cache_write_tokens, 0)
+                            + coalesce(output_tokens, 0)), 0)::BIGINT,
+               coalesce(sum(context_tokens), 0)::BIGINT,
+               (epoch(max({REQUEST_TIME})) - epoch(min({REQUEST_TIME})))::DOUBLE,
+               count(*)::BIGINT
+        FROM requests WHERE {where}"""
+    con = open_lake(data).connect(["requests"])
+    new_kv, inp, span, n = con.execute(sql, params).fetchone() or (0, 0, 0.0, 0)
+    if not n or not span or span <= 0:
+        raise UsageError(
+            "cannot measure a token rate: the selection has fewer than two requests at different times; "
+            "give --rate TOKENS_PER_S or import traffic first"
+        )
+    return float(new_kv) / span, float(inp) / span, float(span)
+
+
+@app.command()
+def size(
+    kv_model: KvModelOpt = None,
+    config: ConfigOpt = None,
+    dtype: DtypeOpt = None,
+    mtp: MtpOpt = False,
+    swa_uncapped: SwaOpt = False,
+    rate: Annotated[
+        float | None,
+        typer.Option("--rate", help="New KV tokens per second (default: measured from the lake)."),
+    ] = None,
+    input_rate: Annotated[
+        float | None,
+        typer.Option("--input-rate", help="Input tokens per second, for cost per token (default: --rate)."),
+    ] = None,
+    ttl: Annotated[
+        list[str] | None, typer.Option("--ttl", help="Retention time(s): 300, 5m, 1h (repeatable).")
+    ] = None,
+    tier: TierOpt = None,
+    drives: Annotated[int, typer.Option(help="SSDs in the array.")] = 8,
+    drive_size: Annotated[str, typer.Option("--drive-size", help="Capacity of one SSD.")] = "12.8TB",
+    raid: Annotated[str, typer.Option(help="raid0, raid1, raid10, raid5 or raid6.")] = "raid10",
+    rated_dwpd: Annotated[
+        float, typer.Option("--rated-dwpd", help="The SSDs' rated drive writes per day.")
+    ] = 3.0,
+    warranty_years: Annotated[float, typer.Option("--warranty-years", help="Years the rating covers.")] = 5.0,
+    waf: Annotated[float, typer.Option(help="Write amplification inside the SSD.")] = 1.0,
+    ssd_write_rate: Annotated[
+        str | None,
+        typer.Option("--ssd-write-rate", help="Bytes/s written to flash (default: rate × KV bytes)."),
+    ] = None,
+    sessions: Annotated[int, typer.Option(help="Sessions held at once (adds per-session state).")] = 0,
+    prices: Annotated[
+        Path | None, typer.Option("--prices", help="JSON file overriding the dated prices.")
+    ] = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
+    agent: AgentOpt = None,
+    model: ModelOpt = None,
+    session: SessionOpt = None,
+    user: UserOpt = None,
+    source: SourceOpt = None,
+    data: DataOpt = None,
+    fmt: FormatOpt = "table",
+) -> None:
+    """Size KV tiers: bytes per token, footprint per TTL, tier hold time, SSD wear (DWPD) and cost."""
+    from traceflow.kv.sizing import (
+        Prices,
+        SsdArray,
+        parse_bandwidth,
+        parse_bytes,
+        parse_duration,
+        size_report,
+    )
+    from traceflow.output import render, to_json
+
+    check_format(fmt)
+    name, kv = _kv(kv_model, config, dtype, model, mtp, swa_uncapped)
+    source_note = "given"
+    if rate is None:
+        rate, measured_input, span = measured_rates(
+            data, selection_options(since, until, agent, model, session, user, source)
+        )
+        input_rate = input_rate if input_rate is not None else measured_input
+        source_note = f"measured over {span:,.0f} s of the lake's selection"
+    report = size_report(
+        kv,
+        rate,
+        [parse_duration(t, "--ttl") for t in (ttl or ["1h"])],
+        _tiers(tier, ["gpu=80GB", "dram=1TB"]),
+        SsdArray(drives, parse_bytes(drive_size, "--drive-size"), raid, rated_dwpd, warranty_years, waf),
+        Prices.load(prices),
+        model=name,
+        input_rate_tok_s=input_rate,
+        ssd_write_bytes_per_s=parse_bandwidth(ssd_write_rate, "--ssd-write-rate") if ssd_write_rate else None,
+        sessions=sessions,
+        rate_source=source_note,
+    )
+    if fmt == "json":
+        typer.echo(to_json(report))
+        return
+    parts = [
+        render(_kv_rows(report), fmt),
+        render(_table(report["footprints"]), fmt),
+        render(_table(report["tiers"]), fmt),
+    ]
+    typer.echo("\n\n".join(parts))
+
+
+def lake_trace(data: Path | None, selection: Selection, block_size: int) -> BlockTrace:
+    """The selection's requests as a block trace: their ``hash_ids``, else chains built from token counts."""
+    from traceflow.kv.simulate import BlockTrace, chains_from_counts
+    from traceflow.store.selection import REQUEST_TIME
+
+    where, params = selection.where()
+    sql = f"""
+        SELECT epoch({REQUEST_TIME})::DOUBLE AS t,
+               context_tokens::BIGINT AS ctx,
+               hash_ids, block_size,
+               coalesce(session_id, '') || '/' || coalesce(parent_session_id, '') AS stream,
+               json_extract_string(attributes, '$.hash_scope') AS scope
+        FROM requests WHERE {where} AND {REQUEST_TIME} IS NOT NULL
+        ORDER BY t, seq NULLS LAST, event_id"""
+    rows = open_lake(data).connect(["requests"]).execute(sql, params).fetchall()
+    if not rows:
+        raise UsageError("the lake's selection has no requests; import a trace or give --trace FILE")
+    hashed = [r for r in rows if r[2] is not None]
+    if not hashed:
+        return chains_from_counts(
+            [r[0] for r in rows], [r[4] for r in rows], [r[1] for r in rows], block_size
+        )
+    sizes = {r[3] for r in hashed if r[3]}
+    if len(sizes) > 1:
+        raise UsageError(f"the selection mixes block sizes {sorted(sizes)}; select one source (--source)")
+    bs = sizes.pop() if sizes else block_size
+    offsets: dict[str | None, int] = {}
+    top = 0
+    for scope in dict.fromkeys(r[5] for r in hashed):  # ids are only comparable within one scope
+        offsets[scope] = top
+        top += max((max(r[2], default=0) for r in hashed if r[5] == scope), default=0) + 1
+    return BlockTrace.from_requests(
+        [r[0] for r in hashed],
+        [max(int(r[1]), 0) for r in hashed],
+        [[h + offsets[r[5]] for h in r[2]] for r in hashed],
+        int(bs),
+        [r[4] for r in hashed],
+    )
+
+
+@app.command()
+def simulate(
+    tier: TierOpt = None,
+    kv_model: KvModelOpt = None,
+    config: ConfigOpt = None,
+    dtype: DtypeOpt = None,
+    mtp: MtpOpt = False,
+    swa_uncapped: SwaOpt = False,
+    trace: Annotated[
+        Path | None, typer.Option("--trace", help="A Mooncake JSONL trace instead of the lake.")
+    ] = None,
+    workload: Annotated[
+        str | None, typer.Option("--workload", help="Built-in synthetic trace instead: agentic-coding.")
+    ] = None,
+    duration: Annotated[str, typer.Option(help="Length of the --workload trace.")] = "2h",
+    seed: Annotated[int, typer.Option(help="Seed of the --workload trace.")] = 0,
+    block_size: Annotated[
+        int, typer.Option("--block-size", help="Tokens per block where the trace has none.")
+    ] = 512,
+    policy: Annotated[str, typer.Option(help="lru, prefix-lru (evict chain tails first) or ttl.")] = "lru",
+    ttl: Annotated[
+        str | None, typer.Option("--ttl", help="TTL for tiers without :ttl= (policy ttl).")
+    ] = None,
+    inclusive: Annotated[
+        bool, typer.Option("--inclusive/--exclusive", help="Write-through copies in every tier, or one copy.")
+    ] = False,
+    promote: Annotated[
+        bool, typer.Option("--promote/--no-promote", help="Move lower-tier hits to the top.")
+    ] = True,
+    prefill_rate: Annotated[
+        float | None, typer.Option("--prefill-rate", help="Tokens/s recomputed on a miss (default 9,209).")
+    ] = None,
+    overlap: Annotated[bool, typer.Option(help="TTFT = max(load, compute) instead of their sum.")] = False,
+    resume_after: Annotated[
+        str, typer.Option("--resume-after", help="Idle time that makes a resume.")
+    ] = "15m",
+    bucket: Annotated[str, typer.Option(help="Width of the results-over-time buckets.")] = "1m",
+    sweep: Annotated[
+        bool, typer.Option("--sweep", help="Add the LRU hit-ratio-versus-capacity curve.")
+    ] = False,
+    per_minute: Annotated[
+        bool, typer.Option("--per-minute", help="Print the results over time (table).")
+    ] = False,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
+    agent: AgentOpt = None,
+    model: ModelOpt = None,
+    session: SessionOpt = None,
+    user: UserOpt = None,
+    source: SourceOpt = None,
+    data: DataOpt = None,
+    fmt: FormatOpt = "table",
+) -> None:
+    """Replay traffic through a KV tier hierarchy: hits per tier, recompute, TTFT, over time, sweep."""
+    from traceflow.kv import simulate as sim
+    from traceflow.kv.sizing import DEFAULT_PREFILL_RATE, parse_duration
+    from traceflow.output import render, to_json
+
+    check_format(fmt)
+    name, kv = _kv(kv_model, config, dtype, model, mtp, swa_uncapped)
+    if trace is not None and workload is not None:
+        raise UsageError("give --trace FILE or --workload NAME, not both")
+    if workload is not None:
+        if workload != "agentic-coding":
+            raise UsageError(f"--workload {workload!r}: the built-in workload is agentic-coding")
+        bt = sim.agentic_coding_trace(parse_duration(duration, "--duration"), seed, block_size=block_size)
+    elif trace is not None:
+        bt = sim.read_mooncake(trace, block_size)
+    else:
+        bt = lake_trace(
+            data, selection_options(since, until, agent, model, session, user, source), block_size
+        )
+    cfg = sim.SimConfig(
+        tiers=_tiers(tier, ["gpu=80GB"]),
+        kv=kv,
+        policy=policy,
+        inclusive=inclusive,
+        promote=promote,
+        prefill_rate=prefill_rate or DEFAULT_PREFILL_RATE,
+        overlap=overlap,
+        resume_after_s=parse_duration(resume_after, "--resume-after"),
+        bucket_s=parse_duration(bucket, "--bucket"),
+        ttl_s=parse_duration(ttl, "--ttl") if ttl else None,
+    )
+    report = {"model": name, "dtype": kv.dtype, **sim.simulate(bt, cfg).as_dict()}
+    if sweep:
+        report["sweep"] = sim.sweep(bt, None, cfg.block_bytes(bt.block_size))
+    if fmt == "json":
+        typer.echo(to_json(report))
+        return
+    parts = [render(_kv_rows(report), fmt), render(_table(report["tiers"]), fmt)]
+    if report.get("worst_resumed"):
+        parts.append(
+            render(_kv_rows({f"worst_resumed.{k}": v for k, v in report["worst_resumed"].items()}), fmt)
+        )
+    if per_minute:
+        parts.append(render(_table(report["per_minute"]), fmt))
+    if sweep:
+        parts.append(render(_table(report["sweep"]), fmt))
+    typer.echo("\n\n".join(parts))

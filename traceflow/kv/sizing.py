@@ -1,0 +1,515 @@
+"""KV-cache tier sizing: footprint, how long a tier holds, SSD wear, cost. Pure functions, no I/O.
+
+Formulas (``KV_TIER_SIZING.md`` §3, §6, §8; ``b`` = KV bytes per token, ``R`` = KV token rate):
+
+* footprint(T)     = R × T × b                                  (+ per-session state × sessions)
+* hold time(C)     = C / (R × b)                                how long a tier of C bytes keeps KV
+* DWPD             = W × 86,400 × raid_factor × WAF / (drives × drive_bytes)
+                     raid_factor: RAID0 1, RAID1/RAID10 2, RAID5 n/(n−1), RAID6 n/(n−2)
+* rated TBW        = rated_DWPD × drive_bytes × 365 × warranty_years
+* years to rated endurance = rated_DWPD × warranty_years / DWPD
+* cost per month   = capacity × price / amortisation months (HBM: $/GPU-hour × 730 h × share of HBM;
+                     object storage: $/GB-month); per million tokens = monthly cost / tokens per month
+* TTFT             = Σ_tiers (hit_tokens × b / read_bw + latency) + missed_tokens / prefill_rate
+* prefill FLOPs    = 2·N_active·N + 2·L·heads·(d_qk + d_v)·(N·P + N²/2)
+
+Units: GB/TB are 10^9/10^12 bytes (storage vendors, DWPD); GiB/TiB are 2^30/2^40.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from traceflow.errors import UsageError
+from traceflow.kv.models import KVSize
+
+SECONDS_PER_DAY = 86_400
+HOURS_PER_MONTH = 730.0
+SECONDS_PER_MONTH = HOURS_PER_MONTH * 3_600
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 10**3,
+    "kb": 10**3,
+    "m": 10**6,
+    "mb": 10**6,
+    "g": 10**9,
+    "gb": 10**9,
+    "t": 10**12,
+    "tb": 10**12,
+    "p": 10**15,
+    "pb": 10**15,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+    "pib": 2**50,
+}
+
+
+def parse_bytes(text: str | float | int, option: str = "size") -> float:
+    """``80GB`` → 8e10, ``1TiB`` → 2**40, ``inf`` → infinity; a bare number is bytes.
+
+    >>> parse_bytes("80GB"), parse_bytes("1TiB"), parse_bytes("12.8TB")
+    (80000000000.0, 1099511627776.0, 12800000000000.0)
+    """
+    if isinstance(text, int | float):
+        return float(text)
+    s = text.strip().lower().replace("_", "").replace(",", "")
+    if s in ("inf", "infinite", "unlimited"):
+        return math.inf
+    m = re.fullmatch(r"([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)", s)
+    if not m or m.group(2) not in _UNITS:
+        raise UsageError(f"{option} {text!r} is not a size; write it like 80GB, 512GiB, 1.5TB or 100TB")
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+def parse_bandwidth(text: str | float, option: str = "bandwidth") -> float:
+    """``20.3GB/s`` → 2.03e10 bytes/s (the ``/s`` is optional).
+
+    >>> parse_bandwidth("5.08GB/s")
+    5080000000.0
+    """
+    if isinstance(text, int | float):
+        return float(text)
+    return parse_bytes(text.strip().lower().removesuffix("/s").removesuffix("ps"), option)
+
+
+_DURATION = {"": 1, "s": 1, "ms": 1e-3, "m": 60, "min": 60, "h": 3_600, "d": 86_400}
+
+
+def parse_duration(text: str | float, option: str = "duration") -> float:
+    """``300``, ``300s``, ``5m``, ``1h``, ``1d`` → seconds.
+
+    >>> parse_duration("5m"), parse_duration("1h"), parse_duration("250ms")
+    (300.0, 3600.0, 0.25)
+    """
+    if isinstance(text, int | float):
+        return float(text)
+    s = text.strip().lower()
+    m = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*([a-z]*)", s)
+    if not m or m.group(2) not in _DURATION:
+        raise UsageError(f"{option} {text!r} is not a duration; write it like 300, 300s, 5m, 1h")
+    return float(m.group(1)) * _DURATION[m.group(2)]
+
+
+# ------------------------------------------------------------------------------------------- tiers
+
+#: Tier kind by tier name (``--tier NAME=SIZE``); ``kind=`` in the spec overrides it.
+KIND_BY_NAME: dict[str, str] = {
+    "gpu": "hbm",
+    "hbm": "hbm",
+    "g1": "hbm",
+    "device": "hbm",
+    "dram": "dram",
+    "cpu": "dram",
+    "host": "dram",
+    "mem": "dram",
+    "ram": "dram",
+    "g2": "dram",
+    "ssd": "ssd",
+    "flash": "ssd",
+    "nvme": "ssd",
+    "disk": "ssd",
+    "g3": "ssd",
+    "object": "object",
+    "s3": "object",
+    "remote": "object",
+    "g4": "object",
+    "hdd": "hdd",
+}
+
+#: Default read bandwidth per tier kind, bytes/s, for the TTFT model. DRAM and flash are the effective
+#: rates that reproduce the seed's 0.8 s / 3.2 s resume of a 128k-token MiniMax-M2 FP8 context
+#: (KV_TIER_SIZING §6.4); HBM hits need no transfer; object storage and HDD are ASSUMPTIONS.
+DEFAULT_READ_BW: dict[str, float] = {
+    "hbm": math.inf,
+    "dram": 20.3e9,
+    "ssd": 5.08e9,
+    "object": 1.0e9,
+    "hdd": 0.25e9,
+}
+
+#: Default prefill rate (tokens/s) for missed tokens: 13.9 s for 128k tokens in the seed (§6.4).
+DEFAULT_PREFILL_RATE = 9_209.0
+
+
+@dataclass(frozen=True)
+class Tier:
+    """One cache tier: name, capacity, kind, read bandwidth and latency, and an optional TTL."""
+
+    name: str
+    capacity_bytes: float
+    kind: str
+    read_bytes_per_s: float
+    latency_s: float = 0.0
+    ttl_s: float | None = None
+
+    def capacity_blocks(self, block_bytes: float) -> int:
+        """Whole blocks that fit (a partial block still takes a page).
+
+        >>> Tier("gpu", 80e9, "hbm", math.inf).capacity_blocks(512 * 126_976)
+        1230
+        """
+        if math.isinf(self.capacity_bytes):
+            return 2**62
+        return int(self.capacity_bytes // block_bytes)
+
+
+def parse_tier(spec: str) -> Tier:
+    """``NAME=SIZE[:read=BW][:latency=DUR][:ttl=DUR][:kind=KIND]``.
+
+    >>> t = parse_tier("dram=512GB")
+    >>> t.name, t.capacity_bytes, t.kind, t.read_bytes_per_s, t.ttl_s
+    ('dram', 512000000000.0, 'dram', 20300000000.0, None)
+    >>> parse_tier("ssd=100TB:read=7GB/s:ttl=1h").read_bytes_per_s
+    7000000000.0
+    """
+    head, *opts = spec.split(":")
+    if "=" not in head:
+        raise UsageError(f"--tier {spec!r}: write it as NAME=SIZE, e.g. gpu=80GB, dram=512GB, ssd=100TB")
+    name, size = (x.strip() for x in head.split("=", 1))
+    options: dict[str, str] = {}
+    for opt in opts:
+        if "=" not in opt:
+            raise UsageError(
+                f"--tier {spec!r}: option {opt!r} should be key=value (read, latency, ttl, kind)"
+            )
+        k, v = (x.strip() for x in opt.split("=", 1))
+        options[k.lower()] = v
+    unknown = set(options) - {"read", "latency", "ttl", "kind"}
+    if unknown:
+        raise UsageError(
+            f"--tier {spec!r}: unknown option(s) {sorted(unknown)}; use read, latency, ttl, kind"
+        )
+    kind = options.get("kind", KIND_BY_NAME.get(name.lower(), ""))
+    if kind not in DEFAULT_READ_BW:
+        raise UsageError(
+            f"--tier {spec!r}: cannot tell what kind of tier {name!r} is; add :kind=hbm|dram|ssd|object|hdd"
+        )
+    read = parse_bandwidth(options["read"], "read") if "read" in options else DEFAULT_READ_BW[kind]
+    return Tier(
+        name=name,
+        capacity_bytes=parse_bytes(size, f"--tier {name}"),
+        kind=kind,
+        read_bytes_per_s=read,
+        latency_s=parse_duration(options["latency"], "latency") if "latency" in options else 0.0,
+        ttl_s=parse_duration(options["ttl"], "ttl") if "ttl" in options else None,
+    )
+
+
+# ---------------------------------------------------------------------------------------- formulas
+
+
+def footprint_tokens(rate_tok_s: float, ttl_s: float) -> float:
+    """Tokens of KV kept for ``ttl_s`` at ``rate_tok_s`` new KV tokens per second.
+
+    >>> footprint_tokens(4_200, 3_600)
+    15120000.0
+    """
+    return float(rate_tok_s) * ttl_s
+
+
+def footprint_bytes(rate_tok_s: float, ttl_s: float, kv_bytes_per_token: float) -> float:
+    """Bytes of KV kept for ``ttl_s`` (formula (1)/(2) of KV_TIER_SIZING §3.1).
+
+    >>> footprint_bytes(4_200, 3_600, 126_976)
+    1919877120000.0
+    """
+    return footprint_tokens(rate_tok_s, ttl_s) * kv_bytes_per_token
+
+
+def hold_seconds(capacity_bytes: float, rate_tok_s: float, kv_bytes_per_token: float) -> float:
+    """How long a tier of ``capacity_bytes`` holds KV written at ``rate_tok_s`` (formula (3)).
+
+    >>> round(hold_seconds(80e9, 4_200, 126_976), 1), round(hold_seconds(1e12, 4_200, 253_952), 1)
+    (150.0, 937.6)
+    """
+    write = rate_tok_s * kv_bytes_per_token
+    return math.inf if write <= 0 else capacity_bytes / write
+
+
+RAID_LEVELS = ("raid0", "raid1", "raid10", "raid5", "raid6")
+
+
+def _check_raid(raid: str, drives: int) -> str:
+    level = raid.lower().replace("-", "").replace(" ", "")
+    if level not in RAID_LEVELS:
+        raise UsageError(f"--raid {raid!r}: use one of {', '.join(RAID_LEVELS)}")
+    minimum = {"raid0": 1, "raid1": 2, "raid10": 2, "raid5": 3, "raid6": 4}[level]
+    if drives < minimum:
+        raise UsageError(f"{level} needs at least {minimum} drives, got {drives}")
+    return level
+
+
+def raid_factor(raid: str, drives: int) -> float:
+    """Physical bytes written per logical byte (full-stripe writes for parity RAID).
+
+    >>> raid_factor("raid10", 8), raid_factor("raid5", 8), raid_factor("raid0", 8)
+    (2.0, 1.1428571428571428, 1.0)
+    """
+    level = _check_raid(raid, drives)
+    if level in ("raid1", "raid10"):
+        return 2.0
+    if level == "raid5":
+        return drives / (drives - 1)
+    if level == "raid6":
+        return drives / (drives - 2)
+    return 1.0
+
+
+def usable_bytes(raid: str, drives: int, drive_bytes: float) -> float:
+    """Usable capacity of the array.
+
+    >>> usable_bytes("raid10", 8, 12.8e12)
+    51200000000000.0
+    """
+    return drives * drive_bytes / raid_factor(raid, drives)
+
+
+def dwpd(
+    write_bytes_per_s: float, drives: int, drive_bytes: float, raid: str = "raid10", waf: float = 1.0
+) -> float:
+    """Drive writes per day (formula (4)).
+
+    >>> round(dwpd(1.9e9, 8, 12.8e12, "raid10"), 6), round(dwpd(1.9e9, 8, 12.8e12, "raid0"), 6)
+    (3.20625, 1.603125)
+    """
+    per_day = write_bytes_per_s * SECONDS_PER_DAY * raid_factor(raid, drives) * waf
+    return per_day / (drives * drive_bytes)
+
+
+def rated_tbw_bytes(drive_bytes: float, rated_dwpd: float, warranty_years: float) -> float:
+    """Rated bytes written over the warranty (formula (5)).
+
+    >>> rated_tbw_bytes(12.8e12, 3, 5) / 1e12
+    70080.0
+    """
+    return drive_bytes * rated_dwpd * 365 * warranty_years
+
+
+def years_to_rated_endurance(actual_dwpd: float, rated_dwpd: float, warranty_years: float) -> float:
+    """Years until the drives reach their rated endurance at ``actual_dwpd``.
+
+    >>> years_to_rated_endurance(1.5, 3, 5)
+    10.0
+    """
+    return math.inf if actual_dwpd <= 0 else rated_dwpd * warranty_years / actual_dwpd
+
+
+def prefill_flops(
+    n_active: float, layers: int, q_heads: int, d_qk: int, d_v: int, new_tokens: int, cached_tokens: int = 0
+) -> float:
+    """Prefill FLOPs of ``new_tokens`` after ``cached_tokens`` of cached prefix (KV_TIER_SIZING §6.1).
+
+    >>> f"{prefill_flops(70.6e9, 80, 64, 128, 128, 8_192):.4e}"
+    '1.2447e+15'
+    """
+    n, p = new_tokens, cached_tokens
+    return 2 * n_active * n + 2 * layers * q_heads * (d_qk + d_v) * (n * p + n * n / 2)
+
+
+def recompute_avoided_flops(
+    n_active: float, layers: int, q_heads: int, d_qk: int, d_v: int, cached: int
+) -> float:
+    """FLOPs a cached prefix of ``cached`` tokens saves: ``2·N_active·P + L·heads·(d_qk+d_v)·P²``.
+
+    >>> f"{recompute_avoided_flops(70.6e9, 80, 64, 128, 128, 120_000):.4e}"
+    '3.5818e+16'
+    """
+    return 2 * n_active * cached + layers * q_heads * (d_qk + d_v) * cached * cached
+
+
+def ttft_seconds(
+    hit_tokens: Sequence[float],
+    read_bytes_per_s: Sequence[float],
+    missed_tokens: float,
+    kv_bytes_per_token: float,
+    prefill_rate: float = DEFAULT_PREFILL_RATE,
+    latency_s: Sequence[float] | None = None,
+    overlap: bool = False,
+) -> float:
+    """Time to first token: load hits from each tier, prefill the misses (KV_TIER_SIZING §6.4).
+
+    The seed's resumed 128k-token MiniMax-M2 FP8 session: recompute, flash, DRAM.
+
+    >>> b = 126_976
+    >>> [round(ttft_seconds([t], [bw], m, b), 1) for t, bw, m in
+    ...  [(0, 1, 128_000), (128_000, 5.08e9, 0), (128_000, 20.3e9, 0)]]
+    [13.9, 3.2, 0.8]
+    """
+    lat = latency_s or [0.0] * len(hit_tokens)
+    load = sum(
+        (t * kv_bytes_per_token / bw if math.isfinite(bw) else 0.0) + (lt if t else 0.0)
+        for t, bw, lt in zip(hit_tokens, read_bytes_per_s, lat, strict=True)
+    )
+    compute = missed_tokens / prefill_rate
+    return max(load, compute) if overlap else load + compute
+
+
+# ------------------------------------------------------------------------------------------ prices
+
+
+@dataclass(frozen=True)
+class Prices:
+    """Dated planning prices (KV_TIER_SIZING §8; ASSUMPTIONS, override with ``--prices FILE``)."""
+
+    date: str = "2026-02"
+    source: str = "KV_TIER_SIZING.md §8 planning assumptions (TrendForce-cited press, AWS list prices)"
+    dram_usd_per_gb: float = 10.0
+    ssd_usd_per_tb: float = 250.0
+    hdd_usd_per_tb: float = 20.0
+    object_usd_per_gb_month: float = 0.023
+    gpu_usd_per_hour: float = 3.0
+    gpu_hbm_gb: float = 80.0
+    amortization_months: float = 36.0
+    power_usd_per_month: float = 0.0
+
+    @classmethod
+    def load(cls, path: str | Path | None) -> Prices:
+        """Defaults, with any keys of a JSON file (``--prices``) replacing them."""
+        if path is None:
+            return cls()
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise UsageError(f"--prices {path}: cannot read it as JSON ({e})") from None
+        return cls.from_mapping(data, str(path))
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], where: str = "prices") -> Prices:
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise UsageError(
+                f"{where}: unknown price key(s) {sorted(unknown)}; known: {', '.join(sorted(known))}"
+            )
+        values: dict[str, Any] = {k: (v if k in ("date", "source") else float(v)) for k, v in data.items()}
+        return replace(cls(), **values)
+
+
+def tier_cost_per_month(tier: Tier, prices: Prices) -> float:
+    """USD per month for a tier's capacity (owned media amortised; HBM as a share of GPU-hours).
+
+    >>> round(tier_cost_per_month(parse_tier("dram=1TB"), Prices()), 2)
+    277.78
+    """
+    if math.isinf(tier.capacity_bytes):
+        return math.inf
+    gb = tier.capacity_bytes / 1e9
+    months = prices.amortization_months
+    if tier.kind == "hbm":
+        return prices.gpu_usd_per_hour * HOURS_PER_MONTH * gb / prices.gpu_hbm_gb
+    if tier.kind == "dram":
+        return gb * prices.dram_usd_per_gb / months
+    if tier.kind == "ssd":
+        return gb / 1e3 * prices.ssd_usd_per_tb / months
+    if tier.kind == "hdd":
+        return gb / 1e3 * prices.hdd_usd_per_tb / months
+    return gb * prices.object_usd_per_gb_month
+
+
+# --------------------------------------------------------------------------------------- the report
+
+
+@dataclass(frozen=True)
+class SsdArray:
+    """The flash array that takes KV writes."""
+
+    drives: int = 8
+    drive_bytes: float = 12.8e12
+    raid: str = "raid10"
+    rated_dwpd: float = 3.0
+    warranty_years: float = 5.0
+    waf: float = 1.0
+
+
+def size_report(
+    kv: KVSize,
+    rate_tok_s: float,
+    ttls_s: Sequence[float],
+    tiers: Sequence[Tier],
+    array: SsdArray,
+    prices: Prices,
+    *,
+    model: str = "",
+    input_rate_tok_s: float | None = None,
+    ssd_write_bytes_per_s: float | None = None,
+    sessions: int = 0,
+    rate_source: str = "given",
+) -> dict[str, Any]:
+    """Everything ``traceflow size`` prints, as a dict with stable keys."""
+    b = kv.per_token_bytes
+    input_rate = input_rate_tok_s if input_rate_tok_s is not None else rate_tok_s
+    if rate_tok_s < 0 or b <= 0:
+        raise UsageError("the token rate must be ≥ 0 and the model must have KV bytes per token > 0")
+    footprints = [
+        {
+            "ttl_s": t,
+            "tokens": footprint_tokens(rate_tok_s, t),
+            "footprint_bytes": footprint_bytes(rate_tok_s, t, b) + kv.per_session_bytes * sessions,
+            "footprint_upper_bytes": footprint_bytes(input_rate, t, b) + kv.per_session_bytes * sessions,
+        }
+        for t in ttls_s
+    ]
+    write_bps = ssd_write_bytes_per_s if ssd_write_bytes_per_s is not None else rate_tok_s * b
+    level = _check_raid(array.raid, array.drives)
+    d = dwpd(write_bps, array.drives, array.drive_bytes, level, array.waf)
+    years = years_to_rated_endurance(d, array.rated_dwpd, array.warranty_years)
+    tokens_per_month = input_rate * SECONDS_PER_MONTH
+    tier_rows: list[dict[str, Any]] = []
+    for tier in tiers:
+        monthly = tier_cost_per_month(tier, prices)
+        tier_rows.append(
+            {
+                "name": tier.name,
+                "kind": tier.kind,
+                "capacity_bytes": tier.capacity_bytes,
+                "hold_s": hold_seconds(tier.capacity_bytes, rate_tok_s, b),
+                "tokens_held": tier.capacity_bytes / b,
+                "cost_usd_per_month": monthly,
+                "cost_usd_per_million_tokens": monthly / (tokens_per_month / 1e6)
+                if tokens_per_month
+                else None,
+            }
+        )
+    ssd_cost = array.drives * array.drive_bytes / 1e12 * prices.ssd_usd_per_tb
+    wear_per_year = ssd_cost * (d / array.rated_dwpd) / array.warranty_years
+    total_month = sum(float(r["cost_usd_per_month"]) for r in tier_rows) + prices.power_usd_per_month
+    first = footprints[0] if footprints else {"footprint_bytes": 0.0, "tokens": 0.0}
+    return {
+        "model": model,
+        "dtype": kv.dtype,
+        "kv_bytes_per_token": b,
+        "per_session_bytes": kv.per_session_bytes,
+        "rate_tok_s": rate_tok_s,
+        "input_rate_tok_s": input_rate,
+        "rate_source": rate_source,
+        "ttl_s": ttls_s[0] if ttls_s else None,
+        "footprint_tokens": first["tokens"],
+        "footprint_bytes": first["footprint_bytes"],
+        "footprints": footprints,
+        "tiers": tier_rows,
+        "ssd_write_bytes_per_s": write_bps,
+        "ssd_drives": array.drives,
+        "ssd_drive_bytes": array.drive_bytes,
+        "raid": level,
+        "ssd_usable_bytes": usable_bytes(level, array.drives, array.drive_bytes),
+        "dwpd": d,
+        "rated_dwpd": array.rated_dwpd,
+        "rated_tbw_bytes_per_drive": rated_tbw_bytes(
+            array.drive_bytes, array.rated_dwpd, array.warranty_years
+        ),
+        "years_to_rated_endurance": years,
+        "ssd_wear_usd_per_year": wear_per_year,
+        "cost_usd_per_month": total_month,
+        "cost_usd_per_million_tokens": total_month / (tokens_per_month / 1e6) if tokens_per_month else None,
+        "prices": asdict(prices),
+    }

@@ -1,0 +1,256 @@
+"""OTLP metrics -> ``metric_points`` rows with per-interval deltas (AGENT_TELEMETRY_SCHEMAS §7.4).
+
+* A stream is (resource attributes, scope name and version, metric name, point attributes); its key
+  is a stable hash, so the state survives restarts (``MetricState.to_dict``/``from_dict``).
+* DELTA sums and histograms: ``delta`` = the point's value (histograms: its sum). Exact
+  re-deliveries have the same ``event_id`` (stream, start, time) and collapse in the lake.
+* CUMULATIVE (and unspecified temporality, which behaves correctly for delta streams too, since
+  every delta point starts a new sequence): ``delta`` = value - previous value of the same sequence
+  (same start time). A drop on a monotonic stream is a reset: ``delta`` = value. The first point of a
+  new stream, or of a new sequence (a new start time, e.g. a process restart), is counted in full
+  only when its start is known (``0 < start < time``) and later than the state's ``created_at``
+  (the receiver started before the series did, so nothing was missed) and later than every stream
+  the state has forgotten (``horizon``); otherwise it is a baseline with ``delta`` NULL. Points at or
+  before the last time seen, or from an older sequence, are duplicates or out of order: they are not
+  stored and are counted in ``Mapped.dropped``.
+* Gauges: ``delta`` NULL. Histograms / exponential histograms / summaries: ``value`` = sum, and
+  count, sum, min, max (and buckets) in ``attributes``.
+* ``type`` comes from the point's ``type`` attribute (Claude Code ``token.usage``: input, output,
+  cacheRead, cacheCreation; Gemini CLI), ``token_type`` (Codex) or ``gen_ai.token.type``.
+* Points flagged NO_RECORDED_VALUE end their stream (the state forgets it) and are not stored.
+
+:class:`MetricState` is not thread-safe: one mapper (the sealer, one import) uses it at a time.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from traceflow.otlp.mapping import AGENT_NAMES, Mapped, Problems, _Resource, family, pb_attrs, text
+from traceflow.rows import Parsed, stable_id
+
+_TEMPORALITY = {1: "delta", 2: "cumulative"}
+_FLAG_NO_RECORDED_VALUE = 1
+
+
+class MetricState:
+    """Cumulative -> delta bookkeeping across export requests, keyed by stream identity.
+
+    ``created_at_ns`` is when the receiver started (default: now). Pass 0 when the input is known to
+    hold every stream from its start (a file export): then the first point of a stream with a known
+    start time counts in full.
+    """
+
+    VERSION = 1
+
+    def __init__(self, created_at_ns: int | None = None, *, max_staleness_s: float = 6 * 3600) -> None:
+        self.created_at_ns = time.time_ns() if created_at_ns is None else int(created_at_ns)
+        self.max_staleness_ns = int(max_staleness_s * 1e9)
+        self.horizon_ns = 0  # the latest time of any stream forgotten for staleness
+        self.newest_ns = 0  # the latest point time seen
+        self._pruned_at_ns = 0
+        #: stream key -> [start_ns, time_ns, value, count]
+        self.streams: dict[str, list[Any]] = {}
+
+    @property
+    def stream_count(self) -> int:
+        return len(self.streams)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, MetricState) and self.to_dict() == other.to_dict()
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable snapshot (``from_dict`` restores it)."""
+        return {
+            "version": self.VERSION,
+            "created_at_ns": self.created_at_ns,
+            "max_staleness_ns": self.max_staleness_ns,
+            "horizon_ns": self.horizon_ns,
+            "newest_ns": self.newest_ns,
+            "streams": {k: list(v) for k, v in self.streams.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> MetricState:
+        if d.get("version") != cls.VERSION:
+            raise ValueError(f"unsupported MetricState version {d.get('version')!r}")
+        state = cls(int(d["created_at_ns"]), max_staleness_s=int(d["max_staleness_ns"]) / 1e9)
+        state.horizon_ns = int(d.get("horizon_ns", 0))
+        state.newest_ns = int(d.get("newest_ns", 0))
+        state._pruned_at_ns = state.newest_ns
+        state.streams = {str(k): list(v) for k, v in d.get("streams", {}).items()}
+        return state
+
+    def cumulative(
+        self, key: str, start: int, t: int, value: float, count: int | None, monotonic: bool
+    ) -> tuple[bool, float | None]:
+        """Feed one cumulative point: (keep it?, its delta or None for a baseline)."""
+        if t > self.newest_ns:
+            self.newest_ns = t
+        last = self.streams.get(key)
+        if last is not None:
+            if t <= last[1] or start < last[0]:
+                return False, None  # duplicate, out of order, or from an older sequence
+            if start == last[0]:
+                delta = value - last[2]
+                reset = monotonic and (
+                    delta < 0 or (count is not None and last[3] is not None and count < last[3])
+                )
+                self.streams[key] = [start, t, value, count]
+                return True, value if reset else delta
+        self.streams[key] = [start, t, value, count]
+        if 0 < start < t and start > self.created_at_ns and start > self.horizon_ns:
+            return True, value  # a new series that started while we were listening
+        return True, None  # baseline
+
+    def forget(self, key: str) -> None:
+        last = self.streams.pop(key, None)
+        if last is not None:
+            self.horizon_ns = max(self.horizon_ns, last[1])
+
+    def expire(self) -> int:
+        """Forget streams idle for longer than ``max_staleness`` (in data time). Returns how many."""
+        limit = self.newest_ns - self.max_staleness_ns
+        old = [k for k, v in self.streams.items() if v[1] < limit]
+        for k in old:
+            self.forget(k)
+        self._pruned_at_ns = self.newest_ns
+        return len(old)
+
+    def maybe_expire(self) -> None:
+        if self.newest_ns - self._pruned_at_ns > self.max_staleness_ns // 10:
+            self.expire()
+
+
+def _stream_key(res_attrs: dict[str, Any], scope: tuple[str, str], name: str, attrs: dict[str, Any]) -> str:
+    return stable_id(
+        "otlp-stream",
+        sorted(res_attrs.items(), key=lambda kv: kv[0]),
+        scope,
+        name,
+        sorted(attrs.items(), key=lambda kv: kv[0]),
+    )
+
+
+def _point_value(p: Any) -> float | None:
+    w = p.WhichOneof("value")
+    if w == "as_double":
+        return float(p.as_double)
+    if w == "as_int":
+        return float(p.as_int)
+    return None
+
+
+def map_metrics(msg: Any, *, state: MetricState, source: str = "otlp") -> Mapped:
+    """An ``ExportMetricsServiceRequest`` -> ``metric_points`` rows (deltas via ``state``)."""
+    out = Parsed()
+    problems = Problems()
+    rows = out.metric_points
+    for rm in msg.resource_metrics:
+        res = _Resource.of(rm.resource)
+        for sm in rm.scope_metrics:
+            scope = (sm.scope.name, sm.scope.version)
+            fam = family(res.service, sm.scope.name)
+            agent = AGENT_NAMES.get(fam or "") or res.service
+            for metric in sm.metrics:
+                kind = metric.WhichOneof("data")
+                if kind is None:
+                    problems.reject("metric without data (no gauge, sum, histogram or summary)", metric.name)
+                    continue
+                data = getattr(metric, kind)
+                if kind == "gauge":
+                    temporality, monotonic = 0, False
+                elif kind == "summary":
+                    temporality, monotonic = 2, True
+                else:
+                    temporality = data.aggregation_temporality
+                    monotonic = data.is_monotonic if kind == "sum" else True
+                for p in data.data_points:
+                    attrs = pb_attrs(p.attributes)
+                    start = p.start_time_unix_nano
+                    t = p.time_unix_nano
+                    key = _stream_key(res.attrs, scope, metric.name, attrs)
+                    if p.flags & _FLAG_NO_RECORDED_VALUE:
+                        state.forget(key)
+                        continue
+                    count: int | None = None
+                    extra: dict[str, Any] = {}
+                    if kind in ("gauge", "sum"):
+                        value = _point_value(p)
+                        if value is None:
+                            problems.reject("number data point without a value", metric.name)
+                            continue
+                    else:
+                        count = p.count
+                        value = p.sum if kind == "summary" or p.HasField("sum") else None
+                        extra["count"] = count
+                        if value is not None:
+                            extra["sum"] = value
+                        if kind == "histogram":
+                            extra["bucket_counts"] = list(p.bucket_counts)
+                            extra["explicit_bounds"] = list(p.explicit_bounds)
+                        elif kind == "exponential_histogram":
+                            extra["scale"] = p.scale
+                            extra["zero_count"] = p.zero_count
+                        else:
+                            extra["quantiles"] = [[q.quantile, q.value] for q in p.quantile_values]
+                        if kind != "summary":
+                            if p.HasField("min"):
+                                extra["min"] = p.min
+                            if p.HasField("max"):
+                                extra["max"] = p.max
+                    if kind == "gauge":
+                        delta: float | None = None
+                        temp_name = "gauge"
+                    elif temporality == 1:
+                        delta = value
+                        temp_name = "delta"
+                    elif value is None or not math.isfinite(value):
+                        delta = None
+                        temp_name = "cumulative"
+                    else:
+                        keep, delta = state.cumulative(key, start, t, value, count, monotonic)
+                        temp_name = "cumulative"
+                        if not keep:
+                            problems.dropped += 1
+                            continue
+                    row_attrs = dict(attrs)
+                    row_attrs.update(extra)
+                    if temporality not in (0, 1, 2) or (temporality == 0 and kind != "gauge"):
+                        row_attrs["temporality_unspecified"] = True
+                    if res.attrs:
+                        row_attrs.setdefault("resource", res.attrs)
+                    rows.append(
+                        {
+                            "event_id": stable_id("otlp-metric", key, start, t),
+                            "source": source,
+                            "agent": agent,
+                            "session_id": text(attrs.get("session.id") or res.attrs.get("session.id")),
+                            "user_id": text(attrs.get("user.id") or res.attrs.get("user.id")),
+                            "model": text(
+                                attrs.get("model")
+                                or attrs.get("gen_ai.response.model")
+                                or attrs.get("gen_ai.request.model")
+                            ),
+                            "name": metric.name,
+                            "type": text(
+                                attrs.get("type") or attrs.get("token_type") or attrs.get("gen_ai.token.type")
+                            ),
+                            "unit": metric.unit or None,
+                            "temporality": temp_name,
+                            "start_time": start // 1000 if start else None,
+                            "time": t // 1000 if t else None,
+                            "value": value,
+                            "delta": delta,
+                            "attributes": row_attrs,
+                        }
+                    )
+    state.maybe_expire()
+    if problems.dropped:
+        problems.warn(f"{problems.dropped} cumulative points dropped as duplicates or out of order")
+    return problems.mapped(out)
+
+
+__all__ = ["MetricState", "map_metrics"]

@@ -1,0 +1,486 @@
+"""The Parquet lake: immutable files published atomically, read through deduplicating DuckDB views.
+
+Layout (DESIGN §2)::
+
+    <data>/v1/<table>/dt=YYYY-MM-DD/<time_ns>-<pid>-<rand>.parquet   published files (never modified)
+    <data>/v1/_staging/                                              files being written
+    <data>/v1/_state/                                                importer and collector bookkeeping
+    <data>/v1/_derived/<view>/<generation>/*.parquet                 derived views stored by compaction
+
+A file is written in ``_staging`` (outside every table tree, so readers' globs never see it),
+fsynced, and renamed into its partition, then the partition directory is fsynced: once
+:meth:`Lake.append` returns, the rows survive a crash. Several writers (an import and a running
+collector) may publish at once; file names never collide.
+
+Readers open an in-memory DuckDB with one view per table. A row may be stored more than once (the
+same request imported twice, an exporter's retry, a transcript line and its OTLP event); the views
+keep one row per ``event_id``: the most complete copy (largest token total), then the newest.
+
+Compaction also stores two derived views of the compacted requests: ``request_steps``
+(``queries/steps.sql``: each request's stream, position, gap and reusable prefix, the window every
+per-stream analysis starts from) and ``request_rollup`` (``queries/rollup.sql``: token totals per day,
+agent, model, session, user and source, what ``mix`` sums). While no request file has been added
+since, each view reads its stored files and the analyses of the whole lake skip the window and the
+full scan; otherwise the view is its query.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from traceflow.errors import LakeError
+from traceflow.schema import LAKE_VERSION, REQUESTS, TABLES, Table, polars_type
+
+if TYPE_CHECKING:
+    import duckdb
+    import polars as pl
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+#: How complete a request row is: among copies of one request the views keep the largest.
+_COMPLETENESS = (
+    "coalesce(cold_input_tokens, 0) + coalesce(cache_read_tokens, 0)"
+    " + coalesce(cache_write_tokens, 0) + coalesce(output_tokens, 0)"
+)
+#: Views derived from the requests and stored by compaction: view name -> packaged query. The view
+#: carries the comment :data:`MATERIALISED` while it reads stored files instead of running its query.
+STEPS_VIEW = "request_steps"
+ROLLUP_VIEW = "request_rollup"
+DERIVED = {STEPS_VIEW: "steps", ROLLUP_VIEW: "rollup"}
+MATERIALISED = "materialised"
+
+
+def _derived_sql(view: str) -> str:
+    """The derived view's packaged query over the whole requests view (no selection, no parameters)."""
+    from traceflow.store import sql
+
+    query = sql.load(DERIVED[view])
+    return query.sql({"selection": "true"} if "/*@selection*/" in query.text else None)
+
+
+#: Which copy of an ``event_id`` the views keep, per table (default: the newest).
+_DEDUP_ORDER = {REQUESTS.name: f"{_COMPLETENESS} DESC, ingested_at DESC"}
+
+
+def to_micros(value: dt.datetime) -> int:
+    """Microseconds since the Unix epoch of an aware (or UTC-naive) datetime."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
+    delta = value - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def frame_from_rows(table: Table, rows: Sequence[Mapping[str, Any]]) -> pl.DataFrame:
+    """Build a frame with exactly the table's schema from row dicts.
+
+    Timestamps in rows are ``int`` microseconds since the epoch (UTC) or aware ``datetime``s;
+    ``attributes`` may be a ``dict`` (serialised to JSON here). Unknown keys are an error: they
+    would be silently lost otherwise.
+    """
+    import polars as pl
+
+    cols = {name: polars_type(t) for name, t in table.columns.items()}
+    known = cols.keys()
+    prepared: list[Mapping[str, Any]] = []
+    checked: set[frozenset[str]] = set()
+    for row in rows:
+        keys = frozenset(row)
+        if keys not in checked:
+            extra = keys - known
+            if extra:
+                raise LakeError(f"unknown column(s) {sorted(extra)} for table {table.name!r}")
+            checked.add(keys)
+        attrs = row.get("attributes")
+        needs_fix = attrs is not None and not isinstance(attrs, str)
+        if not needs_fix:
+            for name, dtype in cols.items():
+                if isinstance(dtype, pl.Datetime) and isinstance(row.get(name), dt.datetime):
+                    needs_fix = True
+                    break
+        if needs_fix:
+            fixed = dict(row)
+            if attrs is not None and not isinstance(attrs, str):
+                fixed["attributes"] = orjson.dumps(
+                    attrs, option=orjson.OPT_NON_STR_KEYS, default=str
+                ).decode()
+            for name, value in row.items():
+                if isinstance(value, dt.datetime):
+                    fixed[name] = to_micros(value)
+            prepared.append(fixed)
+        else:
+            prepared.append(row)
+    raw_schema = {
+        name: (pl.Int64() if isinstance(dtype, pl.Datetime) else dtype) for name, dtype in cols.items()
+    }
+    frame = pl.from_dicts(prepared, schema=raw_schema) if prepared else pl.DataFrame(schema=raw_schema)
+    now = int(time.time() * 1_000_000)
+    return frame.with_columns(
+        [
+            (pl.col(name).fill_null(now) if name == "ingested_at" else pl.col(name)).cast(dtype)
+            for name, dtype in cols.items()
+            if isinstance(dtype, pl.Datetime)
+        ]
+    )
+
+
+def _partition_values(table: Table, frame: pl.DataFrame) -> pl.Series:
+    import polars as pl
+
+    ts = pl.coalesce([pl.col(c) for c in table.partition_by])
+    return frame.select(ts.dt.strftime("%Y-%m-%d").fill_null("unknown").alias("dt")).to_series()
+
+
+def _fsync_path(path: Path) -> None:
+    """fsync a directory (making renames into it durable) or a file another process wrote."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_json_durably(path: Path, value: Any) -> None:
+    """Replace ``path`` with ``value`` as JSON atomically (temp file, fsync, rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(orjson.dumps(value))
+    _fsync_path(tmp)
+    os.replace(tmp, path)
+
+
+class Lake:
+    """A data directory holding the hive-partitioned Parquet tables."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root).expanduser()
+        self.base = self.root / LAKE_VERSION
+
+    # -- paths --------------------------------------------------------------------------------
+    @property
+    def staging(self) -> Path:
+        return self.base / "_staging"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.base / "_state"
+
+    def table_dir(self, table: str) -> Path:
+        return self.base / table
+
+    def glob(self, table: str) -> str:
+        """Depth-explicit glob of a table's published files (never matches staging files)."""
+        return str(self.table_dir(table) / "dt=*" / "*.parquet")
+
+    def files(self, table: str) -> list[Path]:
+        return sorted(self.table_dir(table).glob("dt=*/*.parquet"))
+
+    def ensure(self) -> None:
+        """Create the data directory's bookkeeping folders, or say why that is impossible."""
+        try:
+            self.staging.mkdir(parents=True, exist_ok=True)
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            (self.state_dir / "imports").mkdir(exist_ok=True)
+        except OSError as e:
+            raise LakeError(
+                f"cannot create the data directory {self.root}: {e.strerror}. "
+                "Pass --data DIR or set TRACEFLOW_DATA to a writable directory."
+            ) from None
+
+    # -- writing ------------------------------------------------------------------------------
+    def staging_path(self) -> Path:
+        self.ensure()
+        return self.staging / f"{time.time_ns()}-{os.getpid()}-{secrets.token_hex(4)}.parquet"
+
+    def write_staged(self, table: str, frame: pl.DataFrame) -> list[tuple[Path, str]]:
+        """Write a frame into staging files, one per ``dt`` partition; publish them with :meth:`publish`."""
+        if frame.is_empty():
+            return []
+        spec = TABLES[table]
+        parts = frame.with_columns(_partition_values(spec, frame).alias("__dt"))
+        staged: list[tuple[Path, str]] = []
+        for (day,), part in parts.group_by("__dt", maintain_order=True):
+            path = self.staging_path()
+            with open(path, "wb") as fh:
+                part.drop("__dt").write_parquet(fh, compression="zstd", statistics=True)
+                fh.flush()
+                os.fsync(fh.fileno())
+            staged.append((path, f"{table}/dt={day}"))
+        return staged
+
+    def append_many(self, frames: Mapping[str, pl.DataFrame]) -> list[Path]:
+        """Durably add several tables' frames at once (one publish for all their files)."""
+        staged: list[tuple[Path, str]] = []
+        for table, frame in frames.items():
+            staged += self.write_staged(table, frame)
+        return self.publish(staged)
+
+    def publish(self, staged: Iterable[tuple[Path, str]]) -> list[Path]:
+        """Move staged files into their partitions atomically and make the renames durable."""
+        published: list[Path] = []
+        dirs: set[Path] = set()
+        for path, rel in staged:
+            target_dir = self.base / rel
+            target_dir.mkdir(parents=True, exist_ok=True)
+            target = target_dir / path.name
+            os.replace(path, target)
+            published.append(target)
+            dirs.add(target_dir)
+        for d in dirs:
+            _fsync_path(d)
+        return published
+
+    def append(self, table: str, rows: Sequence[Mapping[str, Any]] | pl.DataFrame) -> list[Path]:
+        """Durably add rows to a table; returns the published files (none for no rows)."""
+        if isinstance(rows, Sequence):
+            return self.publish(self.write_staged(table, frame_from_rows(TABLES[table], rows)))
+        return self.publish(self.write_staged(table, rows))
+
+    # -- reading ------------------------------------------------------------------------------
+    def connect(self, tables: Iterable[str] | None = None) -> duckdb.DuckDBPyConnection:
+        """An in-memory DuckDB connection with one deduplicating view per table."""
+        import duckdb  # here, not at the top: writers (imports, the collector) never load it
+
+        con = duckdb.connect(":memory:")
+        con.execute("SET TimeZone = 'UTC'")
+        con.execute(f"SET temp_directory = '{self.base / '_tmp'}'")  # spills stay in the data dir
+        limit = os.environ.get("TRACEFLOW_MEMORY_LIMIT")
+        if limit:
+            con.execute("SET memory_limit = ?", [limit])
+        names = list(tables or TABLES)
+        for name in names:
+            con.execute(self.view_sql(name))
+        if REQUESTS.name in names:
+            current = self._request_files()
+            for view in DERIVED:
+                stored = self.fresh_derived(view, current)
+                con.execute(self.derived_view_sql(view, stored))
+                if stored:
+                    con.execute(f"COMMENT ON VIEW {view} IS '{MATERIALISED}'")
+        return con
+
+    # -- derived views (stored by compaction) -------------------------------------------------
+    def _derived_marker(self, view: str) -> Path:
+        return self.state_dir / "derived" / f"{view}.json"
+
+    def _request_files(self) -> set[str]:
+        return {str(f.relative_to(self.table_dir(REQUESTS.name))) for f in self.files(REQUESTS.name)}
+
+    def fresh_derived(self, view: str, current: set[str] | None = None) -> list[Path] | None:
+        """The view's stored files, when they were computed from exactly today's request files
+        (``current``, the requests' file names under their table, when the caller has them)."""
+        marker = self._derived_marker(view)
+        if not marker.exists():
+            return None
+        try:
+            record = orjson.loads(marker.read_bytes())
+            computed_from = set(record["requests"])
+            files = [self.base / f for f in record["files"]]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            return None
+        if current is None:
+            current = self._request_files()
+        if current != computed_from or not all(f.exists() for f in files):
+            return None
+        return files
+
+    def derived_view_sql(self, view: str, files: list[Path] | None = None) -> str:
+        """A derived view: its stored ``files`` (see :meth:`fresh_derived`), else its query."""
+        if files:
+            listing = ", ".join(f"'{p}'" for p in files)
+            body = f"SELECT * FROM read_parquet([{listing}], hive_partitioning = false)"
+        else:
+            body = _derived_sql(view)
+        return f"CREATE OR REPLACE VIEW {view} AS {body}"
+
+    def materialise_derived(self) -> dict[str, int]:
+        """Store every derived view over the whole (compacted) requests table; returns rows per view.
+
+        A view whose stored files are fresh is skipped, and nothing is stored while the requests
+        table is not one deduplicated base (run :meth:`compact`: the window over a base is cheap).
+        """
+        table = REQUESTS.name
+        files = self.files(table)
+        if not files or not set(files) <= self.deduped_files(table):
+            return {}
+        stored: dict[str, int] = {}
+        for view in DERIVED:
+            if self.fresh_derived(view) is None:
+                stored[view] = self._materialise(view, files)
+        return stored
+
+    def _materialise(self, view: str, files: list[Path]) -> int:
+        self.ensure()
+        gen = f"{time.time_ns()}-{secrets.token_hex(4)}"
+        out = self.staging / f"{view}-{gen}"
+        out.mkdir()
+        con = self.connect([REQUESTS.name])
+        try:
+            con.execute("SET preserve_insertion_order = false")
+            # LZ4 with Parquet v2 encodings (delta for sorted integers) reads about twice as fast
+            # as zstd here; these files are derived, so read speed beats size
+            rows = con.execute(
+                f"COPY ({_derived_sql(view)}) TO '{out}' "
+                "(FORMAT parquet, COMPRESSION lz4_raw, PARQUET_VERSION V2, PER_THREAD_OUTPUT true)"
+            ).fetchall()
+        finally:
+            con.close()
+        for f in out.glob("*.parquet"):
+            _fsync_path(f)
+        root = self.base / "_derived" / view
+        root.mkdir(parents=True, exist_ok=True)
+        target = root / gen
+        os.replace(out, target)
+        _fsync_path(root)
+        record = {
+            "requests": sorted(str(f.relative_to(self.table_dir(REQUESTS.name))) for f in files),
+            "files": sorted(str(f.relative_to(self.base)) for f in target.glob("*.parquet")),
+        }
+        _write_json_durably(self._derived_marker(view), record)
+        # keep the previous generation for readers that opened it a moment ago
+        for old in sorted(p for p in root.iterdir() if p.name != gen)[:-1]:
+            shutil.rmtree(old, ignore_errors=True)
+        return int(rows[0][0]) if rows else 0
+
+    def _deduped_marker(self, table: str) -> Path:
+        return self.state_dir / "deduped" / f"{table}.json"
+
+    def deduped_files(self, table: str) -> set[Path]:
+        """Files the last ``compact`` wrote: together they hold each ``event_id`` once."""
+        marker = self._deduped_marker(table)
+        if not marker.exists():
+            return set()
+        names = orjson.loads(marker.read_bytes())
+        return {self.table_dir(table) / n for n in names}
+
+    def view_sql(self, name: str) -> str:
+        """The deduplicating view of a table.
+
+        Files written by ``compact`` (the *base*) hold each ``event_id`` once, so they are read
+        without a window; only rows written since (and the base rows they duplicate) go through the
+        ``row_number()`` dedup. A never-compacted table is deduplicated whole.
+        """
+        spec = TABLES[name]
+        files = self.files(name)
+        base_set = self.deduped_files(name)
+        base = [f for f in files if f in base_set]
+        new = [f for f in files if f not in base_set]
+        typed = ", ".join(f"CAST({c} AS {t}) AS {c}" for c, t in spec.columns.items())
+        order = _DEDUP_ORDER.get(name, "ingested_at DESC")
+
+        def read(paths: list[Path]) -> str:
+            listing = ", ".join(f"'{p}'" for p in paths)
+            return f"read_parquet([{listing}], union_by_name = true, hive_partitioning = false)"
+
+        window = f"QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY {order}) = 1"
+        if not files:
+            nulls = ", ".join(f"CAST(NULL AS {t}) AS {c}" for c, t in spec.columns.items())
+            raw = f"(SELECT {nulls} WHERE false)"
+        elif not new:
+            raw = f"(SELECT {typed} FROM {read(base)})"
+        elif not base:
+            raw = f"(SELECT {typed} FROM {read(new)} {window})"
+        else:
+            fresh_ids = f"(SELECT DISTINCT event_id FROM {read(new)})"
+            raw = (
+                f"(SELECT b.* FROM (SELECT {typed} FROM {read(base)}) b ANTI JOIN {fresh_ids} n "
+                "ON b.event_id = n.event_id "
+                f"UNION ALL SELECT * FROM (SELECT {typed} FROM {read(new)} UNION ALL "
+                f"SELECT b.* FROM (SELECT {typed} FROM {read(base)}) b SEMI JOIN {fresh_ids} n "
+                f"ON b.event_id = n.event_id) {window})"
+            )
+        extra = ""
+        if name == REQUESTS.name:
+            extra = (
+                ", coalesce(cold_input_tokens, 0) + coalesce(cache_read_tokens, 0)"
+                f" + coalesce(cache_write_tokens, 0) AS context_tokens, {_COMPLETENESS} AS total_tokens"
+            )
+        return f"CREATE OR REPLACE VIEW {name} AS SELECT * {extra} FROM {raw}"
+
+    # -- maintenance --------------------------------------------------------------------------
+    def compact(self, table: str) -> tuple[int, int]:
+        """Rewrite a table as one deduplicated file per partition. Returns (files before, after).
+
+        The dedup is global (a request's copies may sit in different partitions), done by DuckDB
+        out of core. The new files are published and recorded as the deduplicated *base* before the
+        old ones are removed, so a concurrent reader sees every row at every moment, once.
+        """
+        spec = TABLES[table]
+        files = self.files(table)
+        one_per_partition = len(files) == len({f.parent for f in files})
+        if not files or (one_per_partition and set(files) <= self.deduped_files(table)):
+            if table == REQUESTS.name:
+                self.materialise_derived()  # a lake compacted before derived views were stored
+            return len(files), len(files)
+        self.ensure()
+        out = self.staging / f"compact-{time.time_ns()}-{secrets.token_hex(4)}"
+        listing = ", ".join(f"'{f}'" for f in files)
+        cols = ", ".join(spec.columns)
+        day = " , ".join(spec.partition_by)
+        order = _DEDUP_ORDER.get(table, "ingested_at DESC")
+        import duckdb  # here, not at the top: writers (imports, the collector) never load it
+
+        con = duckdb.connect(":memory:")
+        try:
+            con.execute("SET preserve_insertion_order = false")
+            con.execute(
+                f"COPY (SELECT {cols}, coalesce(strftime(coalesce({day}) AT TIME ZONE 'UTC', '%Y-%m-%d'), "
+                f"'unknown') AS dt FROM read_parquet([{listing}], union_by_name = true, "
+                f"hive_partitioning = false) "
+                f"QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY {order}) = 1) "
+                f"TO '{out}' (FORMAT parquet, PARTITION_BY (dt), COMPRESSION zstd)"
+            )
+        finally:
+            con.close()
+        staged = []
+        for part in sorted(out.glob("dt=*")):
+            for i, f in enumerate(sorted(part.glob("*.parquet"))):
+                _fsync_path(f)
+                target = f.with_name(f"{time.time_ns()}-{os.getpid()}-compacted-{i}.parquet")
+                f.rename(target)
+                staged.append((target, f"{table}/{part.name}"))
+        published = self.publish(staged)
+        names = [str(p.relative_to(self.table_dir(table))) for p in published]
+        _write_json_durably(self._deduped_marker(table), names)
+        for f in files:
+            with contextlib.suppress(FileNotFoundError):
+                f.unlink()
+        for d in {f.parent for f in files}:
+            with contextlib.suppress(OSError):
+                d.rmdir()  # a partition whose rows all moved elsewhere
+        shutil.rmtree(out, ignore_errors=True)
+        if table == REQUESTS.name:
+            self.materialise_derived()
+        return len(files), len(published)
+
+    def clean_staging(self, older_than_s: float = 3600) -> int:
+        """Remove staging files left by crashed writers (never the ones being written now)."""
+        removed = 0
+        now = time.time()
+        for f in self._iter_staging():
+            with contextlib.suppress(FileNotFoundError):
+                if now - f.stat().st_mtime > older_than_s:
+                    f.unlink()
+                    removed += 1
+        return removed
+
+    def _iter_staging(self) -> Iterator[Path]:
+        if self.staging.exists():
+            yield from self.staging.iterdir()
+
+
+def query_frame(
+    con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None
+) -> pl.DataFrame:
+    """Run a query and return a polars frame (DuckDB 2 dropped ``execute(...).pl()``)."""
+    frame: pl.DataFrame = con.sql(sql, params=params).pl()
+    return frame

@@ -1,0 +1,358 @@
+"""Named queries: the packaged ``queries/*.sql`` files, listed, loaded and run with ``$name`` parameters.
+
+Each file is one statement over the views (``requests``, ``events``, ``metric_points``, ``spans``) and
+starts with a header comment::
+
+    -- gaps: one line saying what the query answers.
+    -- More lines of explanation (definitions, caveats).
+    -- params:  $since TIMESTAMPTZ = NULL   only requests at or after this time
+    --          $ttl_s DOUBLE = 300         a parameter with a default
+    --          $session VARCHAR            a parameter without a default must be given
+    -- returns: col_a, col_b, ...
+
+A parameter without a default raises :class:`~traceflow.errors.MissingParameter` when it is not given;
+a name the file does not take raises :class:`~traceflow.errors.UsageError`. Values may be strings
+(the SQL casts each parameter to its type), so ``--param since=2026-08-01`` works from the CLI.
+
+The analysis modules run the same files, replacing *blocks* marked ``/*@name*/ ... /*@end*/``: the
+``selection`` block (the time filter the file applies by default) becomes the full
+:class:`~traceflow.store.selection.Selection` predicate. Outside traceflow the markers are plain comments, so
+each file runs as it is in any DuckDB that has the views.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from importlib.resources import files
+from typing import TYPE_CHECKING, Any
+
+from traceflow.errors import MissingParameter, QueryError, UnknownQuery, UsageError
+
+if TYPE_CHECKING:
+    import duckdb
+    import polars as pl
+
+    from traceflow.store.selection import Selection
+
+_PARAM_LINE = re.compile(r"^\$(\w+)\s+([A-Za-z][\w\[\]]*)(?:\s*=\s*('(?:[^']|'')*'|\S+))?\s*(.*)$")
+_SENTENCE = re.compile(r"^(.*?[.!?])(?:\s+|$)(.*)$", re.S)
+_BLOCK = re.compile(r"/\*@(\w+)\*/(.*?)/\*@end\*/", re.S)
+_LINE_COMMENT = re.compile(r"--[^\n]*")
+_STRING = re.compile(r"'(?:[^']|'')*'")
+_PARAM_USE = re.compile(r"\$([A-Za-z_]\w*)")
+
+
+@dataclass(frozen=True)
+class Param:
+    """One ``$name`` a query takes."""
+
+    name: str
+    type: str
+    default: Any
+    has_default: bool
+    doc: str
+
+
+@dataclass(frozen=True)
+class Query:
+    """A packaged query: its header and its SQL text."""
+
+    name: str
+    summary: str
+    description: str
+    params: tuple[Param, ...]
+    returns: tuple[str, ...]
+    text: str
+
+    def sql(self, blocks: Mapping[str, str] | None = None) -> str:
+        """The statement with the given blocks replaced, without a trailing semicolon."""
+        wanted = dict(blocks or {})
+        seen: set[str] = set()
+
+        def sub(m: re.Match[str]) -> str:
+            name = m.group(1)
+            if name in wanted:
+                seen.add(name)
+                return f"/*@{name}*/ {wanted[name]} /*@end*/"
+            return m.group(0)
+
+        text = _BLOCK.sub(sub, self.text)
+        missing = sorted(set(wanted) - seen)
+        if missing:
+            raise QueryError(f"query {self.name!r} has no block(s) {missing} to replace")
+        return text.strip().rstrip(";").rstrip()
+
+
+def _dir() -> Any:
+    return files("traceflow.queries")
+
+
+def names() -> list[str]:
+    """The packaged queries' names, sorted."""
+    return sorted(p.name[:-4] for p in _dir().iterdir() if p.name.endswith(".sql"))
+
+
+def _parse_default(text: str | None) -> tuple[Any, bool]:
+    if text is None:
+        return None, False
+    if text.upper() == "NULL":
+        return None, True
+    if text.startswith("'"):
+        return text[1:-1].replace("''", "'"), True
+    for kind in (int, float):
+        try:
+            return kind(text), True
+        except ValueError:
+            pass
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true", True
+    return text, True
+
+
+def parse(name: str, text: str) -> Query:
+    """Read the header comment of a query file (see the module docstring for its layout)."""
+    header: list[str] = []
+    for line in text.splitlines():
+        if not line.startswith("--"):
+            break
+        header.append(line[2:].strip())
+    if not header or ":" not in header[0]:
+        raise QueryError(f"query {name!r} must start with a '-- {name}: what it answers' comment")
+    title, _, summary = header[0].partition(":")
+    if title.strip() != name:
+        raise QueryError(f"query file {name}.sql names itself {title.strip()!r} in its header")
+    description: list[str] = []
+    params: list[Param] = []
+    returns: list[str] = []
+    section = "description"
+    for line in header[1:]:
+        if line.startswith("params:"):
+            section, line = "params", line[len("params:") :].strip()
+        elif line.startswith("returns:"):
+            section, line = "returns", line[len("returns:") :].strip()
+        if not line:
+            continue
+        if section == "description":
+            description.append(line)
+        elif section == "params":
+            m = _PARAM_LINE.match(line)
+            if m is None:
+                if line.lower() != "none" and params:  # continuation of the previous parameter's doc
+                    p = params[-1]
+                    params[-1] = Param(p.name, p.type, p.default, p.has_default, f"{p.doc} {line}".strip())
+                continue
+            default, has_default = _parse_default(m.group(3))
+            params.append(Param(m.group(1), m.group(2), default, has_default, m.group(4).strip()))
+        else:
+            returns.extend(c.strip() for c in line.split(",") if c.strip())
+    # the summary is the first sentence (it may run over several lines); the rest is the description
+    prose = " ".join([summary.strip(), *description]).strip()
+    m = _SENTENCE.match(prose)
+    first, rest = (m.group(1), m.group(2)) if m else (prose, "")
+    return Query(name, first.strip(), rest.strip(), tuple(params), tuple(returns), text)
+
+
+def load(name: str) -> Query:
+    """The packaged query ``name``; :class:`UnknownQuery` lists the known ones otherwise."""
+    known = names()
+    if name not in known:
+        raise UnknownQuery(f"no query named {name!r}; known: {', '.join(known)}")
+    return parse(name, (_dir() / f"{name}.sql").read_text())
+
+
+def used_params(sql: str) -> list[str]:
+    """The ``$names`` a statement uses, in order of first use (comments and strings ignored)."""
+    body = _STRING.sub("''", _LINE_COMMENT.sub("", re.sub(r"/\*.*?\*/", " ", sql, flags=re.S)))
+    seen: dict[str, None] = {}
+    for m in _PARAM_USE.finditer(body):
+        seen.setdefault(m.group(1), None)
+    return list(seen)
+
+
+def bind(query: Query, sql: str, given: Mapping[str, Any]) -> dict[str, Any]:
+    """The parameter values for ``sql`` (the query's text after block replacement)."""
+    declared = {p.name: p for p in query.params}
+    unknown = sorted(set(given) - set(declared) - set(used_params(sql)))
+    if unknown:
+        takes = ", ".join(f"{p.name} ({p.type})" for p in query.params) or "no parameters"
+        raise UsageError(f"query {query.name!r} has no parameter {', '.join(unknown)}; it takes {takes}")
+    values: dict[str, Any] = {}
+    for name in used_params(sql):
+        if name in given:
+            values[name] = given[name]
+        elif name in declared and declared[name].has_default:
+            values[name] = declared[name].default
+        else:
+            p = declared.get(name)
+            kind = f" ({p.type}: {p.doc})" if p else ""
+            raise MissingParameter(f"query {query.name!r} needs --param {name}=VALUE{kind}")
+    return values
+
+
+def run(
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    params: Mapping[str, Any] | None = None,
+    *,
+    blocks: Mapping[str, str] | None = None,
+    wrap: str | None = None,
+) -> pl.DataFrame:
+    """Run a packaged query and return a polars frame.
+
+    ``blocks`` replaces marked blocks (see :meth:`Query.sql`); ``wrap`` is a statement with ``{q}``
+    where the query goes as a subquery (how the analyses aggregate a per-row query without
+    materialising it). Parameters in ``blocks`` and ``wrap`` are bound from ``params`` too.
+    """
+    import duckdb
+
+    from traceflow.store.lake import query_frame
+
+    query = load(name)
+    sql = query.sql(blocks)
+    if uses_stored_steps(con, blocks, params):
+        sql = use_stored_steps(sql)
+    if wrap is not None:
+        sql = wrap.replace("{q}", f"(\n{sql}\n)")
+    values = bind(query, sql, params or {})
+    try:
+        return query_frame(con, sql, values)
+    except duckdb.Error as e:
+        raise QueryError(f"query {name!r} failed: {e}") from None
+
+
+_STREAM_CTES = re.compile(r"-- >>> stream CTEs.*?\n\)(,?)\n-- <<< stream CTEs", re.S)
+
+
+_SESSION_ROWS = re.compile(r"-- >>> session rows\n.*?-- <<< session rows", re.S)
+
+#: ``sessions.sql``'s per-session aggregate over the stored steps: the steps hold the same requests
+#: with ``root_key``, the coalesced times and tokens already computed, and read far faster than the
+#: requests' string columns (tests/test_steps.py checks both give the same sessions).
+STORED_SESSION_ROWS = """-- over the steps stored by compaction
+    SELECT root_key, any_value(root_session_id) AS root_session_id,
+        max(agent) AS agent, max(model) AS model, max(user_id) AS user_id, max(source) AS source,
+        min(t_start) AS started_at, max(t_end) AS ended_at,
+        (max(t_end_us) - min(t_start_us)) / 1e6 AS duration_s,
+        count(*)::BIGINT AS requests,
+        sum(cold_input_tokens)::BIGINT AS cold_input_tokens,
+        sum(cache_read_tokens)::BIGINT AS cache_read_tokens,
+        sum(cache_write_tokens)::BIGINT AS cache_write_tokens,
+        sum(output_tokens)::BIGINT AS output_tokens
+    FROM request_steps
+    GROUP BY 1"""
+
+
+def use_stored_steps(sql: str) -> str:
+    """``sql`` reading the ``request_steps`` view (stored by compaction) where it would run the
+    window: its stream CTEs (see ``queries/steps.sql``) and ``sessions.sql``'s per-session rows."""
+    sql = _STREAM_CTES.sub(
+        lambda m: f"WITH steps AS (SELECT * FROM request_steps){m.group(1)} -- stored by compaction", sql
+    )
+    return _SESSION_ROWS.sub(lambda m: STORED_SESSION_ROWS, sql)
+
+
+def uses_stored_steps(
+    con: duckdb.DuckDBPyConnection, blocks: Mapping[str, str] | None, params: Mapping[str, Any] | None
+) -> bool:
+    """Whether :func:`run` with these blocks and parameters reads the steps stored by compaction."""
+    from traceflow.store.lake import STEPS_VIEW
+
+    return _whole_lake(blocks, params) and materialised(con, STEPS_VIEW)
+
+
+def _whole_lake(blocks: Mapping[str, str] | None, params: Mapping[str, Any] | None) -> bool:
+    """Whether a query run selects every request (the case the stored steps answer)."""
+    selection = (blocks or {}).get("selection")
+    if selection is not None:
+        return selection.strip().strip("()").strip().lower() == "true"
+    given = params or {}
+    return given.get("since") is None and given.get("until") is None
+
+
+def materialised(con: duckdb.DuckDBPyConnection, view: str) -> bool:
+    """Whether the connection's derived ``view`` reads the files stored by compaction."""
+    from traceflow.store.lake import MATERIALISED
+
+    rows = con.execute(
+        "SELECT comment FROM duckdb_views() WHERE view_name = ? AND NOT internal", [view]
+    ).fetchall()
+    return bool(rows) and rows[0][0] == MATERIALISED
+
+
+def selection_block(selection: Selection | None, time_expr: str | None = None) -> tuple[str, dict[str, Any]]:
+    """The selection's predicate with named parameters (``$sel_0``, ...), for a ``selection`` block."""
+    from traceflow.store.selection import REQUEST_TIME, Selection
+
+    where, positional = (selection or Selection()).where(time_expr or REQUEST_TIME)
+    parts = where.split("?")
+    if len(parts) != len(positional) + 1:  # the predicate is generated: ? only marks parameters
+        raise QueryError("unexpected '?' in a selection predicate")
+    out = [parts[0]]
+    params: dict[str, Any] = {}
+    for i, (value, rest) in enumerate(zip(positional, parts[1:], strict=True)):
+        out.append(f"$sel_{i}{rest}")
+        params[f"sel_{i}"] = value
+    return f"({''.join(out)})", params
+
+
+def listing() -> pl.DataFrame:
+    """Name, summary, parameters and result columns of every packaged query."""
+    import polars as pl
+
+    rows = []
+    for name in names():
+        q = load(name)
+        rows.append(
+            {
+                "name": q.name,
+                "summary": q.summary,
+                "params": ", ".join(
+                    f"{p.name}" + (f"={'NULL' if p.default is None else p.default}" if p.has_default else "")
+                    for p in q.params
+                ),
+                "returns": ", ".join(q.returns),
+            }
+        )
+    return pl.DataFrame(
+        rows, schema={"name": pl.String, "summary": pl.String, "params": pl.String, "returns": pl.String}
+    )
+
+
+def parse_param_options(items: Sequence[str] | None) -> dict[str, str]:
+    """``["k=v", ...]`` from ``--param`` options -> ``{"k": "v"}``."""
+    out: dict[str, str] = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--param {item!r} is not NAME=VALUE")
+        out[key.strip().lstrip("$")] = value
+    return out
+
+
+def group_keys(by: Sequence[str], groups: Mapping[str, str]) -> tuple[str, str]:
+    """``(select_prefix, group_by)`` for ``--by`` names over a per-row query's columns.
+
+    ``select_prefix`` is ``"expr AS name, ..., "`` (empty without ``by``); ``group_by`` is
+    ``"GROUP BY 1, 2 ORDER BY 1, 2"`` (empty without ``by``).
+    """
+    unknown = [b for b in by if b not in groups]
+    if unknown:
+        raise UsageError(f"cannot group by {', '.join(unknown)}; choose from: {', '.join(groups)}")
+    if not by:
+        return "", ""
+    keys = "".join(f"{groups[b]} AS {b}, " for b in by)
+    positions = ", ".join(str(i + 1) for i in range(len(by)))
+    return keys, f"GROUP BY {positions} ORDER BY {positions}"
+
+
+def split_by(values: Sequence[str] | None) -> list[str]:
+    """``--by a,b --by c`` -> ``["a", "b", "c"]`` (order kept, duplicates dropped)."""
+    out: list[str] = []
+    for item in values or ():
+        for part in item.split(","):
+            part = part.strip()
+            if part and part not in out:
+                out.append(part)
+    return out
