@@ -23,29 +23,21 @@ Mapping to ``requests``:
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
 import functools
-import io
 import re
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, ClassVar
 
 from traceflow.importers.base import FileContext
-from traceflow.importers.mooncake import discover_files, file_key
-from traceflow.rows import LineError, Parsed, Row, stable_id
+from traceflow.importers.traces import TraceImporter, count, csv_records
+from traceflow.rows import LineError, Row, stable_id
 
 _TS = re.compile(
     r"^\s*(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?\s*(Z|[+-]\d{2}:?\d{2})?\s*$"
 )
 
 _DEFAULT_HEADER = ["timestamp", "contexttokens", "generatedtokens"]
-
-
-def norm(name: str) -> str:
-    """A column name compared without case, spaces or punctuation: ``Session ID`` -> ``sessionid``."""
-    return re.sub(r"[^a-z0-9]", "", name.lower())
 
 
 @functools.lru_cache(maxsize=4096)
@@ -72,112 +64,39 @@ def datetime_micros(value: str) -> int:
     return micros
 
 
-def csv_records(
-    data: bytes, ctx: FileContext, default_header: list[str], required: str, errors: list[LineError]
-) -> Iterator[tuple[int, bytes, dict[str, str]]]:
-    """``(line number, raw line, {normalised column: value})`` for each data line of a CSV chunk.
-
-    The header (the first line of the file, recognised by containing the ``required`` column) is
-    stored in ``ctx.state["header"]``; a file without one is read with ``default_header``.
-    """
-    path = str(ctx.path)
-    header = ctx.state.get("header")
-    try:
-        texts: list[str | None] = list(data.decode("utf-8").split("\n"))
-    except UnicodeDecodeError:
-        texts = []
-        for raw in data.split(b"\n"):
-            try:
-                texts.append(raw.decode("utf-8"))
-            except UnicodeDecodeError:
-                texts.append(None)
-    raw_lines = data.split(b"\n")
-    for i, text in enumerate(texts):
-        no = ctx.first_line + i
-        if text is None:
-            errors.append(LineError(path, no, "not UTF-8 text; line skipped"))
-            continue
-        text = text.rstrip("\r")
-        if no == 1:
-            text = text.lstrip("\ufeff")
-        if not text.strip():
-            continue
-        try:
-            cells = next(csv.reader(io.StringIO(text))) if '"' in text else text.split(",")
-        except (csv.Error, StopIteration) as e:
-            errors.append(LineError(path, no, f"unreadable CSV line ({e}); line skipped"))
-            continue
-        if not isinstance(header, list):
-            names = [norm(c) for c in cells]
-            if required in names:
-                header = names
-                ctx.state["header"] = header
-                continue
-            header = list(default_header)
-            ctx.state["header"] = header
-        if len(cells) != len(header):
-            errors.append(
-                LineError(path, no, f"{len(cells)} fields where the header has {len(header)}; line skipped")
-            )
-            continue
-        yield no, raw_lines[i], dict(zip(header, (c.strip() for c in cells), strict=True))
-
-
-def count(value: str | None, column: str) -> int:
-    """A non-negative token count from a CSV cell (``12``, ``12.0``)."""
-    if value is None or value == "":
-        raise ValueError(f"missing {column}")
-    if value.isdigit():
-        return int(value)
-    number = float(value)
-    if number < 0 or number != int(number):
-        raise ValueError(f"{column} is not a token count: {value!r}")
-    return int(number)
-
-
-class AzureImporter:
+class AzureImporter(TraceImporter):
     name: ClassVar[str] = "azure"
-    whole_file: ClassVar[bool] = False
     source: ClassVar[str] = "azure"
+    suffixes: ClassVar[tuple[str, ...]] = (".csv",)
+    label: ClassVar[str] = "an Azure trace"
 
-    def default_paths(self) -> list[Path]:
-        return []
+    def records(
+        self, data: bytes, ctx: FileContext, errors: list[LineError]
+    ) -> Iterator[tuple[int, bytes, Any]]:
+        return csv_records(data, ctx, _DEFAULT_HEADER, "contexttokens", errors)
 
-    def discover(self, root: Path) -> list[Path]:
-        return discover_files(root, (".csv",))
-
-    def parse(self, data: bytes, ctx: FileContext) -> Parsed:
-        out = Parsed()
-        path = str(ctx.path)
+    def row(self, rec: dict[str, str], key: str, no: int, ctx: FileContext) -> Row:
+        started = datetime_micros(rec["timestamp"]) if "timestamp" in rec else None
+        if started is None:
+            raise ValueError("no TIMESTAMP column")
+        attributes: dict[str, Any] = {"file": ctx.path.name}
         lowered = ctx.path.name.lower()
         workload = "code" if "code" in lowered else "conv" if "conv" in lowered else None
-        for no, line, rec in csv_records(data, ctx, _DEFAULT_HEADER, "contexttokens", out.errors):
-            key = file_key(ctx, line)
-            try:
-                started = datetime_micros(rec["timestamp"]) if "timestamp" in rec else None
-                if started is None:
-                    raise ValueError("no TIMESTAMP column")
-                attributes: dict[str, Any] = {"file": ctx.path.name}
-                if workload:
-                    attributes["workload"] = workload
-                if len(rec) > len(_DEFAULT_HEADER):
-                    attributes.update((c, v) for c, v in rec.items() if c not in _DEFAULT_HEADER)
-                row: Row = {
-                    "event_id": stable_id(self.source, key, no),
-                    "source": self.source,
-                    "started_at": started,
-                    "cold_input_tokens": count(rec.get("contexttokens"), "ContextTokens"),
-                    "cache_read_tokens": 0,
-                    "cache_write_tokens": 0,
-                    "output_tokens": count(rec.get("generatedtokens"), "GeneratedTokens"),
-                    "attributes": attributes,
-                    "seq": no,
-                }
-            except (ValueError, OverflowError) as e:
-                out.errors.append(LineError(path, no, f"not an Azure trace record: {e}; line skipped"))
-                continue
-            out.requests.append(row)
-        return out
+        if workload:
+            attributes["workload"] = workload
+        if len(rec) > len(_DEFAULT_HEADER):
+            attributes.update((c, v) for c, v in rec.items() if c not in _DEFAULT_HEADER)
+        return {
+            "event_id": stable_id(self.source, key, no),
+            "source": self.source,
+            "started_at": started,
+            "cold_input_tokens": count(rec.get("contexttokens"), "ContextTokens"),
+            "cache_read_tokens": 0,
+            "cache_write_tokens": 0,
+            "output_tokens": count(rec.get("generatedtokens"), "GeneratedTokens"),
+            "attributes": attributes,
+            "seq": no,
+        }
 
 
 IMPORTER = AzureImporter()

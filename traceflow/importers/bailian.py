@@ -7,7 +7,7 @@ One JSON object per line (REPLAY_FORMATS_AND_TRACES §2.1 and §4; the dataset R
 
 Mapping to ``requests``:
 
-* ``started_at`` = :data:`~traceflow.importers.mooncake.RELATIVE_EPOCH_US` + ``timestamp`` seconds
+* ``started_at`` = :data:`~traceflow.importers.traces.RELATIVE_EPOCH_US` + ``timestamp`` seconds
   (seconds since the trace start). No latency is recorded: ``ended_at``/``duration_ms`` are NULL.
 * A session is the root of the ``parent_chat_id`` chain (``-1`` = root), as AIPerf's
   ``bailian_trace`` loader defines it: ``session_id`` = ``<file stem>:<root chat_id>`` (chat ids are
@@ -23,57 +23,27 @@ Mapping to ``requests``:
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, ClassVar
 
-import orjson
-
-from traceflow.importers.base import FileContext, iter_lines
-from traceflow.importers.mooncake import (
+from traceflow.importers.base import FileContext
+from traceflow.importers.traces import (
     RELATIVE_EPOCH_US,
-    discover_files,
-    file_key,
+    TraceImporter,
     int_list,
     required_int,
     seconds_to_micros,
 )
-from traceflow.rows import LineError, Parsed, Row, stable_id
+from traceflow.rows import Row, stable_id
 
 BLOCK_SIZE = 16
 
 
-class BailianImporter:
+class BailianImporter(TraceImporter):
     name: ClassVar[str] = "bailian"
-    whole_file: ClassVar[bool] = False
     source: ClassVar[str] = "bailian"
+    label: ClassVar[str] = "a Bailian"
 
-    def default_paths(self) -> list[Path]:
-        return []
-
-    def discover(self, root: Path) -> list[Path]:
-        return discover_files(root, (".jsonl",))
-
-    def parse(self, data: bytes, ctx: FileContext) -> Parsed:
-        out = Parsed()
-        path = str(ctx.path)
-        stem = ctx.path.stem
-        saved = ctx.state.get("roots")
-        roots: dict[int, int] = {int(k): int(v) for k, v in saved.items()} if isinstance(saved, dict) else {}
-        for no, line in iter_lines(data, ctx.first_line):
-            key = file_key(ctx, line)
-            try:
-                rec = orjson.loads(line)
-            except orjson.JSONDecodeError as e:
-                out.errors.append(LineError(path, no, f"invalid JSON ({e}); line skipped"))
-                continue
-            try:
-                out.requests.append(self._row(rec, key, stem, no, roots))
-            except (TypeError, ValueError, KeyError, AttributeError) as e:
-                out.errors.append(LineError(path, no, f"not a Bailian record: {e!r}; line skipped"))
-        ctx.state["roots"] = {str(k): v for k, v in roots.items()}
-        return out
-
-    def _row(self, rec: Any, key: str, stem: str, no: int, roots: dict[int, int]) -> Row:
+    def row(self, rec: Any, key: str, no: int, ctx: FileContext) -> Row:
         if not isinstance(rec, dict):
             raise ValueError("not a JSON object")
         chat = required_int(rec, "chat_id")
@@ -85,8 +55,12 @@ class BailianImporter:
         inp = required_int(rec, "input_length")
         outp = required_int(rec, "output_length")
         hashes = int_list(rec["hash_ids"]) if rec.get("hash_ids") is not None else None
-        root = chat if parent < 0 else roots.get(parent, parent)
-        roots[chat] = root
+        roots = ctx.state.get("roots")  # chat id -> root of its chain, carried to the next import
+        if not isinstance(roots, dict):
+            roots = ctx.state["roots"] = {}
+        root = chat if parent < 0 else int(roots.get(str(parent), parent))
+        roots[str(chat)] = root
+        stem = ctx.path.stem
         attributes: dict[str, Any] = {
             "file": key.split("#", 1)[0],
             "hash_scope": f"bailian:{key}",

@@ -11,7 +11,7 @@ submission to the last token). Columns are found by name, compared without case 
 
 Mapping to ``requests``:
 
-* ``started_at`` = :data:`~traceflow.importers.mooncake.RELATIVE_EPOCH_US` + ``Timestamp`` seconds
+* ``started_at`` = :data:`~traceflow.importers.traces.RELATIVE_EPOCH_US` + ``Timestamp`` seconds
   (seconds from 00:00:00 of the trace's first day, date unpublished), so the time of day survives
   and the first day is 1970-01-01. ``Elapsed time``, when present, gives ``duration_ms`` and
   ``ended_at``; otherwise both are NULL.
@@ -27,13 +27,12 @@ Mapping to ``requests``:
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
-from traceflow.importers.azure import count, csv_records
 from traceflow.importers.base import FileContext
-from traceflow.importers.mooncake import RELATIVE_EPOCH_US, discover_files, file_key, seconds_to_micros
-from traceflow.rows import LineError, Parsed, Row, stable_id
+from traceflow.importers.traces import RELATIVE_EPOCH_US, TraceImporter, count, csv_records, seconds_to_micros
+from traceflow.rows import LineError, Row, stable_id
 
 _DEFAULT_HEADER = ["timestamp", "model", "requesttokens", "responsetokens", "totaltokens", "logtype"]
 _KNOWN = {*_DEFAULT_HEADER, "sessionid", "elapsedtime"}
@@ -48,31 +47,18 @@ def _seconds(value: str | None, column: str) -> float:
     return number
 
 
-class BurstGPTImporter:
+class BurstGPTImporter(TraceImporter):
     name: ClassVar[str] = "burstgpt"
-    whole_file: ClassVar[bool] = False
     source: ClassVar[str] = "burstgpt"
+    suffixes: ClassVar[tuple[str, ...]] = (".csv",)
+    label: ClassVar[str] = "a BurstGPT"
 
-    def default_paths(self) -> list[Path]:
-        return []
+    def records(
+        self, data: bytes, ctx: FileContext, errors: list[LineError]
+    ) -> Iterator[tuple[int, bytes, Any]]:
+        return csv_records(data, ctx, _DEFAULT_HEADER, "requesttokens", errors)
 
-    def discover(self, root: Path) -> list[Path]:
-        return discover_files(root, (".csv",))
-
-    def parse(self, data: bytes, ctx: FileContext) -> Parsed:
-        out = Parsed()
-        path = str(ctx.path)
-        for no, line, rec in csv_records(data, ctx, _DEFAULT_HEADER, "requesttokens", out.errors):
-            key = file_key(ctx, line)
-            try:
-                row = self._row(rec, key, no)
-            except (ValueError, OverflowError) as e:
-                out.errors.append(LineError(path, no, f"not a BurstGPT record: {e}; line skipped"))
-                continue
-            out.requests.append(row)
-        return out
-
-    def _row(self, rec: dict[str, str], key: str, no: int) -> Row:
+    def row(self, rec: dict[str, str], key: str, no: int, ctx: FileContext) -> Row:
         started = RELATIVE_EPOCH_US + seconds_to_micros(_seconds(rec.get("timestamp"), "Timestamp"))
         request = count(rec.get("requesttokens"), "Request tokens")
         response = count(rec.get("responsetokens"), "Response tokens")

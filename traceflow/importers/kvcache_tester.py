@@ -12,7 +12,7 @@ One JSON document per file, one Claude Code session each (REPLAY_FORMATS_AND_TRA
 Mapping to ``requests``:
 
 * Times: ``t`` counts seconds from the conversation start; a sub-agent's requests count from the
-  sub-agent entry's ``t``. ``started_at`` = :data:`~traceflow.importers.mooncake.RELATIVE_EPOCH_US`
+  sub-agent entry's ``t``. ``started_at`` = :data:`~traceflow.importers.traces.RELATIVE_EPOCH_US`
   + ``t`` (so every session starts at 1970-01-01T00:00:00Z: the traces carry no absolute time),
   ``duration_ms`` = ``api_time`` × 1000 and ``ended_at`` = start + ``api_time`` (NULL where a
   streamed request has no ``api_time``), ``ttft_ms`` = ``ttft`` × 1000 for streamed (``"s"``) ones.
@@ -47,7 +47,7 @@ from typing import Any, ClassVar
 import orjson
 
 from traceflow.importers.base import FileContext
-from traceflow.importers.mooncake import (
+from traceflow.importers.traces import (
     RELATIVE_EPOCH_US,
     discover_files,
     int_list,

@@ -24,92 +24,21 @@ Mapping to ``requests``:
 
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path
 from typing import Any, ClassVar
 
-import orjson
-
-from traceflow.importers.base import FileContext, iter_lines
-from traceflow.rows import LineError, Parsed, Row, as_int, stable_id
-
-#: The absolute time that relative trace timestamps (Mooncake, kv-cache-tester, Bailian, BurstGPT)
-#: are counted from: the Unix epoch, 1970-01-01T00:00:00Z. ``started_at - epoch`` is the offset.
-RELATIVE_EPOCH_US = 0
+from traceflow.importers.base import FileContext
+from traceflow.importers.traces import RELATIVE_EPOCH_US, TraceImporter, int_list, required_int
+from traceflow.rows import Row, stable_id
 
 BLOCK_SIZE = 512
 
 
-def seconds_to_micros(seconds: float) -> int:
-    """Whole microseconds of a (possibly fractional) number of seconds, rounded to nearest."""
-    return round(seconds * 1_000_000)
-
-
-def file_key(ctx: FileContext, first_record: bytes) -> str:
-    """The identity of a line-oriented trace file: its name and a hash of its first data record.
-
-    Computed once, at the first record, and kept in ``ctx.state`` so later imports of a grown file
-    (which see only the new lines) use the same key.
-    """
-    key = ctx.state.get("file_key")
-    if not isinstance(key, str):
-        digest = hashlib.blake2b(first_record.strip(), digest_size=8).hexdigest()
-        key = f"{ctx.path.name}#{digest}"
-        ctx.state["file_key"] = key
-    return key
-
-
-def discover_files(root: Path, suffixes: tuple[str, ...]) -> list[Path]:
-    """``[root]`` for a file, else the files under ``root`` with one of ``suffixes``, sorted."""
-    if root.is_file():
-        return [root]
-    return sorted(p for p in root.rglob("*") if p.is_file() and p.name.endswith(suffixes))
-
-
-def int_list(value: Any) -> list[int]:
-    """A list of integer ids; ValueError for anything else."""
-    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        raise ValueError("hash_ids is not a list of integers")
-    return value
-
-
-def required_int(rec: dict[str, Any], key: str) -> int:
-    value = as_int(rec.get(key))
-    if value is None:
-        raise ValueError(f"missing {key}")
-    if value < 0:
-        raise ValueError(f"negative {key}")
-    return value
-
-
-class MooncakeImporter:
+class MooncakeImporter(TraceImporter):
     name: ClassVar[str] = "mooncake"
-    whole_file: ClassVar[bool] = False
     source: ClassVar[str] = "mooncake"
+    label: ClassVar[str] = "a Mooncake"
 
-    def default_paths(self) -> list[Path]:
-        return []
-
-    def discover(self, root: Path) -> list[Path]:
-        return discover_files(root, (".jsonl",))
-
-    def parse(self, data: bytes, ctx: FileContext) -> Parsed:
-        out = Parsed()
-        path = str(ctx.path)
-        for no, line in iter_lines(data, ctx.first_line):
-            key = file_key(ctx, line)
-            try:
-                rec = orjson.loads(line)
-            except orjson.JSONDecodeError as e:
-                out.errors.append(LineError(path, no, f"invalid JSON ({e}); line skipped"))
-                continue
-            try:
-                out.requests.append(self._row(rec, key, no))
-            except (TypeError, ValueError, AttributeError) as e:
-                out.errors.append(LineError(path, no, f"not a Mooncake record: {e}; line skipped"))
-        return out
-
-    def _row(self, rec: Any, key: str, no: int) -> Row:
+    def row(self, rec: Any, key: str, no: int, ctx: FileContext) -> Row:
         if not isinstance(rec, dict):
             raise ValueError("not a JSON object")
         ts = rec.get("timestamp")
