@@ -43,7 +43,7 @@ import libcachesim
 import numpy as np
 
 from traceflow.kv import simulate as sim
-from traceflow.kv.models import KVSize
+from traceflow.kv.geometry import KVSize
 from traceflow.kv.sizing import Tier
 
 REPO = Path(__file__).resolve().parents[1]

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import traceflow.cli.sizing  # noqa: F401  (registers models/size/simulate on the app)
 from traceflow.kv import simulate as sim
-from traceflow.kv.models import KVSize
+from traceflow.kv.geometry import KVSize
 from traceflow.kv.sizing import Tier, parse_tier
 from traceflow.store.lake import Lake
 

@@ -34,7 +34,7 @@ from traceflow.cli.app import (
 from traceflow.errors import UsageError
 
 if TYPE_CHECKING:
-    from traceflow.kv.models import KVSize
+    from traceflow.kv.geometry import KVSize
     from traceflow.kv.simulate import BlockTrace
     from traceflow.store.selection import Selection
 

@@ -55,7 +55,7 @@ import numpy.typing as npt
 import orjson
 
 from traceflow.errors import UsageError
-from traceflow.kv.models import KVSize
+from traceflow.kv.geometry import KVSize
 from traceflow.kv.sizing import DEFAULT_PREFILL_RATE, Tier
 
 I64 = npt.NDArray[np.int64]
