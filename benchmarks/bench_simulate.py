@@ -4,7 +4,7 @@
 Two block-access traces, each replayed by both simulators in one run:
 
 a. the public Mooncake conversation trace expanded to its 512-token blocks (288,500 accesses);
-b. a seeded synthetic agentic-coding trace (``traceflow.kv.simulate.agentic_coding_trace``, DESIGN §4 shape,
+b. a seeded synthetic agentic-coding trace (``traceflow.kv.synthetic.agentic_coding_trace``, DESIGN §4 shape,
    more sessions per minute and a longer run) of at least 100 million block accesses.
 
 For each capacity: libCacheSim 0.3.5 ``LRU(cache_size=C, hashpower=H).process_trace(TraceReader(file))``
@@ -43,8 +43,12 @@ import libcachesim
 import numpy as np
 
 from traceflow.kv import simulate as sim
-from traceflow.kv.models import KVSize
+from traceflow.kv.engines import fast_lru
+from traceflow.kv.geometry import KVSize
+from traceflow.kv.lru import lru_hits, prev_next
 from traceflow.kv.sizing import Tier
+from traceflow.kv.synthetic import agentic_coding_trace
+from traceflow.kv.trace import BlockTrace, read_mooncake
 
 REPO = Path(__file__).resolve().parents[1]
 MOONCAKE = REPO.parent / "shared" / "data" / "mooncake_conversation_trace.jsonl"
@@ -94,7 +98,7 @@ def compare(
     rows = []
     for cap in capacities:
         lcs_s, theirs = timed(functools.partial(lcs_hits, path, n, cap, hashpower), runs)
-        ours_s, ours = timed(functools.partial(sim.lru_hits, blocks, cap), runs)
+        ours_s, ours = timed(functools.partial(lru_hits, blocks, cap), runs)
         row = {
             "trace": name,
             "accesses": n,
@@ -123,15 +127,13 @@ def compare(
     return rows
 
 
-def modes(
-    name: str, trace: sim.BlockTrace, caps: list[int], runs: int, slow_blocks: int
-) -> list[dict[str, Any]]:
+def modes(name: str, trace: BlockTrace, caps: list[int], runs: int, slow_blocks: int) -> list[dict[str, Any]]:
     """Throughput of the other simulation modes on one trace (slow engines on a prefix of it)."""
     kv = KVSize(per_token_bytes=1)
     tiers = tuple(Tier(f"t{i}", c * trace.block_size, "dram", 20e9) for i, c in enumerate(caps))
     out = []
 
-    def add(mode: str, t: sim.BlockTrace, seconds: float, hits: int | None) -> None:
+    def add(mode: str, t: BlockTrace, seconds: float, hits: int | None) -> None:
         out.append(
             {
                 "trace": name,
@@ -148,8 +150,8 @@ def modes(
         )
 
     def core() -> int:
-        links = sim.prev_next(trace.blocks)
-        served = sim.fast_lru(trace, caps, False, 60.0, links).served
+        links = prev_next(trace.blocks)
+        served = fast_lru(trace, caps, False, 60.0, links).served
         return int((served > 0).sum())
 
     s, hits = timed(core, runs)
@@ -205,14 +207,12 @@ def main() -> int:
         flush=True,
     )
 
-    mooncake = sim.read_mooncake(args.mooncake)
+    mooncake = read_mooncake(args.mooncake)
     rows = compare("mooncake", mooncake.blocks, [1_000, 5_000, 20_000, 60_000], args.work, args.runs)
     mode_rows = modes("mooncake", mooncake, [2_000, 8_000, 20_000], args.runs, 10**9)
 
     start = time.perf_counter()
-    synthetic = sim.agentic_coding_trace(
-        args.hours * 3_600, args.seed, sessions_per_min=args.sessions_per_min
-    )
+    synthetic = agentic_coding_trace(args.hours * 3_600, args.seed, sessions_per_min=args.sessions_per_min)
     gen_s = time.perf_counter() - start
     print(
         f"synthetic: {synthetic.n_requests:,} requests, {synthetic.n_blocks:,} block accesses "

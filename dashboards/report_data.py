@@ -259,7 +259,8 @@ def hit_ratio_frame(
     token counts, as ``traceflow simulate`` builds them when the lake has no hash ids)."""
     import polars as pl
 
-    from traceflow.kv.simulate import chains_from_counts, sweep
+    from traceflow.kv.simulate import sweep
+    from traceflow.kv.trace import chains_from_counts
 
     schema = {
         "capacity_bytes": pl.Float64,

@@ -15,9 +15,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import traceflow.cli.sizing  # noqa: F401  (registers models/size/simulate on the app)
+from traceflow.kv import engines
 from traceflow.kv import simulate as sim
-from traceflow.kv.models import KVSize
+from traceflow.kv.geometry import KVSize
+from traceflow.kv.lru import lru_hits, stack_distances
 from traceflow.kv.sizing import Tier, parse_tier
+from traceflow.kv.synthetic import agentic_coding_trace
+from traceflow.kv.trace import BlockTrace, chains_from_counts, read_mooncake
 from traceflow.store.lake import Lake
 
 Cli = Callable[..., tuple[int, str, str]]
@@ -29,7 +33,7 @@ def tiers(*blocks: int, block_size: int = 512) -> tuple[Tier, ...]:
     return tuple(Tier(f"t{i}", c * block_size, "dram", 20e9) for i, c in enumerate(blocks))
 
 
-def run(trace: sim.BlockTrace, *caps: int, **kw: object) -> dict[str, object]:
+def run(trace: BlockTrace, *caps: int, **kw: object) -> dict[str, object]:
     return sim.simulate(trace, sim.SimConfig(tiers(*caps, block_size=trace.block_size), ONE, **kw)).as_dict()  # type: ignore[arg-type]
 
 
@@ -47,7 +51,7 @@ def lru_reference(accesses: list[int], capacity: int) -> int:
     return hits
 
 
-def random_trace(seed: int, requests: int = 60, sessions: int = 6, block_size: int = 4) -> sim.BlockTrace:
+def random_trace(seed: int, requests: int = 60, sessions: int = 6, block_size: int = 4) -> BlockTrace:
     """Sessions whose prompts grow (shared prefixes), with a common first block and some resets."""
     rng = np.random.default_rng(seed)
     times, tokens, hashes = [], [], []
@@ -66,15 +70,15 @@ def random_trace(seed: int, requests: int = 60, sessions: int = 6, block_size: i
         times.append(float(r))
         tokens.append(length[s])
         hashes.append(ids)
-    return sim.BlockTrace.from_requests(times, tokens, hashes, block_size)
+    return BlockTrace.from_requests(times, tokens, hashes, block_size)
 
 
 # ------------------------------------------------------------------------------------ §7.4 oracle
 
 
-def micro_trace() -> sim.BlockTrace:
+def micro_trace() -> BlockTrace:
     a, b, c, d = 1, 2, 3, 4
-    return sim.BlockTrace.from_requests(
+    return BlockTrace.from_requests(
         [0, 1, 2, 3], [8, 12, 16, 16], [[a, b], [a, b, c], [a, b, c, d], [a, b, c, d]], 4
     )
 
@@ -94,7 +98,7 @@ def test_micro_oracle_lru_object_hits_and_final_state() -> None:
     report = run(micro_trace(), 3, engine="reference")
     # turn 4: A misses (0 prefix hit) and re-inserting A..D evicts B, C before they are reached
     assert report["object_hit_blocks"] == 5
-    h = sim._Hierarchy([3], inclusive=False, promote=True, admit_orphans=True)
+    h = engines._Hierarchy([3], inclusive=False, promote=True, admit_orphans=True)
     trace = micro_trace()
     for r in range(trace.n_requests):
         lo, hi = int(trace.offsets[r]), int(trace.offsets[r + 1])
@@ -111,26 +115,26 @@ def test_micro_oracle_tail_first_eviction() -> None:
 
 
 def test_exclusive_tiers_behave_like_one_lru_of_the_summed_capacity(shared: Path) -> None:
-    trace = sim.read_mooncake(shared / MOONCAKE)
+    trace = read_mooncake(shared / MOONCAKE)
     three = run(trace, 2_000, 8_000, 20_000)
     one = run(trace, 30_000)
     assert three["hit_blocks"] == one["hit_blocks"]
     assert three["recomputed_tokens"] == one["recomputed_tokens"]
     split = [t["hit_blocks"] for t in three["tiers"]]  # type: ignore[attr-defined]
-    h = [sim.lru_hits(trace.blocks, c) for c in (2_000, 10_000, 30_000)]
+    h = [lru_hits(trace.blocks, c) for c in (2_000, 10_000, 30_000)]
     assert split == [h[0], h[1] - h[0], h[2] - h[1]]
 
 
 def test_inclusive_tiers_serve_distances_between_their_capacities(shared: Path) -> None:
-    trace = sim.read_mooncake(shared / MOONCAKE)
+    trace = read_mooncake(shared / MOONCAKE)
     report = run(trace, 2_000, 10_000, inclusive=True)
     split = [t["hit_blocks"] for t in report["tiers"]]  # type: ignore[attr-defined]
-    h1, h2 = sim.lru_hits(trace.blocks, 2_000), sim.lru_hits(trace.blocks, 10_000)
+    h1, h2 = lru_hits(trace.blocks, 2_000), lru_hits(trace.blocks, 10_000)
     assert split == [h1, h2 - h1]
 
 
 def test_ttl_and_lru_of_the_same_mean_residency_hit_alike(shared: Path) -> None:
-    trace = sim.read_mooncake(shared / MOONCAKE)
+    trace = read_mooncake(shared / MOONCAKE)
     ttl = run(trace, 1, policy="ttl", ttl_s=300.0)
     mean_blocks = ttl["tiers"][0]["mean_resident_bytes"] / 512  # type: ignore[index]
     assert 15_000 < mean_blocks < 25_000  # KV_TIER_SIZING §5.2: TTL 300 s ≈ LRU of ~20,000 blocks
@@ -140,7 +144,7 @@ def test_ttl_and_lru_of_the_same_mean_residency_hit_alike(shared: Path) -> None:
 
 
 def test_infinite_cache_matches_the_published_mooncake_ceiling(shared: Path) -> None:
-    trace = sim.read_mooncake(shared / MOONCAKE)
+    trace = read_mooncake(shared / MOONCAKE)
     assert (trace.n_requests, trace.n_blocks) == (12_031, 288_500)
     report = sim.simulate(trace, sim.SimConfig((parse_tier("ssd=inf"),), ONE)).as_dict()
     assert report["misses"] == 182_790  # unique blocks
@@ -168,7 +172,7 @@ def libcachesim_hits(blocks: np.ndarray, capacity: int, path: Path) -> int:
 def test_lru_hits_equal_libcachesim_on_the_mooncake_block_trace(
     shared: Path, tmp_path: Path, capacity: int
 ) -> None:
-    trace = sim.read_mooncake(shared / MOONCAKE)
+    trace = read_mooncake(shared / MOONCAKE)
     ours = run(trace, capacity)
     theirs = libcachesim_hits(trace.blocks, capacity, tmp_path / "trace.oracleGeneral")
     assert ours["object_hit_blocks"] == theirs
@@ -179,7 +183,7 @@ def test_lru_hits_equal_libcachesim_on_a_random_trace(tmp_path: Path) -> None:
     rng = np.random.default_rng(7)
     blocks = (rng.zipf(1.3, 200_000) % 50_000).astype(np.int64)
     for capacity in (10, 1_000, 10_000):
-        assert sim.lru_hits(blocks, capacity) == libcachesim_hits(blocks, capacity, tmp_path / "z.bin")
+        assert lru_hits(blocks, capacity) == libcachesim_hits(blocks, capacity, tmp_path / "z.bin")
 
 
 # ------------------------------------------------------------------------------ engines agree
@@ -206,15 +210,15 @@ def test_fast_lru_equals_the_reference_engine(seed: int, caps: list[int], inclus
 @given(accesses=st.lists(st.integers(0, 25), max_size=300), capacity=st.integers(0, 30))
 def test_lru_core_and_stack_distances_equal_an_ordered_dict_lru(accesses: list[int], capacity: int) -> None:
     expected = lru_reference(accesses, capacity)
-    assert sim.lru_hits(accesses, capacity) == expected
-    assert int((sim.stack_distances(accesses) <= capacity).sum()) == expected
+    assert lru_hits(accesses, capacity) == expected
+    assert int((stack_distances(accesses) <= capacity).sum()) == expected
 
 
 def test_sweep_matches_single_capacity_runs(shared: Path) -> None:
-    trace = sim.read_mooncake(shared / MOONCAKE)
+    trace = read_mooncake(shared / MOONCAKE)
     caps = [100, 2_000, 20_000, 100_000]
     rows = sim.sweep(trace, caps, 512)
-    assert [r["hit_blocks"] for r in rows] == [sim.lru_hits(trace.blocks, c) for c in caps]
+    assert [r["hit_blocks"] for r in rows] == [lru_hits(trace.blocks, c) for c in caps]
     assert [r["prefix_hit_blocks"] for r in rows] == [run(trace, c)["hit_blocks"] for c in caps]
 
 
@@ -228,7 +232,7 @@ def test_more_capacity_never_lowers_the_lru_hit_ratio(seed: int, small: int, ext
     a, b = run(trace, small), run(trace, small + extra)
     assert a["hit_ratio"] <= b["hit_ratio"]  # type: ignore[operator]
     assert a["token_hit_ratio"] <= b["token_hit_ratio"]  # type: ignore[operator]
-    assert sim.lru_hits(trace.blocks, small) <= sim.lru_hits(trace.blocks, small + extra)
+    assert lru_hits(trace.blocks, small) <= lru_hits(trace.blocks, small + extra)
 
 
 @settings(max_examples=60, deadline=None)
@@ -264,7 +268,7 @@ def test_bytes_read_and_recomputed_tokens_account_for_every_token(
 
 
 def test_ttft_per_request_follows_the_documented_model() -> None:
-    trace = sim.BlockTrace.from_requests([0, 1_000], [1_024, 2_048], [[1, 2], [1, 2, 3, 4]], 512)
+    trace = BlockTrace.from_requests([0, 1_000], [1_024, 2_048], [[1, 2], [1, 2, 3, 4]], 512)
     tier_list = (parse_tier("dram=1TB:read=1000B/s:latency=0.5s"),)
     result = sim.simulate(
         trace, sim.SimConfig(tier_list, KVSize(per_token_bytes=2), prefill_rate=100.0, resume_after_s=900.0)
@@ -279,7 +283,7 @@ def test_ttft_per_request_follows_the_documented_model() -> None:
 
 
 def test_per_session_state_is_loaded_with_a_hit() -> None:
-    trace = sim.BlockTrace.from_requests([0, 1], [512, 512], [[1], [1]], 512)
+    trace = BlockTrace.from_requests([0, 1], [512, 512], [[1], [1]], 512)
     cfg = sim.SimConfig(
         (parse_tier("dram=1TB:read=1000B/s"),), KVSize(per_token_bytes=1, per_session_bytes=4_000)
     )
@@ -287,7 +291,7 @@ def test_per_session_state_is_loaded_with_a_hit() -> None:
 
 
 def test_per_minute_shows_residency_filling(shared: Path) -> None:
-    trace = sim.read_mooncake(shared / MOONCAKE)
+    trace = read_mooncake(shared / MOONCAKE)
     report = run(trace, 5_000, 20_000)
     rows = report["per_minute"]
     assert len(rows) == 59  # type: ignore[arg-type]
@@ -296,8 +300,8 @@ def test_per_minute_shows_residency_filling(shared: Path) -> None:
 
 
 def test_agentic_coding_trace_is_seeded_and_shaped_like_design_4() -> None:
-    a = sim.agentic_coding_trace(1_800, seed=3)
-    b = sim.agentic_coding_trace(1_800, seed=3)
+    a = agentic_coding_trace(1_800, seed=3)
+    b = agentic_coding_trace(1_800, seed=3)
     assert np.array_equal(a.blocks, b.blocks) and np.array_equal(a.time_s, b.time_s)
     assert int(a.input_tokens.max()) <= 65_536
     assert len(a.blocks) == int(np.sum(-(-a.input_tokens // 512)))
@@ -305,14 +309,14 @@ def test_agentic_coding_trace_is_seeded_and_shaped_like_design_4() -> None:
 
 
 def test_chains_from_counts_reuse_a_growing_session() -> None:
-    trace = sim.chains_from_counts([0, 1, 2, 3], ["s", "s", "s", "t"], [1_000, 1_600, 400, 1_000], 512)
+    trace = chains_from_counts([0, 1, 2, 3], ["s", "s", "s", "t"], [1_000, 1_600, 400, 1_000], 512)
     report = sim.simulate(trace, sim.SimConfig((parse_tier("dram=1TB"),), ONE)).as_dict()
     # request 2 reuses request 1's full block; request 3 shrank (compaction): a new chain
     assert report["hit_tokens"] == 512
 
 
 def test_prefix_lru_keeps_shared_roots_longer_than_lru(shared: Path) -> None:
-    trace = sim.read_mooncake(shared / MOONCAKE)
+    trace = read_mooncake(shared / MOONCAKE)
     lru, plru = run(trace, 5_000), run(trace, 5_000, policy="prefix-lru")
     assert plru["hit_blocks"] > lru["hit_blocks"]  # type: ignore[operator]
 
@@ -355,7 +359,7 @@ def test_simulate_cli_json_keys(cli: Cli, shared: Path) -> None:
 
 
 def test_simulate_from_the_lake_equals_the_trace_file(cli: Cli, lake: Lake, shared: Path) -> None:
-    trace = sim.read_mooncake(shared / MOONCAKE).head(2_000)
+    trace = read_mooncake(shared / MOONCAKE).head(2_000)
     lake.append(
         "requests",
         [

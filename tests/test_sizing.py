@@ -11,7 +11,7 @@ import pytest
 
 import traceflow.cli.sizing  # noqa: F401  (registers models/size/simulate on the app)
 from traceflow.errors import UsageError
-from traceflow.kv import models, sizing
+from traceflow.kv import geometry, models, sizing
 from traceflow.store.lake import Lake
 
 Cli = Callable[..., tuple[int, str, str]]
@@ -113,7 +113,7 @@ def test_unknown_model_and_dtype_are_usage_errors() -> None:
     with pytest.raises(UsageError, match="did you mean"):
         models.find_model("MiniMax-M3")
     with pytest.raises(UsageError, match="dtype"):
-        models.dtype_bytes("fp7")
+        geometry.dtype_bytes("fp7")
 
 
 # ------------------------------------------------------------------------------ §7.2 sizing arithmetic

@@ -94,7 +94,7 @@ def test_agentic_coding_preset_has_the_reference_shape() -> None:
     assert paused / eligible == pytest.approx(0.25, abs=0.06)
     assert (trace.read[trace.turn == 0] == 0).all()
     # the same process as `traceflow simulate --workload agentic-coding`
-    from traceflow.kv.simulate import agentic_coding_trace
+    from traceflow.kv.synthetic import agentic_coding_trace
 
     sim = agentic_coding_trace(4 * 3600, seed=0)
     assert trace.n == pytest.approx(sim.n_requests, rel=0.1)

@@ -34,8 +34,8 @@ from traceflow.cli.app import (
 from traceflow.errors import UsageError
 
 if TYPE_CHECKING:
-    from traceflow.kv.models import KVSize
-    from traceflow.kv.simulate import BlockTrace
+    from traceflow.kv.geometry import KVSize
+    from traceflow.kv.trace import BlockTrace
     from traceflow.store.selection import Selection
 
 KvModelOpt = Annotated[
@@ -253,7 +253,7 @@ def size(
 
 def lake_trace(data: Path | None, selection: Selection, block_size: int) -> BlockTrace:
     """The selection's requests as a block trace: their ``hash_ids``, else chains built from token counts."""
-    from traceflow.kv.simulate import BlockTrace, chains_from_counts
+    from traceflow.kv.trace import BlockTrace, chains_from_counts
     from traceflow.store.selection import REQUEST_TIME
 
     where, params = selection.where()
@@ -347,6 +347,8 @@ def simulate(
     """Replay traffic through a KV tier hierarchy: hits per tier, recompute, TTFT, over time, sweep."""
     from traceflow.kv import simulate as sim
     from traceflow.kv.sizing import DEFAULT_PREFILL_RATE, parse_duration
+    from traceflow.kv.synthetic import agentic_coding_trace
+    from traceflow.kv.trace import read_mooncake
     from traceflow.output import render, to_json
 
     check_format(fmt)
@@ -356,9 +358,9 @@ def simulate(
     if workload is not None:
         if workload != "agentic-coding":
             raise UsageError(f"--workload {workload!r}: the built-in workload is agentic-coding")
-        bt = sim.agentic_coding_trace(parse_duration(duration, "--duration"), seed, block_size=block_size)
+        bt = agentic_coding_trace(parse_duration(duration, "--duration"), seed, block_size=block_size)
     elif trace is not None:
-        bt = sim.read_mooncake(trace, block_size)
+        bt = read_mooncake(trace, block_size)
     else:
         bt = lake_trace(
             data, selection_options(since, until, agent, model, session, user, source), block_size

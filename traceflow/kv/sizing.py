@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from traceflow.errors import UsageError
-from traceflow.kv.models import KVSize
+from traceflow.kv.geometry import KVSize
 
 SECONDS_PER_DAY = 86_400
 HOURS_PER_MONTH = 730.0

@@ -37,7 +37,7 @@ reads the previous context when the gap is within ``cache_ttl_s`` (5 min, Claude
 writes the rest (``attributes.cache_derived = "synthetic"``).
 
 The built-in preset ``agentic-coding`` is the reference workload of DESIGN §4 and generates the same
-process as ``traceflow.kv.simulate.agentic_coding_trace`` (``traceflow simulate --workload``): λ = 2.5
+process as ``traceflow.kv.synthetic.agentic_coding_trace`` (``traceflow simulate --workload``): λ = 2.5
 sessions/min Poisson; tool results of 250–600 tokens, 15 % file reads of 1,500–3,500; answers of
 40–200 tokens, 15 % code blocks of 400–900; ±100 jitter; contexts grow monotonically toward a 64k
 cap; a quarter of the sessions pause 840–960 s after 19–23 requests, then resume. ASSUMPTIONS (the
