@@ -458,14 +458,6 @@ def serve_command() -> None:
     raise NotImplementedError("documentation only: traceflow.cli.app wires `serve` to run_server")
 
 
-def _size(text: str) -> int:
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-    t = text.strip().lower().removesuffix("ib").removesuffix("b")
-    if t and t[-1] in units:
-        return int(float(t[:-1]) * units[t[-1]])
-    return int(t)
-
-
 def main(argv: list[str] | None = None) -> int:
     """``python -m traceflow.collectors.server``: the same options as ``traceflow serve``."""
     env = os.environ.get
@@ -480,13 +472,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tls-cert", type=Path, default=env("TRACEFLOW_TLS_CERT"))
     p.add_argument("--tls-key", type=Path, default=env("TRACEFLOW_TLS_KEY"))
     p.add_argument("--keep-content", action="store_true")
-    p.add_argument("--max-body-bytes", type=_size, default=DEFAULT_MAX_BODY_BYTES)
-    p.add_argument("--max-inflight-bytes", type=_size, default=DEFAULT_MAX_INFLIGHT_BYTES)
-    p.add_argument("--max-backlog-bytes", type=_size, default=DEFAULT_MAX_BACKLOG_BYTES)
+    p.add_argument("--max-body-bytes", default=str(DEFAULT_MAX_BODY_BYTES))
+    p.add_argument("--max-inflight-bytes", default=str(DEFAULT_MAX_INFLIGHT_BYTES))
+    p.add_argument("--max-backlog-bytes", default=str(DEFAULT_MAX_BACKLOG_BYTES))
     p.add_argument("--summary-interval", type=float, default=60.0)
     p.add_argument("--roll-interval", type=float, default=1.0, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     from traceflow.config import data_dir
+    from traceflow.errors import UsageError
+    from traceflow.units import parse_size
+
+    try:
+        body = int(parse_size(a.max_body_bytes, "--max-body-bytes"))
+        inflight = int(parse_size(a.max_inflight_bytes, "--max-inflight-bytes"))
+        backlog = int(parse_size(a.max_backlog_bytes, "--max-backlog-bytes"))
+    except UsageError as e:
+        p.error(str(e))
 
     return run_server(
         data=data_dir(a.data),
@@ -497,9 +498,9 @@ def main(argv: list[str] | None = None) -> int:
         tls_cert=a.tls_cert,
         tls_key=a.tls_key,
         keep_content=a.keep_content,
-        max_body_bytes=a.max_body_bytes,
-        max_inflight_bytes=a.max_inflight_bytes,
-        max_backlog_bytes=a.max_backlog_bytes,
+        max_body_bytes=body,
+        max_inflight_bytes=inflight,
+        max_backlog_bytes=backlog,
         summary_interval_s=a.summary_interval,
         roll_interval_s=a.roll_interval,
     )

@@ -366,10 +366,10 @@ def gather(
     for ttl in (300.0, 3600.0):
         s = working_set_series(con, series_sel, ttl, res, kv_bytes_per_token) if series_n else pl.DataFrame()
         if s.height:
-            from traceflow.prices import ttl_label
+            from traceflow.units import format_duration
 
             cols = ["bucket_start", "tokens"] + (["bytes"] if "bytes" in s.columns else [])
-            ws.append(s.select(cols).with_columns(pl.lit(f"{ttl_label(ttl)} TTL").alias("ttl")))
+            ws.append(s.select(cols).with_columns(pl.lit(f"{format_duration(ttl)} TTL").alias("ttl")))
     f["working_set"] = pl.concat(ws) if ws else pl.DataFrame()
     f["hit_ratio"] = hit_ratio_frame(con, where, params, kv, tiers)
     f["ttft"] = ttft_frame(con, where, params)

@@ -14,7 +14,7 @@ import pytest
 
 from traceflow.analysis import gaps, load, sessions, ttl, working_set
 from traceflow.errors import UsageError
-from traceflow.prices import ModelPrice, PriceModel, parse_ttl, ttl_label
+from traceflow.prices import ModelPrice, PriceModel
 from traceflow.store.lake import Lake
 from traceflow.store.selection import Selection
 
@@ -488,14 +488,6 @@ def test_price_file_errors(tmp_path: Path) -> None:
         PriceModel.load(bad)
     with pytest.raises(UsageError, match="cannot read"):
         PriceModel.load(tmp_path / "missing.json")
-
-
-def test_ttl_parsing_and_labels() -> None:
-    assert [parse_ttl(x) for x in ("300", "5m", "1h", "1d", "45s")] == [300, 300, 3600, 86400, 45]
-    assert [ttl_label(x) for x in (300, 3600, 1800, 90)] == ["5m", "1h", "30m", "90s"]
-    for bad in ("soon", "-5m", "0"):
-        with pytest.raises(UsageError):
-            parse_ttl(bad)
 
 
 def test_requests_without_a_session_stand_alone(lake: Lake) -> None:

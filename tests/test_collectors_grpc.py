@@ -16,7 +16,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     with Server(
-        tmp_path_factory.mktemp("grpc-data"), "--max-body-bytes", "1m", "--roll-interval", "0.2"
+        tmp_path_factory.mktemp("grpc-data"), "--max-body-bytes", "1MiB", "--roll-interval", "0.2"
     ) as srv:
         yield srv
 

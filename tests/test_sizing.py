@@ -163,16 +163,18 @@ def test_ttft_reproduces_the_seed_resume_times() -> None:
     assert sizing.ttft_seconds([tokens], [math.inf], 0, b) == 0.0
 
 
-def test_parsers() -> None:
-    assert sizing.parse_bytes("512GiB") == 512 * 2**30
-    assert sizing.parse_bytes("inf") == math.inf
-    assert sizing.parse_duration("1h") == 3_600
+def test_tier_specs() -> None:
+    assert sizing.parse_tier("dram=512GiB").capacity_bytes == 512 * 2**30
+    assert sizing.parse_tier("dram=inf").capacity_bytes == math.inf
     tier = sizing.parse_tier("ssd=100TB:read=7GB/s:latency=0.1ms:ttl=1h")
     assert (tier.kind, tier.read_bytes_per_s, tier.latency_s, tier.ttl_s) == ("ssd", 7e9, 1e-4, 3_600)
+    assert sizing.parse_tier("ssd=1TB:latency=0").latency_s == 0.0
     with pytest.raises(UsageError, match="kind"):
         sizing.parse_tier("fastthing=1TB")
-    with pytest.raises(UsageError, match="size"):
-        sizing.parse_bytes("lots")
+    with pytest.raises(UsageError, match="--tier dram 'lots' is not a size"):
+        sizing.parse_tier("dram=lots")
+    with pytest.raises(UsageError, match="read '7Gbps' is not a bandwidth"):
+        sizing.parse_tier("ssd=1TB:read=7Gbps")
 
 
 def test_prices_override_and_reject_unknown_keys(tmp_path: Path) -> None:

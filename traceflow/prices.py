@@ -67,40 +67,6 @@ DEFAULT_MODELS: dict[str, ModelPrice] = {
 DEFAULT_PRICE = ModelPrice(3.0, 15.0)
 
 
-def ttl_label(ttl_s: float) -> str:
-    """``300`` -> ``5m``, ``3600`` -> ``1h``, ``90`` -> ``90s``, ``86400`` -> ``1d``.
-
-    >>> [ttl_label(t) for t in (30, 300, 5400, 3600, 86400)]
-    ['30s', '5m', '90m', '1h', '1d']
-    """
-    seconds = float(ttl_s)
-    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
-        if seconds >= size and seconds % size == 0:
-            return f"{int(seconds // size)}{unit}"
-    return f"{seconds:g}s"
-
-
-def parse_ttl(text: str) -> float:
-    """``300``, ``300s``, ``5m``, ``1h``, ``1.5h``, ``1d`` -> seconds.
-
-    >>> [parse_ttl(t) for t in ("300", "5m", "1h", "90s", "1.5h")]
-    [300.0, 300.0, 3600.0, 90.0, 5400.0]
-    """
-    value = text.strip().lower()
-    units = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-    scale = 1.0
-    if value and value[-1] in units:
-        scale = units[value[-1]]
-        value = value[:-1]
-    try:
-        seconds = float(value) * scale
-    except ValueError:
-        raise UsageError(f"{text!r} is not a duration; use seconds or 30s, 5m, 1h, 1d") from None
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise UsageError(f"{text!r} must be a positive duration")
-    return seconds
-
-
 @dataclass(frozen=True)
 class PriceModel:
     """Base prices per model and the relative multipliers of cache reads and writes."""

@@ -14,8 +14,8 @@ import concurrent.futures as cf
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from traceflow.prices import ttl_label
 from traceflow.store import sql
+from traceflow.units import format_duration
 
 if TYPE_CHECKING:
     import duckdb
@@ -235,7 +235,7 @@ def _finish_histogram(frame: pl.DataFrame) -> pl.DataFrame:
     total = frame["gaps"].sum() if frame.height else 0
 
     def label(lo: float, hi: float | None) -> str:
-        return f">= {_dur(lo)}" if hi is None else f"{_dur(lo)}-{_dur(hi)}"
+        return f">= {format_duration(lo)}" if hi is None else f"{format_duration(lo)}-{format_duration(hi)}"
 
     labels = [label(lo, hi) for lo, hi in zip(frame["lo_s"].to_list(), frame["hi_s"].to_list(), strict=True)]
     return frame.with_columns(
@@ -245,12 +245,6 @@ def _finish_histogram(frame: pl.DataFrame) -> pl.DataFrame:
     ).select(
         "label", "lo_s", "hi_s", "gaps", "human_gaps", "agent_gaps", "unknown_gaps", "share", "cum_share"
     )
-
-
-def _dur(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:g}s"
-    return ttl_label(seconds)
 
 
 def _share_map(row: dict[str, Any], prefix: str, ttls: Sequence[float]) -> dict[str, Any]:

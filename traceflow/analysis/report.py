@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from traceflow.analysis import gaps as gaps_mod
-from traceflow.prices import PriceModel, ttl_label
+from traceflow.prices import PriceModel
+from traceflow.units import format_duration, format_size
 
 if TYPE_CHECKING:
     import duckdb
@@ -116,15 +117,6 @@ def _num(x: float | None) -> str:
     return f"{x:.0f}" if float(x).is_integer() else f"{x:.1f}"
 
 
-def _bytes(x: float | None) -> str:
-    if x is None:
-        return "n/a"
-    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if x >= size:
-            return f"{x / size:.2f} {unit}"
-    return f"{x:.0f} B"
-
-
 def _usd(x: float | None) -> str:
     return "n/a" if x is None else f"${x:,.2f}"
 
@@ -159,7 +151,7 @@ def headline(report: Report) -> list[str]:
         for t in report.ttls:
             key = f"{t:g}"
             share, human = g["share_over"][key], g["human"]["share_over"][key]
-            parts.append(f"{_pct(share)} of gaps ({_pct(human)} of human gaps) outlive {ttl_label(t)}")
+            parts.append(f"{_pct(share)} of gaps ({_pct(human)} of human gaps) outlive {format_duration(t)}")
         lines.append(
             f"Idle gaps: {'; '.join(parts)}. Median gap {_dur(g['p50_s'])}, "
             f"median human gap {_dur(g['human']['p50_s'])}, p99 {_dur(g['p99_s'])}."
@@ -171,7 +163,7 @@ def headline(report: Report) -> list[str]:
             for r in w.to_dicts()
         )
         best = report.ttl.best_ttl_s
-        best_label = ttl_label(best) if best else "n/a"
+        best_label = format_duration(best) if best else "n/a"
         lines.append(f"TTL what-if (prices of {report.ttl.prices.as_of}): {costs}; best TTL: {best_label}.")
         five = w.filter(w["ttl_s"] == 300.0).to_dicts()
         if five and five[0]["expiry_cost_usd"]:
@@ -189,12 +181,12 @@ def headline(report: Report) -> list[str]:
             ratio = ", ".join(f"{_num(r['write_vs_short'])}x after {r['gap_class']} gaps" for r in longer)
             lines.append(
                 f"Data check: requests wrote {ratio} as much cache per request as after gaps under "
-                f"{ttl_label(rows['short']['gap_to_s'])}."
+                f"{format_duration(rows['short']['gap_to_s'])}."
             )
     for r in report.working_set.to_dicts():
         extra = ""
         if r.get("peak_bytes") is not None:
-            extra = f" = {_bytes(r['peak_bytes'])} peak, {_bytes(r['p95_bytes'])} p95"
+            extra = f" = {format_size(r['peak_bytes'])} peak, {format_size(r['p95_bytes'])} p95"
         lines.append(
             f"KV working set at a {r['ttl']} TTL: peak {_num(r['peak_tokens'])} tokens, "
             f"p95 {_num(r['p95_tokens'])}, mean {_num(r['mean_tokens'])}{extra}."
@@ -234,7 +226,7 @@ def _section_tables(report: Report) -> list[tuple[str, Rows | pl.DataFrame]]:
             key = f"{t:g}"
             gap_rows.append(
                 (
-                    f"share_over_{ttl_label(t)}",
+                    f"share_over_{format_duration(t)}",
                     g["share_over"][key],
                     g["human"]["share_over"][key],
                     g["agent"]["share_over"][key],

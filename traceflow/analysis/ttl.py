@@ -24,8 +24,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from traceflow.prices import PriceModel, ttl_label
+from traceflow.prices import PriceModel
 from traceflow.store import sql
+from traceflow.units import format_duration
 
 if TYPE_CHECKING:
     import duckdb
@@ -150,7 +151,7 @@ def summarise(priced: pl.DataFrame, ttls: Sequence[float] | None = None) -> pl.D
         )
     best_cost = frame["cost_usd"].min() if frame.height else None
     frame = frame.sort("ttl_s").with_columns(
-        pl.col("ttl_s").map_elements(ttl_label, return_dtype=pl.String).alias("ttl"),
+        pl.col("ttl_s").map_elements(format_duration, return_dtype=pl.String).alias("ttl"),
         (pl.col("expired_requests") / pl.col("requests")).fill_nan(None).alias("share_requests_expired"),
         (pl.col("rewrite_tokens") / pl.col("context_tokens")).fill_nan(None).alias("share_tokens_rewritten"),
         (pl.col("cost_usd") / best_cost if best_cost else pl.lit(None, pl.Float64)).alias("cost_vs_best"),
@@ -252,7 +253,7 @@ class TtlResult:
         reported = self.observed["reported_cost_usd"].drop_nulls()
         return {
             "best_ttl_s": best,
-            "best_ttl": ttl_label(best) if best is not None else None,
+            "best_ttl": format_duration(best) if best is not None else None,
             "ttls": self.whatif.to_dicts(),
             "by_model": self.by_model.to_dicts(),
             "observed": {

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from traceflow.prices import ttl_label
 from traceflow.store import sql
+from traceflow.units import format_duration
 
 if TYPE_CHECKING:
     import duckdb
@@ -88,7 +88,7 @@ def summarise(
     """Peak (and when), p95, p50 and mean of a series from :func:`working_set_series`."""
     out: dict[str, Any] = {
         "ttl_s": float(ttl_s),
-        "ttl": ttl_label(ttl_s),
+        "ttl": format_duration(ttl_s),
         "resolution_s": float(resolution_s),
         "buckets": series.height,
     }

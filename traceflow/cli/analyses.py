@@ -29,6 +29,7 @@ from traceflow.cli.app import (
     selection_options,
 )
 from traceflow.errors import UsageError
+from traceflow.units import format_duration, parse_duration
 
 if TYPE_CHECKING:
     import duckdb
@@ -73,16 +74,7 @@ SessionsByOpt = Annotated[
 
 
 def _ttls(values: list[str] | None, default: tuple[float, ...]) -> list[float]:
-    return [_duration(v, "--ttl") for v in values] if values else list(default)
-
-
-def _duration(value: str, option: str) -> float:
-    from traceflow.prices import parse_ttl
-
-    try:
-        return parse_ttl(value)
-    except UsageError as e:
-        raise UsageError(f"{option}: {e}") from None
+    return [parse_duration(v, "--ttl") for v in values] if values else list(default)
 
 
 def _connect(data: Path | None, tables: list[str] | None = None) -> duckdb.DuckDBPyConnection:
@@ -140,7 +132,6 @@ def gaps(
     """Idle gaps between requests of a session (agent loops vs human turns) against cache TTLs."""
     from traceflow.analysis import gaps as g
     from traceflow.output import Rows
-    from traceflow.prices import ttl_label
     from traceflow.store.sql import split_by
 
     check_format(fmt)
@@ -166,7 +157,7 @@ def gaps(
         key = f"{t:g}"
         rows.append(
             (
-                f"share_over_{ttl_label(t)}",
+                f"share_over_{format_duration(t)}",
                 report["share_over"][key],
                 report["human"]["share_over"][key],
                 report["agent"]["share_over"][key],
@@ -213,7 +204,7 @@ def ttl(
     """Cache-TTL what-if: per TTL (5m, 1h and each --ttl) the requests whose prefix expired, the tokens
     to rewrite, the cost under the price model, and the best TTL; plus what the data shows."""
     from traceflow.analysis.ttl import ttl_list, ttl_report
-    from traceflow.prices import PriceModel, ttl_label
+    from traceflow.prices import PriceModel
     from traceflow.store.sql import split_by
 
     check_format(fmt)
@@ -247,7 +238,7 @@ def ttl(
     observed = result.as_dict()["observed"]
     summary = _transpose(
         {
-            "best_ttl": ttl_label(best) if best is not None else None,
+            "best_ttl": format_duration(best) if best is not None else None,
             "observed_cost_usd": observed["cost_usd"],
             "reported_cost_usd": observed["reported_cost_usd"],
             "prices_as_of": result.prices.as_of,
@@ -297,7 +288,7 @@ def sessions(
 
     check_format(fmt)
     groups = split_by(by)
-    resume_s = _duration(resume_after, "--resume-after")
+    resume_s = parse_duration(resume_after, "--resume-after")
     selection = selection_options(since, until, agent, model, session, user, source)
     con = _connect(data, ["requests", "events"])
     if list_:
@@ -331,7 +322,7 @@ def load(
     from traceflow.analysis.load import load_series, load_summary
 
     check_format(fmt)
-    res = _duration(resolution, "--resolution")
+    res = parse_duration(resolution, "--resolution")
     selection = selection_options(since, until, agent, model, session, user, source)
     frame = load_series(_connect(data), selection, res)
     if series:
@@ -368,7 +359,7 @@ def working_set(
 
     check_format(fmt)
     ttls = _ttls(ttl, (DEFAULT_TTL_S,))
-    res = _duration(resolution, "--resolution")
+    res = parse_duration(resolution, "--resolution")
     selection = selection_options(since, until, agent, model, session, user, source)
     con = _connect(data)
     if series:
@@ -416,8 +407,8 @@ def report(
         _ttls(ttl, ()),
         PriceModel.load(prices),
         kv_bytes_per_token,
-        _duration(resume_after, "--resume-after"),
-        _duration(resolution, "--resolution"),
+        parse_duration(resume_after, "--resume-after"),
+        parse_duration(resolution, "--resolution"),
     )
     if fmt == "json":
         _print_json(rep.as_dict())
@@ -437,8 +428,8 @@ def report(
             kv_bytes_per_token=kv_bytes_per_token,
             prices=PriceModel.load(prices),
             ttls=_ttls(ttl, ()),
-            resume_after_s=_duration(resume_after, "--resume-after"),
-            resolution_s=_duration(resolution, "--resolution"),
+            resume_after_s=parse_duration(resume_after, "--resume-after"),
+            resolution_s=parse_duration(resolution, "--resolution"),
         )
         paths = [written["html"]] if "html" in written else []
         paths += written.get("png", []) + written.get("svg", [])

@@ -269,12 +269,13 @@ def serve(
         typer.Option(help="Store prompt, response and tool text the agents attach (dropped by default)."),
     ] = False,
     max_body_bytes: Annotated[
-        int, typer.Option(help="Largest request body, after decompression (larger: HTTP 413).")
-    ] = 64 << 20,
+        str, typer.Option(help="Largest request body, after decompression (larger: HTTP 413): 64MiB, 100MB.")
+    ] = "64MiB",
     summary_interval: Annotated[float, typer.Option(help="Seconds between one-line summaries.")] = 60.0,
 ) -> None:
     """Receive OTLP logs, metrics and traces over HTTP (4318) and gRPC (4317) into the lake."""
     from traceflow.collectors.server import run_server
+    from traceflow.units import parse_size
 
     if (tls_cert is None) != (tls_key is None):
         raise UsageError("give --tls-cert and --tls-key together")
@@ -287,7 +288,7 @@ def serve(
         tls_cert=tls_cert,
         tls_key=tls_key,
         keep_content=keep_content,
-        max_body_bytes=max_body_bytes,
+        max_body_bytes=int(parse_size(max_body_bytes, "--max-body-bytes")),
         summary_interval_s=summary_interval,
     )
     raise typer.Exit(code)

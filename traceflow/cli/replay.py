@@ -28,6 +28,7 @@ from traceflow.cli.app import (
     selection_options,
 )
 from traceflow.errors import UsageError
+from traceflow.units import parse_duration
 
 if TYPE_CHECKING:
     from traceflow.output import Rows
@@ -143,7 +144,7 @@ def fit(
     fmt: FormatOpt = "table",
 ) -> None:
     """Fit a workload profile (arrivals, turns, appended/output tokens, think time, pauses, context cap)."""
-    from traceflow.replay.workload import dump_profile, parse_duration
+    from traceflow.replay.workload import dump_profile
     from traceflow.replay.workload import fit as fit_profile
 
     check_format(fmt)
@@ -277,7 +278,7 @@ def synth(
         _send(frame, send, protocol, speedup, no_wait, header, fmt)  # type: ignore[arg-type]
         return
 
-    from traceflow.replay.workload import generate, load_profile, parse_duration
+    from traceflow.replay.workload import generate, load_profile
     from traceflow.replay.workload import preset as builtin
 
     prof = load_profile(profile) if profile is not None else builtin(preset or "agentic-coding")
@@ -289,7 +290,7 @@ def synth(
         start_us = to_micros(parse_time(start, "--start"))
     trace = generate(
         prof,
-        parse_duration(duration),
+        parse_duration(duration, "--duration"),
         rate_scale=rate_scale,
         seed=seed,
         start_us=start_us,
@@ -298,7 +299,7 @@ def synth(
     summary: dict[str, Any] = {
         "profile": prof.get("name"),
         "seed": seed,
-        "duration_s": parse_duration(duration),
+        "duration_s": parse_duration(duration, "--duration"),
         "rate_scale": rate_scale,
         "sessions": len(set(trace.session.tolist())),
         "requests": trace.n,

@@ -208,15 +208,9 @@ def size(
     fmt: FormatOpt = "table",
 ) -> None:
     """Size KV tiers: bytes per token, footprint per TTL, tier hold time, SSD wear (DWPD) and cost."""
-    from traceflow.kv.sizing import (
-        Prices,
-        SsdArray,
-        parse_bandwidth,
-        parse_bytes,
-        parse_duration,
-        size_report,
-    )
+    from traceflow.kv.sizing import Prices, SsdArray, size_report
     from traceflow.output import render, to_json
+    from traceflow.units import parse_bandwidth, parse_duration, parse_size
 
     check_format(fmt)
     name, kv = _kv(kv_model, config, dtype, model, mtp, swa_uncapped)
@@ -232,7 +226,7 @@ def size(
         rate,
         [parse_duration(t, "--ttl") for t in (ttl or ["1h"])],
         _tiers(tier, ["gpu=80GB", "dram=1TB"]),
-        SsdArray(drives, parse_bytes(drive_size, "--drive-size"), raid, rated_dwpd, warranty_years, waf),
+        SsdArray(drives, parse_size(drive_size, "--drive-size"), raid, rated_dwpd, warranty_years, waf),
         Prices.load(prices),
         model=name,
         input_rate_tok_s=input_rate,
@@ -346,10 +340,11 @@ def simulate(
 ) -> None:
     """Replay traffic through a KV tier hierarchy: hits per tier, recompute, TTFT, over time, sweep."""
     from traceflow.kv import simulate as sim
-    from traceflow.kv.sizing import DEFAULT_PREFILL_RATE, parse_duration
+    from traceflow.kv.sizing import DEFAULT_PREFILL_RATE
     from traceflow.kv.synthetic import agentic_coding_trace
     from traceflow.kv.trace import read_mooncake
     from traceflow.output import render, to_json
+    from traceflow.units import parse_duration
 
     check_format(fmt)
     name, kv = _kv(kv_model, config, dtype, model, mtp, swa_uncapped)

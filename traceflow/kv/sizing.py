@@ -13,14 +13,13 @@ Formulas (``KV_TIER_SIZING.md`` §3, §6, §8; ``b`` = KV bytes per token, ``R``
 * TTFT             = Σ_tiers (hit_tokens × b / read_bw + latency) + missed_tokens / prefill_rate
 * prefill FLOPs    = 2·N_active·N + 2·L·heads·(d_qk + d_v)·(N·P + N²/2)
 
-Units: GB/TB are 10^9/10^12 bytes (storage vendors, DWPD); GiB/TiB are 2^30/2^40.
+Units (``traceflow.units``): GB/TB are 10^9/10^12 bytes (storage vendors, DWPD); GiB/TiB are 2^30/2^40.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
@@ -28,77 +27,11 @@ from typing import Any
 
 from traceflow.errors import UsageError
 from traceflow.kv.geometry import KVSize
+from traceflow.units import parse_bandwidth, parse_duration, parse_size
 
 SECONDS_PER_DAY = 86_400
 HOURS_PER_MONTH = 730.0
 SECONDS_PER_MONTH = HOURS_PER_MONTH * 3_600
-
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 10**3,
-    "kb": 10**3,
-    "m": 10**6,
-    "mb": 10**6,
-    "g": 10**9,
-    "gb": 10**9,
-    "t": 10**12,
-    "tb": 10**12,
-    "p": 10**15,
-    "pb": 10**15,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-    "tib": 2**40,
-    "pib": 2**50,
-}
-
-
-def parse_bytes(text: str | float | int, option: str = "size") -> float:
-    """``80GB`` → 8e10, ``1TiB`` → 2**40, ``inf`` → infinity; a bare number is bytes.
-
-    >>> parse_bytes("80GB"), parse_bytes("1TiB"), parse_bytes("12.8TB")
-    (80000000000.0, 1099511627776.0, 12800000000000.0)
-    """
-    if isinstance(text, int | float):
-        return float(text)
-    s = text.strip().lower().replace("_", "").replace(",", "")
-    if s in ("inf", "infinite", "unlimited"):
-        return math.inf
-    m = re.fullmatch(r"([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)", s)
-    if not m or m.group(2) not in _UNITS:
-        raise UsageError(f"{option} {text!r} is not a size; write it like 80GB, 512GiB, 1.5TB or 100TB")
-    return float(m.group(1)) * _UNITS[m.group(2)]
-
-
-def parse_bandwidth(text: str | float, option: str = "bandwidth") -> float:
-    """``20.3GB/s`` → 2.03e10 bytes/s (the ``/s`` is optional).
-
-    >>> parse_bandwidth("5.08GB/s")
-    5080000000.0
-    """
-    if isinstance(text, int | float):
-        return float(text)
-    return parse_bytes(text.strip().lower().removesuffix("/s").removesuffix("ps"), option)
-
-
-_DURATION = {"": 1, "s": 1, "ms": 1e-3, "m": 60, "min": 60, "h": 3_600, "d": 86_400}
-
-
-def parse_duration(text: str | float, option: str = "duration") -> float:
-    """``300``, ``300s``, ``5m``, ``1h``, ``1d`` → seconds.
-
-    >>> parse_duration("5m"), parse_duration("1h"), parse_duration("250ms")
-    (300.0, 3600.0, 0.25)
-    """
-    if isinstance(text, int | float):
-        return float(text)
-    s = text.strip().lower()
-    m = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*([a-z]*)", s)
-    if not m or m.group(2) not in _DURATION:
-        raise UsageError(f"{option} {text!r} is not a duration; write it like 300, 300s, 5m, 1h")
-    return float(m.group(1)) * _DURATION[m.group(2)]
-
 
 # ------------------------------------------------------------------------------------------- tiers
 
@@ -194,14 +127,16 @@ def parse_tier(spec: str) -> Tier:
         raise UsageError(
             f"--tier {spec!r}: cannot tell what kind of tier {name!r} is; add :kind=hbm|dram|ssd|object|hdd"
         )
-    read = parse_bandwidth(options["read"], "read") if "read" in options else DEFAULT_READ_BW[kind]
+    where = f"--tier {spec!r}:"
+    read = parse_bandwidth(options["read"], f"{where} read") if "read" in options else DEFAULT_READ_BW[kind]
+    latency = options.get("latency")
     return Tier(
         name=name,
-        capacity_bytes=parse_bytes(size, f"--tier {name}"),
+        capacity_bytes=parse_size(size, f"--tier {name}", unlimited=True),
         kind=kind,
         read_bytes_per_s=read,
-        latency_s=parse_duration(options["latency"], "latency") if "latency" in options else 0.0,
-        ttl_s=parse_duration(options["ttl"], "ttl") if "ttl" in options else None,
+        latency_s=parse_duration(latency, f"{where} latency", zero=True) if latency is not None else 0.0,
+        ttl_s=parse_duration(options["ttl"], f"{where} ttl") if "ttl" in options else None,
     )
 
 

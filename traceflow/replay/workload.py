@@ -52,7 +52,6 @@ import copy
 import datetime as dt
 import hashlib
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,20 +82,6 @@ QUANTILE_POINTS = 51
 DEFAULT_START_US = 0
 
 Dist = dict[str, Any]
-
-
-# ----------------------------------------------------------------------------------------- times
-
-
-_DURATION = {"": 1.0, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
-
-
-def parse_duration(text: str, option: str = "--duration") -> float:
-    """``90``, ``90s``, ``30m``, ``2h``, ``1d`` -> seconds."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-z]*)\s*", text.lower())
-    if not m or m.group(2) not in _DURATION or float(m.group(1)) <= 0:
-        raise UsageError(f"{option} {text!r} is not a positive duration; write it like 90s, 30m, 2h, 1d")
-    return float(m.group(1)) * _DURATION[m.group(2)]
 
 
 # ---------------------------------------------------------------------------------- distributions

@@ -7,11 +7,13 @@ spliced into the SQL text.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
 from traceflow.errors import UsageError
+from traceflow.units import parse_duration
 
 #: The time of a request, as analyses group and filter it.
 REQUEST_TIME = "coalesce(started_at, ended_at)"
@@ -20,9 +22,9 @@ REQUEST_TIME = "coalesce(started_at, ended_at)"
 def parse_time(value: str, option: str) -> dt.datetime:
     """``2026-08-01``, ``2026-08-01T12:00``, ``2026-08-01 12:00:00+02:00``, or an age: ``7d``, ``12h``."""
     text = value.strip()
-    units = {"d": 86_400, "h": 3_600, "m": 60, "s": 1}
-    if text[:-1].isdigit() and text[-1:] in units:
-        return dt.datetime.now(dt.UTC) - dt.timedelta(seconds=int(text[:-1]) * units[text[-1]])
+    if text[-1:].isalpha():  # an age (7d, 1.5h), unless it is an ISO time ending in Z
+        with contextlib.suppress(UsageError):
+            return dt.datetime.now(dt.UTC) - dt.timedelta(seconds=parse_duration(text, option, zero=True))
     try:
         parsed = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
