@@ -1,9 +1,10 @@
 """The Claude Code importer's fast paths give exactly what its general paths give.
 
-``_fast_block`` / ``_requests_frame_fast`` / ``_events_frame`` handle the usual records; anything
-else goes through ``_block`` / ``_requests_frame`` / ``frame_from_rows``. Here both are run on the
-same lines (the fast ones switched off by monkeypatching) and must agree on every column, every
-error and the carried state. The import's worker-process path must agree with the in-process one.
+``claude_code_rows.fast_block`` / ``claude_code_frames.requests_frame_fast`` / ``events_frame``
+handle the usual records; anything else goes through ``block`` / ``requests_frame`` /
+``frame_from_rows``. Here both are run on the same lines (the fast ones switched off by
+monkeypatching) and must agree on every column, every error and the carried state. The import's
+worker-process path must agree with the in-process one.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import shared_data
-from traceflow.importers import claude_code
+from traceflow.importers import claude_code, claude_code_frames, claude_code_lines
 from traceflow.importers import run as importing
 from traceflow.importers.base import FileContext, finish
 from traceflow.importers.run import run_import, table_frames
@@ -87,9 +88,9 @@ def _same(fast: Any, general: Any) -> None:
 def _compare(files: list[tuple[str, bytes]], cuts: dict[str, list[int]], monkeypatch: Any) -> Any:
     fast = _outcome(files, cuts)
     with monkeypatch.context() as m:
-        m.setattr(claude_code, "_fast_block", lambda *a: None)
+        m.setattr(claude_code_lines, "fast_block", lambda *a: None)
         m.setattr(claude_code, "native_scanner", lambda: None)  # the compiled scanner's rows are fast ones
-        m.setattr(claude_code, "_events_frame", lambda rows: frame_from_rows(EVENTS, rows))
+        m.setattr(claude_code, "events_frame", lambda rows: frame_from_rows(EVENTS, rows))
         general = _outcome(files, cuts)
     _same(fast, general)
     return fast
@@ -288,13 +289,13 @@ def test_events_frame_equals_frame_from_rows(shared: Path) -> None:
     data = (shared / "agent-examples" / "claude-transcript.jsonl").read_bytes()
     parsed = CLAUDE.parse(data, FileContext(path=Path("/x/s.jsonl")))
     assert parsed.events
-    fast = claude_code._events_frame(parsed.events).drop("ingested_at")
+    fast = claude_code_frames.events_frame(parsed.events).drop("ingested_at")
     general = frame_from_rows(EVENTS, parsed.events).drop("ingested_at")
     assert fast.schema == general.schema
     assert fast.equals(general)
     odd = [dict(parsed.events[0], request_id=5)]  # not text: the general path decides
     assert (
-        claude_code._events_frame(odd)
+        claude_code_frames.events_frame(odd)
         .drop("ingested_at")
         .equals(frame_from_rows(EVENTS, odd).drop("ingested_at"))
     )

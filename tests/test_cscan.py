@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from tests.test_claude_code_fastpath import _mutate, _outcome, _random_files, _same
 from traceflow import native
-from traceflow.importers import claude_code
+from traceflow.importers import claude_code, claude_code_lines, claude_code_rows
 from traceflow.importers.run import _is_json, run_import
 from traceflow.store.lake import Lake
 
@@ -206,7 +206,7 @@ def _scan_events(
     acc: list[tuple[Any, ...]] = []
     events: list[tuple[Any, ...]] = []
     out = scan(
-        data, 0, 0, claude_code._COMPACT.native, state.get("file_agent"), state.get("session_id"),
+        data, 0, 0, claude_code_lines.COMPACT.native, state.get("file_agent"), state.get("session_id"),
         state.get("prompt_id"), state.get("last_user_ts"), state.get("prev_was_user", False), acc, events,
     )  # fmt: skip
     return acc, events, out
@@ -218,7 +218,7 @@ def test_scanner_row_is_fast_block_row() -> None:
     )
     assert not stopped and pos == len(_TOOL_RESULT) + len(_ASSISTANT) + 2 and no == 2
     st: dict[str, Any] = {"prompt_id": "pr_9"}
-    expected = claude_code._fast_block(orjson.loads(_ASSISTANT), 2, None, st, "2026-01-01T00:00:02.000Z")
+    expected = claude_code_rows.fast_block(orjson.loads(_ASSISTANT), 2, None, st, "2026-01-01T00:00:02.000Z")
     assert acc == [expected]
     assert (session, prompt, last_ts, prev) == ("s1", "pr_9", "2026-01-01T00:00:02.000Z", False)
 

@@ -1,15 +1,15 @@
 /* traceflow._cscan: the compiled line scanner of the Claude Code transcript importer.
  *
- * scan() walks a transcript's lines exactly as ClaudeCodeImporter._lines does (the same byte
+ * scan() walks a transcript's lines exactly as claude_code_lines.read_lines does (the same byte
  * searches, the same windows, the same carry-over state) and handles the lines that make up
  * nearly all of a transcript's bytes:
  *
  *   - lines of record types the importer ignores;
  *   - tool-result and meta user lines (their timestamp and promptId);
- *   - ordinary assistant lines: the row _fast_block would build, from a validating JSON parse
- *     that builds nothing but the fields the row needs;
+ *   - ordinary assistant lines: the row claude_code_rows.fast_block would build, from a validating
+ *     JSON parse that builds nothing but the fields the row needs;
  *   - user prompts and turn_duration / compact_boundary system lines: the fields of their event
- *     (ClaudeCodeImporter._line_event makes the row), read with byte searches equivalent to the
+ *     (claude_code_rows.line_event makes the row), read with byte searches equivalent to the
  *     importer's regular expressions, and timestamps in Claude Code's own form.
  *
  * At any other line (an API error, anything unusual, anything this parser is not sure orjson or
@@ -558,7 +558,7 @@ static int flag(const Val *v)
 
 static int is_nonempty_str(const Val *v) { return v->kind == K_STR && v->n > 0; }
 
-/* The carried state of the line walk (ClaudeCodeImporter._lines' locals and ctx.state). */
+/* The carried state of the line walk (claude_code_lines.read_lines' locals and ctx.state). */
 typedef struct {
     PyObject *session_id, *prompt_id, *last_user_ts; /* owned; str or None */
     int prev_was_user;
@@ -602,7 +602,7 @@ static void memo_clear(Memo *memo)
     }
 }
 
-/* The row of an ordinary assistant record (_fast_block's tuple), appended to acc.
+/* The row of an ordinary assistant record (claude_code_rows.fast_block's tuple), appended to acc.
  * 0: appended; -1: not ordinary (Python's line); -2: a Python error. */
 static int assistant_row(const Record *r, long long no, PyObject *file_agent, State *st, Memo *memo,
                          PyObject *acc)
@@ -635,7 +635,7 @@ static int assistant_row(const Record *r, long long no, PyObject *file_agent, St
         if (!(counts[i]->kind == K_ABSENT || counts[i]->kind == K_NULL || counts[i]->kind == K_INT))
             return -1;
     }
-    /* session and parent, as ClaudeCodeImporter._ids */
+    /* session and parent, as claude_code_rows._ids */
     const Val *sid = &top[T_SESSION], *agent = &top[T_AGENT];
     if (!(sid->kind == K_ABSENT || sid->kind == K_NULL || sid->kind == K_STR))
         return -1;
@@ -939,7 +939,7 @@ static int float_text(PyObject *t)
     return points <= 1 && nd > 0;
 }
 
-/* ClaudeCodeImporter._line_session without its side effect: the session and parent of an event line,
+/* claude_code_rows._line_session without its side effect: the session and parent of an event line,
  * and the session to remember (or NULL). -1 when Python must decide. All references are new. */
 static int line_session(ptr start, ptr end, PyObject *file_agent, PyObject *st_session, PyObject **session,
                         PyObject **parent, PyObject **remember)
@@ -993,7 +993,8 @@ static void keys_release(Keys *k)
             PyBuffer_Release(all[i]);
 }
 
-/* _skippable / _Keys.skip: a "type": key, one byte, an ignored type, its closing quote, within the window. */
+/* claude_code_lines.Keys.skip: a "type": key, one byte, an ignored type, its closing quote, within
+ * the window. */
 static int skippable(ptr start, ptr win, const Keys *k)
 {
     const char *tk = k->type.buf;
@@ -1031,7 +1032,7 @@ static PyObject *field(ptr start, ptr end, const Py_buffer *key, int *found)
 
 
 /* An event as scan() reports it: (kind, line, micros or None, session, parent, prompt_id, version,
- * a, b, prompt key), the arguments of ClaudeCodeImporter._line_event after its path; kind 0
+ * a, b, prompt key), the arguments of claude_code_rows.line_event after its path; kind 0
  * user_prompt (a: uuid), 1 turn_duration (a: durationMs text), 2 compaction (a: preTokens text,
  * b: trigger). */
 static int add_event(PyObject *events, int kind, long long no, PyObject *ts, PyObject *session, PyObject *parent,

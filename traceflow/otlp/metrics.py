@@ -28,7 +28,8 @@ import math
 import time
 from typing import Any
 
-from traceflow.otlp.mapping import AGENT_NAMES, Mapped, Problems, _Resource, family, pb_attrs, text
+from traceflow.otlp.attributes import AGENT_NAMES, Resource, family, pb_attrs, text
+from traceflow.otlp.mapper import Mapped, Problems
 from traceflow.rows import Parsed, stable_id
 
 _TEMPORALITY = {1: "delta", 2: "cumulative"}
@@ -149,7 +150,7 @@ def map_metrics(msg: Any, *, state: MetricState, source: str = "otlp") -> Mapped
     problems = Problems()
     rows = out.metric_points
     for rm in msg.resource_metrics:
-        res = _Resource.of(rm.resource)
+        res = Resource.of(rm.resource)
         for sm in rm.scope_metrics:
             scope = (sm.scope.name, sm.scope.version)
             fam = family(res.service, sm.scope.name)

@@ -1,0 +1,178 @@
+"""Claude Code's OTLP telemetry -> ``requests`` rows (AGENT_TELEMETRY_SCHEMAS §1, §3;
+CLAUDE_CODE_REAL_CLIENT.md).
+
+* **``api_request`` log event** -> one ``requests`` row: cold = ``input_tokens``, read =
+  ``cache_read_tokens``, write = ``cache_creation_tokens`` (the 5m + 1h sum when the total is 0 or
+  missing but the breakdown is not), 5m/1h from ``cache_creation_{5m,1h}_tokens`` (2.1.332+),
+  ``ended_at`` = ``timeUnixNano`` (else ``observedTimeUnixNano``, else ``event.timestamp``),
+  ``started_at`` = ``ended_at`` - ``duration_ms``. ``event_id`` = ``stable_id("anthropic-request",
+  request_id)``, the key the transcript importer uses, so the OTLP event and the transcript line of
+  one request are one row; without a request id: ``stable_id("claude-otlp", session, time, model,
+  tokens)``. Numbers sent as strings (before 2.1.122) are coerced; a token count that is not a
+  number rejects the record (``Mapped.rejected``) instead of storing a guess.
+* **Beta span ``claude_code.llm_request``** -> the same ``requests`` row (same ``event_id`` from
+  ``request_id`` / ``gen_ai.response.id``; its ``input_tokens`` etc. have Anthropic exclusive
+  semantics, its inclusive ``gen_ai.usage.*`` copies are ignored). The span has no ``prompt_id``,
+  cost or 5m/1h split, so its row is written with ``ingested_at`` = the span's end: among equally
+  complete copies the lake keeps the newest, which is then the ``api_request`` event or the
+  transcript line whenever one exists. Failed calls (status ERROR, no tokens) add no row.
+* **Sub-agents**: ``session_id`` = ``agent-<agent_id>`` under the ``session.id`` they were sent with
+  (:func:`traceflow.otlp.attributes.sessions`); ``agent_id`` and ``query_source`` stay in
+  ``attributes``.
+
+Other Claude Code events (``user_prompt``, ``tool_result``, ``api_error``, ...) are ``events`` rows
+(:mod:`traceflow.otlp.logs`).
+"""
+
+from __future__ import annotations
+
+import math
+from hashlib import blake2b
+from typing import Any
+
+from traceflow.otlp.attributes import Resource, agent_version, num, sessions, text, tok
+from traceflow.otlp.mapper import Mapper
+from traceflow.rows import stable_id
+
+_ANTHROPIC_REQUEST = b"\x1fanthropic-request\x1f"  # stable_id's framing of the first two parts
+
+
+def api_request(
+    m: Mapper, res: Resource, t: int, ts: int | None, tid: str | None, sid: str | None, a: dict[str, Any]
+) -> None:
+    """The ``requests`` row of a ``claude_code.api_request`` event (its attributes ``a``)."""
+    # the hot path (one call per Claude Code API request): typed ints skip tok()
+    get = a.get
+    try:
+        x = get("input_tokens")
+        cold = x if type(x) is int and x >= 0 else tok(x)
+        x = get("cache_read_tokens")
+        read = x if type(x) is int and x >= 0 else tok(x)
+        x = get("cache_creation_tokens")
+        write = x if type(x) is int and x >= 0 else tok(x)
+        x = get("output_tokens")
+        out = x if type(x) is int and x >= 0 else tok(x)
+        x = get("cache_creation_5m_tokens")
+        w5 = x if type(x) is int and x >= 0 else tok(x)
+        x = get("cache_creation_1h_tokens")
+        w1 = x if type(x) is int and x >= 0 else tok(x)
+    except ValueError as e:
+        m.problems.reject("claude_code.api_request with a token count that is not a number", str(e))
+        return
+    if not write and (w5 or w1):
+        write = (w5 or 0) + (w1 or 0)
+    x = get("session.id")
+    session = x if type(x) is str and x else text(x)
+    x = get("model")
+    model = x if type(x) is str and x else text(x)
+    x = get("request_id")
+    rid = x if type(x) is str and x else text(x)
+    if rid:  # = stable_id("anthropic-request", rid), inlined on the hot path
+        event_id = blake2b(_ANTHROPIC_REQUEST + rid.encode(), digest_size=16).hexdigest()
+    else:
+        event_id = stable_id("claude-otlp", session, t, model, (cold, read, write, out))
+    x = get("duration_ms")
+    dur = float(x) if type(x) is int else num(x)
+    x = get("ttft_ms")
+    ttft = float(x) if type(x) is int else num(x)
+    x = get("cost_usd")
+    cost = x if type(x) is float and math.isfinite(x) else num(x)
+    if cost is None:
+        micros = num(get("cost_usd_micros"))
+        cost = micros / 1e6 if micros is not None else None
+    seq = get("event.sequence")
+    agent_id = get("agent_id")
+    sess: str | None = session
+    parent: str | None = None
+    if agent_id:
+        sess, parent = f"agent-{agent_id}", session
+    m.out.requests.append(
+        {
+            "event_id": event_id,
+            "source": m.source,
+            "agent": "claude-code",
+            "agent_version": res.version or text(get("app.version")),
+            "user_id": text(get("user.id")),
+            "session_id": sess,
+            "parent_session_id": parent,
+            "prompt_id": text(get("prompt.id")),
+            "request_id": rid,
+            "started_at": ts - round(dur * 1000) if ts is not None and dur is not None else None,
+            "ended_at": ts,
+            "duration_ms": dur,
+            "ttft_ms": ttft,
+            "model": model,
+            "cold_input_tokens": cold,
+            "cache_read_tokens": read,
+            "cache_write_tokens": write,
+            "cache_write_5m_tokens": w5,
+            "cache_write_1h_tokens": w1,
+            "output_tokens": out,
+            "reasoning_tokens": None,
+            "cost_usd": cost,
+            "attributes": m.attrs(a, res, tid, sid, prefixed=False),
+            "seq": seq if type(seq) is int else None,
+        }
+    )
+
+
+def llm_request_span(
+    m: Mapper,
+    res: Resource,
+    tid: str | None,
+    sid: str | None,
+    start: int,
+    end: int,
+    status: int,
+    a: dict[str, Any],
+) -> None:
+    """The ``requests`` row of a ``claude_code.llm_request`` span with usage (none for a failed call)."""
+    try:
+        cold = tok(a.get("input_tokens"))
+        read = tok(a.get("cache_read_tokens"))
+        write = tok(a.get("cache_creation_tokens"))
+        out = tok(a.get("output_tokens"))
+    except ValueError as e:
+        m.problems.warn("claude_code.llm_request span with a token count that is not a number", str(e))
+        return
+    if status == 2 or (cold is None and read is None and write is None and out is None):
+        return  # a failed call carries no tokens
+    rid = text(a.get("request_id") or a.get("gen_ai.response.id"))
+    session = text(a.get("session.id"))
+    model = text(a.get("model") or a.get("gen_ai.response.model") or a.get("gen_ai.request.model"))
+    ended = end // 1000 if end else None
+    dur = num(a.get("duration_ms"))
+    if dur is None and start and end:
+        dur = (end - start) / 1e6
+    sess, parent = sessions(a, session)
+    m.out.requests.append(
+        {
+            "event_id": stable_id("anthropic-request", rid)
+            if rid
+            else stable_id("claude-otlp-span", tid, sid),
+            "source": m.source,
+            "agent": "claude-code",
+            "agent_version": agent_version(a, res.version),
+            "user_id": text(a.get("user.id")),
+            "session_id": sess,
+            "parent_session_id": parent,
+            "prompt_id": None,
+            "request_id": rid,
+            "started_at": start // 1000 if start else None,
+            "ended_at": ended,
+            "duration_ms": dur,
+            "ttft_ms": num(a.get("ttft_ms")),
+            "model": model,
+            "cold_input_tokens": cold,
+            "cache_read_tokens": read,
+            "cache_write_tokens": write,
+            "cache_write_5m_tokens": None,
+            "cache_write_1h_tokens": None,
+            "output_tokens": out,
+            "reasoning_tokens": None,
+            "cost_usd": None,
+            "attributes": m.span_request_attrs(a, res, tid, sid),
+            "seq": None,
+            "ingested_at": ended,  # loses to the api_request / transcript copy (see module doc)
+        }
+    )

@@ -1,0 +1,69 @@
+"""Codex's OTLP log events -> ``requests`` rows (AGENT_TELEMETRY_SCHEMAS §4).
+
+``codex.sse_event`` with ``event.kind=response.completed`` and token counts -> a request (inclusive
+input: cold = input - cached - cache_write, cached clamped to input; write = 0 when absent; session =
+``conversation.id``); the token-less duplicate ``response.completed`` and the per-chunk
+``sse_event`` records are not stored (:mod:`traceflow.otlp.logs`). Other Codex events go to
+``events``. Codex spans are not turned into requests (their log events are the request record).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from traceflow.otlp.attributes import Resource, agent_version, num, text, tok, user_id
+from traceflow.otlp.mapper import Mapper
+from traceflow.rows import stable_id
+
+
+def response_completed(
+    m: Mapper, res: Resource, t: int, ts: int | None, tid: str | None, sid: str | None, a: dict[str, Any]
+) -> None:
+    """The ``requests`` row of a ``response.completed`` SSE event (none without token counts)."""
+    try:
+        inp = tok(a.get("input_token_count"))
+        out = tok(a.get("output_token_count"))
+        cached = tok(a.get("cached_token_count"))
+        cw = tok(a.get("cache_write_token_count"))
+        reasoning = tok(a.get("reasoning_token_count"))
+    except ValueError as e:
+        m.problems.reject(
+            "codex.sse_event response.completed with a token count that is not a number", str(e)
+        )
+        return
+    if inp is None and out is None:
+        return  # the token-less duplicate of the completed record
+    inp = inp or 0
+    read = min(cached or 0, inp)
+    write = min(cw or 0, inp - read)
+    cold = inp - read - write
+    session = text(a.get("conversation.id"))
+    stamp = a.get("event.timestamp") or t
+    m.out.requests.append(
+        {
+            "event_id": stable_id("codex-otlp", session, stamp, (cold, read, write, out, reasoning)),
+            "source": m.source,
+            "agent": "codex",
+            "agent_version": agent_version(a, res.version),
+            "user_id": user_id(a, res.attrs),
+            "session_id": session,
+            "parent_session_id": None,
+            "prompt_id": None,
+            "request_id": None,
+            "started_at": None,
+            "ended_at": ts,
+            "duration_ms": None,
+            "ttft_ms": num(a.get("ttft_ms")),
+            "model": text(a.get("model") or a.get("slug")),
+            "cold_input_tokens": cold,
+            "cache_read_tokens": read,
+            "cache_write_tokens": write,
+            "cache_write_5m_tokens": None,
+            "cache_write_1h_tokens": None,
+            "output_tokens": out,
+            "reasoning_tokens": reasoning,
+            "cost_usd": None,
+            "attributes": m.attrs(a, res, tid, sid),
+            "seq": None,
+        }
+    )

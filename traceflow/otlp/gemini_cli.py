@@ -1,0 +1,69 @@
+"""Gemini CLI's OTLP log events -> ``requests`` rows (AGENT_TELEMETRY_SCHEMAS §5).
+
+``gemini_cli.api_response`` -> a request (cold = input - cached, output = output + thoughts,
+reasoning = thoughts, write NULL); one without usage (an error response) stays an event.
+``gen_ai.client.inference.operation.details`` is an event, never a second request, and Gemini CLI
+spans are not turned into requests (their log events are the request record).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from traceflow.otlp.attributes import Resource, agent_version, num, text, tok, user_id
+from traceflow.otlp.mapper import Mapper
+from traceflow.rows import stable_id
+
+
+def api_response(
+    m: Mapper, res: Resource, t: int, ts: int | None, tid: str | None, sid: str | None, a: dict[str, Any]
+) -> bool:
+    """The ``requests`` row of an ``api_response`` event; False when it has no usage (keep it as an
+    event), True when it was mapped or refused."""
+    try:
+        inp = tok(a.get("input_token_count"))
+        cached = tok(a.get("cached_content_token_count"))
+        out = tok(a.get("output_token_count"))
+        thoughts = tok(a.get("thoughts_token_count"))
+    except ValueError as e:
+        m.problems.reject("gemini_cli.api_response with a token count that is not a number", str(e))
+        return True
+    if inp is None and out is None:
+        return False  # no usage (an error response): keep it as an event
+    inp = inp or 0
+    read = min(cached or 0, inp)
+    cold = inp - read
+    output = (out or 0) + (thoughts or 0)
+    session = text(a.get("session.id"))
+    prompt = text(a.get("prompt_id"))
+    dur = num(a.get("duration_ms"))
+    stamp = a.get("event.timestamp") or t
+    m.out.requests.append(
+        {
+            "event_id": stable_id("gemini-otlp", session, prompt, stamp, (cold, read, output, thoughts)),
+            "source": m.source,
+            "agent": "gemini-cli",
+            "agent_version": agent_version(a, res.version),
+            "user_id": user_id(a, res.attrs),
+            "session_id": session,
+            "parent_session_id": None,
+            "prompt_id": prompt,
+            "request_id": text(a.get("gen_ai.response.id")),
+            "started_at": ts - round(dur * 1000) if ts is not None and dur is not None else None,
+            "ended_at": ts,
+            "duration_ms": dur,
+            "ttft_ms": None,
+            "model": text(a.get("model")),
+            "cold_input_tokens": cold,
+            "cache_read_tokens": read,
+            "cache_write_tokens": None,
+            "cache_write_5m_tokens": None,
+            "cache_write_1h_tokens": None,
+            "output_tokens": output,
+            "reasoning_tokens": thoughts,
+            "cost_usd": None,
+            "attributes": m.attrs(a, res, tid, sid),
+            "seq": None,
+        }
+    )
+    return True

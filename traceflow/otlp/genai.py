@@ -1,0 +1,122 @@
+"""Spans with token usage from other instrumentations -> ``requests`` rows (AGENT_TELEMETRY_SCHEMAS §6.4, §8).
+
+OTel GenAI ``gen_ai.usage.*`` (inclusive input, cache read and ``cache_write`` / older
+``cache_creation`` subsets, reasoning) and OpenInference ``llm.token_count.*``. Legacy underscore
+keys (``gen_ai.usage.cache_read_input_tokens``...) are read as exclusive for Anthropic or when input
+< read + write. Agent/tool/workflow spans (``invoke_agent``...) that repeat their children's usage
+are not requests. All counts are clamped with ``max(0, ...)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from traceflow.otlp.attributes import Resource, first, num, text, tok, user_id
+from traceflow.otlp.mapper import Mapper
+from traceflow.rows import stable_id
+
+#: gen_ai.operation.name values whose spans repeat (or lack) the usage of a model call
+_NON_INFERENCE_OPS = frozenset(
+    {"invoke_agent", "create_agent", "invoke_workflow", "execute_tool", "retrieval", "embeddings", "plan"}
+)
+
+
+def span_request(
+    m: Mapper,
+    res: Resource,
+    tid: str | None,
+    sid: str | None,
+    start: int,
+    end: int,
+    status: int,
+    a: dict[str, Any],
+) -> None:
+    """The ``requests`` row of a model-call span with GenAI or OpenInference usage, if it is one."""
+    gen = (
+        "gen_ai.usage.input_tokens" in a
+        or "gen_ai.usage.output_tokens" in a
+        or "gen_ai.usage.prompt_tokens" in a
+        or "gen_ai.usage.completion_tokens" in a
+    )
+    oi = "llm.token_count.prompt" in a or "llm.token_count.completion" in a
+    if not (gen or oi) or a.get("gen_ai.operation.name") in _NON_INFERENCE_OPS:
+        return
+    try:
+        if gen:
+            inp = tok(first(a, "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens"))
+            d_read = a.get("gen_ai.usage.cache_read.input_tokens")
+            d_write = first(
+                a, "gen_ai.usage.cache_write.input_tokens", "gen_ai.usage.cache_creation.input_tokens"
+            )
+            l_read = a.get("gen_ai.usage.cache_read_input_tokens")
+            l_write = first(
+                a, "gen_ai.usage.cache_creation_input_tokens", "gen_ai.usage.cache_write_input_tokens"
+            )
+            read = tok(d_read if d_read is not None else l_read)
+            write = tok(d_write if d_write is not None else l_write)
+            legacy = d_read is None and d_write is None and (l_read is not None or l_write is not None)
+            provider = a.get("gen_ai.provider.name") or a.get("gen_ai.system")
+            exclusive = legacy and (provider == "anthropic" or (inp or 0) < (read or 0) + (write or 0))
+            out = tok(first(a, "gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens"))
+            reasoning = tok(a.get("gen_ai.usage.reasoning.output_tokens"))
+            model = first(a, "gen_ai.response.model", "gen_ai.request.model")
+            session = first(
+                a, "gen_ai.conversation.id", "session.id", "traceloop.association.properties.session_id"
+            )
+            rid = text(a.get("gen_ai.response.id"))
+            ttfc = num(a.get("gen_ai.response.time_to_first_chunk"))
+            ttft = ttfc * 1000 if ttfc is not None else None
+            key = ("genai-response", rid) if rid else ("genai-span", tid, sid)
+        else:
+            if a.get("openinference.span.kind") not in (None, "LLM"):
+                return
+            inp = tok(a.get("llm.token_count.prompt"))
+            read = tok(a.get("llm.token_count.prompt_details.cache_read"))
+            write = tok(a.get("llm.token_count.prompt_details.cache_write"))
+            exclusive = False
+            out = tok(a.get("llm.token_count.completion"))
+            reasoning = tok(a.get("llm.token_count.completion_details.reasoning"))
+            model = first(a, "llm.response.model_name", "llm.model_name", "llm.request.model_name")
+            session = a.get("session.id")
+            rid = None
+            ttft = None
+            key = ("openinference-span", tid, sid)
+    except ValueError as e:
+        m.problems.warn("span usage attribute that is not a number", str(e))
+        return
+    if exclusive or inp is None:
+        cold = inp
+    else:
+        read_c = min(read or 0, inp)
+        cold = max(0, inp - read_c - (write or 0))
+        if read is not None:
+            read = read_c
+    ended = end // 1000 if end else None
+    m.out.requests.append(
+        {
+            "event_id": stable_id(*key),
+            "source": m.source,
+            "agent": res.service,
+            "agent_version": res.version,
+            "user_id": user_id(a, res.attrs),
+            "session_id": text(session),
+            "parent_session_id": None,
+            "prompt_id": None,
+            "request_id": rid,
+            "started_at": start // 1000 if start else None,
+            "ended_at": ended,
+            "duration_ms": (end - start) / 1e6 if start and end else None,
+            "ttft_ms": ttft,
+            "model": text(model),
+            "cold_input_tokens": cold,
+            "cache_read_tokens": read,
+            "cache_write_tokens": write,
+            "cache_write_5m_tokens": None,
+            "cache_write_1h_tokens": None,
+            "output_tokens": out,
+            "reasoning_tokens": reasoning,
+            "cost_usd": num(a.get("llm.cost.total")),
+            "attributes": m.span_request_attrs(a, res, tid, sid),
+            "seq": None,
+        }
+    )

@@ -1,0 +1,96 @@
+"""What the mapping of one export request writes to: its rows, the records it refused, and why.
+
+:class:`Mapper` holds the rows (``Parsed``), the :class:`Problems` and the content rule of one
+export request; the per-signal walkers (:mod:`traceflow.otlp.logs`, :mod:`traceflow.otlp.spans`,
+:mod:`traceflow.otlp.metrics`) and the per-agent mappings append to it and return its
+:class:`Mapped`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from traceflow.otlp.attributes import Resource, drop_content
+from traceflow.rows import Parsed
+
+
+@dataclass
+class Mapped:
+    """What one export request mapped to.
+
+    ``rejected`` counts records that were refused (not stored), for OTLP ``partial_success``;
+    ``message`` says why (empty when all is well; may hold a warning with ``rejected == 0``).
+    ``dropped`` counts metric points dropped as duplicates or out of order (not an error).
+    """
+
+    parsed: Parsed
+    rejected: int = 0
+    message: str = ""
+    dropped: int = 0
+
+
+class Problems:
+    """Counts refused records and collects a short message about them."""
+
+    def __init__(self) -> None:
+        self.rejected = 0
+        self.dropped = 0
+        self._counts: dict[str, int] = {}
+        self._examples: dict[str, str] = {}
+
+    def reject(self, why: str, example: str = "") -> None:
+        self.rejected += 1
+        self.warn(why, example)
+
+    def warn(self, why: str, example: str = "") -> None:
+        self._counts[why] = self._counts.get(why, 0) + 1
+        if example and why not in self._examples:
+            self._examples[why] = example
+
+    def message(self) -> str:
+        parts = []
+        for why, n in list(self._counts.items())[:5]:
+            ex = self._examples.get(why)
+            parts.append(f"{why}{f' (e.g. {ex})' if ex else ''}{f' x{n}' if n > 1 else ''}")
+        if len(self._counts) > 5:
+            parts.append(f"and {len(self._counts) - 5} other problems")
+        return "; ".join(parts)
+
+    def mapped(self, parsed: Parsed) -> Mapped:
+        return Mapped(parsed, self.rejected, self.message(), self.dropped)
+
+
+@dataclass
+class Mapper:
+    """The rows and problems of one export request, and whether content attributes are kept."""
+
+    keep_content: bool
+    source: str
+    out: Parsed = field(default_factory=Parsed)
+    problems: Problems = field(default_factory=Problems)
+
+    def attrs(
+        self, a: dict[str, Any], res: Resource, tid: str | None, sid: str | None, prefixed: bool = True
+    ) -> dict[str, Any]:
+        """A row's ``attributes``: ``a`` without content (unless kept), plus resource and ids."""
+        if not self.keep_content:
+            drop_content(a, prefixed)
+        if res.attrs:
+            a.setdefault("resource", res.attrs)
+        if tid:
+            a.setdefault("trace_id", tid)
+        if sid:
+            a.setdefault("span_id", sid)
+        return a
+
+    def span_request_attrs(
+        self, a: dict[str, Any], res: Resource, tid: str | None, sid: str | None
+    ) -> dict[str, Any]:
+        """The ``attributes`` of a request row read off a span (a copy: the span row keeps its own)."""
+        ra = dict(a)
+        ra["derived_from"] = "span"
+        return self.attrs(ra, res, tid, sid)
+
+    def result(self) -> Mapped:
+        return self.problems.mapped(self.out)
