@@ -51,6 +51,7 @@ from typing import Any, ClassVar
 
 import orjson
 
+from traceflow import config
 from traceflow.importers.base import FileContext
 from traceflow.native import claude_scanner as native_scanner
 from traceflow.rows import LineError, Parsed, Row, as_float, as_int, iso_micros, stable_id
@@ -333,7 +334,7 @@ class ClaudeCodeImporter:
     source: ClassVar[str] = "claude-code-jsonl"
 
     def default_paths(self) -> list[Path]:
-        env = os.environ.get("CLAUDE_CONFIG_DIR")
+        env = config.get("claude_config_dir")
         if env:
             roots = [Path(p).expanduser() for p in env.split(",") if p.strip()]
         else:
