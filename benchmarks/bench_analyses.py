@@ -230,7 +230,6 @@ def _cli(argv: list[str]) -> None:
 
         Lake.connect = limited  # type: ignore[method-assign]
     sys.argv = ["traceflow", *argv]
-    import traceflow.cli.analyses  # noqa: F401  (registers the commands)
     from traceflow.cli.app import main
 
     main()

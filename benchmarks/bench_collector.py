@@ -11,7 +11,7 @@ What it does, in one run:
    2.1.332 sends them);
 2. measures the *decode-only* ceiling on one core: ``ExportLogsServiceRequest.ParseFromString`` of
    the same payloads plus reading every attribute into Python values, no storage;
-3. per transport, starts ``python -m traceflow.collectors.server`` on free ports with a fresh data
+3. per transport, starts ``python -m traceflow serve`` on free ports with a fresh data
    directory, runs ``--exporters`` concurrent exporters (one connection each, one request in flight
    each, like the SDK's batch exporters) for ``--duration`` seconds, and reports acknowledged
    records/s, p50/p99 export latency, throttled requests and the peak RSS of the server and sealer
@@ -182,7 +182,8 @@ class ServerProc:
         cmd = [
             sys.executable,
             "-m",
-            "traceflow.collectors.server",
+            "traceflow",
+            "serve",
             "--data",
             str(data),
             "--http-port",

@@ -13,7 +13,6 @@ closes the WAL, has the sealer seal everything, and returns 0.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import ipaddress
@@ -36,34 +35,23 @@ from traceflow.collectors import grpc as otlp_grpc
 from traceflow.collectors import http as otlp_http
 from traceflow.collectors import spool
 from traceflow.collectors.ingest import Admission, Ingest, poll_backlog
+from traceflow.collectors.settings import (
+    DEFAULT_GRPC_PORT,
+    DEFAULT_HOST,
+    DEFAULT_HTTP_PORT,
+    DEFAULT_MAX_BACKLOG_BYTES,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_INFLIGHT_BYTES,
+    DEFAULT_ROLL_INTERVAL_S,
+    DEFAULT_SUMMARY_INTERVAL_S,
+    ServeConfig,
+)
 
 _logger = logging.getLogger("traceflow.serve")
-
-DEFAULT_MAX_BODY_BYTES = 64 << 20
-DEFAULT_MAX_INFLIGHT_BYTES = 256 << 20
-DEFAULT_MAX_BACKLOG_BYTES = 2 << 30
 
 
 class ServeError(Exception):
     """The server cannot start as asked (the message says why and what to do)."""
-
-
-@dataclass
-class ServeConfig:
-    data: Path
-    host: str = "127.0.0.1"
-    http_port: int = 4318  # 0 picks a free port, a negative number disables the transport
-    grpc_port: int = 4317
-    token: str | None = None
-    tls_cert: Path | None = None
-    tls_key: Path | None = None
-    keep_content: bool = False
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-    max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES
-    max_backlog_bytes: int = DEFAULT_MAX_BACKLOG_BYTES
-    summary_interval_s: float = 60.0
-    roll_interval_s: float = 1.0
-    segment_bytes: int = 8 << 20
 
 
 def is_loopback(host: str) -> bool:
@@ -370,9 +358,9 @@ def _configure_logging() -> None:
 def run_server(
     *,
     data: Path,
-    host: str = "127.0.0.1",
-    http_port: int = 4318,
-    grpc_port: int = 4317,
+    host: str = DEFAULT_HOST,
+    http_port: int = DEFAULT_HTTP_PORT,
+    grpc_port: int = DEFAULT_GRPC_PORT,
     token: str | None = None,
     tls_cert: Path | None = None,
     tls_key: Path | None = None,
@@ -380,8 +368,8 @@ def run_server(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
     max_backlog_bytes: int = DEFAULT_MAX_BACKLOG_BYTES,
-    summary_interval_s: float = 60.0,
-    roll_interval_s: float = 1.0,
+    summary_interval_s: float = DEFAULT_SUMMARY_INTERVAL_S,
+    roll_interval_s: float = DEFAULT_ROLL_INTERVAL_S,
 ) -> int:
     """Run the collector until SIGTERM/SIGINT; returns the exit status (0 after a clean stop).
 
@@ -431,80 +419,3 @@ def run_server(
     except ServeError as e:
         sys.stderr.write(f"traceflow serve: {e}\n")
         return 1
-
-
-def serve_command() -> None:
-    """``traceflow serve``: receive OTLP from agents and store it in the lake.
-
-    Options (flag, env var, default):
-
-    --data DIR               TRACEFLOW_DATA     data directory (default ~/.local/share/traceflow)
-    --host HOST              TRACEFLOW_HOST     127.0.0.1; any non-loopback address requires --token
-    --http-port N            TRACEFLOW_HTTP_PORT  4318 (OTLP/HTTP; 0 = pick a free port, -1 = off)
-    --grpc-port N            TRACEFLOW_GRPC_PORT  4317 (OTLP/gRPC; 0 = pick a free port, -1 = off)
-    --token TOKEN            TRACEFLOW_TOKEN    require 'Authorization: Bearer TOKEN' (HTTP / gRPC metadata)
-    --tls-cert PEM           TRACEFLOW_TLS_CERT serve both transports over TLS (needs --tls-key)
-    --tls-key PEM            TRACEFLOW_TLS_KEY
-    --keep-content           (off)              store prompt/tool content attributes instead of dropping them
-    --max-body-bytes N       64 MiB             per request, after decompression (413 above)
-    --max-inflight-bytes N   256 MiB            bytes being received at once (503 + Retry-After above)
-    --max-backlog-bytes N    2 GiB              WAL not yet sealed into the lake (503 above)
-    --summary-interval S     60                 seconds between one-line summaries on stderr
-
-    Prints ``traceflow serve: OTLP/HTTP on http://H:P, OTLP/gRPC on H:P, data DIR`` when ready
-    (the actual ports, so 0 is usable in scripts), stops cleanly on SIGTERM/SIGINT (exit 0).
-    Wire it with ``raise typer.Exit(run_server(...))``.
-    """
-    raise NotImplementedError("documentation only: traceflow.cli.app wires `serve` to run_server")
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m traceflow.collectors.server``: the same options as ``traceflow serve``."""
-    env = os.environ.get
-    p = argparse.ArgumentParser(
-        prog="python -m traceflow.collectors.server", description="Run the OTLP collector."
-    )
-    p.add_argument("--data", type=Path, default=None)
-    p.add_argument("--host", default=env("TRACEFLOW_HOST", "127.0.0.1"))
-    p.add_argument("--http-port", type=int, default=int(env("TRACEFLOW_HTTP_PORT", "4318")))
-    p.add_argument("--grpc-port", type=int, default=int(env("TRACEFLOW_GRPC_PORT", "4317")))
-    p.add_argument("--token", default=env("TRACEFLOW_TOKEN"))
-    p.add_argument("--tls-cert", type=Path, default=env("TRACEFLOW_TLS_CERT"))
-    p.add_argument("--tls-key", type=Path, default=env("TRACEFLOW_TLS_KEY"))
-    p.add_argument("--keep-content", action="store_true")
-    p.add_argument("--max-body-bytes", default=str(DEFAULT_MAX_BODY_BYTES))
-    p.add_argument("--max-inflight-bytes", default=str(DEFAULT_MAX_INFLIGHT_BYTES))
-    p.add_argument("--max-backlog-bytes", default=str(DEFAULT_MAX_BACKLOG_BYTES))
-    p.add_argument("--summary-interval", type=float, default=60.0)
-    p.add_argument("--roll-interval", type=float, default=1.0, help=argparse.SUPPRESS)
-    a = p.parse_args(argv)
-    from traceflow.config import data_dir
-    from traceflow.errors import UsageError
-    from traceflow.units import parse_size
-
-    try:
-        body = int(parse_size(a.max_body_bytes, "--max-body-bytes"))
-        inflight = int(parse_size(a.max_inflight_bytes, "--max-inflight-bytes"))
-        backlog = int(parse_size(a.max_backlog_bytes, "--max-backlog-bytes"))
-    except UsageError as e:
-        p.error(str(e))
-
-    return run_server(
-        data=data_dir(a.data),
-        host=a.host,
-        http_port=a.http_port,
-        grpc_port=a.grpc_port,
-        token=a.token,
-        tls_cert=a.tls_cert,
-        tls_key=a.tls_key,
-        keep_content=a.keep_content,
-        max_body_bytes=body,
-        max_inflight_bytes=inflight,
-        max_backlog_bytes=backlog,
-        summary_interval_s=a.summary_interval,
-        roll_interval_s=a.roll_interval,
-    )
-
-
-if __name__ == "__main__":
-    sys.exit(main())

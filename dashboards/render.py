@@ -19,6 +19,8 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from traceflow import config
+
 if TYPE_CHECKING:
     import altair as alt
     import duckdb
@@ -149,11 +151,6 @@ def _vl_version() -> str | None:
     return major_minor if major_minor in vlc.get_vegalite_versions() else None
 
 
-def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "traceflow"
-
-
 _BUNDLE_LOCK = threading.Lock()
 
 
@@ -169,7 +166,7 @@ def _bundle() -> str:
 
     version = _vl_version()
     vlc_version = getattr(vlc, "__version__", "0")
-    path = _cache_dir() / f"vega-bundle-{vlc_version}-{version or 'latest'}.js"
+    path = config.user_cache_dir() / f"vega-bundle-{vlc_version}-{version or 'latest'}.js"
     try:
         return path.read_text(encoding="utf-8")
     except OSError:

@@ -2,7 +2,7 @@
 
 * :func:`locate_claude` / :func:`require_claude`: the pinned CLI that ``scripts/install_claude_code.sh``
   installs (``$TRACEFLOW_CLAUDE_BIN`` overrides the path).
-* :class:`Collector`: ``python -m traceflow.collectors.server`` on free ports with a temp data dir.
+* :class:`Collector`: ``python -m traceflow serve`` on free ports with a temp data dir.
 * :class:`ClaudeHome`: one isolated Claude Code installation state (HOME, CLAUDE_CONFIG_DIR,
   TMPDIR, CLAUDE_CODE_TMPDIR, XDG_RUNTIME_DIR, working directory) and :meth:`ClaudeHome.claude`
   to run ``claude -p`` in it with telemetry to a collector over one OTLP protocol.
@@ -92,7 +92,7 @@ def require_claude(scratch: Path) -> Path:
 
 # -- the collector ----------------------------------------------------------------------------------
 class Collector:
-    """``python -m traceflow.collectors.server --data DATA --http-port 0 --grpc-port 0``."""
+    """``python -m traceflow serve --data DATA --http-port 0 --grpc-port 0``."""
 
     def __init__(self, data: Path, log_dir: Path) -> None:
         self.data = data
@@ -107,7 +107,8 @@ class Collector:
         cmd = [
             sys.executable,
             "-m",
-            "traceflow.collectors.server",
+            "traceflow",
+            "serve",
             "--data",
             str(self.data),
             "--http-port",

@@ -110,7 +110,7 @@ def stub(service: str, channel: grpc.Channel) -> Any:
 
 
 class Server:
-    """``python -m traceflow.collectors.server`` on free ports, for one test (or one module)."""
+    """``python -m traceflow serve`` on free ports, for one test (or one module)."""
 
     def __init__(self, data: Path, *args: str, env: dict[str, str] | None = None) -> None:
         self.data = data
@@ -125,7 +125,8 @@ class Server:
         cmd = [
             sys.executable,
             "-m",
-            "traceflow.collectors.server",
+            "traceflow",
+            "serve",
             "--data",
             str(self.data),
             "--http-port",

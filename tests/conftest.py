@@ -38,8 +38,9 @@ def lake(tmp_path: Path) -> Lake:
 @pytest.fixture
 def cli(lake: Lake) -> Callable[..., tuple[int, str, str]]:
     """Run ``traceflow ARGS --data <the test's lake>`` in-process: (exit code, stdout, stderr)."""
-    from traceflow.cli.app import app
+    from traceflow.cli.app import app, register_all
 
+    register_all()
     runner = CliRunner()
 
     def run(*args: str, data: bool = True) -> tuple[int, str, str]:

@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-import traceflow.cli.analyses  # noqa: F401  (registers the commands on the app)
 from tests.test_analyses import fill
 from traceflow import importers
 from traceflow.analysis import gaps, sessions, ttl

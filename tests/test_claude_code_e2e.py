@@ -1,7 +1,7 @@
 """End-to-end with the real Claude Code CLI (issue 3): ``claude -p`` → OTLP → collector → lake.
 
 For each OTLP protocol the CLI supports (``http/json``, ``http/protobuf``, ``grpc``) one module-scoped
-run starts the collector (``python -m traceflow.collectors.server``, free ports, temp data dir)
+run starts the collector (``python -m traceflow serve``, free ports, temp data dir)
 and the fake Anthropic API (tests/fake_anthropic.py, free port), then runs the real pinned CLI
 (``scripts/install_claude_code.sh``) offline in an isolated home through these scenarios:
 

@@ -206,3 +206,88 @@ def test_console_script_exit_codes(tmp_path: Path) -> None:
     )
     assert refused.returncode == 2
     assert "--token" in refused.stderr
+
+
+# -- how the CLI is put together ------------------------------------------------------------------
+
+PACKAGE = Path(__file__).resolve().parents[1] / "traceflow"
+
+
+def _imports(path: Path) -> set[str]:
+    import ast
+
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+    return found
+
+
+def test_every_command_is_in_the_table_and_registered_from_it() -> None:
+    import typer.main
+
+    from traceflow.cli.app import COMMANDS, app, register_all
+
+    register_all()
+    assert list(typer.main.get_command(app).commands) == list(COMMANDS)  # type: ignore[attr-defined]
+    for module in set(COMMANDS.values()):
+        names = __import__(f"traceflow.cli.{module}", fromlist=["COMMANDS"]).COMMANDS
+        assert sorted(names) == sorted(n for n, m in COMMANDS.items() if m == module)
+
+
+def test_command_modules_do_not_import_the_app_and_the_library_not_the_cli() -> None:
+    for path in sorted((PACKAGE / "cli").glob("*.py")):
+        if path.name != "app.py":
+            assert "traceflow.cli.app" not in _imports(path), path.name
+    library = [p for d in ("", "collectors", "dashboards") for p in (PACKAGE / d).resolve().rglob("*.py")]
+    for path in library:
+        if "cli" in path.parts or path.name == "_entry.py":  # _entry runs the CLI: the entry point
+            continue
+        assert not any(m == "traceflow.cli" or m.startswith("traceflow.cli.") for m in _imports(path)), path
+
+
+def test_mix_imports_only_its_own_command_module(tmp_path: Path) -> None:
+    env = {**os.environ, "TRACEFLOW_CACHE": "0"}
+    run = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "traceflow", "mix", "--data", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert run.returncode == 0, run.stderr
+    loaded = {line.rsplit("|", 1)[-1].strip() for line in run.stderr.splitlines() if "|" in line}
+    assert "traceflow.cli.lake" in loaded
+    assert not {"analyses", "dashboards", "sizing", "replay", "serve"} & {
+        m.removeprefix("traceflow.cli.") for m in loaded if m.startswith("traceflow.cli.")
+    }
+
+
+def test_the_selection_options_come_where_the_command_declares_them() -> None:
+    import typer.main
+
+    from traceflow.cli.app import app, register_all
+
+    register_all()
+    commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+    selection = ["since", "until", "agent", "model", "session", "user", "source"]
+    for name in ("mix", "gaps", "export", "size", "dashboard"):
+        params = [p.name for p in commands[name].params]
+        start = params.index("since")
+        assert params[start : start + 7] == selection, name
+        assert params[start + 7] == "data", name
+
+
+def test_only_config_reads_the_environment() -> None:
+    import re
+
+    reads = re.compile(r"os\.environ\b|getenv\(")
+    allowed = {
+        "config.py",  # the reader
+        "result_cache.py",  # keys cached results by the whole environment; its setting goes via config
+    }
+    library = [p for d in ("", "collectors", "dashboards") for p in (PACKAGE / d).resolve().rglob("*.py")]
+    found = sorted(str(p) for p in library if p.name not in allowed and reads.search(p.read_text()))
+    assert found == []

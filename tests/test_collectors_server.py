@@ -22,7 +22,7 @@ PB = {"Content-Type": "application/x-protobuf"}
 
 def _serve(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "traceflow.collectors.server", *args],
+        [sys.executable, "-m", "traceflow", "serve", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -7,9 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import importlib
 import json
-from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 
 import polars as pl
 import pytest
@@ -91,28 +89,10 @@ def _texts(spec: dict[str, object]) -> str:
     return json.dumps(spec)
 
 
-@pytest.fixture
-def dashboard_commands() -> Iterator[ModuleType]:
-    """``traceflow.cli.dashboards`` with its commands on the app, taken off again afterwards, so that
-    other tests see the app as ``traceflow.cli.app`` builds it (until cli.py imports the module itself)."""
-    import importlib
-
-    from traceflow.cli.app import app
-
-    before = list(app.registered_commands)
-    module = importlib.import_module("traceflow.cli.dashboards")
-    if len(app.registered_commands) == len(before):  # imported earlier and taken off: register again
-        module = importlib.reload(module)
-    try:
-        yield module
-    finally:
-        app.registered_commands[:] = before
-
-
 def test_every_chart_has_a_sample() -> None:
     modules = sorted(p.stem for p in Path(render.__file__).parent.glob("*.py") if not p.stem.startswith("_"))
     charts = sorted(c.key for c in CHARTS)
-    assert sorted(set(modules) - {"render", "report_data"}) == charts
+    assert sorted(set(modules) - {"render", "report_data", "live", "demo"}) == charts
     assert sorted(SAMPLES) == charts
 
 
@@ -189,18 +169,17 @@ def test_report_on_an_empty_lake(tmp_path: Path) -> None:
     assert "No requests in the selection." in page
 
 
-def test_dashboard_serves_the_report_and_rebuilds_it_on_new_data(
-    dashboard_commands: ModuleType, tmp_path: Path
-) -> None:
+def test_dashboard_serves_the_report_and_rebuilds_it_on_new_data(tmp_path: Path) -> None:
     import asyncio
 
     import httpx
 
+    from traceflow.dashboards.live import dashboard_app
     from traceflow.replay.workload import generate, preset
     from traceflow.store.lake import Lake
 
     lake = Lake(tmp_path / "data")
-    app = dashboard_commands.dashboard_app(lake, refresh_s=5)
+    app = dashboard_app(lake, refresh_s=5)
 
     async def get(path: str) -> httpx.Response:
         transport = httpx.ASGITransport(app=app)

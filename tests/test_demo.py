@@ -5,38 +5,20 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
+from traceflow.dashboards.demo import examples_dir
 from traceflow.dashboards.render import CHARTS
 from traceflow.store.lake import Lake
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def dashboard_commands() -> Iterator[ModuleType]:
-    """``traceflow.cli.dashboards`` with its commands on the app, taken off again afterwards, so that
-    other tests see the app as ``traceflow.cli.app`` builds it (until cli.py imports the module itself)."""
-    import importlib
-
-    from traceflow.cli.app import app
-
-    before = list(app.registered_commands)
-    module = importlib.import_module("traceflow.cli.dashboards")
-    if len(app.registered_commands) == len(before):  # imported earlier and taken off: register again
-        module = importlib.reload(module)
-    try:
-        yield module
-    finally:
-        app.registered_commands[:] = before
-
-
 def test_demo_writes_a_report_with_every_chart(
-    dashboard_commands: ModuleType, cli: Callable[..., tuple[int, str, str]], lake: Lake, tmp_path: Path
+    cli: Callable[..., tuple[int, str, str]], lake: Lake, tmp_path: Path
 ) -> None:
     html = tmp_path / "demo.html"
     t0 = time.monotonic()
@@ -55,5 +37,5 @@ def test_demo_writes_a_report_with_every_chart(
     con = lake.connect(["requests"])
     sources = dict(con.execute("SELECT source, count(*) FROM requests GROUP BY source").fetchall())
     assert sources.get("otlp", 0) > 100
-    if dashboard_commands.examples_dir() is not None:
+    if examples_dir() is not None:
         assert len(sources) >= 2

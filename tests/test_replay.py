@@ -16,7 +16,6 @@ from typing import Any
 import polars as pl
 import pytest
 
-import traceflow.cli.replay  # noqa: F401  (registers export/fit/synth on the app)
 from traceflow.importers import get
 from traceflow.importers.run import run_import
 from traceflow.replay.export import export, manifest_path

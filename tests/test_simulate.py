@@ -14,7 +14,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import traceflow.cli.sizing  # noqa: F401  (registers models/size/simulate on the app)
 from traceflow.kv import engines
 from traceflow.kv import simulate as sim
 from traceflow.kv.geometry import KVSize

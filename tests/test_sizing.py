@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-import traceflow.cli.sizing  # noqa: F401  (registers models/size/simulate on the app)
 from traceflow.errors import UsageError
 from traceflow.kv import geometry, models, sizing
 from traceflow.store.lake import Lake

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-import traceflow.cli.analyses  # noqa: F401  (registers the commands on the app)
 from traceflow.store import sql
 from traceflow.store.lake import STEPS_VIEW, Lake
 

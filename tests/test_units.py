@@ -218,17 +218,26 @@ def test_size_command_rejects_bad_values(cli: Any, args: tuple[str, ...], messag
     assert code == 2 and message in err
 
 
-@pytest.mark.parametrize("flag", ["--max-body-bytes", "--max-inflight-bytes", "--max-backlog-bytes"])
-def test_collector_limits(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, flag: str) -> None:
+def _serve(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *args: str) -> tuple[dict[str, Any], Any]:
+    """``traceflow serve --data TMP ARGS`` in-process with the server stubbed: what it was given."""
+    from traceflow.cli.app import app, register
     from traceflow.collectors import server
 
+    register("serve")
     seen: dict[str, Any] = {}
     monkeypatch.setattr(server, "run_server", lambda **kw: seen.update(kw) or 0)
+    result = CliRunner().invoke(app, ["serve", "--data", str(tmp_path), *args])
+    return seen, result
+
+
+@pytest.mark.parametrize("flag", ["--max-body-bytes", "--max-inflight-bytes", "--max-backlog-bytes"])
+def test_collector_limits(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, flag: str) -> None:
     key = flag.removeprefix("--").replace("-", "_")
     for text, expected in (("1GB", GB), ("1GiB", GIB), ("64MiB", 64 << 20), ("1000", 1000)):
-        assert server.main(["--data", str(tmp_path), flag, text]) == 0
+        seen, result = _serve(monkeypatch, tmp_path, flag, text)
+        assert result.exit_code == 0, result.output
         assert seen[key] == expected and isinstance(seen[key], int)
-    assert server.main(["--data", str(tmp_path)]) == 0  # the defaults
+    seen, result = _serve(monkeypatch, tmp_path)  # the defaults
     assert (seen["max_body_bytes"], seen["max_inflight_bytes"], seen["max_backlog_bytes"]) == (
         64 << 20,
         256 << 20,
@@ -236,37 +245,10 @@ def test_collector_limits(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, flag:
     )
 
 
-def test_collector_rejects_a_bad_limit(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from traceflow.collectors import server
-
-    monkeypatch.setattr(server, "run_server", lambda **kw: 0)
-    with pytest.raises(SystemExit) as e:
-        server.main(["--data", str(tmp_path), "--max-body-bytes", "1 gig"])
-    assert e.value.code == 2
-    assert "--max-body-bytes '1 gig' is not a size; write bytes or 80GB" in capsys.readouterr().err
-
-
-def test_serve_max_body_bytes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from traceflow.cli.app import app
-    from traceflow.collectors import server
-
-    seen: dict[str, Any] = {}
-    monkeypatch.setattr(server, "run_server", lambda **kw: seen.update(kw) or 0)
-    runner = CliRunner()
-    for args, expected in (
-        ((), 64 << 20),
-        (("--max-body-bytes", "1GB"), GB),
-        (("--max-body-bytes", "1GiB"), GIB),
-    ):
-        result = runner.invoke(app, ["serve", "--data", str(tmp_path), *args])
-        assert result.exit_code == 0, result.output
-        assert seen["max_body_bytes"] == expected
-    result = runner.invoke(app, ["serve", "--data", str(tmp_path), "--max-body-bytes", "huge"])
-    assert isinstance(result.exception, UsageError) and "--max-body-bytes 'huge' is not a size" in str(
-        result.exception
-    )
+def test_collector_rejects_a_bad_limit(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    _, result = _serve(monkeypatch, tmp_path, "--max-body-bytes", "1 gig")
+    assert isinstance(result.exception, UsageError)
+    assert "--max-body-bytes '1 gig' is not a size; write bytes or 80GB" in str(result.exception)
 
 
 def test_since_takes_an_age_in_any_duration_unit() -> None:

@@ -16,7 +16,6 @@ import numpy as np
 import polars as pl
 import pytest
 
-import traceflow.cli.replay  # noqa: F401  (registers export/fit/synth on the app)
 from traceflow.replay.prefix import load_requests
 from traceflow.replay.workload import (
     fit,

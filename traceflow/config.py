@@ -11,6 +11,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+TYPE_CHECKING = False  # typing is not imported at run time (the result cache's fast path)
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
 #: Every data directory resolved in this process, in order. The fast path stores a result only when
 #: the command resolved exactly the directory whose lake it validated the result against.
 resolved: list[str] = []
@@ -75,7 +79,55 @@ SETTINGS: tuple[Setting, ...] = (
         "~/.gemini",
         "Where `traceflow import gemini` looks for `tmp/*/chats/*.jsonl`.",
     ),
+    Setting(
+        "host",
+        "TRACEFLOW_HOST",
+        "127.0.0.1",
+        "Address `traceflow serve` binds (`--host`); anything but loopback requires a token.",
+    ),
+    Setting(
+        "http_port",
+        "TRACEFLOW_HTTP_PORT",
+        "4318",
+        "OTLP/HTTP port of `traceflow serve` (`--http-port`; 0 picks a free one, -1 turns it off).",
+    ),
+    Setting(
+        "grpc_port",
+        "TRACEFLOW_GRPC_PORT",
+        "4317",
+        "OTLP/gRPC port of `traceflow serve` (`--grpc-port`; 0 picks a free one, -1 turns it off).",
+    ),
+    Setting(
+        "tls_cert",
+        "TRACEFLOW_TLS_CERT",
+        "(none)",
+        "PEM certificate: `traceflow serve` serves both transports over TLS (`--tls-cert`, with a key).",
+    ),
+    Setting(
+        "tls_key",
+        "TRACEFLOW_TLS_KEY",
+        "(none)",
+        "PEM private key for the TLS certificate (`--tls-key`).",
+    ),
+    Setting(
+        "shared_data",
+        "TRACEFLOW_SHARED_DATA",
+        "../shared/data beside the checkout",
+        "Folder whose `agent-examples/` `traceflow demo` imports (and the tests' public data).",
+    ),
 )
+
+_BY_NAME = {s.name: s for s in SETTINGS}
+
+
+def get(name: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """The value of setting ``name`` from its environment variable (``environ`` instead of the process
+    environment when given); None when the variable is unset or empty.
+
+    Callers apply the default: a flag given on the command line wins over this.
+    """
+    env = os.environ if environ is None else environ
+    return env.get(_BY_NAME[name].env) or None
 
 
 def data_dir(flag: str | Path | None = None) -> Path:
@@ -88,7 +140,7 @@ def resolve_data_dir(flag: str | os.PathLike[str] | None = None) -> str:
     if flag:
         path = os.path.expanduser(os.fspath(flag))
     else:
-        env = os.environ.get("TRACEFLOW_DATA")
+        env = get("data")
         if env:
             path = os.path.expanduser(env)
         else:
@@ -96,3 +148,9 @@ def resolve_data_dir(flag: str | os.PathLike[str] | None = None) -> str:
             path = os.path.join(xdg, "traceflow")
     resolved.append(path)
     return path
+
+
+def user_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/traceflow``, else ``~/.cache/traceflow``: downloads and bundles kept between runs."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "traceflow"

@@ -7,9 +7,10 @@ more slowly, with the same results.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
+
+from traceflow import config
 
 try:
     from traceflow import _cscan  # type: ignore[attr-defined]
@@ -24,7 +25,7 @@ def available() -> bool:
 
 def enabled() -> bool:
     """Whether importers use it: built, and not turned off by ``TRACEFLOW_NATIVE=0``."""
-    return _cscan is not None and os.environ.get("TRACEFLOW_NATIVE", "1") != "0"
+    return _cscan is not None and config.get("native") != "0"
 
 
 def claude_scanner() -> Callable[..., Any] | None:

@@ -1,9 +1,8 @@
 """The analysis commands: ``gaps``, ``ttl``, ``sessions``, ``load``, ``working-set``, ``report``,
-``query`` and ``queries``, registered on the ``traceflow`` app (``cli.py`` imports this module).
+``query`` and ``queries`` (listed in :data:`COMMANDS`, registered by :mod:`traceflow.cli.app`).
 
 Each command parses its options, calls one library function and prints; heavy modules are imported
-inside the command bodies so ``traceflow --help`` stays fast. ``python -m traceflow.cli.analyses``
-runs the app with these commands registered (used by the benchmarks).
+inside the command bodies so ``traceflow --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -13,29 +12,18 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from traceflow.cli.app import (
-    AgentOpt,
-    DataOpt,
-    FormatOpt,
-    ModelOpt,
-    SessionOpt,
-    SinceOpt,
-    SourceOpt,
-    UntilOpt,
-    UserOpt,
-    app,
-    check_format,
-    open_lake,
-    selection_options,
-)
+from traceflow.cli.options import DataOpt, FormatOpt, check_format, open_lake, with_selection
 from traceflow.errors import UsageError
 from traceflow.units import format_duration, parse_duration
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import duckdb
     import polars as pl
 
     from traceflow.output import Rows
+    from traceflow.store.selection import Selection
 
 TtlOpt = Annotated[
     list[str] | None,
@@ -112,20 +100,15 @@ def _transpose(row: dict[str, Any]) -> Rows:
     return Rows(["metric", "value"], [(k, v) for k, v in row.items()])
 
 
-@app.command()
+@with_selection
 def gaps(
     ttl: TtlOpt = None,
     by: GapsByOpt = None,
     histogram: Annotated[
         bool, typer.Option("--histogram", help="Print only the log-scaled histogram.")
     ] = False,
-    since: SinceOpt = None,
-    until: UntilOpt = None,
-    agent: AgentOpt = None,
-    model: ModelOpt = None,
-    session: SessionOpt = None,
-    user: UserOpt = None,
-    source: SourceOpt = None,
+    *,
+    selection: Selection,
     data: DataOpt = None,
     fmt: FormatOpt = "table",
 ) -> None:
@@ -137,7 +120,6 @@ def gaps(
     check_format(fmt)
     ttls = _ttls(ttl, g.DEFAULT_TTLS)
     groups = split_by(by)
-    selection = selection_options(since, until, agent, model, session, user, source)
     con = _connect(data)
     if histogram:
         _print(g.gap_histogram(con, selection), fmt)
@@ -186,18 +168,13 @@ def gaps(
     _sections(sections, fmt)
 
 
-@app.command()
+@with_selection
 def ttl(
     ttl: TtlOpt = None,
     prices: PricesOpt = None,
     by: Annotated[list[str] | None, typer.Option("--by", help="model: one row per TTL and model.")] = None,
-    since: SinceOpt = None,
-    until: UntilOpt = None,
-    agent: AgentOpt = None,
-    model: ModelOpt = None,
-    session: SessionOpt = None,
-    user: UserOpt = None,
-    source: SourceOpt = None,
+    *,
+    selection: Selection,
     data: DataOpt = None,
     fmt: FormatOpt = "table",
 ) -> None:
@@ -211,7 +188,6 @@ def ttl(
     groups = split_by(by)
     if groups not in ([], ["model"]):
         raise UsageError("ttl groups only --by model")
-    selection = selection_options(since, until, agent, model, session, user, source)
     result = ttl_report(_connect(data), selection, ttl_list(_ttls(ttl, ())), PriceModel.load(prices))
     if fmt == "json":
         _print_json(result.as_dict())
@@ -254,7 +230,7 @@ def ttl(
     )
 
 
-@app.command()
+@with_selection
 def sessions(
     by: SessionsByOpt = None,
     list_: Annotated[
@@ -271,13 +247,8 @@ def sessions(
             help="Context drop (share of the previous context) that counts as a compaction.",
         ),
     ] = 0.5,
-    since: SinceOpt = None,
-    until: UntilOpt = None,
-    agent: AgentOpt = None,
-    model: ModelOpt = None,
-    session: SessionOpt = None,
-    user: UserOpt = None,
-    source: SourceOpt = None,
+    *,
+    selection: Selection,
     data: DataOpt = None,
     fmt: FormatOpt = "table",
 ) -> None:
@@ -289,7 +260,6 @@ def sessions(
     check_format(fmt)
     groups = split_by(by)
     resume_s = parse_duration(resume_after, "--resume-after")
-    selection = selection_options(since, until, agent, model, session, user, source)
     con = _connect(data, ["requests", "events"])
     if list_:
         _print(s.sessions(con, selection, resume_s, compaction_drop, limit), fmt)
@@ -301,19 +271,14 @@ def sessions(
     _print(frame, fmt, single=not groups)
 
 
-@app.command()
+@with_selection
 def load(
     resolution: ResolutionOpt = "1m",
     series: Annotated[
         bool, typer.Option("--series", help="Print the time series instead of the summary.")
     ] = False,
-    since: SinceOpt = None,
-    until: UntilOpt = None,
-    agent: AgentOpt = None,
-    model: ModelOpt = None,
-    session: SessionOpt = None,
-    user: UserOpt = None,
-    source: SourceOpt = None,
+    *,
+    selection: Selection,
     data: DataOpt = None,
     fmt: FormatOpt = "table",
 ) -> None:
@@ -323,7 +288,6 @@ def load(
 
     check_format(fmt)
     res = parse_duration(resolution, "--resolution")
-    selection = selection_options(since, until, agent, model, session, user, source)
     frame = load_series(_connect(data), selection, res)
     if series:
         _print(frame, fmt)
@@ -335,7 +299,7 @@ def load(
     _print(summary, fmt, single=True)
 
 
-@app.command("working-set")
+@with_selection
 def working_set(
     ttl: TtlOpt = None,
     resolution: ResolutionOpt = "1m",
@@ -343,13 +307,8 @@ def working_set(
     series: Annotated[
         bool, typer.Option("--series", help="Print the time series (first --ttl) instead of the summary.")
     ] = False,
-    since: SinceOpt = None,
-    until: UntilOpt = None,
-    agent: AgentOpt = None,
-    model: ModelOpt = None,
-    session: SessionOpt = None,
-    user: UserOpt = None,
-    source: SourceOpt = None,
+    *,
+    selection: Selection,
     data: DataOpt = None,
     fmt: FormatOpt = "table",
 ) -> None:
@@ -360,7 +319,6 @@ def working_set(
     check_format(fmt)
     ttls = _ttls(ttl, (DEFAULT_TTL_S,))
     res = parse_duration(resolution, "--resolution")
-    selection = selection_options(since, until, agent, model, session, user, source)
     con = _connect(data)
     if series:
         _print(working_set_series(con, selection, ttls[0], res, kv_bytes_per_token), fmt)
@@ -369,20 +327,15 @@ def working_set(
     _print(summary, fmt, single=len(ttls) == 1 and fmt == "json")
 
 
-@app.command()
+@with_selection
 def report(
     ttl: TtlOpt = None,
     prices: PricesOpt = None,
     kv_bytes_per_token: KvBytesOpt = None,
     resume_after: ResumeOpt = "15m",
     resolution: ResolutionOpt = "1m",
-    since: SinceOpt = None,
-    until: UntilOpt = None,
-    agent: AgentOpt = None,
-    model: ModelOpt = None,
-    session: SessionOpt = None,
-    user: UserOpt = None,
-    source: SourceOpt = None,
+    *,
+    selection: Selection,
     data: DataOpt = None,
     fmt: FormatOpt = "table",
     html: Annotated[
@@ -400,7 +353,6 @@ def report(
     check_format(fmt)
     if fmt == "csv":
         raise UsageError("traceflow report has no csv form; use --format table, markdown or json")
-    selection = selection_options(since, until, agent, model, session, user, source)
     rep = build_report(
         _connect(data, ["requests", "events"]),
         selection,
@@ -440,7 +392,6 @@ def report(
         )
 
 
-@app.command()
 def query(
     name: Annotated[str, typer.Argument(help="A packaged query (see `traceflow queries`), e.g. gaps.")],
     param: Annotated[
@@ -459,7 +410,6 @@ def query(
     _print(sql.run(open_lake(data).connect(), name, params), fmt)
 
 
-@app.command()
 def queries(fmt: FormatOpt = "table") -> None:
     """List the packaged queries with what they answer, their parameters and columns."""
     from traceflow.store import sql
@@ -468,7 +418,14 @@ def queries(fmt: FormatOpt = "table") -> None:
     _print(sql.listing(), fmt)
 
 
-if __name__ == "__main__":
-    from traceflow.cli.app import main
-
-    main()
+#: The commands of this module, by name (registered by :mod:`traceflow.cli.app`).
+COMMANDS: dict[str, Callable[..., Any]] = {
+    "gaps": gaps,
+    "ttl": ttl,
+    "sessions": sessions,
+    "load": load,
+    "working-set": working_set,
+    "report": report,
+    "query": query,
+    "queries": queries,
+}

@@ -1,4 +1,4 @@
-"""CLI commands for replay workloads: ``export``, ``fit`` and ``synth`` (registered on traceflow's app).
+"""CLI commands for replay workloads: ``export``, ``fit`` and ``synth`` (see :data:`COMMANDS`).
 
 Heavy imports (polars, numpy, the OpenTelemetry SDK) happen inside the command bodies, so
 ``traceflow --help`` stays fast.
@@ -12,26 +12,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from traceflow.cli.app import (
-    AgentOpt,
-    DataOpt,
-    FormatOpt,
-    ModelOpt,
-    SessionOpt,
-    SinceOpt,
-    SourceOpt,
-    UntilOpt,
-    UserOpt,
-    app,
-    check_format,
-    open_lake,
-    selection_options,
-)
+from traceflow.cli.options import DataOpt, FormatOpt, check_format, open_lake, with_selection
 from traceflow.errors import UsageError
 from traceflow.units import parse_duration
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from traceflow.output import Rows
+    from traceflow.store.selection import Selection
 
 BlockOpt = Annotated[
     int | None,
@@ -55,7 +44,7 @@ def _echo(values: dict[str, Any], fmt: str) -> None:
     typer.echo(render(_summary(values), fmt, single=True))
 
 
-@app.command("export")
+@with_selection
 def export_cmd(
     fmt_name: Annotated[str, typer.Argument(metavar="FORMAT", help="mooncake, aiperf or kvcache-tester.")],
     output: Annotated[
@@ -71,13 +60,8 @@ def export_cmd(
             help="Derive prefixes from token counts only, not from the cache reads agents report.",
         ),
     ] = False,
-    since: SinceOpt = None,
-    until: UntilOpt = None,
-    agent: AgentOpt = None,
-    model: ModelOpt = None,
-    session: SessionOpt = None,
-    user: UserOpt = None,
-    source: SourceOpt = None,
+    *,
+    selection: Selection,
     data: DataOpt = None,
     fmt: FormatOpt = "table",
 ) -> None:
@@ -91,7 +75,6 @@ def export_cmd(
 
     check_format(fmt)
     check_export_format(fmt_name)
-    selection = selection_options(since, until, agent, model, session, user, source)
     from traceflow.replay.prefix import PrefixOptions
 
     manifest = export(
@@ -126,20 +109,15 @@ def _export_summary(manifest: dict[str, Any], output: Path) -> dict[str, Any]:
     }
 
 
-@app.command()
+@with_selection
 def fit(
     output: Annotated[Path, typer.Option("--output", "-o", help="The profile JSON to write.")],
     idle_after: Annotated[
         str, typer.Option(help="A gap at least this long is a pause (idle/resume cohort), not think time.")
     ] = "10m",
     name: Annotated[str | None, typer.Option(help="Name stored in the profile.")] = None,
-    since: SinceOpt = None,
-    until: UntilOpt = None,
-    agent: AgentOpt = None,
-    model: ModelOpt = None,
-    session: SessionOpt = None,
-    user: UserOpt = None,
-    source: SourceOpt = None,
+    *,
+    selection: Selection,
     data: DataOpt = None,
     fmt: FormatOpt = "table",
 ) -> None:
@@ -148,7 +126,6 @@ def fit(
     from traceflow.replay.workload import fit as fit_profile
 
     check_format(fmt)
-    selection = selection_options(since, until, agent, model, session, user, source)
     con = open_lake(data).connect(["requests"])
     profile = fit_profile(
         con, selection, idle_threshold_s=parse_duration(idle_after, "--idle-after"), name=name
@@ -198,7 +175,7 @@ class _SendProgress:
                 sys.stderr.write("\n")
 
 
-@app.command()
+@with_selection
 def synth(
     profile: Annotated[
         Path | None, typer.Option("--profile", help="A profile written by `traceflow fit`.")
@@ -238,13 +215,8 @@ def synth(
         ),
     ] = False,
     limit: Annotated[int | None, typer.Option(help="At most this many requests.")] = None,
-    since: SinceOpt = None,
-    until: UntilOpt = None,
-    agent: AgentOpt = None,
-    model: ModelOpt = None,
-    session: SessionOpt = None,
-    user: UserOpt = None,
-    source: SourceOpt = None,
+    *,
+    selection: Selection,
     data: DataOpt = None,
     fmt: FormatOpt = "table",
 ) -> None:
@@ -273,7 +245,6 @@ def synth(
     if captured:
         from traceflow.replay.prefix import load_requests
 
-        selection = selection_options(since, until, agent, model, session, user, source)
         frame = load_requests(open_lake(data).connect(["requests"]), selection, limit=limit)
         _send(frame, send, protocol, speedup, no_wait, header, fmt)  # type: ignore[arg-type]
         return
@@ -349,3 +320,11 @@ def _send(
         progress=_SendProgress(fmt != "json"),
     )
     _echo({**(extra or {}), **result}, fmt)
+
+
+#: The commands of this module, by name (registered by :mod:`traceflow.cli.app`).
+COMMANDS: dict[str, Callable[..., Any]] = {
+    "export": export_cmd,
+    "fit": fit,
+    "synth": synth,
+}

@@ -1,7 +1,7 @@
 """``traceflow models``, ``traceflow size`` and ``traceflow simulate``: KV tier sizing and cache simulation.
 
-Registered on the shared app when imported (``cli.py`` imports this module). Each command parses its
-options, calls :mod:`traceflow.kv.models`, :mod:`traceflow.kv.sizing` or :mod:`traceflow.kv.simulate`, prints.
+Each command parses its options, calls :mod:`traceflow.kv.models`, :mod:`traceflow.kv.sizing`,
+:mod:`traceflow.kv.simulate` or :mod:`traceflow.kv.lake_trace`, and prints.
 
 ``--model`` is the lake filter every analysis command has; the KV geometry comes from
 ``--kv-model NAME`` (the catalogue) or ``--config config.json``, and falls back to a single
@@ -16,26 +16,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from traceflow.cli.app import (
-    AgentOpt,
-    DataOpt,
-    FormatOpt,
-    ModelOpt,
-    SessionOpt,
-    SinceOpt,
-    SourceOpt,
-    UntilOpt,
-    UserOpt,
-    app,
-    check_format,
-    open_lake,
-    selection_options,
-)
+from traceflow.cli.options import DataOpt, FormatOpt, check_format, open_lake, with_selection
 from traceflow.errors import UsageError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
     from traceflow.kv.geometry import KVSize
-    from traceflow.kv.trace import BlockTrace
     from traceflow.store.selection import Selection
 
 KvModelOpt = Annotated[
@@ -67,7 +54,7 @@ def _kv(
     kv_model: str | None,
     config: Path | None,
     dtype: str | None,
-    model_filter: list[str] | None,
+    model_filter: Sequence[str],
     mtp: bool,
     swa_uncapped: bool,
 ) -> tuple[str, KVSize]:
@@ -127,7 +114,6 @@ def _table(records: list[dict[str, Any]]) -> Any:
     return Rows(cols, [[_fmt_num(r.get(c)) for c in cols] for r in records])
 
 
-@app.command()
 def models(fmt: FormatOpt = "table") -> None:
     """List the model catalogue: KV bytes per token (BF16, FP8) and per-session state."""
     from traceflow.kv.models import catalogue_rows
@@ -137,32 +123,7 @@ def models(fmt: FormatOpt = "table") -> None:
     typer.echo(render(_table(catalogue_rows()), fmt))
 
 
-def measured_rates(data: Path | None, selection: Selection) -> tuple[float, float, float]:
-    """New-KV and input token rates (tok/s) of the lake's selection, and the span in seconds.
-
-    New KV = cold input + cache writes + output (what must be stored); input = cold + read + write.
-    """
-    from traceflow.store.selection import REQUEST_TIME
-
-    where, params = selection.where()
-    sql = f"""
-        SELECT coalesce(sum(coalesce(cold_input_tokens, 0) + coalesce(cache_write_tokens, 0)
-                            + coalesce(output_tokens, 0)), 0)::BIGINT,
-               coalesce(sum(context_tokens), 0)::BIGINT,
-               (epoch(max({REQUEST_TIME})) - epoch(min({REQUEST_TIME})))::DOUBLE,
-               count(*)::BIGINT
-        FROM requests WHERE {where}"""
-    con = open_lake(data).connect(["requests"])
-    new_kv, inp, span, n = con.execute(sql, params).fetchone() or (0, 0, 0.0, 0)
-    if not n or not span or span <= 0:
-        raise UsageError(
-            "cannot measure a token rate: the selection has fewer than two requests at different times; "
-            "give --rate TOKENS_PER_S or import traffic first"
-        )
-    return float(new_kv) / span, float(inp) / span, float(span)
-
-
-@app.command()
+@with_selection
 def size(
     kv_model: KvModelOpt = None,
     config: ConfigOpt = None,
@@ -197,13 +158,8 @@ def size(
     prices: Annotated[
         Path | None, typer.Option("--prices", help="JSON file overriding the dated prices.")
     ] = None,
-    since: SinceOpt = None,
-    until: UntilOpt = None,
-    agent: AgentOpt = None,
-    model: ModelOpt = None,
-    session: SessionOpt = None,
-    user: UserOpt = None,
-    source: SourceOpt = None,
+    *,
+    selection: Selection,
     data: DataOpt = None,
     fmt: FormatOpt = "table",
 ) -> None:
@@ -213,12 +169,12 @@ def size(
     from traceflow.units import parse_bandwidth, parse_duration, parse_size
 
     check_format(fmt)
-    name, kv = _kv(kv_model, config, dtype, model, mtp, swa_uncapped)
+    name, kv = _kv(kv_model, config, dtype, selection.models, mtp, swa_uncapped)
     source_note = "given"
     if rate is None:
-        rate, measured_input, span = measured_rates(
-            data, selection_options(since, until, agent, model, session, user, source)
-        )
+        from traceflow.kv.lake_trace import measured_rates
+
+        rate, measured_input, span = measured_rates(open_lake(data).connect(["requests"]), selection)
         input_rate = input_rate if input_rate is not None else measured_input
         source_note = f"measured over {span:,.0f} s of the lake's selection"
     report = size_report(
@@ -245,47 +201,7 @@ def size(
     typer.echo("\n\n".join(parts))
 
 
-def lake_trace(data: Path | None, selection: Selection, block_size: int) -> BlockTrace:
-    """The selection's requests as a block trace: their ``hash_ids``, else chains built from token counts."""
-    from traceflow.kv.trace import BlockTrace, chains_from_counts
-    from traceflow.store.selection import REQUEST_TIME
-
-    where, params = selection.where()
-    sql = f"""
-        SELECT epoch({REQUEST_TIME})::DOUBLE AS t,
-               context_tokens::BIGINT AS ctx,
-               hash_ids, block_size,
-               coalesce(session_id, '') || '/' || coalesce(parent_session_id, '') AS stream,
-               json_extract_string(attributes, '$.hash_scope') AS scope
-        FROM requests WHERE {where} AND {REQUEST_TIME} IS NOT NULL
-        ORDER BY t, seq NULLS LAST, event_id"""
-    rows = open_lake(data).connect(["requests"]).execute(sql, params).fetchall()
-    if not rows:
-        raise UsageError("the lake's selection has no requests; import a trace or give --trace FILE")
-    hashed = [r for r in rows if r[2] is not None]
-    if not hashed:
-        return chains_from_counts(
-            [r[0] for r in rows], [r[4] for r in rows], [r[1] for r in rows], block_size
-        )
-    sizes = {r[3] for r in hashed if r[3]}
-    if len(sizes) > 1:
-        raise UsageError(f"the selection mixes block sizes {sorted(sizes)}; select one source (--source)")
-    bs = sizes.pop() if sizes else block_size
-    offsets: dict[str | None, int] = {}
-    top = 0
-    for scope in dict.fromkeys(r[5] for r in hashed):  # ids are only comparable within one scope
-        offsets[scope] = top
-        top += max((max(r[2], default=0) for r in hashed if r[5] == scope), default=0) + 1
-    return BlockTrace.from_requests(
-        [r[0] for r in hashed],
-        [max(int(r[1]), 0) for r in hashed],
-        [[h + offsets[r[5]] for h in r[2]] for r in hashed],
-        int(bs),
-        [r[4] for r in hashed],
-    )
-
-
-@app.command()
+@with_selection
 def simulate(
     tier: TierOpt = None,
     kv_model: KvModelOpt = None,
@@ -328,13 +244,8 @@ def simulate(
     per_minute: Annotated[
         bool, typer.Option("--per-minute", help="Print the results over time (table).")
     ] = False,
-    since: SinceOpt = None,
-    until: UntilOpt = None,
-    agent: AgentOpt = None,
-    model: ModelOpt = None,
-    session: SessionOpt = None,
-    user: UserOpt = None,
-    source: SourceOpt = None,
+    *,
+    selection: Selection,
     data: DataOpt = None,
     fmt: FormatOpt = "table",
 ) -> None:
@@ -347,7 +258,7 @@ def simulate(
     from traceflow.units import parse_duration
 
     check_format(fmt)
-    name, kv = _kv(kv_model, config, dtype, model, mtp, swa_uncapped)
+    name, kv = _kv(kv_model, config, dtype, selection.models, mtp, swa_uncapped)
     if trace is not None and workload is not None:
         raise UsageError("give --trace FILE or --workload NAME, not both")
     if workload is not None:
@@ -357,9 +268,9 @@ def simulate(
     elif trace is not None:
         bt = read_mooncake(trace, block_size)
     else:
-        bt = lake_trace(
-            data, selection_options(since, until, agent, model, session, user, source), block_size
-        )
+        from traceflow.kv.lake_trace import lake_trace
+
+        bt = lake_trace(open_lake(data).connect(["requests"]), selection, block_size)
     cfg = sim.SimConfig(
         tiers=_tiers(tier, ["gpu=80GB"]),
         kv=kv,
@@ -388,3 +299,11 @@ def simulate(
     if sweep:
         parts.append(render(_table(report["sweep"]), fmt))
     typer.echo("\n\n".join(parts))
+
+
+#: The commands of this module, by name (registered by :mod:`traceflow.cli.app`).
+COMMANDS: dict[str, Callable[..., Any]] = {
+    "models": models,
+    "size": size,
+    "simulate": simulate,
+}

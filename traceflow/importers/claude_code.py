@@ -49,6 +49,7 @@ import os
 from pathlib import Path
 from typing import Any, ClassVar
 
+from traceflow import config
 from traceflow.importers.base import FileContext
 from traceflow.importers.claude_code_frames import events_frame, requests_frame, requests_frame_fast
 from traceflow.importers.claude_code_lines import keys_for, read_lines, settle
@@ -101,7 +102,7 @@ class ClaudeCodeImporter:
     source: ClassVar[str] = SOURCE
 
     def default_paths(self) -> list[Path]:
-        env = os.environ.get("CLAUDE_CONFIG_DIR")
+        env = config.get("claude_config_dir")
         if env:
             roots = [Path(p).expanduser() for p in env.split(",") if p.strip()]
         else:

@@ -36,13 +36,13 @@ the session id, the line timestamp, the name and the payload.
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from typing import Any, ClassVar
 
 import orjson
 
+from traceflow import config
 from traceflow.importers.base import FileContext, iter_lines
 from traceflow.rows import LineError, Parsed, Row, as_int, iso_micros, stable_id
 
@@ -121,7 +121,7 @@ class CodexImporter:
     whole_file: ClassVar[bool] = False
 
     def default_paths(self) -> list[Path]:
-        home = Path(os.environ.get("CODEX_HOME") or Path.home() / ".codex").expanduser()
+        home = Path(config.get("codex_home") or Path.home() / ".codex").expanduser()
         return [p for p in (home / "sessions", home / "archived_sessions") if p.is_dir()]
 
     def discover(self, root: Path) -> list[Path]:

@@ -33,13 +33,13 @@ Decisions where the sources are silent:
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 import orjson
 
+from traceflow import config
 from traceflow.importers.base import FileContext, iter_lines
 from traceflow.rows import LineError, Parsed, Row, as_int, iso_micros, stable_id
 
@@ -152,7 +152,7 @@ class GeminiImporter:
     whole_file: ClassVar[bool] = True
 
     def default_paths(self) -> list[Path]:
-        home = Path(os.environ.get("GEMINI_DIR") or Path.home() / ".gemini").expanduser()
+        home = Path(config.get("gemini_dir") or Path.home() / ".gemini").expanduser()
         tmp = home / "tmp"
         return [tmp] if tmp.is_dir() else []
 

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from traceflow import config
 from traceflow.errors import LakeError
 from traceflow.schema import LAKE_VERSION, REQUESTS, TABLES, Table, polars_type
 
@@ -253,7 +254,7 @@ class Lake:
         con = duckdb.connect(":memory:")
         con.execute("SET TimeZone = 'UTC'")
         con.execute(f"SET temp_directory = '{self.base / '_tmp'}'")  # spills stay in the data dir
-        limit = os.environ.get("TRACEFLOW_MEMORY_LIMIT")
+        limit = config.get("memory_limit")
         if limit:
             con.execute("SET memory_limit = ?", [limit])
         names = list(tables or TABLES)

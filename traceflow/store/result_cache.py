@@ -51,7 +51,7 @@ try:  # _blake2 is builtin; hashlib would load OpenSSL first (~5 ms)
 except ImportError:  # pragma: no cover
     from hashlib import blake2b
 
-from traceflow import __version__
+from traceflow import __version__, config
 
 CACHE_ENV = "TRACEFLOW_CACHE"
 #: Read-only commands whose successful output is cached.
@@ -90,8 +90,7 @@ _MAGIC = b"TFRC1"
 
 def enabled(environ: dict[str, str] | os._Environ[str] | None = None) -> bool:
     """False when ``TRACEFLOW_CACHE`` is ``0``/``false``/``no``/``off``."""
-    env = os.environ if environ is None else environ
-    return env.get(CACHE_ENV, "").strip().lower() not in ("0", "false", "no", "off")
+    return (config.get("cache", environ) or "").strip().lower() not in ("0", "false", "no", "off")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -321,9 +320,7 @@ def plan(argv: list[str], environ: dict[str, str] | os._Environ[str] | None = No
         if not texts:
             return None  # no packaged query named: the CLI reports it
         texts += words
-    from traceflow.config import resolve_data_dir
-
-    data_dir = os.path.abspath(resolve_data_dir(data))
+    data_dir = os.path.abspath(config.resolve_data_dir(data))
     h = blake2b(digest_size=16)
     h.update(f"{__version__}\0{sys.version}\0{os.getcwd()}\0{data_dir}\n".encode())
     h.update("\0".join(args).encode("utf-8", "surrogateescape") + b"\n")

@@ -1,0 +1,185 @@
+"""The commands that fill, query and keep the lake: ``import``, ``mix``, ``sql``, ``compact``,
+``snapshot`` (and ``version``). Each parses its options, calls one library function and prints.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from traceflow import __version__
+from traceflow.cli.options import DataOpt, FormatOpt, check_format, open_lake, with_selection
+from traceflow.errors import UsageError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from traceflow.store.selection import Selection
+
+
+class _Progress:
+    """A one-line progress bar on a terminal's stderr; silent when piped."""
+
+    def __init__(self, label: str, enabled: bool) -> None:
+        self.label = label
+        self.enabled = enabled and sys.stderr.isatty()
+        self.last = 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if not self.enabled or (now - self.last < 0.1 and done < total):
+            return
+        self.last = now
+        frac = done / total if total else 1.0
+        bar = "#" * int(frac * 30)
+        sys.stderr.write(f"\r{self.label} [{bar:<30}] {frac:6.1%} {done / 1e6:,.1f}/{total / 1e6:,.1f} MB")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\n")
+
+
+def import_(
+    source: Annotated[
+        str,
+        typer.Argument(
+            help="claude-code, codex, gemini, otlp-json, mooncake, azure, kvcache-tester, bailian, burstgpt."
+        ),
+    ],
+    paths: Annotated[
+        list[Path] | None, typer.Argument(help="Files or directories (default: the agent's own log folder).")
+    ] = None,
+    data: DataOpt = None,
+    fmt: FormatOpt = "table",
+    jobs: Annotated[
+        int | None, typer.Option(help="Worker processes for large imports (default: CPUs).")
+    ] = None,
+) -> None:
+    """Import agent logs or trace files into the lake; files already imported add nothing."""
+    from traceflow import importers
+    from traceflow.importers.run import run_import
+    from traceflow.output import to_json
+
+    check_format(fmt)
+    importer = importers.get(source)
+    lake = open_lake(data)
+    progress = _Progress(f"importing {source}", enabled=fmt != "json")
+    if not paths and not importer.default_paths():
+        typer.echo(
+            f"traceflow: no {source} logs found in the default location; pass a PATH "
+            "(see `traceflow import --help` and the README's table of sources)",
+            err=True,
+        )
+    try:
+        summary = run_import(lake, importer, paths or None, progress=progress, jobs=jobs)
+    finally:
+        progress.close()
+    for err in summary.errors:
+        typer.echo(f"skipped {err}", err=True)
+    if summary.skipped > len(summary.errors):
+        typer.echo(f"... and {summary.skipped - len(summary.errors)} more skipped records", err=True)
+    if fmt == "json":
+        typer.echo(to_json(summary.as_dict()))
+    else:
+        typer.echo(str(summary))
+    if summary.skipped:
+        raise typer.Exit(3)
+
+
+@with_selection
+def mix(
+    by: Annotated[
+        list[str] | None,
+        typer.Option("--by", help="Group by agent, model, session, day, user or source (repeatable)."),
+    ] = None,
+    *,
+    selection: Selection,
+    data: DataOpt = None,
+    fmt: FormatOpt = "table",
+) -> None:
+    """The token mix: cold input, cache read, cache write and output, their shares and the reuse ratio."""
+    from traceflow.analysis.mix import token_mix_rows
+    from traceflow.output import render
+
+    check_format(fmt)
+    groups = [g for item in (by or []) for g in item.split(",") if g]
+    con = open_lake(data).connect(["requests"])
+    result = token_mix_rows(con, selection, groups)
+    typer.echo(render(result, fmt, single=not groups))
+
+
+def sql(
+    query: Annotated[str | None, typer.Argument(help="A SELECT over the views.")] = None,
+    file: Annotated[Path | None, typer.Option("--file", help="Read the query from this .sql file.")] = None,
+    data: DataOpt = None,
+    fmt: FormatOpt = "table",
+) -> None:
+    """Run read-only SQL over the views: requests, events, metric_points, spans."""
+    from traceflow.output import render
+    from traceflow.store.user_sql import run_sql
+
+    check_format(fmt)
+    if (query is None) == (file is None):
+        raise UsageError('give either a query ("SELECT ...") or --file q.sql, not both or neither')
+    text = query if query is not None else file.read_text()  # type: ignore[union-attr]
+    frame = run_sql(open_lake(data), text)
+    typer.echo(render(frame, fmt))
+
+
+def compact(
+    data: DataOpt = None,
+    fmt: FormatOpt = "table",
+) -> None:
+    """Merge each partition's small files into one deduplicated file; store the derived views."""
+    import polars as pl
+
+    from traceflow.output import render
+    from traceflow.schema import TABLES
+    from traceflow.store.lake import DERIVED
+
+    check_format(fmt)
+    lake = open_lake(data)
+    rows = []
+    derived_before = {v: len(lake.fresh_derived(v) or []) for v in DERIVED}
+    for table in TABLES:
+        before, after = lake.compact(table)
+        rows.append({"table": table, "files_before": before, "files_after": after})
+    # compacting requests also stores the views derived from them (steps, rollup), see Lake
+    for view, before in derived_before.items():
+        rows.append(
+            {"table": view, "files_before": before, "files_after": len(lake.fresh_derived(view) or [])}
+        )
+    lake.clean_staging()
+    typer.echo(render(pl.DataFrame(rows), fmt))
+
+
+def snapshot(
+    out: Annotated[Path, typer.Argument(help="The .duckdb file to write (replaced if it exists).")],
+    data: DataOpt = None,
+) -> None:
+    """Write a standalone DuckDB file with one table per view, for other tools."""
+    from traceflow.store.user_sql import snapshot as write_snapshot
+
+    counts = write_snapshot(open_lake(data), out)
+    typer.echo(f"wrote {out}: " + ", ".join(f"{n} {t}" for t, n in counts.items()))
+
+
+def version() -> None:
+    """Print traceflow's version."""
+    typer.echo(__version__)
+
+
+#: The commands of this module, by name (registered by :mod:`traceflow.cli.app`).
+COMMANDS: dict[str, Callable[..., Any]] = {
+    "import": import_,
+    "mix": mix,
+    "sql": sql,
+    "compact": compact,
+    "snapshot": snapshot,
+    "version": version,
+}

@@ -1,0 +1,132 @@
+"""The options many commands share, declared once: ``--data``, ``--format`` and the seven selection
+options (:func:`with_selection`), plus the helpers that turn them into library objects.
+
+Command modules import this module, never :mod:`traceflow.cli.app`. Nothing heavy is imported here:
+``traceflow --help`` builds every command's options.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+
+import typer
+
+from traceflow.config import data_dir
+from traceflow.errors import UsageError
+from traceflow.output import FORMATS
+
+if TYPE_CHECKING:
+    from traceflow.store.lake import Lake
+    from traceflow.store.selection import Selection
+
+DataOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--data",
+        help="Data directory (default: $TRACEFLOW_DATA, else ~/.local/share/traceflow).",
+        show_default=False,
+    ),
+]
+FormatOpt = Annotated[str, typer.Option("--format", "-f", help="table, json, csv or markdown.")]
+SinceOpt = Annotated[
+    str | None, typer.Option(help="Only requests at or after this time (2026-08-01, 2026-08-01T12:00Z, 7d).")
+]
+UntilOpt = Annotated[str | None, typer.Option(help="Only requests before this time.")]
+AgentOpt = Annotated[list[str] | None, typer.Option("--agent", help="Only this agent (repeatable).")]
+ModelOpt = Annotated[list[str] | None, typer.Option("--model", help="Only this model (repeatable).")]
+SessionOpt = Annotated[
+    list[str] | None, typer.Option("--session", help="Only this session, sub-agents included (repeatable).")
+]
+UserOpt = Annotated[list[str] | None, typer.Option("--user", help="Only this user id (repeatable).")]
+SourceOpt = Annotated[
+    list[str] | None, typer.Option("--source", help="Only rows from this source, e.g. otlp (repeatable).")
+]
+
+#: The selection options, in the order ``--help`` shows them.
+SELECTION_OPTIONS: tuple[tuple[str, Any], ...] = (
+    ("since", SinceOpt),
+    ("until", UntilOpt),
+    ("agent", AgentOpt),
+    ("model", ModelOpt),
+    ("session", SessionOpt),
+    ("user", UserOpt),
+    ("source", SourceOpt),
+)
+
+
+def check_format(fmt: str) -> str:
+    """``fmt`` if it is one of :data:`FORMATS`, else a usage error."""
+    if fmt not in FORMATS:
+        raise UsageError(f"--format {fmt!r} is not one of: {', '.join(FORMATS)}")
+    return fmt
+
+
+def open_lake(data: Path | None) -> Lake:
+    """The lake in ``--data``, else ``$TRACEFLOW_DATA``, else the XDG data dir."""
+    from traceflow.store.lake import Lake
+
+    return Lake(data_dir(data))
+
+
+def build_selection(
+    since: str | None = None,
+    until: str | None = None,
+    agent: list[str] | None = None,
+    model: list[str] | None = None,
+    session: list[str] | None = None,
+    user: list[str] | None = None,
+    source: list[str] | None = None,
+) -> Selection:
+    """The :class:`Selection` the seven selection options describe."""
+    from traceflow.store.selection import Selection, parse_time
+
+    return Selection(
+        since=parse_time(since, "--since") if since else None,
+        until=parse_time(until, "--until") if until else None,
+        agents=tuple(agent or ()),
+        models=tuple(model or ()),
+        sessions=tuple(session or ()),
+        users=tuple(user or ()),
+        sources=tuple(source or ()),
+    )
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def with_selection(command: F) -> F:
+    """Give ``command`` the seven selection options in place of its ``selection`` parameter.
+
+    ``command`` declares ``selection: Selection`` (keyword-only) where the options belong in
+    ``--help``; typer sees ``--since``, ``--until``, ``--agent``, ``--model``, ``--session``,
+    ``--user`` and ``--source`` there instead, and the command receives one :class:`Selection`.
+    """
+    sig = inspect.signature(command)
+    if "selection" not in sig.parameters:
+        raise TypeError(f"{command.__name__} has no `selection` parameter")
+    namespace = command.__globals__
+    params: list[inspect.Parameter] = []
+    for p in sig.parameters.values():
+        if p.name == "selection":
+            params += [
+                inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation)
+                for name, annotation in SELECTION_OPTIONS
+            ]
+        else:
+            annotation = eval(p.annotation, namespace) if isinstance(p.annotation, str) else p.annotation
+            params.append(p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=annotation))
+    names = [name for name, _ in SELECTION_OPTIONS]
+
+    @functools.wraps(command)
+    def wrapper(**kwargs: Any) -> Any:
+        chosen = build_selection(**{name: kwargs.pop(name) for name in names})
+        return command(selection=chosen, **kwargs)
+
+    del wrapper.__wrapped__  # typer must see the signature below, not the command's
+    wrapper.__signature__ = sig.replace(parameters=params, return_annotation=None)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in params}
+    return wrapper  # type: ignore[return-value]

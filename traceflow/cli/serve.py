@@ -1,0 +1,130 @@
+"""``traceflow serve``: the OTLP collector (:func:`traceflow.collectors.server.run_server`).
+
+Each setting comes from its flag, else its environment variable (:mod:`traceflow.config`), else the
+default in :mod:`traceflow.collectors.settings`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from traceflow import config
+from traceflow.cli.options import DataOpt
+from traceflow.collectors import settings as s
+from traceflow.errors import UsageError
+from traceflow.units import parse_size
+
+T = TypeVar("T")
+
+
+def _setting(flag: T | None, name: str, default: T, parse: Callable[[str], T]) -> T:
+    """``flag``, else the setting's environment variable parsed, else ``default``."""
+    if flag is not None:
+        return flag
+    value = config.get(name)
+    if value is None:
+        return default
+    env = next(x.env for x in config.SETTINGS if x.name == name)
+    try:
+        return parse(value)
+    except ValueError as e:
+        raise UsageError(f"${env}={value!r}: {e}") from None
+
+
+def _size(value: str, option: str) -> int:
+    return int(parse_size(value, option))
+
+
+def serve(
+    host: Annotated[
+        str | None,
+        typer.Option(
+            help="Address to bind; anything but loopback requires --token.",
+            show_default=f"$TRACEFLOW_HOST, else {s.DEFAULT_HOST}",
+        ),
+    ] = None,
+    http_port: Annotated[
+        int | None,
+        typer.Option(
+            help="OTLP/HTTP port (0 picks a free one, -1 turns it off).",
+            show_default=f"$TRACEFLOW_HTTP_PORT, else {s.DEFAULT_HTTP_PORT}",
+        ),
+    ] = None,
+    grpc_port: Annotated[
+        int | None,
+        typer.Option(
+            help="OTLP/gRPC port (0 picks a free one, -1 turns it off).",
+            show_default=f"$TRACEFLOW_GRPC_PORT, else {s.DEFAULT_GRPC_PORT}",
+        ),
+    ] = None,
+    data: DataOpt = None,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            help="Bearer token clients must send (Authorization header).", show_default="$TRACEFLOW_TOKEN"
+        ),
+    ] = None,
+    tls_cert: Annotated[
+        Path | None,
+        typer.Option(
+            help="PEM certificate: serve both transports over TLS.", show_default="$TRACEFLOW_TLS_CERT"
+        ),
+    ] = None,
+    tls_key: Annotated[
+        Path | None,
+        typer.Option(help="PEM private key for --tls-cert.", show_default="$TRACEFLOW_TLS_KEY"),
+    ] = None,
+    keep_content: Annotated[
+        bool,
+        typer.Option(help="Store prompt, response and tool text the agents attach (dropped by default)."),
+    ] = False,
+    max_body_bytes: Annotated[
+        str,
+        typer.Option(help="Largest request body, after decompression (larger: HTTP 413): 64MiB, 100MB."),
+    ] = f"{s.DEFAULT_MAX_BODY_BYTES >> 20}MiB",
+    max_inflight_bytes: Annotated[
+        str,
+        typer.Option(help="Bytes being received at once (more: 503 with Retry-After)."),
+    ] = f"{s.DEFAULT_MAX_INFLIGHT_BYTES >> 20}MiB",
+    max_backlog_bytes: Annotated[
+        str,
+        typer.Option(help="Write-ahead log not yet sealed into the lake (more: 503)."),
+    ] = f"{s.DEFAULT_MAX_BACKLOG_BYTES >> 30}GiB",
+    summary_interval: Annotated[
+        float, typer.Option(help="Seconds between one-line summaries.")
+    ] = s.DEFAULT_SUMMARY_INTERVAL_S,
+    roll_interval: Annotated[
+        float, typer.Option(hidden=True, help="Seconds between WAL segment rolls (tests).")
+    ] = s.DEFAULT_ROLL_INTERVAL_S,
+) -> None:
+    """Receive OTLP logs, metrics and traces over HTTP (4318) and gRPC (4317) into the lake."""
+    from traceflow.collectors.server import run_server
+
+    tls_cert = _setting(tls_cert, "tls_cert", None, Path)
+    tls_key = _setting(tls_key, "tls_key", None, Path)
+    if (tls_cert is None) != (tls_key is None):
+        raise UsageError("give --tls-cert and --tls-key together")
+    code = run_server(
+        data=config.data_dir(data),
+        host=_setting(host, "host", s.DEFAULT_HOST, str),
+        http_port=_setting(http_port, "http_port", s.DEFAULT_HTTP_PORT, int),
+        grpc_port=_setting(grpc_port, "grpc_port", s.DEFAULT_GRPC_PORT, int),
+        token=_setting(token, "token", None, str),
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        keep_content=keep_content,
+        max_body_bytes=_size(max_body_bytes, "--max-body-bytes"),
+        max_inflight_bytes=_size(max_inflight_bytes, "--max-inflight-bytes"),
+        max_backlog_bytes=_size(max_backlog_bytes, "--max-backlog-bytes"),
+        summary_interval_s=summary_interval,
+        roll_interval_s=roll_interval,
+    )
+    raise typer.Exit(code)
+
+
+#: The commands of this module, by name (registered by :mod:`traceflow.cli.app`).
+COMMANDS: dict[str, Callable[..., Any]] = {"serve": serve}
