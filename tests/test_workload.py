@@ -1,5 +1,5 @@
 """Workload profiles: fit, generate, the agentic-coding preset, and ``synth --send``
-(traceflow.replay.workload, traceflow.replay.loadgen)."""
+(traceflow.replay.workload, .fit, .synth, .synth_trace, .loadgen)."""
 
 from __future__ import annotations
 
@@ -17,17 +17,11 @@ import polars as pl
 import pytest
 
 import traceflow.cli.replay  # noqa: F401  (registers export/fit/synth on the app)
-from traceflow.replay.prefix import load_requests
-from traceflow.replay.workload import (
-    fit,
-    fit_mixture,
-    generate,
-    preset,
-    profile_medians,
-    sample,
-    validate_profile,
-    write_lake,
-)
+from traceflow.replay.fit import fit, fit_mixture
+from traceflow.replay.requests import load_requests
+from traceflow.replay.synth import generate, preset
+from traceflow.replay.synth_trace import write_lake
+from traceflow.replay.workload import profile_medians, sample, validate_profile
 from traceflow.store.lake import Lake
 
 

@@ -371,7 +371,7 @@ def demo(
     import datetime as dt
 
     from traceflow.dashboards.render import javascript_bundle, write_report
-    from traceflow.replay.workload import generate, preset
+    from traceflow.replay.synth import generate, preset
     from traceflow.store.lake import Lake
     from traceflow.store.selection import Selection
 
