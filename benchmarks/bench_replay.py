@@ -49,7 +49,7 @@ def _usage() -> dict[str, float]:
 
 
 def _trace(requests: int) -> Any:
-    from traceflow.replay.workload import generate, preset
+    from traceflow.replay.synth import generate, preset
 
     # a slightly higher rate, then the first `requests` in time order
     rate = requests / PRESET_REQUESTS_PER_RATE * 1.05
@@ -63,7 +63,7 @@ def stage(name: str, args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     out: dict[str, Any] = {"stage": name}
     if name in ("synth-lake", "gen-export-lake"):
-        from traceflow.replay.workload import write_lake
+        from traceflow.replay.synth_trace import write_lake
 
         n = args.synth_requests if name == "synth-lake" else args.export_requests
         trace = _trace(n)

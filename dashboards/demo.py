@@ -237,7 +237,7 @@ def run_demo(
     """
     from traceflow.analysis.mix import token_mix_rows
     from traceflow.dashboards.render import javascript_bundle, write_report
-    from traceflow.replay.workload import generate, preset
+    from traceflow.replay.synth import generate, preset
     from traceflow.store.lake import Lake
     from traceflow.store.selection import Selection
 

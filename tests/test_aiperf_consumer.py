@@ -31,7 +31,8 @@ from typing import Any
 import pytest
 
 from traceflow.replay.export import export
-from traceflow.replay.workload import generate, preset, write_lake
+from traceflow.replay.synth import generate, preset
+from traceflow.replay.synth_trace import write_lake
 from traceflow.store.lake import Lake
 
 

@@ -141,7 +141,7 @@ def test_html_document_is_self_contained() -> None:
 
 
 def test_report_data_and_files_from_a_lake(tmp_path: Path) -> None:
-    from traceflow.replay.workload import generate, preset
+    from traceflow.replay.synth import generate, preset
     from traceflow.store.lake import Lake
 
     lake = Lake(tmp_path / "data")
@@ -175,7 +175,7 @@ def test_dashboard_serves_the_report_and_rebuilds_it_on_new_data(tmp_path: Path)
     import httpx
 
     from traceflow.dashboards.live import dashboard_app
-    from traceflow.replay.workload import generate, preset
+    from traceflow.replay.synth import generate, preset
     from traceflow.store.lake import Lake
 
     lake = Lake(tmp_path / "data")

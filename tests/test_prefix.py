@@ -21,7 +21,9 @@ from hypothesis import strategies as st
 
 from traceflow.importers import get
 from traceflow.importers.run import run_import
-from traceflow.replay.prefix import PrefixOptions, check_hash_ids, derive, load_requests
+from traceflow.replay.hash_ids import check_hash_ids
+from traceflow.replay.prefix import PrefixOptions, derive
+from traceflow.replay.requests import load_requests
 from traceflow.store.lake import Lake
 
 US = 1_000_000

@@ -19,8 +19,10 @@ import pytest
 from traceflow.importers import get
 from traceflow.importers.run import run_import
 from traceflow.replay.export import export, manifest_path
-from traceflow.replay.prefix import check_hash_ids, load_requests
-from traceflow.replay.workload import generate, preset, write_lake
+from traceflow.replay.hash_ids import check_hash_ids
+from traceflow.replay.requests import load_requests
+from traceflow.replay.synth import generate, preset
+from traceflow.replay.synth_trace import write_lake
 from traceflow.store.lake import Lake
 
 

@@ -39,7 +39,7 @@ def _lake(tmp_path: Path) -> Lake:
     """A small agentic-coding lake, with a time to first token so the optional TTFT chart shows too."""
     import polars as pl
 
-    from traceflow.replay.workload import generate, preset
+    from traceflow.replay.synth import generate, preset
 
     trace = generate(preset("agentic-coding"), 900, seed=7)
     frame = trace.lake_frame().with_columns(

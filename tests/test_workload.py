@@ -1,5 +1,5 @@
 """Workload profiles: fit, generate, the agentic-coding preset, and ``synth --send``
-(traceflow.replay.workload, traceflow.replay.loadgen)."""
+(traceflow.replay.workload, .fit, .synth, .synth_trace, .loadgen)."""
 
 from __future__ import annotations
 
@@ -16,17 +16,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-from traceflow.replay.prefix import load_requests
-from traceflow.replay.workload import (
-    fit,
-    fit_mixture,
-    generate,
-    preset,
-    profile_medians,
-    sample,
-    validate_profile,
-    write_lake,
-)
+from traceflow.replay.fit import fit, fit_mixture
+from traceflow.replay.requests import load_requests
+from traceflow.replay.synth import generate, preset
+from traceflow.replay.synth_trace import write_lake
+from traceflow.replay.workload import profile_medians, sample, validate_profile
 from traceflow.store.lake import Lake
 
 

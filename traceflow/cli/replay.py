@@ -122,8 +122,8 @@ def fit(
     fmt: FormatOpt = "table",
 ) -> None:
     """Fit a workload profile (arrivals, turns, appended/output tokens, think time, pauses, context cap)."""
+    from traceflow.replay.fit import fit as fit_profile
     from traceflow.replay.workload import dump_profile
-    from traceflow.replay.workload import fit as fit_profile
 
     check_format(fmt)
     con = open_lake(data).connect(["requests"])
@@ -243,14 +243,15 @@ def synth(
         check_export_format(export_fmt)
 
     if captured:
-        from traceflow.replay.prefix import load_requests
+        from traceflow.replay.requests import load_requests
 
         frame = load_requests(open_lake(data).connect(["requests"]), selection, limit=limit)
         _send(frame, send, protocol, speedup, no_wait, header, fmt)  # type: ignore[arg-type]
         return
 
-    from traceflow.replay.workload import generate, load_profile
-    from traceflow.replay.workload import preset as builtin
+    from traceflow.replay.synth import generate
+    from traceflow.replay.synth import preset as builtin
+    from traceflow.replay.workload import load_profile
 
     prof = load_profile(profile) if profile is not None else builtin(preset or "agentic-coding")
     start_us = 0
@@ -292,7 +293,7 @@ def synth(
         )
         _echo({**summary, **_export_summary(manifest, output)}, fmt)
         return
-    from traceflow.replay.workload import write_lake
+    from traceflow.replay.synth_trace import write_lake
 
     lake = open_lake(data)
     written = write_lake(trace, lake)
