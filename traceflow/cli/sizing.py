@@ -244,6 +244,14 @@ def simulate(
     per_minute: Annotated[
         bool, typer.Option("--per-minute", help="Print the results over time (table).")
     ] = False,
+    serving: Annotated[
+        str | None,
+        typer.Option(
+            "--serving",
+            help="Serve the workload on a box (preset rtx-pro-6000x4[+dram|+flash] or a JSON/TOML file): "
+            "batching, queueing, loads; needs --workload agentic-coding.",
+        ),
+    ] = None,
     *,
     selection: Selection,
     data: DataOpt = None,
@@ -258,6 +266,9 @@ def simulate(
     from traceflow.units import parse_duration
 
     check_format(fmt)
+    if serving is not None:
+        _serve(serving, workload, trace, tier, duration, seed, block_size, bucket, per_minute, fmt)
+        return
     name, kv = _kv(kv_model, config, dtype, selection.models, mtp, swa_uncapped)
     if trace is not None and workload is not None:
         raise UsageError("give --trace FILE or --workload NAME, not both")
@@ -298,6 +309,49 @@ def simulate(
         parts.append(render(_table(report["per_minute"]), fmt))
     if sweep:
         parts.append(render(_table(report["sweep"]), fmt))
+    typer.echo("\n\n".join(parts))
+
+
+def _serve(
+    serving: str,
+    workload: str | None,
+    trace: Path | None,
+    tier: list[str] | None,
+    duration: str,
+    seed: int,
+    block_size: int,
+    bucket: str,
+    per_minute: bool,
+    fmt: str,
+) -> None:
+    """``simulate --serving``: the closed-loop workload on a serving box (:mod:`traceflow.kv.scheduler`)."""
+    from traceflow.kv.scheduler import run
+    from traceflow.kv.serving import load_serving
+    from traceflow.kv.synthetic import agentic_coding_turns
+    from traceflow.output import render, to_json
+    from traceflow.units import parse_duration
+
+    if trace is not None or workload not in (None, "agentic-coding"):
+        raise UsageError("--serving replays sessions with their answers: use --workload agentic-coding")
+    if tier:
+        raise UsageError('--serving takes its tiers from the box spec (its "tiers" list), not --tier')
+    spec = load_serving(serving)
+    turns = agentic_coding_turns(parse_duration(duration, "--duration"), seed, block_size=block_size)
+    report = run(spec, turns, parse_duration(bucket, "--bucket"))
+    if fmt == "json":
+        typer.echo(to_json(report))
+        return
+    parts = [
+        render(_kv_rows(report["serving"]), fmt),
+        render(_kv_rows(report), fmt),
+        render(_table(report["tiers"]), fmt),
+    ]
+    if report.get("worst_resumed"):
+        parts.append(
+            render(_kv_rows({f"worst_resumed.{k}": v for k, v in report["worst_resumed"].items()}), fmt)
+        )
+    if per_minute:
+        parts.append(render(_table(report["per_minute"]), fmt))
     typer.echo("\n\n".join(parts))
 
 

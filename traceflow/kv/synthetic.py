@@ -5,13 +5,40 @@ What ``traceflow simulate --workload agentic-coding`` replays; pure (numpy's see
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
+import numpy.typing as npt
 
 from traceflow.errors import UsageError
 from traceflow.kv.trace import F64, I64, BlockTrace
 
 
+@dataclass(frozen=True, eq=False)
+class SessionTurns:
+    """The block trace plus what a closed-loop replay needs, per request (aligned with the trace)."""
+
+    trace: BlockTrace
+    output_tokens: I64  # the answer's length
+    think_s: F64  # think/tool time after the answer, before the session's next request (pause included)
+    resumed: npt.NDArray[np.bool_]  # the first request after a cohort pause
+    session: I64  # session index
+
+
 def agentic_coding_trace(
+    duration_s: float = 3_600.0,
+    seed: int = 0,
+    **kw: Any,
+) -> BlockTrace:
+    """The reference agentic-coding workload (DESIGN §4) as a seeded block trace.
+
+    Keywords and semantics: :func:`agentic_coding_turns`.
+    """
+    return agentic_coding_turns(duration_s, seed, **kw).trace
+
+
+def agentic_coding_turns(
     duration_s: float = 3_600.0,
     seed: int = 0,
     *,
@@ -26,8 +53,8 @@ def agentic_coding_trace(
     pause_s: tuple[float, float] = (840.0, 960.0),
     pause_after_turns: tuple[int, int] = (18, 22),
     compacted_tokens: tuple[int, int] = (4_000, 8_000),
-) -> BlockTrace:
-    """The reference agentic-coding workload (DESIGN §4) as a seeded block trace.
+) -> SessionTurns:
+    """The reference agentic-coding workload (DESIGN §4) as a seeded block trace, with each turn's answer.
 
     Sessions arrive as a Poisson process (``sessions_per_min``); each turn appends a tool result of
     250–600 tokens (15 %: a file read of 1,500–3,500) and the model answers 40–200 tokens (15 %: a
@@ -48,6 +75,9 @@ def agentic_coding_trace(
     req_ctx: list[I64] = []
     req_chain: list[I64] = []
     req_session: list[I64] = []
+    req_out: list[I64] = []
+    req_think: list[F64] = []
+    req_resumed: list[npt.NDArray[np.bool_]] = []
     chain_base: list[int] = []
     next_block = sys_blocks
     for s in range(n_sessions):
@@ -59,10 +89,13 @@ def agentic_coding_trace(
         out = np.where(big_out, rng.integers(400, 901, m), rng.integers(40, 201, m))
         out = np.maximum(out + rng.integers(-100, 101, m), 1)
         gaps = out / decode_tok_s + rng.exponential(think_s, m)
+        resumed = np.zeros(m, dtype=np.bool_)
         if rng.random() < cohort_share:
             k = int(rng.integers(pause_after_turns[0], pause_after_turns[1] + 1))
             if k < m:
                 gaps[k] += rng.uniform(*pause_s)
+                if k + 1 < m:
+                    resumed[k + 1] = True
         times = arrivals[s] + np.concatenate(([0.0], np.cumsum(gaps[:-1])))
         keep = int(np.searchsorted(times, duration_s))
         if keep == 0:
@@ -87,6 +120,9 @@ def agentic_coding_trace(
         req_ctx.append(ctx)
         req_chain.append(chains)
         req_session.append(np.full(keep, s, dtype=np.int64))
+        req_out.append(out[:keep].astype(np.int64))
+        req_think.append((gaps - out / decode_tok_s)[:keep])
+        req_resumed.append(resumed[:keep])
     if not req_time:
         raise UsageError("no session arrived; use a longer duration or a higher rate")
     time = np.concatenate(req_time)
@@ -95,6 +131,9 @@ def agentic_coding_trace(
     sess = np.concatenate(req_session)
     order = np.argsort(time, kind="stable")
     time, ctxs, chain_ids, sess = time[order], ctxs[order], chain_ids[order], sess[order]
+    outs = np.concatenate(req_out)[order]
+    thinks = np.concatenate(req_think)[order]
+    resumes = np.concatenate(req_resumed)[order]
     bases = np.asarray(chain_base, dtype=np.int64)[chain_ids]
     nfull = ctxs // block_size
     partial = (ctxs % block_size > 0).astype(np.int64)
@@ -106,7 +145,7 @@ def agentic_coding_trace(
     is_partial = local == nfull[req]
     blocks = np.where(is_partial, next_block + req, blocks)
     names = tuple(f"s{int(x)}" for x in sess)
-    return BlockTrace(
+    trace = BlockTrace(
         time - float(time[0]) if len(time) else time,
         ctxs,
         offsets,
@@ -114,3 +153,4 @@ def agentic_coding_trace(
         block_size,
         names,
     )
+    return SessionTurns(trace, outs, thinks, resumes, sess)

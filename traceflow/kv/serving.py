@@ -1,0 +1,316 @@
+"""A serving box for ``traceflow simulate --serving``: GPUs, the model, the scheduler's limits, offload tiers.
+
+Pure but for :func:`load_serving` (reads a JSON or TOML file). Every number is either from a published
+specification, an ASSUMPTION named as such, or one of the two calibrated effective rates
+(``prefill_flops_per_gpu``, ``kv_load_bytes_per_s_per_gpu``); :mod:`traceflow.kv.scheduler` runs it.
+
+VRAM for KV is computed, not guessed (vLLM's accounting)::
+
+    kv_bytes_per_gpu = gpu_memory × memory_utilization − weights / gpus − activation_reserve
+    kv_bytes         = gpus × kv_bytes_per_gpu            (tensor parallelism shards the KV heads)
+
+File format (JSON or TOML; sizes and bandwidths as numbers of bytes or strings such as ``"96GiB"``,
+``"114GB/s"``; a ``preset`` key starts from a shipped preset and overrides what the file gives)::
+
+    {"preset": "rtx-pro-6000x4",                       # optional
+     "gpus": 4, "gpu_memory": "96GiB", "hbm_bandwidth": "1792GB/s", "gpu_peak_flops": 1.0e15,
+     "memory_utilization": 0.9, "activation_reserve": "4GiB",
+     "model": "MiniMax-M2", "kv_dtype": "fp8", "total_params": 229e9, "active_params": 10e9,
+     "experts": 256, "experts_per_token": 8, "weight_bytes_per_param": 1,
+     "max_num_batched_tokens": 8192, "max_num_seqs": 256,
+     "prefill_flops_per_gpu": 1.45e14, "kv_load_bandwidth_per_gpu": "1.6GB/s",
+     "tiers": [{"name": "dram", "kind": "dram", "capacity": "512GB"},
+               {"name": "flash", "kind": "ssd", "capacity": "51.2TB", "read": "114GB/s",
+                "write": "57GB/s", "staging": "64GB"}]}
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from traceflow.errors import UsageError
+from traceflow.kv.geometry import KVSize
+from traceflow.kv.models import find_model
+from traceflow.units import parse_bandwidth, parse_size
+
+
+@dataclass(frozen=True)
+class OffloadTier:
+    """A KV offload tier below the GPUs (LMCache-style, write-through, LRU).
+
+    ``read`` / ``write``: the medium's bandwidth (bytes/s, ``inf`` = not the bottleneck; reads then
+    run at the box's KV load rate). ``staging``: RAM that buffers writes to a slow medium; a store that
+    would overflow it is dropped, as LMCache skips a store it cannot buffer.
+    """
+
+    name: str
+    kind: str
+    capacity_bytes: float
+    read_bytes_per_s: float = math.inf
+    write_bytes_per_s: float = math.inf
+    staging_bytes: float = math.inf
+
+
+@dataclass(frozen=True)
+class ServingSpec:
+    """GPUs, model, scheduler limits, offload tiers and the two calibrated rates."""
+
+    name: str = "custom"
+    gpus: int = 4
+    gpu_memory_bytes: float = 96 * 2**30
+    hbm_bytes_per_s: float = 1.792e12
+    gpu_peak_flops: float = 1.0e15
+    memory_utilization: float = 0.9
+    activation_reserve_bytes: float = 4 * 2**30
+    model: str = "MiniMax-M2"
+    kv_dtype: str = "fp8"
+    total_params: float = 229e9
+    active_params: float = 10e9
+    experts: int = 256
+    experts_per_token: int = 8
+    weight_bytes_per_param: float = 1.0
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    step_overhead_s: float = 0.0
+    # calibrated effective rates (README, "Worked example: the published box")
+    prefill_flops_per_gpu: float = 2.0e14
+    kv_load_bytes_per_s_per_gpu: float = 2.0e9
+    tiers: tuple[OffloadTier, ...] = field(default_factory=tuple)
+    calibration: str = ""
+
+    # --------------------------------------------------------------------------------- derived
+    def kv(self) -> KVSize:
+        return find_model(self.model).kv(self.kv_dtype)
+
+    @property
+    def weight_bytes(self) -> float:
+        return self.total_params * self.weight_bytes_per_param
+
+    @property
+    def kv_bytes_per_gpu(self) -> float:
+        """``gpu_memory × memory_utilization − weights / gpus − activation_reserve``.
+
+        >>> f"{ServingSpec().kv_bytes_per_gpu / 1e9:.2f}"
+        '31.23'
+        """
+        return (
+            self.gpu_memory_bytes * self.memory_utilization
+            - self.weight_bytes / self.gpus
+            - self.activation_reserve_bytes
+        )
+
+    @property
+    def kv_bytes(self) -> float:
+        return self.gpus * self.kv_bytes_per_gpu
+
+    @property
+    def expert_params(self) -> float:
+        """Parameters in routed experts: ``dense + E = total`` and ``dense + E·k/experts = active``."""
+        if self.experts <= 0 or self.experts_per_token >= self.experts:
+            return 0.0
+        share = self.experts_per_token / self.experts
+        return (self.total_params - self.active_params) / (1 - share)
+
+    def weight_bytes_touched_per_gpu(self, tokens: int) -> float:
+        """Weight bytes one GPU reads in a step of ``tokens`` tokens (each token routes to k experts)."""
+        experts = self.expert_params
+        dense = self.total_params - experts
+        frac = 1.0 - (1.0 - self.experts_per_token / self.experts) ** max(tokens, 1) if experts else 0.0
+        return (dense + experts * frac) * self.weight_bytes_per_param / self.gpus
+
+    def summary(self) -> dict[str, Any]:
+        kv = self.kv()
+        return {
+            "name": self.name,
+            "gpus": self.gpus,
+            "gpu_memory_bytes": self.gpu_memory_bytes,
+            "hbm_bytes_per_s": self.hbm_bytes_per_s,
+            "gpu_peak_flops": self.gpu_peak_flops,
+            "memory_utilization": self.memory_utilization,
+            "activation_reserve_bytes": self.activation_reserve_bytes,
+            "model": self.model,
+            "kv_dtype": self.kv_dtype,
+            "kv_bytes_per_token": kv.per_token_bytes,
+            "weight_bytes": self.weight_bytes,
+            "kv_bytes_per_gpu": self.kv_bytes_per_gpu,
+            "kv_bytes": self.kv_bytes,
+            "kv_tokens": int(self.kv_bytes // kv.per_token_bytes),
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+            "max_num_seqs": self.max_num_seqs,
+            "prefill_flops_per_gpu": self.prefill_flops_per_gpu,
+            "prefill_mfu": self.prefill_flops_per_gpu / self.gpu_peak_flops,
+            "kv_load_bytes_per_s_per_gpu": self.kv_load_bytes_per_s_per_gpu,
+            "calibration": self.calibration,
+            "tiers": [
+                {
+                    "name": t.name,
+                    "kind": t.kind,
+                    "capacity_bytes": t.capacity_bytes,
+                    "read_bytes_per_s": None if math.isinf(t.read_bytes_per_s) else t.read_bytes_per_s,
+                    "write_bytes_per_s": None if math.isinf(t.write_bytes_per_s) else t.write_bytes_per_s,
+                    "staging_bytes": None if math.isinf(t.staging_bytes) else t.staging_bytes,
+                }
+                for t in self.tiers
+            ],
+        }
+
+
+# ------------------------------------------------------------------------------------------ presets
+
+#: How the two effective rates of the presets were calibrated (printed in the report and the README).
+CALIBRATION = (
+    "prefill_flops_per_gpu from the published GPU-only plateau (12,000 tok/s); "
+    "kv_load_bytes_per_s_per_gpu from the published DRAM-tier throughput (2.9 x the baseline, ~35,000 tok/s)"
+)
+
+_BOX = ServingSpec(
+    name="rtx-pro-6000x4",
+    gpus=4,  # 4 × NVIDIA RTX PRO 6000 Blackwell Server Edition
+    gpu_memory_bytes=96 * 2**30,  # 96 GB GDDR7 (3 GB modules × 32: binary gigabytes)
+    hbm_bytes_per_s=1.792e12,  # 1,792 GB/s memory bandwidth (NVIDIA spec sheet)
+    gpu_peak_flops=1.0e15,  # ≈ dense FP8 tensor throughput (spec sheet lists 2× with sparsity)
+    memory_utilization=0.9,  # vLLM's default gpu_memory_utilization
+    activation_reserve_bytes=4 * 2**30,  # ASSUMPTION: vLLM's profiled activations + CUDA graphs
+    model="MiniMax-M2",  # MiniMax-M2.7 has M2's geometry: 62 layers × 8 KV heads × 128, 124 KiB/token FP8
+    kv_dtype="fp8",
+    total_params=229e9,  # MiniMax-M2 model card: 229 B total, 10 B active, 256 experts, top-8
+    active_params=10e9,
+    experts=256,
+    experts_per_token=8,
+    weight_bytes_per_param=1.0,  # FP8 checkpoint
+    max_num_batched_tokens=8192,  # vLLM's chunked-prefill token budget per step
+    max_num_seqs=256,  # vLLM's default
+    prefill_flops_per_gpu=1.45e14,  # CALIBRATED (14.5 % of peak)
+    kv_load_bytes_per_s_per_gpu=1.6e9,  # CALIBRATED (LMCache retrieval, far below PCIe 5.0's 64 GB/s)
+    calibration=CALIBRATION,
+)
+
+DRAM_512 = OffloadTier("dram", "dram", 512e9)
+STAGING_64 = OffloadTier("staging", "dram", 64e9)
+FLASH_RAID10 = OffloadTier(
+    "flash",
+    "ssd",
+    8 * 12.8e12 / 2,  # 8 × 12.8 TB NVMe in RAID10: half is usable
+    read_bytes_per_s=114e9,  # the array's fio read ceiling
+    write_bytes_per_s=57e9,  # ASSUMPTION: RAID10 writes every byte twice → half the read ceiling
+    staging_bytes=64e9,  # the 64 GB RAM staging buffer
+)
+
+PRESETS: dict[str, ServingSpec] = {
+    "rtx-pro-6000x4": _BOX,
+    "rtx-pro-6000x4+dram": replace(_BOX, name="rtx-pro-6000x4+dram", tiers=(DRAM_512,)),
+    "rtx-pro-6000x4+flash": replace(_BOX, name="rtx-pro-6000x4+flash", tiers=(STAGING_64, FLASH_RAID10)),
+}
+
+_SIZE_KEYS = {"gpu_memory": "gpu_memory_bytes", "activation_reserve": "activation_reserve_bytes"}
+_BW_KEYS = {"hbm_bandwidth": "hbm_bytes_per_s", "kv_load_bandwidth_per_gpu": "kv_load_bytes_per_s_per_gpu"}
+
+
+def _tier(d: Mapping[str, Any], where: str) -> OffloadTier:
+    unknown = set(d) - {"name", "kind", "capacity", "read", "write", "staging"}
+    if unknown:
+        raise UsageError(
+            f"{where}: unknown key(s) {sorted(unknown)}; use name, kind, capacity, read, write, staging"
+        )
+    if "name" not in d or "capacity" not in d:
+        raise UsageError(
+            f"{where}: a tier needs at least a name and a capacity, e.g. "
+            '{"name": "dram", "capacity": "512GB"}'
+        )
+
+    def size(key: str) -> float:
+        v = d.get(key, math.inf)
+        return (
+            float(v) if isinstance(v, int | float) else parse_size(str(v), f"{where} {key}", unlimited=True)
+        )
+
+    def bw(key: str) -> float:
+        v = d.get(key, math.inf)
+        if isinstance(v, int | float):
+            return float(v)
+        return (
+            math.inf if str(v).lower() in ("inf", "unlimited") else parse_bandwidth(str(v), f"{where} {key}")
+        )
+
+    return OffloadTier(
+        str(d["name"]),
+        str(d.get("kind", "dram")),
+        size("capacity"),
+        bw("read"),
+        bw("write"),
+        size("staging"),
+    )
+
+
+def spec_from_mapping(d: Mapping[str, Any], where: str = "--serving") -> ServingSpec:
+    """A :class:`ServingSpec` from the documented file keys (see the module docs)."""
+    base = find_preset(str(d["preset"])) if "preset" in d else ServingSpec()
+    names = {f.name for f in fields(ServingSpec)} - {"tiers"}
+    changes: dict[str, Any] = {}
+    for key, value in d.items():
+        if key == "preset":
+            continue
+        if key == "tiers":
+            if not isinstance(value, list):
+                raise UsageError(f"{where}: tiers must be a list of tables")
+            changes["tiers"] = tuple(_tier(t, f"{where} tiers[{i}]") for i, t in enumerate(value))
+        elif key in _SIZE_KEYS:
+            changes[_SIZE_KEYS[key]] = (
+                float(value) if isinstance(value, int | float) else parse_size(str(value), f"{where} {key}")
+            )
+        elif key in _BW_KEYS:
+            changes[_BW_KEYS[key]] = (
+                float(value)
+                if isinstance(value, int | float)
+                else parse_bandwidth(str(value), f"{where} {key}")
+            )
+        elif key in names:
+            kind = type(getattr(base, key))
+            try:
+                changes[key] = kind(value)
+            except (TypeError, ValueError):
+                raise UsageError(f"{where}: {key} = {value!r} is not a {kind.__name__}") from None
+        else:
+            raise UsageError(f"{where}: unknown key {key!r}; the keys are listed in README, `--serving`")
+    spec = replace(base, **changes)
+    if spec.gpus < 1 or spec.kv_bytes_per_gpu <= 0:
+        raise UsageError(
+            f"{where}: no VRAM left for KV ({spec.kv_bytes_per_gpu / 1e9:.1f} GB per GPU): "
+            "add GPUs, raise memory_utilization or lower activation_reserve"
+        )
+    find_model(spec.model)  # a clear error for an unknown model
+    return spec
+
+
+def find_preset(name: str) -> ServingSpec:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise UsageError(
+            f"--serving {name!r}: no such preset or file; presets: {', '.join(PRESETS)}"
+        ) from None
+
+
+def load_serving(name_or_path: str) -> ServingSpec:
+    """A preset by name, or a JSON / TOML file in the documented format."""
+    if name_or_path in PRESETS:
+        return PRESETS[name_or_path]
+    path = Path(name_or_path)
+    if not path.is_file():
+        return find_preset(name_or_path)
+    text = path.read_bytes()
+    try:
+        data = tomllib.loads(text.decode()) if path.suffix.lower() == ".toml" else json.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UsageError(
+            f"--serving {path}: not valid {'TOML' if path.suffix == '.toml' else 'JSON'} ({e})"
+        ) from None
+    if not isinstance(data, dict):
+        raise UsageError(f"--serving {path}: expected a table/object of settings")
+    return spec_from_mapping(data, f"--serving {path}")
