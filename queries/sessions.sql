@@ -8,6 +8,8 @@
 -- events of the session within its time span; compactions: the larger of the two. resumes: requests
 -- after an idle gap of at least $resume_after_s; resume_reload_tokens: their cached prefix (as in
 -- ttl.sql), which had to be reloaded; resume_cache_write_tokens: what they reported writing.
+-- Reads request_steps, the window of steps.sql over the requests from $since to $until; in a bare
+-- DuckDB create it first as steps.sql says, then run this file with its other parameters.
 -- params:  $since TIMESTAMPTZ = NULL        only requests at or after this time
 --          $until TIMESTAMPTZ = NULL        only requests before this time
 --          $resume_after_s DOUBLE = 900     idle seconds after which a request is a resume
@@ -18,93 +20,7 @@
 --          resume_reload_tokens, resume_cache_write_tokens, cold_input_tokens, cache_read_tokens,
 --          cache_write_tokens, output_tokens, reuse_ratio
 
--- >>> stream CTEs (identical in every per-stream query; tests/test_queries.py checks it)
-WITH sel AS (
-    -- the selection; requests without tokens (failed calls) neither read nor write a cache
-    SELECT *
-    FROM requests
-    WHERE total_tokens > 0 AND coalesce(started_at, ended_at) IS NOT NULL
-      AND /*@selection*/ (CAST($since AS TIMESTAMPTZ) IS NULL OR coalesce(started_at, ended_at) >= CAST($since AS TIMESTAMPTZ))
-      AND (CAST($until AS TIMESTAMPTZ) IS NULL OR coalesce(started_at, ended_at) < CAST($until AS TIMESTAMPTZ)) /*@end*/
-),
-keyed AS (
-    -- integer keys keep the window's sort cheap: a stream is keyed by the 64-bit hash of
-    -- (session_id, parent_session_id) (two streams colliding, ~1e-8 for a million streams, would
-    -- merge) and prompt ids are compared by hash; a request without a session stands alone
-    SELECT *,
-        CASE WHEN session_id IS NULL THEN hash(event_id) ELSE hash(session_id, parent_session_id) END AS stream_key,
-        CASE WHEN coalesce(parent_session_id, session_id) IS NULL THEN hash(event_id)
-             ELSE hash(coalesce(parent_session_id, session_id)) END AS root_key,
-        parent_session_id IS NULL AS is_main,
-        epoch_us(coalesce(started_at, ended_at)) AS t_start_us,
-        epoch_us(coalesce(ended_at, started_at)) AS t_end_us,
-        CASE WHEN prompt_id IS NOT NULL THEN hash(prompt_id) END AS prompt_key
-    FROM sel
-),
-stream AS (
-    -- one row per request in stream order; a sub-agent (parent_session_id set) is its own stream;
-    -- (started_at, seq) is unique within a stream in practice: seq is the source order
-    SELECT
-        coalesce(parent_session_id, session_id) AS root_session_id, root_key, is_main,
-        session_id, parent_session_id, agent, model, user_id, source, prompt_id, prompt_key,
-        coalesce(started_at, ended_at) AS t_start,
-        coalesce(ended_at, started_at) AS t_end,
-        t_start_us, t_end_us,
-        context_tokens,
-        coalesce(cold_input_tokens, 0) AS cold_input_tokens,
-        coalesce(cache_read_tokens, 0) AS cache_read_tokens,
-        coalesce(cache_write_tokens, 0) AS cache_write_tokens,
-        coalesce(output_tokens, 0) AS output_tokens,
-        row_number() OVER w AS position,
-        lag(t_end_us) OVER w AS prev_end_us,
-        lead(t_end_us) OVER w AS next_end_us,
-        lag(prompt_key) OVER w AS prev_prompt_key,
-        lag(context_tokens) OVER w AS prev_context_tokens,
-        lag(coalesce(output_tokens, 0)) OVER w AS prev_output_tokens
-    FROM keyed
-    WINDOW w AS (PARTITION BY stream_key ORDER BY t_start_us, seq)
-),
-steps AS (
-    -- gap_s: idle seconds since the previous request of the stream ended (NULL for its first request)
-    -- kind: agent (same prompt_id), human (new prompt_id), unknown (no prompt ids)
-    -- prefix_tokens: the cached prefix this request could reuse: the previous request's context plus
-    -- its output, at most this request's context (a compaction keeps less)
-    SELECT *,
-        CASE WHEN position > 1 THEN greatest(t_start_us - prev_end_us, 0) / 1e6 END AS gap_s,
-        CASE WHEN position = 1 THEN NULL
-             WHEN prompt_key IS NULL AND prev_prompt_key IS NULL THEN 'unknown'
-             WHEN prompt_key = prev_prompt_key THEN 'agent'
-             ELSE 'human' END AS kind,
-        CASE WHEN position = 1 THEN 0
-             ELSE least(prev_context_tokens + prev_output_tokens, context_tokens) END AS prefix_tokens,
-        -- gap_bin: the gap's histogram bin, i such that edge[i] <= gap_s < edge[i + 1] for the edges
-        -- (seconds) 0, 0.1, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400,
-        -- 28800, 86400 (the last bin is open-ended); NULL for a stream's first request
-        CASE WHEN position = 1 THEN NULL
-             WHEN greatest(t_start_us - prev_end_us, 0) < 100000 THEN 0
-             WHEN greatest(t_start_us - prev_end_us, 0) < 500000 THEN 1
-             WHEN greatest(t_start_us - prev_end_us, 0) < 1000000 THEN 2
-             WHEN greatest(t_start_us - prev_end_us, 0) < 2000000 THEN 3
-             WHEN greatest(t_start_us - prev_end_us, 0) < 5000000 THEN 4
-             WHEN greatest(t_start_us - prev_end_us, 0) < 10000000 THEN 5
-             WHEN greatest(t_start_us - prev_end_us, 0) < 20000000 THEN 6
-             WHEN greatest(t_start_us - prev_end_us, 0) < 30000000 THEN 7
-             WHEN greatest(t_start_us - prev_end_us, 0) < 60000000 THEN 8
-             WHEN greatest(t_start_us - prev_end_us, 0) < 120000000 THEN 9
-             WHEN greatest(t_start_us - prev_end_us, 0) < 300000000 THEN 10
-             WHEN greatest(t_start_us - prev_end_us, 0) < 600000000 THEN 11
-             WHEN greatest(t_start_us - prev_end_us, 0) < 1200000000 THEN 12
-             WHEN greatest(t_start_us - prev_end_us, 0) < 1800000000 THEN 13
-             WHEN greatest(t_start_us - prev_end_us, 0) < 3600000000 THEN 14
-             WHEN greatest(t_start_us - prev_end_us, 0) < 7200000000 THEN 15
-             WHEN greatest(t_start_us - prev_end_us, 0) < 14400000000 THEN 16
-             WHEN greatest(t_start_us - prev_end_us, 0) < 28800000000 THEN 17
-             WHEN greatest(t_start_us - prev_end_us, 0) < 86400000000 THEN 18
-             ELSE 19 END AS gap_bin
-    FROM stream
-),
--- <<< stream CTEs
-flagged AS (
+WITH flagged AS (
     -- only integers pass the window: the session's names and token sums come from a plain aggregate
     SELECT root_key, is_main, position, t_start_us, t_end_us, next_end_us, context_tokens,
         prefix_tokens, cache_write_tokens,
@@ -114,7 +30,7 @@ flagged AS (
              THEN 1 ELSE 0 END AS context_drop,
         CASE WHEN position > 1 AND gap_s >= CAST($resume_after_s AS DOUBLE) THEN 1 ELSE 0 END AS resumed,
         CASE WHEN position > 1 THEN greatest(context_tokens - prev_context_tokens, 0) ELSE 0 END AS growth
-    FROM steps
+    FROM request_steps
 ),
 per_stream AS (
     SELECT root_key,
@@ -133,29 +49,20 @@ per_stream AS (
     GROUP BY root_key
 ),
 per_session AS (
-    -- the same requests as sel, aggregated without the window (a second scan, not a second
-    -- reference to sel, which DuckDB would materialise), grouped by the integer root_key alone (a
-    -- string key in the GROUP BY costs 4x). With steps stored by compaction, traceflow runs the same
-    -- aggregate over request_steps instead (sql.STORED_SESSION_ROWS).
-    -- >>> session rows
-    SELECT CASE WHEN coalesce(parent_session_id, session_id) IS NULL THEN hash(event_id)
-                ELSE hash(coalesce(parent_session_id, session_id)) END AS root_key,
-        any_value(coalesce(parent_session_id, session_id)) AS root_session_id,
+    -- the session's names, times and token sums: a second read of request_steps that uses none of
+    -- the window's columns, so DuckDB skips the window there (it stays a plain aggregate, grouped by
+    -- the integer root_key alone: a string key in the GROUP BY costs 4x)
+    SELECT root_key, any_value(root_session_id) AS root_session_id,
         max(agent) AS agent, max(model) AS model, max(user_id) AS user_id, max(source) AS source,
-        min(coalesce(started_at, ended_at)) AS started_at, max(coalesce(ended_at, started_at)) AS ended_at,
-        (max(epoch_us(coalesce(ended_at, started_at))) - min(epoch_us(coalesce(started_at, ended_at)))) / 1e6
-            AS duration_s,
+        min(t_start) AS started_at, max(t_end) AS ended_at,
+        (max(t_end_us) - min(t_start_us)) / 1e6 AS duration_s,
         count(*)::BIGINT AS requests,
-        sum(coalesce(cold_input_tokens, 0))::BIGINT AS cold_input_tokens,
-        sum(coalesce(cache_read_tokens, 0))::BIGINT AS cache_read_tokens,
-        sum(coalesce(cache_write_tokens, 0))::BIGINT AS cache_write_tokens,
-        sum(coalesce(output_tokens, 0))::BIGINT AS output_tokens
-    FROM requests
-    WHERE total_tokens > 0 AND coalesce(started_at, ended_at) IS NOT NULL
-      AND /*@selection*/ (CAST($since AS TIMESTAMPTZ) IS NULL OR coalesce(started_at, ended_at) >= CAST($since AS TIMESTAMPTZ))
-      AND (CAST($until AS TIMESTAMPTZ) IS NULL OR coalesce(started_at, ended_at) < CAST($until AS TIMESTAMPTZ)) /*@end*/
-    GROUP BY 1
-    -- <<< session rows
+        sum(cold_input_tokens)::BIGINT AS cold_input_tokens,
+        sum(cache_read_tokens)::BIGINT AS cache_read_tokens,
+        sum(cache_write_tokens)::BIGINT AS cache_write_tokens,
+        sum(output_tokens)::BIGINT AS output_tokens
+    FROM request_steps
+    GROUP BY root_key
 ),
 compaction_events AS (
     SELECT p.root_key, count(*)::BIGINT AS compaction_events

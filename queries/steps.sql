@@ -1,13 +1,17 @@
 -- steps: one row per request in stream order: its stream, position, gap, kind and reusable prefix.
--- The per-stream analyses (gaps, gap_histogram, resumes, compactions, sessions, ttl, ttl_validation,
--- working_set) all start from these CTEs: a stream is one (session_id, parent_session_id), so a
--- sub-agent is its own stream; requests are ordered by (started_at, seq); gap_s is the idle time since
--- the previous request of the stream ended (clamped at 0, NULL for the first); kind is agent (same
--- prompt_id), human (new prompt_id) or unknown; prefix_tokens is the previous request's context plus
--- its output, at most this request's context. Requests without tokens are left out. `traceflow
--- compact` stores this query's result for the whole lake as the request_steps view, which the
--- analyses then read instead of recomputing the window (when they select the whole lake).
--- DuckDB dialect: epoch_us, hash.
+-- This is the per-request window, written once: the per-stream queries (gaps, gap_histogram,
+-- resumes, compactions, sessions, ttl, ttl_validation, working_set) read its rows as request_steps.
+-- A stream is one (session_id, parent_session_id), so a sub-agent is its own stream; requests are
+-- ordered by (started_at, seq); gap_s is the idle time since the previous request of the stream
+-- ended (clamped at 0, NULL for the first); kind is agent (same prompt_id), human (new prompt_id) or
+-- unknown; prefix_tokens is the previous request's context plus its output, at most this request's
+-- context. Requests without tokens are left out. DuckDB dialect: epoch_us, hash.
+-- traceflow supplies request_steps to a per-stream query: the rows `traceflow compact` stored for
+-- the whole lake (while no request file was added since and the run selects the whole lake), else
+-- this query with the run's selection, as a CTE of the query. In a bare DuckDB that has the views,
+-- create it first with $since and $until bound (a view cannot take parameters), then run the file:
+--     con.execute("CREATE TEMP TABLE request_steps AS " + steps_sql, {"since": None, "until": None})
+--     con.execute(resumes_sql, {"resume_after_s": 900})  -- the query's other parameters
 -- params:  $since TIMESTAMPTZ = NULL  only requests at or after this time
 --          $until TIMESTAMPTZ = NULL  only requests before this time
 -- returns: root_session_id, root_key, is_main, session_id, parent_session_id, agent, model, user_id,
@@ -16,7 +20,6 @@
 --          prev_end_us, next_end_us, prev_prompt_key, prev_context_tokens, prev_output_tokens, gap_s,
 --          kind, prefix_tokens, gap_bin
 
--- >>> stream CTEs (identical in every per-stream query; tests/test_queries.py checks it)
 WITH sel AS (
     -- the selection; requests without tokens (failed calls) neither read nor write a cache
     SELECT *
@@ -101,5 +104,4 @@ steps AS (
              ELSE 19 END AS gap_bin
     FROM stream
 )
--- <<< stream CTEs
 SELECT * FROM steps;

@@ -2,6 +2,8 @@
 -- and read after short, medium and long idle gaps (as in gaps.sql). If the provider's TTL is near
 -- $short_s, requests after longer gaps write far more (their prefix expired). Only requests that
 -- report cache tokens (read + write > 0) count.
+-- Reads request_steps, the window of steps.sql over the requests from $since to $until; in a bare
+-- DuckDB create it first as steps.sql says, then run this file with its other parameters.
 -- params:  $since TIMESTAMPTZ = NULL  only requests at or after this time
 --          $until TIMESTAMPTZ = NULL  only requests before this time
 --          $short_s DOUBLE = 300      gaps up to this are short (the 5-minute TTL)
@@ -9,98 +11,12 @@
 -- returns: gap_class, gap_from_s, gap_to_s, requests, human_requests, context_tokens,
 --          cache_read_tokens, cache_write_tokens, write_share, mean_cache_write_tokens
 
--- >>> stream CTEs (identical in every per-stream query; tests/test_queries.py checks it)
-WITH sel AS (
-    -- the selection; requests without tokens (failed calls) neither read nor write a cache
-    SELECT *
-    FROM requests
-    WHERE total_tokens > 0 AND coalesce(started_at, ended_at) IS NOT NULL
-      AND /*@selection*/ (CAST($since AS TIMESTAMPTZ) IS NULL OR coalesce(started_at, ended_at) >= CAST($since AS TIMESTAMPTZ))
-      AND (CAST($until AS TIMESTAMPTZ) IS NULL OR coalesce(started_at, ended_at) < CAST($until AS TIMESTAMPTZ)) /*@end*/
-),
-keyed AS (
-    -- integer keys keep the window's sort cheap: a stream is keyed by the 64-bit hash of
-    -- (session_id, parent_session_id) (two streams colliding, ~1e-8 for a million streams, would
-    -- merge) and prompt ids are compared by hash; a request without a session stands alone
-    SELECT *,
-        CASE WHEN session_id IS NULL THEN hash(event_id) ELSE hash(session_id, parent_session_id) END AS stream_key,
-        CASE WHEN coalesce(parent_session_id, session_id) IS NULL THEN hash(event_id)
-             ELSE hash(coalesce(parent_session_id, session_id)) END AS root_key,
-        parent_session_id IS NULL AS is_main,
-        epoch_us(coalesce(started_at, ended_at)) AS t_start_us,
-        epoch_us(coalesce(ended_at, started_at)) AS t_end_us,
-        CASE WHEN prompt_id IS NOT NULL THEN hash(prompt_id) END AS prompt_key
-    FROM sel
-),
-stream AS (
-    -- one row per request in stream order; a sub-agent (parent_session_id set) is its own stream;
-    -- (started_at, seq) is unique within a stream in practice: seq is the source order
-    SELECT
-        coalesce(parent_session_id, session_id) AS root_session_id, root_key, is_main,
-        session_id, parent_session_id, agent, model, user_id, source, prompt_id, prompt_key,
-        coalesce(started_at, ended_at) AS t_start,
-        coalesce(ended_at, started_at) AS t_end,
-        t_start_us, t_end_us,
-        context_tokens,
-        coalesce(cold_input_tokens, 0) AS cold_input_tokens,
-        coalesce(cache_read_tokens, 0) AS cache_read_tokens,
-        coalesce(cache_write_tokens, 0) AS cache_write_tokens,
-        coalesce(output_tokens, 0) AS output_tokens,
-        row_number() OVER w AS position,
-        lag(t_end_us) OVER w AS prev_end_us,
-        lead(t_end_us) OVER w AS next_end_us,
-        lag(prompt_key) OVER w AS prev_prompt_key,
-        lag(context_tokens) OVER w AS prev_context_tokens,
-        lag(coalesce(output_tokens, 0)) OVER w AS prev_output_tokens
-    FROM keyed
-    WINDOW w AS (PARTITION BY stream_key ORDER BY t_start_us, seq)
-),
-steps AS (
-    -- gap_s: idle seconds since the previous request of the stream ended (NULL for its first request)
-    -- kind: agent (same prompt_id), human (new prompt_id), unknown (no prompt ids)
-    -- prefix_tokens: the cached prefix this request could reuse: the previous request's context plus
-    -- its output, at most this request's context (a compaction keeps less)
-    SELECT *,
-        CASE WHEN position > 1 THEN greatest(t_start_us - prev_end_us, 0) / 1e6 END AS gap_s,
-        CASE WHEN position = 1 THEN NULL
-             WHEN prompt_key IS NULL AND prev_prompt_key IS NULL THEN 'unknown'
-             WHEN prompt_key = prev_prompt_key THEN 'agent'
-             ELSE 'human' END AS kind,
-        CASE WHEN position = 1 THEN 0
-             ELSE least(prev_context_tokens + prev_output_tokens, context_tokens) END AS prefix_tokens,
-        -- gap_bin: the gap's histogram bin, i such that edge[i] <= gap_s < edge[i + 1] for the edges
-        -- (seconds) 0, 0.1, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400,
-        -- 28800, 86400 (the last bin is open-ended); NULL for a stream's first request
-        CASE WHEN position = 1 THEN NULL
-             WHEN greatest(t_start_us - prev_end_us, 0) < 100000 THEN 0
-             WHEN greatest(t_start_us - prev_end_us, 0) < 500000 THEN 1
-             WHEN greatest(t_start_us - prev_end_us, 0) < 1000000 THEN 2
-             WHEN greatest(t_start_us - prev_end_us, 0) < 2000000 THEN 3
-             WHEN greatest(t_start_us - prev_end_us, 0) < 5000000 THEN 4
-             WHEN greatest(t_start_us - prev_end_us, 0) < 10000000 THEN 5
-             WHEN greatest(t_start_us - prev_end_us, 0) < 20000000 THEN 6
-             WHEN greatest(t_start_us - prev_end_us, 0) < 30000000 THEN 7
-             WHEN greatest(t_start_us - prev_end_us, 0) < 60000000 THEN 8
-             WHEN greatest(t_start_us - prev_end_us, 0) < 120000000 THEN 9
-             WHEN greatest(t_start_us - prev_end_us, 0) < 300000000 THEN 10
-             WHEN greatest(t_start_us - prev_end_us, 0) < 600000000 THEN 11
-             WHEN greatest(t_start_us - prev_end_us, 0) < 1200000000 THEN 12
-             WHEN greatest(t_start_us - prev_end_us, 0) < 1800000000 THEN 13
-             WHEN greatest(t_start_us - prev_end_us, 0) < 3600000000 THEN 14
-             WHEN greatest(t_start_us - prev_end_us, 0) < 7200000000 THEN 15
-             WHEN greatest(t_start_us - prev_end_us, 0) < 14400000000 THEN 16
-             WHEN greatest(t_start_us - prev_end_us, 0) < 28800000000 THEN 17
-             WHEN greatest(t_start_us - prev_end_us, 0) < 86400000000 THEN 18
-             ELSE 19 END AS gap_bin
-    FROM stream
-),
--- <<< stream CTEs
-classed AS (
+WITH classed AS (
     SELECT *,
         CASE WHEN gap_s <= CAST($short_s AS DOUBLE) THEN 1
              WHEN gap_s <= CAST($long_s AS DOUBLE) THEN 2
              ELSE 3 END AS gap_order
-    FROM steps
+    FROM request_steps
     WHERE position > 1 AND cache_read_tokens + cache_write_tokens > 0
 )
 SELECT CASE gap_order WHEN 1 THEN 'short' WHEN 2 THEN 'medium' ELSE 'long' END AS gap_class,

@@ -45,15 +45,23 @@ def test_the_expected_queries_are_packaged() -> None:
         assert name in NAMES
 
 
+def _documented_text(name: str) -> str:
+    """The statement a query's header documents: a per-stream query with the window it reads."""
+    q = sql.load(name)
+    return sql.with_steps(q.text, sql.load("steps").text) if sql.reads_steps(q) else q.text
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_header_documents_the_query(name: str) -> None:
     q = sql.load(name)
     assert q.summary and q.summary.endswith(".")
     assert q.returns, "a '-- returns:' line"
     declared = {p.name for p in q.params}
-    used = set(sql.used_params(q.text))
+    used = set(sql.used_params(_documented_text(name)))
     assert used == declared, f"params used {sorted(used)} but declared {sorted(declared)}"
     assert all(p.doc for p in q.params)
+    if sql.reads_steps(q):  # says where request_steps comes from
+        assert "Reads request_steps" in q.description and "steps.sql" in q.description
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -63,41 +71,78 @@ def test_query_runs_on_a_tiny_lake_with_the_promised_columns(con: Any, name: str
     assert frame.height > 0
 
 
+def sorted_rows(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Rows in a stable order, floats rounded: parallel sums may add in another order."""
+    return sorted((tuple(round(v, 6) if isinstance(v, float) else v for v in r) for r in rows), key=repr)
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_query_file_runs_in_a_bare_duckdb(lake: Lake, name: str) -> None:
-    """The files are plain SQL over the views: no traceflow needed to run them."""
+    """The files are plain SQL over the views: no traceflow needed to run them. A per-stream query
+    runs as steps.sql's header says: request_steps made first from steps.sql, then the file."""
     fill(lake)
     con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
     for table in ("requests", "events", "metric_points", "spans"):
         con.execute(lake.view_sql(table))
     q = sql.load(name)
     text = (REPO / "queries" / f"{name}.sql").read_text()
     params = {p.name: p.default for p in q.params}
+    if sql.reads_steps(q):
+        steps = (REPO / "queries" / "steps.sql").read_text().rstrip().rstrip(";")
+        window = {k: params.pop(k) for k in ("since", "until")}
+        con.execute(f"CREATE TEMP TABLE {sql.STEPS} AS {steps}", window)
     rows = con.execute(text, params).fetchall()
     assert rows
+    # the same rows as traceflow's route (the window composed into the query)
+    assert sorted_rows(rows) == sorted_rows(sql.run(lake.connect(), name).rows())
 
 
-def test_stream_ctes_are_identical_everywhere() -> None:
-    blocks = {}
-    for name in NAMES:
-        text = (REPO / "queries" / f"{name}.sql").read_text()
-        m = re.search(r"-- >>> stream CTEs.*?-- <<< stream CTEs", text, flags=re.S)
-        if m:
-            blocks[name] = m.group(0).rstrip(",\n")
-    assert {"gaps", "ttl", "sessions", "working_set"} <= set(blocks)
-    first = next(iter(blocks.values()))
-    # the closing CTE is followed by a comma where more CTEs follow: compare up to it
-    assert all(
-        b.replace("),\n-- <<<", ")\n-- <<<") == first.replace("),\n-- <<<", ")\n-- <<<")
-        for b in blocks.values()
-    )
+def test_the_window_is_written_once() -> None:
+    """Only steps.sql orders the streams; every per-stream query reads its rows as request_steps."""
+    texts = {name: (REPO / "queries" / f"{name}.sql").read_text() for name in NAMES}
+    assert [n for n, t in texts.items() if "PARTITION BY stream_key" in t] == ["steps"]
+    per_stream = {n for n in NAMES if sql.reads_steps(sql.load(n))}
+    assert per_stream == {
+        "gaps",
+        "gap_histogram",
+        "resumes",
+        "compactions",
+        "sessions",
+        "ttl",
+        "ttl_validation",
+        "working_set",
+    }
+
+
+def test_the_window_is_composed_as_the_first_cte() -> None:
+    cte = "WITH request_steps AS NOT MATERIALIZED (\nSELECT 1 AS x\n)"
+    plain = "-- q: a query.\nSELECT * FROM request_steps"
+    assert sql.with_steps(plain, "SELECT 1 AS x") == f"{cte}\n{plain}"
+    body = "a AS (SELECT * FROM request_steps) SELECT * FROM a"
+    merged = sql.with_steps(f"-- q: a query.\n\nwith {body}", "SELECT 1 AS x")
+    assert merged == f"{cte},\n{body}"
+    assert duckdb.sql(merged).fetchall() == [(1,)]
+    with pytest.raises(QueryError, match="RECURSIVE"):
+        sql.with_steps("WITH RECURSIVE a AS (SELECT 1) SELECT * FROM a", "SELECT 1 AS x")
+
+
+def test_a_selection_goes_to_the_window(con: Any) -> None:
+    """The selection block and $since/$until select the requests the window runs over."""
+    block, params = sql.selection_block(Selection(sessions=("B",)))
+    text = sql.statement(con, sql.load("gaps"), {"selection": block, "order": ""}, params)
+    assert text.startswith("WITH request_steps AS NOT MATERIALIZED (") and "$sel_0" in text
+    assert "/*@order*/  /*@end*/" in text
+    # a query that does not read the window keeps its own selection block
+    text = sql.statement(con, sql.load("token_mix"), {"selection": block}, params)
+    assert "request_steps" not in text and "$sel_0" in text
 
 
 def test_histogram_bins_match_the_library() -> None:
     text = (REPO / "queries" / "gap_histogram.sql").read_text()
     edges = [float(x) for x in re.findall(r"\(\d+, ([\d.]+), [\d.NUL]+\)", text)]
     assert tuple(edges) == gaps.BIN_EDGES
-    # the stream CTEs' gap_bin: the same edges, in microseconds, numbered from 0
+    # steps.sql's gap_bin: the same edges, in microseconds, numbered from 0
     steps = (REPO / "queries" / "steps.sql").read_text()
     bins = re.findall(r"prev_end_us, 0\) < (\d+) THEN (\d+)", steps)
     assert [int(us) / 1e6 for us, _ in bins] == list(gaps.BIN_EDGES[1:])

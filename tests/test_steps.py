@@ -9,7 +9,6 @@ are stale (rows added since) or when a selection narrows the lake.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -114,20 +113,34 @@ def test_a_selection_runs_the_window(weka_lake: None, lake: Lake, cli: Cli) -> N
     before = cli(*args)[1]
     assert cli("compact")[0] == 0
     assert _normalise(cli(*args)[1]) == _normalise(before)
-    # the library decides per run: a filtered selection keeps the stream CTEs
+    # the library decides per run: a filtered selection runs the window (steps.sql) over it
     assert not sql._whole_lake({"selection": "(coalesce(started_at, ended_at) >= $sel_0)"}, None)
     assert sql._whole_lake({"selection": "(true)"}, None)
     assert not sql._whole_lake(None, {"since": "2026-01-01"})
 
 
-def test_every_per_stream_query_can_use_stored_steps() -> None:
-    for name in sql.names():
-        text = sql.load(name).text
-        if "-- >>> stream CTEs" in text:
-            swapped = sql.use_stored_steps(text)
-            assert "FROM request_steps" in swapped, name
-            assert "row_number() OVER" not in swapped, name
-            assert re.search(r"\bsteps\b", swapped), name
+def test_every_per_stream_query_reads_the_stored_steps_like_the_window(lake: Lake) -> None:
+    """Each query that reads request_steps gives the same rows from the stored steps as from the
+    window composed into it, and reads the stored steps only while they are fresh."""
+    from tests.test_analyses import fill
+    from tests.test_queries import sorted_rows
+
+    con = fill(lake).connect()
+    per_stream = [n for n in sql.names() if sql.reads_steps(sql.load(n))]
+    assert len(per_stream) == 8
+    names = [*per_stream, "steps"]
+    before = {n: sql.run(con, n) for n in names}
+    for n in names:
+        assert "row_number() OVER" in sql.statement(con, sql.load(n)), n
+    lake.compact("requests")
+    con = lake.connect()
+    assert sql.materialised(con, STEPS_VIEW)
+    for n in names:
+        text = sql.statement(con, sql.load(n))
+        assert "row_number() OVER" not in text and "FROM request_steps" in text, n
+        assert sorted_rows(sql.run(con, n).rows()) == sorted_rows(before[n].rows()), n
+    # a narrower selection composes the window over it, stored steps or not
+    assert "row_number() OVER" in sql.statement(con, sql.load("gaps"), None, {"since": "2026-08-01"})
 
 
 MIXES = [

@@ -18,7 +18,7 @@ keep one row per ``event_id``: the most complete copy (largest token total), the
 
 Compaction also stores two derived views of the compacted requests: ``request_steps``
 (``queries/steps.sql``: each request's stream, position, gap and reusable prefix, the window every
-per-stream analysis starts from) and ``request_rollup`` (``queries/rollup.sql``: token totals per day,
+per-stream query reads) and ``request_rollup`` (``queries/rollup.sql``: token totals per day,
 agent, model, session, user and source, what ``mix`` sums). While no request file has been added
 since, each view reads its stored files and the analyses of the whole lake skip the window and the
 full scan; otherwise the view is its query.
@@ -41,6 +41,7 @@ import orjson
 from traceflow import config
 from traceflow.errors import LakeError
 from traceflow.schema import LAKE_VERSION, REQUESTS, TABLES, Table, polars_type
+from traceflow.store.sql import STEPS
 
 if TYPE_CHECKING:
     import duckdb
@@ -55,7 +56,7 @@ _COMPLETENESS = (
 )
 #: Views derived from the requests and stored by compaction: view name -> packaged query. The view
 #: carries the comment :data:`MATERIALISED` while it reads stored files instead of running its query.
-STEPS_VIEW = "request_steps"
+STEPS_VIEW = STEPS
 ROLLUP_VIEW = "request_rollup"
 DERIVED = {STEPS_VIEW: "steps", ROLLUP_VIEW: "rollup"}
 MATERIALISED = "materialised"

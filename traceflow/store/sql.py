@@ -18,6 +18,13 @@ The analysis modules run the same files, replacing *blocks* marked ``/*@name*/ .
 ``selection`` block (the time filter the file applies by default) becomes the full
 :class:`~traceflow.store.selection.Selection` predicate. Outside traceflow the markers are plain comments, so
 each file runs as it is in any DuckDB that has the views.
+
+The per-request window (each request's stream, position, gap, kind and reusable prefix) is written
+once, in ``queries/steps.sql``; the per-stream queries read its rows as ``request_steps``
+(:data:`STEPS`). :func:`statement` supplies them: the steps stored by ``traceflow compact`` when they
+are fresh and the run selects the whole lake, else ``steps.sql`` with the run's selection block and
+``$since``/``$until``, composed as the query's first CTE. In a bare DuckDB, ``CREATE TEMP TABLE
+request_steps AS`` the steps file first (``queries/steps.sql`` says how).
 """
 
 from __future__ import annotations
@@ -162,11 +169,15 @@ def load(name: str) -> Query:
     return parse(name, (_dir() / f"{name}.sql").read_text())
 
 
+def _code(sql: str) -> str:
+    """``sql`` without comments and string literals."""
+    return _STRING.sub("''", _LINE_COMMENT.sub("", re.sub(r"/\*.*?\*/", " ", sql, flags=re.S)))
+
+
 def used_params(sql: str) -> list[str]:
     """The ``$names`` a statement uses, in order of first use (comments and strings ignored)."""
-    body = _STRING.sub("''", _LINE_COMMENT.sub("", re.sub(r"/\*.*?\*/", " ", sql, flags=re.S)))
     seen: dict[str, None] = {}
-    for m in _PARAM_USE.finditer(body):
+    for m in _PARAM_USE.finditer(_code(sql)):
         seen.setdefault(m.group(1), None)
     return list(seen)
 
@@ -203,16 +214,15 @@ def run(
 
     ``blocks`` replaces marked blocks (see :meth:`Query.sql`); ``wrap`` is a statement with ``{q}``
     where the query goes as a subquery (how the analyses aggregate a per-row query without
-    materialising it). Parameters in ``blocks`` and ``wrap`` are bound from ``params`` too.
+    materialising it). Parameters in ``blocks`` and ``wrap`` are bound from ``params`` too. A query
+    that reads :data:`STEPS` gets it from :func:`statement`.
     """
     import duckdb
 
     from traceflow.store.lake import query_frame
 
     query = load(name)
-    sql = query.sql(blocks)
-    if uses_stored_steps(con, blocks, params):
-        sql = use_stored_steps(sql)
+    sql = statement(con, query, blocks, params)
     if wrap is not None:
         sql = wrap.replace("{q}", f"(\n{sql}\n)")
     values = bind(query, sql, params or {})
@@ -222,44 +232,63 @@ def run(
         raise QueryError(f"query {name!r} failed: {e}") from None
 
 
-_STREAM_CTES = re.compile(r"-- >>> stream CTEs.*?\n\)(,?)\n-- <<< stream CTEs", re.S)
+#: The relation the per-stream queries read: ``queries/steps.sql``'s rows, one per request in stream
+#: order; the lake's view of this name holds them for the whole lake (stored by compaction).
+STEPS = "request_steps"
+_READS_STEPS = re.compile(rf"\b{STEPS}\b")
+_LEADING_WITH = re.compile(r"\A(?:\s+|--[^\n]*\n)*WITH\s", re.I)
 
 
-_SESSION_ROWS = re.compile(r"-- >>> session rows\n.*?-- <<< session rows", re.S)
-
-#: ``sessions.sql``'s per-session aggregate over the stored steps: the steps hold the same requests
-#: with ``root_key``, the coalesced times and tokens already computed, and read far faster than the
-#: requests' string columns (tests/test_steps.py checks both give the same sessions).
-STORED_SESSION_ROWS = """-- over the steps stored by compaction
-    SELECT root_key, any_value(root_session_id) AS root_session_id,
-        max(agent) AS agent, max(model) AS model, max(user_id) AS user_id, max(source) AS source,
-        min(t_start) AS started_at, max(t_end) AS ended_at,
-        (max(t_end_us) - min(t_start_us)) / 1e6 AS duration_s,
-        count(*)::BIGINT AS requests,
-        sum(cold_input_tokens)::BIGINT AS cold_input_tokens,
-        sum(cache_read_tokens)::BIGINT AS cache_read_tokens,
-        sum(cache_write_tokens)::BIGINT AS cache_write_tokens,
-        sum(output_tokens)::BIGINT AS output_tokens
-    FROM request_steps
-    GROUP BY 1"""
+def reads_steps(query: Query) -> bool:
+    """Whether ``query`` reads :data:`STEPS` (the per-stream queries) rather than defining it."""
+    return query.name != "steps" and bool(_READS_STEPS.search(_code(query.text)))
 
 
-def use_stored_steps(sql: str) -> str:
-    """``sql`` reading the ``request_steps`` view (stored by compaction) where it would run the
-    window: its stream CTEs (see ``queries/steps.sql``) and ``sessions.sql``'s per-session rows."""
-    sql = _STREAM_CTES.sub(
-        lambda m: f"WITH steps AS (SELECT * FROM request_steps){m.group(1)} -- stored by compaction", sql
-    )
-    return _SESSION_ROWS.sub(lambda m: STORED_SESSION_ROWS, sql)
+def statement(
+    con: duckdb.DuckDBPyConnection,
+    query: Query,
+    blocks: Mapping[str, str] | None = None,
+    params: Mapping[str, Any] | None = None,
+) -> str:
+    """The statement :func:`run` executes for ``query`` with these blocks and parameters.
+
+    A per-stream query (see :func:`reads_steps`) reads :data:`STEPS`: the lake's stored steps when
+    they are fresh and the run selects the whole lake (:func:`uses_stored_steps`); otherwise
+    ``queries/steps.sql`` with the run's ``selection`` block and ``$since``/``$until``, composed as
+    the query's first CTE. ``steps`` itself reads the stored steps in the same case.
+    """
+    wanted = dict(blocks or {})
+    if query.name == "steps" and uses_stored_steps(con, blocks, params):
+        return f"SELECT * FROM {STEPS} -- stored by compaction"
+    if not reads_steps(query):
+        return query.sql(wanted)
+    window = {"selection": wanted.pop("selection")} if "selection" in wanted else {}
+    sql = query.sql(wanted)
+    if uses_stored_steps(con, window, params):
+        return sql
+    return with_steps(sql, load("steps").sql(window))
+
+
+def with_steps(sql: str, steps: str) -> str:
+    """``sql`` with ``steps`` (the window's statement) as its first CTE, named :data:`STEPS`.
+
+    ``NOT MATERIALIZED``: a query that reads the window twice (``sessions.sql``) inlines it twice,
+    and DuckDB drops the window from a read that uses none of its columns.
+    """
+    cte = f"WITH {STEPS} AS NOT MATERIALIZED (\n{steps}\n)"
+    m = _LEADING_WITH.match(sql)
+    if m is None:
+        return f"{cte}\n{sql}"
+    if re.match(r"RECURSIVE\b", sql[m.end() :].lstrip(), re.I):
+        raise QueryError(f"a query reading {STEPS} cannot start WITH RECURSIVE")
+    return f"{cte},\n{sql[m.end() :]}"
 
 
 def uses_stored_steps(
     con: duckdb.DuckDBPyConnection, blocks: Mapping[str, str] | None, params: Mapping[str, Any] | None
 ) -> bool:
-    """Whether :func:`run` with these blocks and parameters reads the steps stored by compaction."""
-    from traceflow.store.lake import STEPS_VIEW
-
-    return _whole_lake(blocks, params) and materialised(con, STEPS_VIEW)
+    """Whether a run with these blocks and parameters reads the steps stored by compaction."""
+    return _whole_lake(blocks, params) and materialised(con, STEPS)
 
 
 def _whole_lake(blocks: Mapping[str, str] | None, params: Mapping[str, Any] | None) -> bool:
