@@ -170,7 +170,7 @@ def context_frame(
     points: int = MAX_POINTS,
 ) -> pl.DataFrame:
     """Context per request of the main stream of the longest sessions (thinned to ``points`` each)."""
-    from traceflow.store.lake import query_frame
+    from traceflow.store.sql import query_frame
 
     sql = f"""
 WITH main AS (
@@ -200,7 +200,7 @@ ORDER BY session, elapsed_min
 
 def ttft_frame(con: duckdb.DuckDBPyConnection, where: str, params: list[Any]) -> pl.DataFrame:
     """Requests with a time to first token, in log-spaced bins (4 per decade)."""
-    from traceflow.store.lake import query_frame
+    from traceflow.store.sql import query_frame
 
     sql = f"""
 SELECT power(10, b / 4.0) AS lo_ms, power(10, (b + 1) / 4.0) AS hi_ms, count(*)::BIGINT AS requests
@@ -218,7 +218,7 @@ def dwpd_frame(
     import polars as pl
 
     from traceflow.kv.sizing import dwpd
-    from traceflow.store.lake import query_frame
+    from traceflow.store.sql import query_frame
 
     sql = f"""
 SELECT strftime(coalesce(started_at, ended_at) AT TIME ZONE 'UTC', '%Y-%m-%d') AS day,

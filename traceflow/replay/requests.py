@@ -94,7 +94,7 @@ def load_requests(
     ``ttft_ms``, ``seq``, ``event_id``): enough for a flat export, and much less to move for
     millions of requests.
     """
-    from traceflow.store.lake import query_frame
+    from traceflow.store.sql import query_frame
 
     sql, params = requests_sql(selection, extras=extras, limit=limit, keys=keys)
     return query_frame(con, sql, params)

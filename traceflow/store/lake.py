@@ -41,7 +41,8 @@ import orjson
 from traceflow import config
 from traceflow.errors import LakeError
 from traceflow.schema import LAKE_VERSION, REQUESTS, TABLES, Table, polars_type
-from traceflow.store.sql import STEPS
+from traceflow.store.sql import MATERIALISED, STEPS
+from traceflow.store.sql import load as load_query
 
 if TYPE_CHECKING:
     import duckdb
@@ -59,14 +60,11 @@ _COMPLETENESS = (
 STEPS_VIEW = STEPS
 ROLLUP_VIEW = "request_rollup"
 DERIVED = {STEPS_VIEW: "steps", ROLLUP_VIEW: "rollup"}
-MATERIALISED = "materialised"
 
 
 def _derived_sql(view: str) -> str:
     """The derived view's packaged query over the whole requests view (no selection, no parameters)."""
-    from traceflow.store import sql
-
-    query = sql.load(DERIVED[view])
+    query = load_query(DERIVED[view])
     return query.sql({"selection": "true"} if "/*@selection*/" in query.text else None)
 
 
@@ -478,11 +476,3 @@ class Lake:
     def _iter_staging(self) -> Iterator[Path]:
         if self.staging.exists():
             yield from self.staging.iterdir()
-
-
-def query_frame(
-    con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None
-) -> pl.DataFrame:
-    """Run a query and return a polars frame (DuckDB 2 dropped ``execute(...).pl()``)."""
-    frame: pl.DataFrame = con.sql(sql, params=params).pl()
-    return frame

@@ -219,8 +219,6 @@ def run(
     """
     import duckdb
 
-    from traceflow.store.lake import query_frame
-
     query = load(name)
     sql = statement(con, query, blocks, params)
     if wrap is not None:
@@ -230,6 +228,19 @@ def run(
         return query_frame(con, sql, values)
     except duckdb.Error as e:
         raise QueryError(f"query {name!r} failed: {e}") from None
+
+
+#: The comment a derived view of the lake carries while it reads the files stored by compaction
+#: instead of running its query (see :func:`materialised`).
+MATERIALISED = "materialised"
+
+
+def query_frame(
+    con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None
+) -> pl.DataFrame:
+    """Run a query and return a polars frame (DuckDB 2 dropped ``execute(...).pl()``)."""
+    frame: pl.DataFrame = con.sql(sql, params=params).pl()
+    return frame
 
 
 #: The relation the per-stream queries read: ``queries/steps.sql``'s rows, one per request in stream
@@ -302,8 +313,6 @@ def _whole_lake(blocks: Mapping[str, str] | None, params: Mapping[str, Any] | No
 
 def materialised(con: duckdb.DuckDBPyConnection, view: str) -> bool:
     """Whether the connection's derived ``view`` reads the files stored by compaction."""
-    from traceflow.store.lake import MATERIALISED
-
     rows = con.execute(
         "SELECT comment FROM duckdb_views() WHERE view_name = ? AND NOT internal", [view]
     ).fetchall()

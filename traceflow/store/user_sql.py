@@ -12,7 +12,8 @@ if TYPE_CHECKING:
 
 from traceflow.errors import QueryError, UsageError
 from traceflow.schema import TABLES
-from traceflow.store.lake import Lake, query_frame
+from traceflow.store.lake import Lake
+from traceflow.store.sql import query_frame
 
 _READ_ONLY = {"SELECT", "EXPLAIN"}
 
