@@ -51,7 +51,12 @@ stream AS (
         lead(t_end_us) OVER w AS next_end_us,
         lag(prompt_key) OVER w AS prev_prompt_key,
         lag(context_tokens) OVER w AS prev_context_tokens,
-        lag(coalesce(output_tokens, 0)) OVER w AS prev_output_tokens
+        lag(coalesce(output_tokens, 0)) OVER w AS prev_output_tokens,
+        -- what a request's cache misses are judged by (misses.sql): the previous request's model and
+        -- its cache writes by TTL (NULL where the source has no 5m/1h split)
+        lag(model) OVER w AS prev_model,
+        lag(cache_write_5m_tokens) OVER w AS prev_cache_write_5m_tokens,
+        lag(cache_write_1h_tokens) OVER w AS prev_cache_write_1h_tokens
     FROM keyed
     WINDOW w AS (PARTITION BY stream_key ORDER BY t_start_us, seq)
 ),

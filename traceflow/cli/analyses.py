@@ -199,7 +199,14 @@ def gaps(
 def ttl(
     ttl: TtlOpt = None,
     prices: PricesOpt = None,
-    by: Annotated[list[str] | None, typer.Option("--by", help="model: one row per TTL and model.")] = None,
+    by: Annotated[
+        list[str] | None,
+        typer.Option("--by", help="model: one row per TTL and model (with --observed: any grouping of mix)."),
+    ] = None,
+    observed: Annotated[
+        bool,
+        typer.Option("--observed", help="The TTL the cache writes asked for, per UTC day, and its changes."),
+    ] = False,
     since: SinceOpt = None,
     until: UntilOpt = None,
     agent: AgentOpt = None,
@@ -218,6 +225,12 @@ def ttl(
 
     check_format(fmt)
     groups = split_by(by)
+    if observed:
+        from traceflow.cli.cache import observed_ttl
+
+        selection = selection_options(since, until, agent, model, session, user, source)
+        observed_ttl(selection, groups, prices, data, fmt)
+        return
     if groups not in ([], ["model"]):
         raise UsageError("ttl groups only --by model")
     selection = selection_options(since, until, agent, model, session, user, source)

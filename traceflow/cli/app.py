@@ -300,7 +300,7 @@ def version() -> None:
 
 
 #: Modules that define further commands on ``app`` when imported (analyses, sizing, ...).
-COMMAND_MODULES = ("analyses", "dashboards", "sizing", "replay")
+COMMAND_MODULES = ("analyses", "dashboards", "sizing", "replay", "cache")
 
 
 def register_all() -> None:
