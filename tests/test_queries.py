@@ -14,7 +14,7 @@ from tests.test_analyses import fill
 from traceflow.analysis import gaps
 from traceflow.errors import MissingParameter, QueryError, UnknownQuery, UsageError
 from traceflow.store import sql
-from traceflow.store.lake import Lake
+from traceflow.store.lake import DERIVED, Lake
 from traceflow.store.selection import Selection
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,6 +41,7 @@ def test_the_expected_queries_are_packaged() -> None:
         "tokens_by_session",
         "tokens_by_model",
         "reuse_by_day",
+        "misses",
     ):
         assert name in NAMES
 
@@ -70,6 +71,8 @@ def test_query_file_runs_in_a_bare_duckdb(lake: Lake, name: str) -> None:
     con = duckdb.connect()
     for table in ("requests", "events", "metric_points", "spans"):
         con.execute(lake.view_sql(table))
+    for view in DERIVED:  # request_steps and request_rollup: views over requests (misses reads steps)
+        con.execute(lake.derived_view_sql(view))
     q = sql.load(name)
     text = (REPO / "queries" / f"{name}.sql").read_text()
     params = {p.name: p.default for p in q.params}
