@@ -445,3 +445,13 @@ def test_kvcache_tester_first_requests_are_the_streams(lake: Lake) -> None:
     got = misses.miss_report(lake.connect(["requests", "events"]))
     assert got["by_cause"]["first_request"]["misses"] == streams
     assert got["misses"] == sum(v["misses"] for v in got["by_cause"].values())
+
+
+def test_same_misses_from_the_steps_stored_by_compaction(designed: Lake, cli: Cli) -> None:
+    code, _, err = cli("compact")
+    assert code == 0, err
+    con = designed.connect(["requests", "events"])
+    assert con.execute("SELECT comment FROM duckdb_views() WHERE view_name = 'request_steps'").fetchone() == (
+        "materialised",
+    )
+    assert misses.miss_report(con) == _approx(EXPECTED)
