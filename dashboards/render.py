@@ -80,6 +80,13 @@ CHARTS: tuple[ChartDef, ...] = (
         "writes cost more (1.25x base at 5 min, 2x at 1 h); the green diamond is the cheapest TTL.",
     ),
     ChartDef(
+        "misses",
+        "Cache misses by cause",
+        "Requests that missed the prompt cache (red: how many; blue: the reusable prefix tokens they did "
+        "not read), by cause: the first request of a stream, a model switch, a compaction, an idle gap "
+        "past the TTL in force, or nothing the data explains. Unexplained misses are the ones to chase.",
+    ),
+    ChartDef(
         "context_growth",
         "Context growth per session",
         "Context tokens of each request of the longest sessions against minutes since each session "

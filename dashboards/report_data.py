@@ -162,6 +162,22 @@ def reuse_frame(sessions: pl.DataFrame, bins: int = 20) -> pl.DataFrame:
     )
 
 
+def misses_frame(
+    con: duckdb.DuckDBPyConnection, selection: Selection | None, prices: PriceModel | None = None
+) -> pl.DataFrame:
+    """One row per miss cause: ``cause, misses, missed_tokens, cost_usd`` (see
+    :mod:`traceflow.analysis.misses`)."""
+    import polars as pl
+
+    from traceflow.analysis.misses import miss_report
+
+    report = miss_report(con, selection, prices=prices)
+    return pl.DataFrame(
+        [{"cause": cause, **v} for cause, v in report["by_cause"].items()],
+        schema={"cause": pl.String, "misses": pl.Int64, "missed_tokens": pl.Int64, "cost_usd": pl.Float64},
+    )
+
+
 def context_frame(
     con: duckdb.DuckDBPyConnection,
     where: str,
@@ -361,6 +377,7 @@ def gather(
     f["reuse_ratio"] = reuse_frame(session_rows(con, sel)) if n else reuse_frame(pl.DataFrame())
     f["gaps"] = report.gap_histogram
     f["ttl_cost"] = ttl_whatif(con, sel, CURVE_TTLS, prices)
+    f["misses"] = misses_frame(con, sel, prices) if n else pl.DataFrame()
     f["context_growth"] = context_frame(con, where, params)
     ws = []
     for ttl in (300.0, 3600.0):

@@ -17,8 +17,9 @@
 -- returns: root_session_id, root_key, is_main, session_id, parent_session_id, agent, model, user_id,
 --          source, prompt_id, prompt_key, t_start, t_end, t_start_us, t_end_us, context_tokens,
 --          cold_input_tokens, cache_read_tokens, cache_write_tokens, output_tokens, position,
---          prev_end_us, next_end_us, prev_prompt_key, prev_context_tokens, prev_output_tokens, gap_s,
---          kind, prefix_tokens, gap_bin
+--          prev_end_us, next_end_us, prev_prompt_key, prev_context_tokens, prev_output_tokens,
+--          prev_model, prev_cache_write_5m_tokens, prev_cache_write_1h_tokens, gap_s, kind,
+--          prefix_tokens, gap_bin
 
 WITH sel AS (
     -- the selection; requests without tokens (failed calls) neither read nor write a cache
@@ -61,7 +62,12 @@ stream AS (
         lead(t_end_us) OVER w AS next_end_us,
         lag(prompt_key) OVER w AS prev_prompt_key,
         lag(context_tokens) OVER w AS prev_context_tokens,
-        lag(coalesce(output_tokens, 0)) OVER w AS prev_output_tokens
+        lag(coalesce(output_tokens, 0)) OVER w AS prev_output_tokens,
+        -- what a request's cache misses are judged by (misses.sql): the previous request's model and
+        -- its cache writes by TTL (NULL where the source has no 5m/1h split)
+        lag(model) OVER w AS prev_model,
+        lag(cache_write_5m_tokens) OVER w AS prev_cache_write_5m_tokens,
+        lag(cache_write_1h_tokens) OVER w AS prev_cache_write_1h_tokens
     FROM keyed
     WINDOW w AS (PARTITION BY stream_key ORDER BY t_start_us, seq)
 ),

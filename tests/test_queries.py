@@ -14,7 +14,7 @@ from tests.test_analyses import fill
 from traceflow.analysis import gaps
 from traceflow.errors import MissingParameter, QueryError, UnknownQuery, UsageError
 from traceflow.store import sql
-from traceflow.store.lake import Lake
+from traceflow.store.lake import DERIVED, Lake
 from traceflow.store.selection import Selection
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,6 +41,7 @@ def test_the_expected_queries_are_packaged() -> None:
         "tokens_by_session",
         "tokens_by_model",
         "reuse_by_day",
+        "misses",
     ):
         assert name in NAMES
 
@@ -85,12 +86,15 @@ def test_query_file_runs_in_a_bare_duckdb(lake: Lake, name: str) -> None:
     con.execute("SET TimeZone = 'UTC'")
     for table in ("requests", "events", "metric_points", "spans"):
         con.execute(lake.view_sql(table))
+    for view in DERIVED:  # request_steps and request_rollup: views over requests (misses reads steps)
+        con.execute(lake.derived_view_sql(view))
     q = sql.load(name)
     text = (REPO / "queries" / f"{name}.sql").read_text()
     params = {p.name: p.default for p in q.params}
     if sql.reads_steps(q):
         steps = (REPO / "queries" / "steps.sql").read_text().rstrip().rstrip(";")
-        window = {k: params.pop(k) for k in ("since", "until")}
+        window = {k: params[k] for k in ("since", "until")}
+        params = {k: v for k, v in params.items() if k in sql.used_params(text)}
         con.execute(f"CREATE TEMP TABLE {sql.STEPS} AS {steps}", window)
     rows = con.execute(text, params).fetchall()
     assert rows
@@ -112,6 +116,7 @@ def test_the_window_is_written_once() -> None:
         "ttl",
         "ttl_validation",
         "working_set",
+        "misses",
     }
 
 

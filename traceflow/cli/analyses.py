@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from traceflow.cli.options import DataOpt, FormatOpt, check_format, open_lake, with_selection
+from traceflow.cli.options import DataOpt, FormatOpt, PricesOpt, check_format, open_lake, with_selection
 from traceflow.errors import UsageError
 from traceflow.units import format_duration, parse_duration
 
@@ -28,12 +28,6 @@ if TYPE_CHECKING:
 TtlOpt = Annotated[
     list[str] | None,
     typer.Option("--ttl", help="A cache TTL: seconds or 30s, 5m, 1h, 1d (repeatable)."),
-]
-PricesOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--prices", help="JSON/TOML price file overriding the built-in prices (see traceflow.prices)."
-    ),
 ]
 KvBytesOpt = Annotated[
     float | None,
@@ -172,7 +166,14 @@ def gaps(
 def ttl(
     ttl: TtlOpt = None,
     prices: PricesOpt = None,
-    by: Annotated[list[str] | None, typer.Option("--by", help="model: one row per TTL and model.")] = None,
+    by: Annotated[
+        list[str] | None,
+        typer.Option("--by", help="model: one row per TTL and model (with --observed: any grouping of mix)."),
+    ] = None,
+    observed: Annotated[
+        bool,
+        typer.Option("--observed", help="The TTL the cache writes asked for, per UTC day, and its changes."),
+    ] = False,
     *,
     selection: Selection,
     data: DataOpt = None,
@@ -186,6 +187,11 @@ def ttl(
 
     check_format(fmt)
     groups = split_by(by)
+    if observed:
+        from traceflow.cli.cache import observed_ttl
+
+        observed_ttl(selection, groups, prices, data, fmt)
+        return
     if groups not in ([], ["model"]):
         raise UsageError("ttl groups only --by model")
     result = ttl_report(_connect(data), selection, ttl_list(_ttls(ttl, ())), PriceModel.load(prices))

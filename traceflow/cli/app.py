@@ -56,6 +56,8 @@ COMMANDS: dict[str, str] = {
     "export": "replay",
     "fit": "replay",
     "synth": "replay",
+    "misses": "cache",
+    "check": "cache",
 }
 
 _registered: set[str] = set()

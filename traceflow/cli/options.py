@@ -31,6 +31,12 @@ DataOpt = Annotated[
         show_default=False,
     ),
 ]
+PricesOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--prices", help="JSON/TOML price file overriding the built-in prices (see traceflow.prices)."
+    ),
+]
 FormatOpt = Annotated[str, typer.Option("--format", "-f", help="table, json, csv or markdown.")]
 SinceOpt = Annotated[
     str | None, typer.Option(help="Only requests at or after this time (2026-08-01, 2026-08-01T12:00Z, 7d).")

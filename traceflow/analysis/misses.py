@@ -1,0 +1,201 @@
+"""Cache misses and their causes (DESIGN §3): which requests missed the prompt cache, and why.
+
+Per request (``queries/misses.sql``, over the ``request_steps`` window):
+
+* the *reusable prefix* is the smaller of the previous request's prompt (cold + read + write) and the
+  request's own prompt;
+* a request **misses** when it is the first of its stream, or when its cache read is more than
+  ``miss_tokens`` (1,024) below its reusable prefix; its *missed tokens* are the reusable prefix minus
+  the cache read (0 for a stream's first request: nothing of its own stream was there to reuse);
+* the cause of a miss, first match wins: ``first_request`` → ``model_switch`` → ``compaction`` (a
+  compaction event of the stream, or a context drop of more than ``compaction_drop``) →
+  ``ttl_expired`` (the idle gap exceeds the TTL in force for the previous request's cache: 1 h when
+  most of its writes were 1-hour writes, else 5 min) → ``unexplained``.
+
+What a miss costs, under the price model (:class:`~traceflow.prices.PriceModel`): its missed tokens
+times the model's base input price times (the write multiplier of the TTL in force − the read
+multiplier), what writing them again added over reading them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from traceflow.errors import UsageError
+from traceflow.prices import PriceModel
+from traceflow.store import sql
+
+if TYPE_CHECKING:
+    import duckdb
+    import polars as pl
+
+    from traceflow.store.selection import Selection
+
+#: Miss causes, in the order they are tested (first match wins).
+CAUSES: tuple[str, ...] = ("first_request", "model_switch", "compaction", "ttl_expired", "unexplained")
+
+#: ``--by`` names (those of ``mix``) and the expression each groups on over ``misses.sql``'s rows.
+GROUPS: dict[str, str] = {
+    "agent": "agent",
+    "model": "model",
+    "session": "root_session_id",
+    "day": "strftime(started_at AT TIME ZONE 'UTC', '%Y-%m-%d')",
+    "user": "user_id",
+    "source": "source",
+}
+
+#: What a stream's request may fall short of its reusable prefix and still be a hit.
+MISS_TOKENS = 1024
+#: A context drop (share of the previous request's) that counts as a compaction, as in ``compactions``.
+COMPACTION_DROP = 0.5
+
+
+def _run(
+    con: duckdb.DuckDBPyConnection,
+    selection: Selection | None,
+    *,
+    miss_tokens: int,
+    compaction_drop: float,
+    wrap: str | None = None,
+) -> pl.DataFrame:
+    block, params = sql.selection_block(selection, "t_start")
+    params = {**params, "miss_tokens": miss_tokens, "compaction_drop": compaction_drop}
+    return sql.run(con, "misses", params, blocks={"filter": block}, wrap=wrap)
+
+
+def miss_cost(prices: PriceModel, model: str | None, ttl_s: float, missed_tokens: int) -> float:
+    """What ``missed_tokens`` written again instead of read cost under ``prices`` (USD)."""
+    per_in = prices.price(model).input / 1e6
+    return missed_tokens * per_in * (prices.write_multiplier(ttl_s) - prices.read_multiplier)
+
+
+def miss_rows(
+    con: duckdb.DuckDBPyConnection,
+    selection: Selection | None = None,
+    *,
+    misses_only: bool = False,
+    prices: PriceModel | None = None,
+    miss_tokens: int = MISS_TOKENS,
+    compaction_drop: float = COMPACTION_DROP,
+) -> pl.DataFrame:
+    """One row per request (``misses_only``: per miss) with ``misses.sql``'s columns and ``cost_usd``."""
+    import polars as pl
+
+    pm = prices or PriceModel()
+    wrap = "SELECT * FROM {q} WHERE miss" if misses_only else None
+    frame = _run(con, selection, miss_tokens=miss_tokens, compaction_drop=compaction_drop, wrap=wrap)
+    costs = [
+        miss_cost(pm, m, t, n)
+        for m, t, n in zip(frame["model"], frame["ttl_in_force_s"], frame["missed_tokens"], strict=True)
+    ]
+    return frame.with_columns(pl.Series("cost_usd", costs, dtype=pl.Float64))
+
+
+def miss_counts(
+    con: duckdb.DuckDBPyConnection,
+    selection: Selection | None = None,
+    by: Sequence[str] = (),
+    *,
+    prices: PriceModel | None = None,
+    miss_tokens: int = MISS_TOKENS,
+    compaction_drop: float = COMPACTION_DROP,
+) -> pl.DataFrame:
+    """Per group (``by``) and cause (NULL: the hits): requests, misses, missed tokens and their cost."""
+    import polars as pl
+
+    unknown = [b for b in by if b not in GROUPS]
+    if unknown:
+        raise UsageError(f"cannot group by {', '.join(unknown)}; choose from: {', '.join(GROUPS)}")
+    keys = "".join(f"{GROUPS[b]} AS {b}, " for b in by)
+    wrap = (
+        f"SELECT {keys}cause, model, ttl_in_force_s, count(*)::BIGINT AS requests, "
+        "count(*) FILTER (WHERE miss)::BIGINT AS misses, sum(missed_tokens)::BIGINT AS missed_tokens "
+        "FROM {q} GROUP BY ALL"
+    )
+    frame = _run(con, selection, miss_tokens=miss_tokens, compaction_drop=compaction_drop, wrap=wrap)
+    pm = prices or PriceModel()
+    costs = [
+        miss_cost(pm, m, t, n)
+        for m, t, n in zip(frame["model"], frame["ttl_in_force_s"], frame["missed_tokens"], strict=True)
+    ]
+    frame = frame.with_columns(pl.Series("cost_usd", costs, dtype=pl.Float64))
+    return (
+        frame.group_by([*by, "cause"])
+        .agg(
+            pl.col("requests").sum(),
+            pl.col("misses").sum(),
+            pl.col("missed_tokens").sum(),
+            pl.col("cost_usd").sum(),
+        )
+        .sort([*by, "cause"], nulls_last=False)
+    )
+
+
+def _summary(counts: pl.DataFrame) -> dict[str, Any]:
+    """The JSON object of one group's :func:`miss_counts` rows."""
+    by_cause = {c: {"misses": 0, "missed_tokens": 0, "cost_usd": 0.0} for c in CAUSES}
+    requests = 0
+    for r in counts.iter_rows(named=True):
+        requests += int(r["requests"])
+        if r["cause"] is not None:
+            by_cause[r["cause"]] = {
+                "misses": int(r["misses"]),
+                "missed_tokens": int(r["missed_tokens"]),
+                "cost_usd": float(r["cost_usd"]),
+            }
+    return {
+        "requests": requests,
+        "misses": sum(v["misses"] for v in by_cause.values()),
+        "missed_tokens": sum(v["missed_tokens"] for v in by_cause.values()),
+        "by_cause": by_cause,
+    }
+
+
+def miss_report(
+    con: duckdb.DuckDBPyConnection,
+    selection: Selection | None = None,
+    *,
+    prices: PriceModel | None = None,
+    miss_tokens: int = MISS_TOKENS,
+    compaction_drop: float = COMPACTION_DROP,
+) -> dict[str, Any]:
+    """The ``traceflow misses --format json`` object: ``{"requests", "misses", "missed_tokens",
+    "by_cause": {cause: {"misses", "missed_tokens", "cost_usd"}}}`` (every cause present)."""
+    counts = miss_counts(
+        con, selection, prices=prices, miss_tokens=miss_tokens, compaction_drop=compaction_drop
+    )
+    return _summary(counts)
+
+
+def miss_groups(
+    con: duckdb.DuckDBPyConnection,
+    selection: Selection | None = None,
+    by: Sequence[str] = (),
+    *,
+    prices: PriceModel | None = None,
+    miss_tokens: int = MISS_TOKENS,
+    compaction_drop: float = COMPACTION_DROP,
+) -> list[dict[str, Any]]:
+    """``traceflow misses --by ... --format json``: per group its keys and :func:`miss_report`'s object."""
+    counts = miss_counts(
+        con, selection, by, prices=prices, miss_tokens=miss_tokens, compaction_drop=compaction_drop
+    )
+    if not by:
+        return [_summary(counts)]
+    out = []
+    for key, part in counts.group_by(list(by), maintain_order=True):
+        out.append({**dict(zip(by, key, strict=True)), **_summary(part)})
+    return out
+
+
+def flat(report: dict[str, Any]) -> dict[str, Any]:
+    """One group's object as one flat row: requests, misses, missed_tokens, cost_usd, misses per cause."""
+    causes = report["by_cause"]
+    return {
+        "requests": report["requests"],
+        "misses": report["misses"],
+        "missed_tokens": report["missed_tokens"],
+        "cost_usd": sum(v["cost_usd"] for v in causes.values()),
+        **{f"{c}_misses": causes[c]["misses"] for c in CAUSES},
+    }

@@ -1,0 +1,226 @@
+"""The cache commands: ``misses`` (why requests missed the prompt cache), ``check`` (cache health
+against a baseline, for cron) and ``ttl --observed`` (the TTL the writes asked for, per day), listed in
+:data:`COMMANDS` and registered by :mod:`traceflow.cli.app`.
+
+``ttl`` itself is defined in :mod:`traceflow.cli.analyses`; its ``--observed`` flag calls
+:func:`observed_ttl` here. ``traceflow check`` exits :data:`~traceflow.analysis.health.ALERT_EXIT` (4)
+when a check fired, 0 when healthy; 1 and 2 remain errors.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from traceflow.cli.options import DataOpt, FormatOpt, PricesOpt, check_format, open_lake, with_selection
+from traceflow.errors import UsageError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from traceflow.store.selection import Selection
+
+MissesByOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--by", help="Group by agent, model, session, day, user or source (repeatable or comma-separated)."
+    ),
+]
+MissTokensOpt = Annotated[
+    int,
+    typer.Option("--miss-tokens", help="A cache read this many tokens below the reusable prefix is a miss."),
+]
+CompactionDropOpt = Annotated[
+    float,
+    typer.Option(
+        "--compaction-drop", help="A context drop, as a share of the previous context, that is a compaction."
+    ),
+]
+
+
+def _echo(value: Any, fmt: str, *, single: bool = False) -> None:
+    from traceflow.output import render, to_json
+
+    if fmt == "json" and not hasattr(value, "columns"):
+        typer.echo(to_json(value))
+    else:
+        typer.echo(render(value, fmt, single=single))
+
+
+@with_selection
+def misses(
+    by: MissesByOpt = None,
+    list_: Annotated[bool, typer.Option("--list", help="One row per miss instead of the counts.")] = False,
+    prices: PricesOpt = None,
+    miss_tokens: MissTokensOpt = 1024,
+    compaction_drop: CompactionDropOpt = 0.5,
+    *,
+    selection: Selection,
+    data: DataOpt = None,
+    fmt: FormatOpt = "table",
+) -> None:
+    """Cache misses and their causes: first_request, model_switch, compaction, ttl_expired, unexplained;
+    per cause the misses, the missed tokens and what they cost."""
+    from traceflow.analysis import misses as m
+    from traceflow.output import Rows
+    from traceflow.prices import PriceModel
+    from traceflow.store.sql import split_by
+
+    check_format(fmt)
+    groups = split_by(by)
+    con = open_lake(data).connect(["requests", "events"])
+    options: dict[str, Any] = {
+        "prices": PriceModel.load(prices),
+        "miss_tokens": miss_tokens,
+        "compaction_drop": compaction_drop,
+    }
+    if list_:
+        if groups:
+            raise UsageError("--list prints one row per miss; it takes no --by")
+        frame = m.miss_rows(con, selection, misses_only=True, **options).drop("miss")
+        _echo(frame, fmt)
+        return
+    if groups:
+        reports = m.miss_groups(con, selection, groups, **options)
+        if fmt == "json":
+            _echo(reports, fmt)
+            return
+        cols = [*groups, *m.flat(reports[0]).keys()] if reports else [*groups]
+        rows = [(*(r[g] for g in groups), *m.flat(r).values()) for r in reports]
+        _echo(Rows(cols, rows), fmt)
+        return
+    report = m.miss_report(con, selection, **options)
+    if fmt == "json":
+        _echo(report, fmt)
+        return
+    requests = report["requests"]
+    rows = [
+        (c, v["misses"], v["misses"] / requests if requests else None, v["missed_tokens"], v["cost_usd"])
+        for c, v in report["by_cause"].items()
+    ]
+    total_cost = sum(v["cost_usd"] for v in report["by_cause"].values())
+    rows.append(
+        (
+            "all",
+            report["misses"],
+            report["misses"] / requests if requests else None,
+            report["missed_tokens"],
+            total_cost,
+        )
+    )
+    result = Rows(["cause", "misses", "share_of_requests", "missed_tokens", "cost_usd"], rows)
+    if fmt in ("table", "markdown"):
+        typer.echo(f"{requests} requests, {report['misses']} misses")
+    _echo(result, fmt)
+
+
+def observed_ttl(
+    selection: Selection, groups: list[str], prices: Path | None, data: Path | None, fmt: str
+) -> None:
+    """``traceflow ttl --observed``: the TTL in force per UTC day (and group) and its changes."""
+    from traceflow.analysis.ttl_observed import ttl_in_force
+    from traceflow.output import Rows
+    from traceflow.prices import PriceModel
+
+    con = open_lake(data).connect(["requests", "events"])
+    result = ttl_in_force(con, selection, groups, PriceModel.load(prices))
+    if fmt == "json":
+        _echo(result, fmt)
+        return
+    keys = [g for g in groups if g != "day"]
+    days = Rows(
+        [*keys, "day", "ttl_in_force_s", "share_1h_writes"],
+        [
+            (*(d[k] for k in keys), d["day"], d["ttl_in_force_s"], d["share_1h_writes"])
+            for d in result["days"]
+        ],
+    )
+    if fmt == "csv":
+        _echo(days, fmt)
+        return
+    changes = Rows(
+        [*keys, "day", "from_s", "to_s", "extra_cost_usd"],
+        [
+            (*(c[k] for k in keys), c["day"], c["from_s"], c["to_s"], c["extra_cost_usd"])
+            for c in result["changes"]
+        ],
+    )
+    out: list[str] = []
+    from traceflow.output import render
+
+    for title, rows in (("TTL in force per UTC day", days), ("Changes", changes)):
+        if fmt == "markdown":
+            out += [f"## {title}", "", render(rows, "markdown"), ""]
+        else:
+            out += [title, "-" * len(title), render(rows, "table"), ""]
+    out += [f"note: {n}" for n in result["notes"]]
+    typer.echo("\n".join(out).rstrip("\n"))
+
+
+@with_selection
+def check(
+    max_drop: Annotated[
+        float,
+        typer.Option(
+            "--max-drop", help="Alert when the reuse ratio fell more than this share (0.25 = 25 %)."
+        ),
+    ] = 0.25,
+    max_unexplained_rise: Annotated[
+        float,
+        typer.Option(
+            "--max-unexplained-rise",
+            help="Alert when the share of requests that are unexplained misses rose more than this (0.05).",
+        ),
+    ] = 0.05,
+    baseline_days: Annotated[
+        float, typer.Option("--baseline-days", help="Baseline: this many days before the window.")
+    ] = 7,
+    webhook: Annotated[
+        str | None, typer.Option("--webhook", help="POST the alert as JSON to this URL when a check fires.")
+    ] = None,
+    *,
+    selection: Selection,
+    data: DataOpt = None,
+    fmt: FormatOpt = "table",
+) -> None:
+    """Cache health: the window (default: the last UTC day) against the days before it. Exit status 0
+    when healthy, 4 when a check fired (1 and 2 are errors)."""
+    from traceflow.analysis import health
+    from traceflow.errors import TraceflowError
+
+    check_format(fmt)
+    con = open_lake(data).connect(["requests", "events"])
+    result = health.check(
+        con,
+        selection,
+        baseline_days=baseline_days,
+        max_drop=max_drop,
+        max_unexplained_rise=max_unexplained_rise,
+    )
+    body = result.as_dict()
+    if fmt == "json":
+        _echo(body, fmt)
+    else:
+        from traceflow.output import Rows
+
+        rows = []
+        for key in ("requests", "reuse_ratio", "misses", "unexplained_misses", "unexplained_share"):
+            rows.append((key, result.window.get(key), result.baseline.get(key)))
+        head = f"cache health: {body['status']}"
+        fired = [f"fired: {f['check']} (threshold {f['threshold']})" for f in result.fired]
+        if fmt in ("table", "markdown"):
+            typer.echo("\n".join([head, *fired, *(f"note: {n}" for n in result.notes)]))
+        _echo(Rows(["metric", "window", "baseline"], rows), fmt)
+    if result.alert:
+        if webhook:
+            try:
+                health.post_webhook(webhook, body)
+            except TraceflowError as e:
+                typer.echo(f"traceflow: error: {e}", err=True)
+        raise typer.Exit(health.ALERT_EXIT)
+
+
+#: The commands of this module, by name (registered by :mod:`traceflow.cli.app`).
+COMMANDS: dict[str, Callable[..., Any]] = {"misses": misses, "check": check}
