@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gzip
 import json
 import math
 import os
@@ -47,7 +48,8 @@ from traceflow.kv.models import KVSize
 from traceflow.kv.sizing import Tier
 
 REPO = Path(__file__).resolve().parents[1]
-MOONCAKE = REPO.parent / "shared" / "data" / "mooncake_conversation_trace.jsonl"
+#: Stored gzip-compressed with the tests (tests/data/SOURCES.md); --mooncake also takes plain JSONL.
+MOONCAKE = REPO / "tests" / "data" / "mooncake_conversation_trace.jsonl.gz"
 ORACLE = np.dtype([("t", "<u4"), ("id", "<u8"), ("size", "<u4"), ("next", "<i8")])
 
 
@@ -205,7 +207,10 @@ def main() -> int:
         flush=True,
     )
 
-    mooncake = sim.read_mooncake(args.mooncake)
+    if args.mooncake.suffix == ".gz":
+        mooncake = sim.read_mooncake(gzip.decompress(args.mooncake.read_bytes()).splitlines())
+    else:
+        mooncake = sim.read_mooncake(args.mooncake)
     rows = compare("mooncake", mooncake.blocks, [1_000, 5_000, 20_000, 60_000], args.work, args.runs)
     mode_rows = modes("mooncake", mooncake, [2_000, 8_000, 20_000], args.runs, 10**9)
 
