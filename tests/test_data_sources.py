@@ -1,5 +1,5 @@
-"""``tests/data/SOURCES.md`` stays true: every row's size and checksum match its file or folder, and
-every file in ``tests/data`` has a row.
+"""``tests/data/SOURCES.md`` stays true: every row's size and checksum match its file or folder, every
+file in ``tests/data`` has a row, and the demo's packaged examples equal the test copies.
 
 Checksums are computed here with ``hashlib`` and ``gzip`` as SOURCES.md describes them (of the unpacked
 content; a folder's is the sha256 of its sorted ``sha256sum`` listing), independent of conftest's copy.
@@ -16,6 +16,7 @@ import pytest
 
 STORED = Path(__file__).resolve().parent / "data"
 SOURCES = STORED / "SOURCES.md"
+PACKAGED_EXAMPLES = Path(__file__).resolve().parents[1] / "traceflow" / "examples"
 
 ROW = re.compile(r"^\| `([^`]+)` \|.*\| ([\d,]+) \| ([0-9a-f]{64}) \|$")
 LISTED = re.compile(r"^([0-9a-f]{64})  (\S+)$")
@@ -96,3 +97,19 @@ def test_per_file_checksums_of_the_kv_cache_tester_traces() -> None:
     got = listing(STORED / "weka_cc_traces")
     assert len(got) == 36
     assert block == sha256sum_text(got)
+
+
+def test_the_packaged_demo_examples_equal_the_test_copies() -> None:
+    packaged = sorted(PACKAGED_EXAMPLES.iterdir())
+    assert [p.name for p in packaged] == sorted(
+        [
+            "claude-otlp-logs.json",
+            "claude-transcript.jsonl",
+            "codex-otlp-logs.json",
+            "codex-rollout.jsonl",
+            "gemini-chat.jsonl",
+            "gemini-otlp-logs.json",
+        ]
+    )
+    for path in packaged:
+        assert path.read_bytes() == (STORED / "agent-examples" / path.name).read_bytes(), path.name

@@ -7,7 +7,6 @@ vl-convert, starlette, the OpenTelemetry SDK) stay inside the command bodies.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -47,7 +46,7 @@ KvOpt = Annotated[
     ),
 ]
 
-#: Bundled example files (``../shared/data/agent-examples``) and the importer for each.
+#: Bundled example files (``traceflow/examples``, see ``examples_dir``) and the importer for each.
 EXAMPLE_SOURCES: tuple[tuple[str, str], ...] = (
     ("claude-transcript*.jsonl", "claude-code"),
     ("codex-rollout*.jsonl", "codex"),
@@ -186,11 +185,10 @@ class _Steps:
 
 
 def examples_dir() -> Path | None:
-    """``$TRACEFLOW_SHARED_DATA/agent-examples``, else ``../shared/data/agent-examples`` beside the
-    checkout; None when neither exists."""
-    env = os.environ.get("TRACEFLOW_SHARED_DATA")
-    base = Path(env) if env else Path(__file__).resolve().parents[3] / "shared" / "data"
-    path = base / "agent-examples"
+    """The example agent logs installed with traceflow (``traceflow/examples``: small hand-written
+    Claude Code, Codex and Gemini CLI logs, copies of ``tests/data/agent-examples``); None when this
+    install lacks them."""
+    path = Path(__file__).resolve().parents[1] / "examples"
     return path if path.is_dir() else None
 
 
@@ -429,7 +427,7 @@ def demo(
                 + ", ".join(f"{name} ({source})" for name, source, _ in imported)
             )
         elif not no_examples:
-            steps.step("no bundled example logs found (set TRACEFLOW_SHARED_DATA or --examples DIR); skipped")
+            steps.step("no bundled example logs found (pass --examples DIR); skipped")
         # the report covers the streamed traffic; the examples are months old and would stretch every
         # time axis, so they show in the per-agent mix below and stay in the lake (--data keeps it)
         since = dt.datetime.fromtimestamp(sent["start_ns"] / 1e9 - 60, dt.UTC)
