@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gzip
 import json
 import math
 import os
@@ -51,7 +52,8 @@ from traceflow.kv.synthetic import agentic_coding_trace
 from traceflow.kv.trace import BlockTrace, read_mooncake
 
 REPO = Path(__file__).resolve().parents[1]
-MOONCAKE = REPO.parent / "shared" / "data" / "mooncake_conversation_trace.jsonl"
+#: Stored gzip-compressed with the tests (tests/data/SOURCES.md); --mooncake also takes plain JSONL.
+MOONCAKE = REPO / "tests" / "data" / "mooncake_conversation_trace.jsonl.gz"
 ORACLE = np.dtype([("t", "<u4"), ("id", "<u8"), ("size", "<u4"), ("next", "<i8")])
 
 
@@ -207,7 +209,10 @@ def main() -> int:
         flush=True,
     )
 
-    mooncake = read_mooncake(args.mooncake)
+    if args.mooncake.suffix == ".gz":
+        mooncake = read_mooncake(gzip.decompress(args.mooncake.read_bytes()).splitlines())
+    else:
+        mooncake = read_mooncake(args.mooncake)
     rows = compare("mooncake", mooncake.blocks, [1_000, 5_000, 20_000, 60_000], args.work, args.runs)
     mode_rows = modes("mooncake", mooncake, [2_000, 8_000, 20_000], args.runs, 10**9)
 

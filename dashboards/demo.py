@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from traceflow import config
 from traceflow.errors import TraceflowError, UsageError
 
 if TYPE_CHECKING:
@@ -30,7 +29,7 @@ if TYPE_CHECKING:
     from traceflow.output import Rows
     from traceflow.store.lake import Lake
 
-#: Bundled example files (``../shared/data/agent-examples``) and the importer for each.
+#: Bundled example files (``traceflow/examples``) and the importer for each.
 EXAMPLE_SOURCES: tuple[tuple[str, str], ...] = (
     ("claude-transcript*.jsonl", "claude-code"),
     ("codex-rollout*.jsonl", "codex"),
@@ -43,11 +42,12 @@ DEMO_TIERS: tuple[tuple[str, float], ...] = (("HBM 141 GB", 141e9), ("+ DRAM 1 T
 
 
 def examples_dir() -> Path | None:
-    """``$TRACEFLOW_SHARED_DATA/agent-examples``, else ``../shared/data/agent-examples`` beside the
-    checkout; None when neither exists."""
-    env = config.get("shared_data")
-    base = Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "data"
-    path = base / "agent-examples"
+    """The example agent logs installed with traceflow (``traceflow/examples``: small hand-written
+    Claude Code, Codex and Gemini CLI logs, copies of ``tests/data/agent-examples``); None when this
+    install lacks them."""
+    import traceflow
+
+    path = Path(traceflow.__file__).parent / "examples"
     return path if path.is_dir() else None
 
 
@@ -297,7 +297,7 @@ def run_demo(
                 + ", ".join(f"{name} ({source})" for name, source, _ in imported)
             )
         elif not no_examples:
-            step("no bundled example logs found (set TRACEFLOW_SHARED_DATA or --examples DIR); skipped")
+            step("no bundled example logs found (pass --examples DIR); skipped")
         # the report covers the streamed traffic; the examples are months old and would stretch every
         # time axis, so they show in the per-agent mix and stay in the lake (--data keeps it)
         since = dt.datetime.fromtimestamp(sent["start_ns"] / 1e9 - 60, dt.UTC)

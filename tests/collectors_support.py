@@ -21,10 +21,10 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 
-from tests.conftest import shared_data
+from tests.conftest import TESTDATA
 from traceflow.store.lake import Lake
 
-CAPTURES = shared_data() / "claude-code-otlp"
+CAPTURES = TESTDATA / "claude-code-otlp"
 PAYLOADS = Path(__file__).resolve().parent / "payloads"
 
 

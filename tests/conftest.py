@@ -1,8 +1,12 @@
-"""Shared fixtures: the public data beside the checkout, a fresh lake, and the CLI in-process."""
+"""Fixtures for every test: the test data (``tests/data``), a fresh lake, and the CLI in-process."""
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import os
+import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,22 +16,52 @@ from typer.testing import CliRunner
 from traceflow.store.lake import Lake
 
 REPO = Path(__file__).resolve().parents[1]
+#: The test data as stored in the repository (origin, licence and checksums: ``tests/data/SOURCES.md``).
+STORED = REPO / "tests" / "data"
 
 
-def shared_data() -> Path:
-    """``../shared/data`` beside the checkout (CI lays it there), or ``$TRACEFLOW_SHARED_DATA``."""
-    env = os.environ.get("TRACEFLOW_SHARED_DATA")
-    return Path(env) if env else REPO.parent / "shared" / "data"
+def unpack_test_data(stored: Path = STORED) -> Path:
+    """A copy of ``stored`` in which every ``NAME.gz`` is unpacked to ``NAME``: the folder the tests read.
+
+    The large public traces are kept gzip-compressed in the repository. The copy is made once per
+    content (a cache folder in the temporary directory, named by a digest of every stored file) and
+    reused until a stored file changes; its files are read-only, so that no test changes them.
+    """
+    files = sorted(p for p in stored.rglob("*") if p.is_file())
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.relative_to(stored).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    cache = Path(tempfile.gettempdir()) / f"traceflow-test-data-{os.getuid()}"
+    root = cache / digest.hexdigest()[:20]
+    if root.is_dir():
+        return root
+    cache.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f"{root.name}.", dir=cache))
+    for path in files:
+        dest = work / path.relative_to(stored)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if path.suffix == ".gz":
+            dest.with_suffix("").write_bytes(gzip.decompress(path.read_bytes()))
+        else:
+            shutil.copyfile(path, dest)
+    for path in work.rglob("*"):
+        if path.is_file():
+            path.chmod(0o444)
+    try:
+        work.rename(root)
+    except OSError:  # another test process made the same copy first
+        shutil.rmtree(work)
+    return root
 
 
-SHARED = shared_data()
+#: The folder the tests read their data from (``tests/data``, unpacked).
+TESTDATA = unpack_test_data()
 
 
 @pytest.fixture
-def shared() -> Path:
-    if not SHARED.is_dir():
-        pytest.fail(f"shared data not found at {SHARED}; set TRACEFLOW_SHARED_DATA")
-    return SHARED
+def testdata() -> Path:
+    return TESTDATA
 
 
 @pytest.fixture

@@ -217,7 +217,7 @@ def jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def test_aiperf_loader_reads_the_exports(offline: tuple[dict[str, str], Path], tmp_path: Path) -> None:
-    from conftest import SHARED
+    from conftest import TESTDATA
 
     env, _ = offline
     prof = preset("agentic-coding")
@@ -234,12 +234,12 @@ def test_aiperf_loader_reads_the_exports(offline: tuple[dict[str, str], Path], t
     manifest = export(con, None, "aiperf", sess, limit=80)
     assert manifest["counts"]["resets"] > 0  # sessions with a compaction: "<id>~1"
     weka = "-"
-    if (SHARED / "weka_cc_traces").is_dir():
+    if (TESTDATA / "weka_cc_traces").is_dir():
         from traceflow.importers import get
         from traceflow.importers.run import run_import
 
         wl = Lake(tmp_path / "weka")
-        run_import(wl, get("kvcache-tester"), [SHARED / "weka_cc_traces"])
+        run_import(wl, get("kvcache-tester"), [TESTDATA / "weka_cc_traces"])
         export(wl.connect(["requests"]), None, "kvcache-tester", tmp_path / "kv")
         weka = str(tmp_path / "kv")
     result = tmp_path / "loaded.json"

@@ -8,7 +8,6 @@ import csv
 import io
 import itertools
 import json
-import os
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import TESTDATA
 from tests.test_analyses import fill
 from traceflow import importers
 from traceflow.analysis import gaps, sessions, ttl
@@ -24,8 +24,6 @@ from traceflow.store.lake import Lake
 from traceflow.store.selection import Selection
 
 Cli = Callable[..., tuple[int, str, str]]
-REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("TRACEFLOW_SHARED_DATA") or REPO.parent / "shared" / "data")  # as conftest.py
 
 
 @pytest.fixture
@@ -188,7 +186,7 @@ def test_empty_lake(lake: Lake, cli: Cli) -> None:
 
 
 def test_claude_transcript_gap_and_ttl_validation(lake: Lake) -> None:
-    run_import(lake, importers.get("claude-code"), [SHARED / "agent-examples" / "claude-transcript.jsonl"])
+    run_import(lake, importers.get("claude-code"), [TESTDATA / "agent-examples" / "claude-transcript.jsonl"])
     con = lake.connect()
     rows = gaps.gap_rows(con).select("gap_s", "kind").rows()
     assert rows == [(0.6, "agent"), (441.0, "human")]  # README: 10:07:30 - 10:00:09
@@ -254,9 +252,9 @@ def weka_independent(folder: Path) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def weka(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[str, Any]]:
-    folder = SHARED / "weka_cc_traces"
+    folder = TESTDATA / "weka_cc_traces"
     if not folder.is_dir():
-        pytest.fail(f"shared data not found at {folder}; set TRACEFLOW_SHARED_DATA")
+        pytest.fail(f"test data not found at {folder}")
     lake = Lake(tmp_path_factory.mktemp("weka") / "data")
     summary = run_import(lake, importers.get("kvcache-tester"), [folder])
     assert summary.skipped == 0
@@ -316,7 +314,7 @@ def test_weka_ttl_and_working_set_run(weka: tuple[Any, dict[str, Any]]) -> None:
 def test_every_analysis_runs_on_public_traces(
     lake: Lake, cli: Cli, source: str, path: str, requests: int
 ) -> None:
-    run_import(lake, importers.get(source), [SHARED / path])
+    run_import(lake, importers.get(source), [TESTDATA / path])
     rep = as_json(cli, "report")
     assert rep["mix"]["requests"] == requests
     # no sessions in these traces: every request stands alone, so there are no gaps and no resumes

@@ -25,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import shared_data
+from tests.conftest import TESTDATA
 from traceflow.importers import claude_code, claude_code_frames, claude_code_lines
 from traceflow.importers import run as importing
 from traceflow.importers.base import FileContext, finish
@@ -36,7 +36,7 @@ from traceflow.store.lake import Lake, frame_from_rows
 
 CLAUDE = claude_code.IMPORTER
 
-_EXAMPLES = shared_data()
+_EXAMPLES = TESTDATA
 
 
 def _parse(
@@ -102,10 +102,10 @@ def _real_lines() -> list[bytes]:
     return [ln for f in files for ln in f.read_bytes().splitlines()]
 
 
-def test_real_transcripts_fast_equals_general(shared: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    paths = sorted((shared / "claude-code-otlp").glob("*/transcripts/**/*.jsonl"))
+def test_real_transcripts_fast_equals_general(testdata: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    paths = sorted((testdata / "claude-code-otlp").glob("*/transcripts/**/*.jsonl"))
     files = [
-        (str(f), f.read_bytes()) for f in [*paths, shared / "agent-examples" / "claude-transcript.jsonl"]
+        (str(f), f.read_bytes()) for f in [*paths, testdata / "agent-examples" / "claude-transcript.jsonl"]
     ]
     frames, errors, _ = _compare(files, {}, monkeypatch)
     assert frames["requests"].height >= 20 and frames["events"].height >= 20
@@ -221,10 +221,10 @@ def _tables(lake: Lake) -> dict[str, list[tuple[Any, ...]]]:
 
 
 def test_worker_processes_give_what_one_process_gives(
-    shared: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    testdata: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     src = tmp_path / "logs"
-    for i, f in enumerate(sorted((shared / "claude-code-otlp").glob("*/transcripts"))):
+    for i, f in enumerate(sorted((testdata / "claude-code-otlp").glob("*/transcripts"))):
         dest = src / f"run{i}"
         dest.mkdir(parents=True)
         for g in f.rglob("*.jsonl"):
@@ -285,8 +285,8 @@ def test_plan_resolves_paths_as_path_resolve(tmp_path: Path) -> None:
     assert {r["head"] for r in result.records.values()} == {importing._head(real / "a.jsonl", 3)}
 
 
-def test_events_frame_equals_frame_from_rows(shared: Path) -> None:
-    data = (shared / "agent-examples" / "claude-transcript.jsonl").read_bytes()
+def test_events_frame_equals_frame_from_rows(testdata: Path) -> None:
+    data = (testdata / "agent-examples" / "claude-transcript.jsonl").read_bytes()
     parsed = CLAUDE.parse(data, FileContext(path=Path("/x/s.jsonl")))
     assert parsed.events
     fast = claude_code_frames.events_frame(parsed.events).drop("ingested_at")

@@ -1,4 +1,4 @@
-"""Real Claude Code request bodies (captured from the CLI, ../shared/data/claude-code-otlp) sent raw.
+"""Real Claude Code request bodies (captured from the CLI, tests/data/claude-code-otlp) sent raw.
 
 Every captured body is replayed with its original Content-Type over HTTP (and the gRPC captures over
 gRPC); each must be accepted without rejections, and the lake must then hold exactly the rows that
@@ -63,7 +63,7 @@ def _signal(path: Path) -> otlp.Signal:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     if not BODIES:
-        pytest.fail(f"no captured Claude Code bodies in {CAPTURES}; set TRACEFLOW_SHARED_DATA")
+        pytest.fail(f"no captured Claude Code bodies in {CAPTURES}")
     with Server(tmp_path_factory.mktemp("captured"), "--roll-interval", "0.2") as srv:
         yield srv
 

@@ -49,10 +49,10 @@ def test_switch_off_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not native.enabled() and native.claude_scanner() is None
 
 
-def test_real_transcripts(shared: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    paths = sorted((shared / "claude-code-otlp").glob("*/transcripts/**/*.jsonl"))
+def test_real_transcripts(testdata: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    paths = sorted((testdata / "claude-code-otlp").glob("*/transcripts/**/*.jsonl"))
     files = [
-        (str(f), f.read_bytes()) for f in [*paths, shared / "agent-examples" / "claude-transcript.jsonl"]
+        (str(f), f.read_bytes()) for f in [*paths, testdata / "agent-examples" / "claude-transcript.jsonl"]
     ]
     frames, errors, _ = _both(files, {}, monkeypatch)
     assert frames["requests"].height >= 20 and frames["events"].height >= 20

@@ -11,7 +11,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import shared_data
+from tests.conftest import TESTDATA
 from traceflow.importers import get
 from traceflow.importers.run import run_import
 from traceflow.store.lake import Lake
@@ -40,9 +40,9 @@ def totals(lake: Lake) -> tuple[int, ...]:
     return tuple(int(v) for v in row)
 
 
-def test_hand_built_transcript_gives_the_documented_rows(shared: Path, lake: Lake) -> None:
-    # Expected values: ../shared/data/agent-examples/README.md, "claude-transcript.jsonl".
-    run_import(lake, CLAUDE, [shared / "agent-examples" / "claude-transcript.jsonl"])
+def test_hand_built_transcript_gives_the_documented_rows(testdata: Path, lake: Lake) -> None:
+    # Expected values: tests/data/agent-examples/README.md, "claude-transcript.jsonl".
+    run_import(lake, CLAUDE, [testdata / "agent-examples" / "claude-transcript.jsonl"])
     got = rows(
         lake,
         "SELECT request_id, cold_input_tokens, cache_read_tokens, cache_write_tokens, "
@@ -79,10 +79,10 @@ def _fake_api_usage(k: int) -> dict[str, int]:
     }
 
 
-def test_real_claude_code_transcripts_match_the_fake_api(shared: Path, lake: Lake) -> None:
+def test_real_claude_code_transcripts_match_the_fake_api(testdata: Path, lake: Lake) -> None:
     runs = ["json-full", "json-extras"]
     for run in runs:
-        run_import(lake, CLAUDE, [shared / "claude-code-otlp" / run / "transcripts"])
+        run_import(lake, CLAUDE, [testdata / "claude-code-otlp" / run / "transcripts"])
     got = rows(lake, "SELECT * FROM requests ORDER BY request_id")
     assert len(got) >= 20
     for row in got:
@@ -98,8 +98,8 @@ def test_real_claude_code_transcripts_match_the_fake_api(shared: Path, lake: Lak
     assert len({r["request_id"] for r in got}) == len(got)
 
 
-def test_subagent_transcript_links_to_its_parent(shared: Path, lake: Lake) -> None:
-    run_import(lake, CLAUDE, [shared / "claude-code-otlp" / "json-full" / "transcripts"])
+def test_subagent_transcript_links_to_its_parent(testdata: Path, lake: Lake) -> None:
+    run_import(lake, CLAUDE, [testdata / "claude-code-otlp" / "json-full" / "transcripts"])
     sub = rows(lake, "SELECT * FROM requests WHERE parent_session_id IS NOT NULL ORDER BY request_id")
     assert [r["request_id"] for r in sub] == ["req_fake0020", "req_fake0021"]
     for r in sub:
@@ -115,8 +115,8 @@ def test_subagent_transcript_links_to_its_parent(shared: Path, lake: Lake) -> No
     assert per_session[0]["n"] == 4
 
 
-def test_reimport_adds_nothing(shared: Path, lake: Lake) -> None:
-    src = shared / "claude-code-otlp" / "json-full" / "transcripts"
+def test_reimport_adds_nothing(testdata: Path, lake: Lake) -> None:
+    src = testdata / "claude-code-otlp" / "json-full" / "transcripts"
     first = run_import(lake, CLAUDE, [src])
     before = totals(lake)
     files_before = len(lake.files("requests"))
@@ -127,8 +127,8 @@ def test_reimport_adds_nothing(shared: Path, lake: Lake) -> None:
     assert len(lake.files("requests")) == files_before
 
 
-def test_growing_file_imports_only_new_requests(shared: Path, lake: Lake, tmp_path: Path) -> None:
-    src = (shared / "agent-examples" / "claude-transcript.jsonl").read_bytes()
+def test_growing_file_imports_only_new_requests(testdata: Path, lake: Lake, tmp_path: Path) -> None:
+    src = (testdata / "agent-examples" / "claude-transcript.jsonl").read_bytes()
     lines = src.splitlines(keepends=True)
     target = tmp_path / "logs" / "s.jsonl"
     target.parent.mkdir()
@@ -144,9 +144,9 @@ def test_growing_file_imports_only_new_requests(shared: Path, lake: Lake, tmp_pa
 
 
 def test_malformed_lines_are_reported_and_skipped(
-    shared: Path, lake: Lake, tmp_path: Path, cli: Callable[..., tuple[int, str, str]]
+    testdata: Path, lake: Lake, tmp_path: Path, cli: Callable[..., tuple[int, str, str]]
 ) -> None:
-    lines = (shared / "agent-examples" / "claude-transcript.jsonl").read_text().splitlines()
+    lines = (testdata / "agent-examples" / "claude-transcript.jsonl").read_text().splitlines()
     lines.insert(3, '{"type":"assistant","message":{"usage": {broken')
     lines.insert(6, "not json at all")
     bad = tmp_path / "bad.jsonl"
@@ -165,12 +165,12 @@ def test_missing_path_is_a_clear_error(cli: Callable[..., tuple[int, str, str]])
 
 
 def test_default_location_follows_claude_config_dir(
-    shared: Path, lake: Lake, tmp_path: Path, monkeypatch: object
+    testdata: Path, lake: Lake, tmp_path: Path, monkeypatch: object
 ) -> None:
     home = tmp_path / "claude-home"
     proj = home / "projects" / "-home-u-proj"
     proj.mkdir(parents=True)
-    shutil.copy(shared / "agent-examples" / "claude-transcript.jsonl", proj / "s.jsonl")
+    shutil.copy(testdata / "agent-examples" / "claude-transcript.jsonl", proj / "s.jsonl")
     monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(home))  # type: ignore[attr-defined]
     summary = run_import(lake, CLAUDE)
     assert summary.rows["requests"] == 3
@@ -178,7 +178,7 @@ def test_default_location_follows_claude_config_dir(
 
 # -- properties -------------------------------------------------------------------------------
 
-_EXAMPLE = shared_data() / "agent-examples" / "claude-transcript.jsonl"
+_EXAMPLE = TESTDATA / "agent-examples" / "claude-transcript.jsonl"
 
 
 def _assistant_lines() -> list[str]:

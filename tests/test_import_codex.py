@@ -1,6 +1,6 @@
 """Codex rollout importer: fixture rows, incremental imports, fork replay, bad lines, properties.
 
-Expected numbers come from shared/data/agent-examples/README.md (codex-rollout.jsonl), not from the code.
+Expected numbers come from tests/data/agent-examples/README.md (codex-rollout.jsonl), not from the code.
 """
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import itertools
-import os
 from pathlib import Path
 from typing import Any
 
@@ -17,24 +16,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import TESTDATA
 from traceflow.importers.base import FileContext
 from traceflow.importers.codex import IMPORTER, CodexImporter
 from traceflow.rows import Parsed, Row, iso_micros, stable_id
 
-
-def shared_data() -> Path:
-    env = os.environ.get("TRACEFLOW_SHARED_DATA")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "data"
-
-
-FIXTURE = shared_data() / "agent-examples" / "codex-rollout.jsonl"
+FIXTURE = TESTDATA / "agent-examples" / "codex-rollout.jsonl"
 SESSION = "019a9776-0a34-7842-8627-112b63d66e90"
 TOKENS = ("cold_input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")
 
 
 def fixture_lines() -> list[bytes]:
     if not FIXTURE.exists():
-        pytest.fail(f"fixture missing: {FIXTURE}; set TRACEFLOW_SHARED_DATA")
+        pytest.fail(f"fixture missing: {FIXTURE}")
     return [ln for ln in FIXTURE.read_bytes().split(b"\n") if ln.strip()]
 
 
@@ -90,7 +84,7 @@ def us(ts: str) -> int:
 
 
 def test_fixture_gives_the_readme_rows() -> None:
-    fixture_lines()  # skips when the shared data is missing
+    fixture_lines()  # fails when the fixture is missing
     parsed = parse(FIXTURE.read_bytes())
     assert parsed.errors == []
     rows = parsed.requests

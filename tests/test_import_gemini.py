@@ -1,11 +1,10 @@
 """Gemini CLI chat-recording importer: fixture rows, growing files, rewrites, bad lines, properties.
 
-Expected numbers come from shared/data/agent-examples/README.md (gemini-chat.jsonl), not from the code.
+Expected numbers come from tests/data/agent-examples/README.md (gemini-chat.jsonl), not from the code.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -14,24 +13,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import TESTDATA
 from traceflow.importers.base import FileContext
 from traceflow.importers.gemini import IMPORTER, GeminiImporter
 from traceflow.rows import Parsed, Row, iso_micros, stable_id
 
-
-def shared_data() -> Path:
-    env = os.environ.get("TRACEFLOW_SHARED_DATA")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "data"
-
-
-FIXTURE = shared_data() / "agent-examples" / "gemini-chat.jsonl"
+FIXTURE = TESTDATA / "agent-examples" / "gemini-chat.jsonl"
 SESSION = "c1d2e3f4-0000-4000-8000-000000000003"
 TOKENS = ("cold_input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")
 
 
 def fixture_lines() -> list[bytes]:
     if not FIXTURE.exists():
-        pytest.fail(f"fixture missing: {FIXTURE}; set TRACEFLOW_SHARED_DATA")
+        pytest.fail(f"fixture missing: {FIXTURE}")
     return [ln for ln in FIXTURE.read_bytes().split(b"\n") if ln.strip()]
 
 

@@ -1,6 +1,6 @@
 """The otlp-json importer: files of OTLP/JSON export requests (Collector file exporter, captures).
 
-Expected numbers: ../shared/data/agent-examples/README.md and the fake API's formula in
+Expected numbers: tests/data/agent-examples/README.md and the fake API's formula in
 reference/CLAUDE_CODE_REAL_CLIENT.md (request k: input 11+100(k-1), output 22+100(k-1),
 cache creation 333+100(k-1), cache read 4444+100(k-1)).
 """
@@ -40,8 +40,8 @@ def test_registered_under_its_cli_name() -> None:
     assert IMPORTER.default_paths() == []
 
 
-def test_agent_example_fixtures(shared: Path, lake: Lake) -> None:
-    examples = shared / "agent-examples"
+def test_agent_example_fixtures(testdata: Path, lake: Lake) -> None:
+    examples = testdata / "agent-examples"
     summary = run_import(lake, IMPORTER, [examples])  # discover picks the *otlp* JSON files only
     assert not summary.errors
     got = rows(
@@ -70,8 +70,8 @@ def test_agent_example_fixtures(shared: Path, lake: Lake) -> None:
     }
 
 
-def test_capture_folder_dedups_spans_against_api_requests(shared: Path, lake: Lake) -> None:
-    folder = shared / "claude-code-otlp" / "json-full" / "otlp"
+def test_capture_folder_dedups_spans_against_api_requests(testdata: Path, lake: Lake) -> None:
+    folder = testdata / "claude-code-otlp" / "json-full" / "otlp"
     files = IMPORTER.discover(folder)
     assert files and all(not f.name.endswith(".meta.json") and f.name != "index.jsonl" for f in files)
     summary = run_import(lake, IMPORTER, [folder])
@@ -97,8 +97,9 @@ def test_capture_folder_dedups_spans_against_api_requests(shared: Path, lake: La
     assert again.files_read == 0
 
 
-def test_pretty_printed_and_concatenated_requests(shared: Path, tmp_path: Path, lake: Lake) -> None:
-    pretty = (shared / "claude-code-otlp" / "protobuf-full" / "otlp" / "0002-logs.decoded.json").read_bytes()
+def test_pretty_printed_and_concatenated_requests(testdata: Path, tmp_path: Path, lake: Lake) -> None:
+    capture = testdata / "claude-code-otlp" / "protobuf-full" / "otlp"
+    pretty = (capture / "0002-logs.decoded.json").read_bytes()
     one = tmp_path / "one.json"
     one.write_bytes(pretty + b"\n")
     two = tmp_path / "two.json"
@@ -114,8 +115,8 @@ def test_pretty_printed_and_concatenated_requests(shared: Path, tmp_path: Path, 
     assert rows(lake, "SELECT count(*) AS n FROM requests")[0]["n"] == 2
 
 
-def test_bad_lines_are_reported_and_the_rest_is_imported(shared: Path, tmp_path: Path, lake: Lake) -> None:
-    examples = shared / "agent-examples"
+def test_bad_lines_are_reported_and_the_rest_is_imported(testdata: Path, tmp_path: Path, lake: Lake) -> None:
+    examples = testdata / "agent-examples"
     bad_types = json.loads((examples / "claude-otlp-logs.json").read_text())
     bad_types["resourceLogs"][0]["scopeLogs"][0]["logRecords"][0]["timeUnixNano"] = "soon"
     bad_tokens = json.loads((examples / "claude-otlp-logs.json").read_text())
@@ -147,9 +148,9 @@ def test_bad_lines_are_reported_and_the_rest_is_imported(shared: Path, tmp_path:
 
 
 def test_metric_state_is_carried_across_imports_of_a_growing_file(
-    shared: Path, tmp_path: Path, lake: Lake
+    testdata: Path, tmp_path: Path, lake: Lake
 ) -> None:
-    doc = json.loads((shared / "agent-examples" / "otlp-cumulative-reset.json").read_text())
+    doc = json.loads((testdata / "agent-examples" / "otlp-cumulative-reset.json").read_text())
     points = doc["resourceMetrics"][0]["scopeMetrics"][0]["metrics"][0]["sum"]["dataPoints"]
 
     def line(p: dict[str, Any]) -> bytes:

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import TESTDATA
 from traceflow.importers import get
 from traceflow.importers.run import run_import
 from traceflow.store.lake import Lake
@@ -31,9 +32,6 @@ BAILIAN = get("bailian")
 BURSTGPT = get("burstgpt")
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)  # the importers' documented anchor for relative times
-SHARED = Path(
-    os.environ.get("TRACEFLOW_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data"
-)
 
 
 def q(lake: Lake, sql: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
@@ -45,10 +43,10 @@ def us(ts: dt.datetime) -> int:
     return (d.days * 86_400 + d.seconds) * 1_000_000 + d.microseconds
 
 
-def shared_file(name: str) -> Path:
-    path = SHARED / name
+def data_file(name: str) -> Path:
+    path = TESTDATA / name
     if not path.exists():
-        pytest.fail(f"shared data file {path} is missing; set TRACEFLOW_SHARED_DATA")
+        pytest.fail(f"test data file {path} is missing")
     return path
 
 
@@ -72,7 +70,7 @@ def mooncake_lakes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Lake]:
     lakes = {}
     for name in MOONCAKE_FILES:
         lake = Lake(tmp_path_factory.mktemp("mooncake") / "data")
-        summary = run_import(lake, MOONCAKE, [shared_file(name)])
+        summary = run_import(lake, MOONCAKE, [data_file(name)])
         assert summary.skipped == 0, summary.errors
         lakes[name] = lake
     return lakes
@@ -82,7 +80,7 @@ def mooncake_lakes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Lake]:
 @pytest.mark.parametrize("name", list(MOONCAKE_FILES))
 def test_mooncake_trace_imports_every_record_exactly(name: str, mooncake_lakes: dict[str, Lake]) -> None:
     lake = mooncake_lakes[name]
-    raw = raw_jsonl(shared_file(name))
+    raw = raw_jsonl(data_file(name))
     got = q(
         lake,
         "SELECT seq, epoch_ms(started_at), cold_input_tokens, output_tokens, hash_ids, block_size, "
@@ -136,7 +134,7 @@ def test_mooncake_statistics_match_the_published_figures(name: str, mooncake_lak
 @pytest.mark.realdata
 def test_mooncake_reimport_and_growth_add_nothing_new(tmp_path: Path) -> None:
     name = "mooncake_synthetic_trace.jsonl"
-    src = shared_file(name)
+    src = data_file(name)
     lines = src.read_bytes().splitlines(keepends=True)
     # A file that grows: first 1,000 lines, then the rest (same name, so the same identity).
     grown = tmp_path / "grown" / name
@@ -192,7 +190,7 @@ AZURE_FILES = {
 @pytest.fixture(scope="module")
 def azure_lake(tmp_path_factory: pytest.TempPathFactory) -> Lake:
     lake = Lake(tmp_path_factory.mktemp("azure") / "data")
-    summary = run_import(lake, AZURE, [shared_file(n) for n in AZURE_FILES])
+    summary = run_import(lake, AZURE, [data_file(n) for n in AZURE_FILES])
     assert summary.skipped == 0, summary.errors
     return lake
 
@@ -212,7 +210,7 @@ def _raw_azure(path: Path) -> list[tuple[int, int, int]]:
 @pytest.mark.parametrize("name", list(AZURE_FILES))
 def test_azure_trace_matches_the_raw_file_and_splitwise_figures(name: str, azure_lake: Lake) -> None:
     count, prompt, generated, rate = AZURE_FILES[name]
-    raw = _raw_azure(shared_file(name))
+    raw = _raw_azure(data_file(name))
     workload = "code" if "code" in name else "conv"
     got = q(
         azure_lake,
@@ -279,9 +277,9 @@ def _common_prefix_seen(ids: list[int], seen: set[int]) -> int:
 
 @pytest.fixture(scope="module")
 def weka_raw() -> dict[str, dict[str, Any]]:
-    folder = SHARED / "weka_cc_traces"
+    folder = TESTDATA / "weka_cc_traces"
     if not folder.is_dir():
-        pytest.fail(f"{folder} is missing; set TRACEFLOW_SHARED_DATA")
+        pytest.fail(f"{folder} is missing")
     docs = {}
     for path in sorted(folder.glob("*.json")):
         doc = json.loads(path.read_text())
@@ -292,7 +290,7 @@ def weka_raw() -> dict[str, dict[str, Any]]:
 @pytest.fixture(scope="module")
 def weka_lake(tmp_path_factory: pytest.TempPathFactory) -> Lake:
     lake = Lake(tmp_path_factory.mktemp("weka") / "data")
-    summary = run_import(lake, KVCACHE, [SHARED / "weka_cc_traces"])
+    summary = run_import(lake, KVCACHE, [TESTDATA / "weka_cc_traces"])
     assert summary.skipped == 0, summary.errors
     assert summary.files_seen == 36
     return lake
@@ -526,7 +524,7 @@ def test_kvcache_tester_reimport_adds_nothing(tmp_path: Path) -> None:
     folder = tmp_path / "traces"
     folder.mkdir()
     for name in ("trace_0546.json", "trace_0638.json", "trace_0265.json"):
-        shutil.copy(SHARED / "weka_cc_traces" / name, folder / name)
+        shutil.copy(TESTDATA / "weka_cc_traces" / name, folder / name)
     lake = Lake(tmp_path / "data")
     first = run_import(lake, KVCACHE, [folder])
     assert first.rows["requests"] > 0

@@ -13,8 +13,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-import traceflow.cli.analyses
-from tests.conftest import shared_data
+from tests.conftest import TESTDATA
 from traceflow.analysis import misses
 from traceflow.analysis.health import ALERT_EXIT
 from traceflow.importers import get
@@ -433,9 +432,7 @@ def test_check_without_baseline_says_so(lake: Lake, cli: Cli) -> None:
 
 @pytest.mark.realdata
 def test_kvcache_tester_first_requests_are_the_streams(lake: Lake) -> None:
-    folder = shared_data() / "weka_cc_traces"
-    if not folder.is_dir():
-        pytest.fail(f"{folder} is missing; set TRACEFLOW_SHARED_DATA")
+    folder = TESTDATA / "weka_cc_traces"
     streams = 0
     for path in folder.glob("*.json"):
         doc = json.loads(path.read_text())

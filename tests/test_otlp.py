@@ -1,6 +1,6 @@
 """OTLP decoding and mapping (traceflow.otlp.decode): the hand-built fixtures, the real Claude Code captures.
 
-Expected numbers come from ../shared/data/agent-examples/README.md, from the fake API's formula in
+Expected numbers come from tests/data/agent-examples/README.md, from the fake API's formula in
 reference/CLAUDE_CODE_REAL_CLIENT.md ("Fake API driver markers": request k has input 11+100(k-1),
 output 22+100(k-1), cache creation 333+100(k-1) = 5m 300+100(k-1) + 1h 33, cache read
 4444+100(k-1)), and from the derivation rules of AGENT_TELEMETRY_SCHEMAS §6.4 worked by hand.
@@ -54,8 +54,8 @@ KINDS = ("cold_input_tokens", "cache_read_tokens", "cache_write_tokens", "output
 
 
 # -- helpers ------------------------------------------------------------------------------------------
-def fixture(shared: Path, name: str) -> tuple[otlp.Signal, bytes]:
-    body = (shared / "agent-examples" / name).read_bytes()
+def fixture(testdata: Path, name: str) -> tuple[otlp.Signal, bytes]:
+    body = (testdata / "agent-examples" / name).read_bytes()
     signal = otlp.signal_of_json(orjson.loads(body))
     assert signal is not None
     return signal, body
@@ -68,9 +68,9 @@ def mapped(signal: otlp.Signal, body: bytes, ctype: str = JSON, **kw: Any) -> ot
     return otlp.map_request(signal, otlp.parse_body(signal, body, ctype), state=state, **kw)
 
 
-def captured(shared: Path, run: str) -> Iterator[tuple[str, otlp.Signal, bytes, str]]:
+def captured(testdata: Path, run: str) -> Iterator[tuple[str, otlp.Signal, bytes, str]]:
     """(name, signal, body, content type) per captured request of a run, in arrival order."""
-    folder = shared / "claude-code-otlp" / run / "otlp"
+    folder = testdata / "claude-code-otlp" / run / "otlp"
     for meta_path in sorted(folder.glob("*.meta.json")):
         meta = json.loads(meta_path.read_text())
         stem = meta_path.name[: -len(".meta.json")]
@@ -89,11 +89,11 @@ def captured(shared: Path, run: str) -> Iterator[tuple[str, otlp.Signal, bytes, 
             yield stem, signal, body.read_bytes(), meta["content_type"]
 
 
-def map_run(shared: Path, run: str, **kw: Any) -> list[otlp.Mapped]:
+def map_run(testdata: Path, run: str, **kw: Any) -> list[otlp.Mapped]:
     state = otlp.MetricState(0)
     return [
         otlp.map_request(s, otlp.parse_body(s, b, ct), state=state, **kw)
-        for _, s, b, ct in captured(shared, run)
+        for _, s, b, ct in captured(testdata, run)
     ]
 
 
@@ -113,8 +113,8 @@ def without(row: dict[str, Any], *keys: str) -> dict[str, Any]:
 
 
 # -- the hand-built fixtures ----------------------------------------------------------------------------
-def test_claude_logs_fixture(shared: Path) -> None:
-    m = mapped(*fixture(shared, "claude-otlp-logs.json"))
+def test_claude_logs_fixture(testdata: Path) -> None:
+    m = mapped(*fixture(testdata, "claude-otlp-logs.json"))
     assert (m.rejected, m.message) == (0, "")
     typed, stringly = m.parsed.requests
     assert {
@@ -161,14 +161,14 @@ def test_claude_logs_fixture(shared: Path) -> None:
     assert prompt["attributes"]["resource"]["service.name"] == "claude-code"
 
 
-def test_content_is_kept_only_when_asked(shared: Path) -> None:
-    signal, body = fixture(shared, "claude-otlp-logs.json")
+def test_content_is_kept_only_when_asked(testdata: Path) -> None:
+    signal, body = fixture(testdata, "claude-otlp-logs.json")
     kept = mapped(signal, body, keep_content=True)
     assert kept.parsed.events[0]["attributes"]["prompt"] == "<REDACTED>"
 
 
-def test_claude_metrics_delta_fixture(shared: Path) -> None:
-    m = mapped(*fixture(shared, "claude-otlp-metrics-delta.json"))
+def test_claude_metrics_delta_fixture(testdata: Path) -> None:
+    m = mapped(*fixture(testdata, "claude-otlp-metrics-delta.json"))
     points = m.parsed.metric_points
     assert {p["type"]: p["delta"] for p in points} == {
         "input": 3,
@@ -181,15 +181,15 @@ def test_claude_metrics_delta_fixture(shared: Path) -> None:
     assert all(p["session_id"] == "0a9a8045-53e9-44b1-83fb-aafc6e1f4f0b" for p in points)
     assert all(p["start_time"] == 1787999970000000 and p["time"] == 1788000030000000 for p in points)
     # the metric sums equal the api_request event of the logs fixture
-    logs = mapped(*fixture(shared, "claude-otlp-logs.json"))
+    logs = mapped(*fixture(testdata, "claude-otlp-logs.json"))
     first = logs.parsed.requests[0]
     assert [first[k] for k in KINDS] == [
         {p["type"]: p["delta"] for p in points}[t] for t in ("input", "cacheRead", "cacheCreation", "output")
     ]
 
 
-def test_codex_fixture(shared: Path) -> None:
-    m = mapped(*fixture(shared, "codex-otlp-logs.json"))
+def test_codex_fixture(testdata: Path) -> None:
+    m = mapped(*fixture(testdata, "codex-otlp-logs.json"))
     (req,) = m.parsed.requests  # the token-less second response.completed adds nothing
     assert req["cold_input_tokens"] == 15025 - 13952 == 1073
     assert req["cache_read_tokens"] == 13952
@@ -200,8 +200,8 @@ def test_codex_fixture(shared: Path) -> None:
     assert event["name"] == "api_request" and event["agent"] == "codex"
 
 
-def test_gemini_fixture(shared: Path) -> None:
-    m = mapped(*fixture(shared, "gemini-otlp-logs.json"))
+def test_gemini_fixture(testdata: Path) -> None:
+    m = mapped(*fixture(testdata, "gemini-otlp-logs.json"))
     (req,) = m.parsed.requests  # the operation.details record is not a second request
     assert req["cold_input_tokens"] == 48210 - 40960 == 7250
     assert req["cache_read_tokens"] == 40960
@@ -214,8 +214,8 @@ def test_gemini_fixture(shared: Path) -> None:
     assert details["name"] == "gen_ai.client.inference.operation.details"
 
 
-def test_cumulative_reset_fixture(shared: Path) -> None:
-    signal, body = fixture(shared, "otlp-cumulative-reset.json")
+def test_cumulative_reset_fixture(testdata: Path) -> None:
+    signal, body = fixture(testdata, "otlp-cumulative-reset.json")
     # the receiver started before t0 (the fixture's _comment): every series start is known and later
     m = mapped(signal, body, state=otlp.MetricState(created_at_ns=0))
     assert [p["delta"] for p in m.parsed.metric_points] == [1000, 1500, 300, 200]
@@ -225,15 +225,15 @@ def test_cumulative_reset_fixture(shared: Path) -> None:
     assert {p["type"] for p in m.parsed.metric_points} == {"input"}
 
 
-def test_cumulative_series_older_than_the_receiver_start_as_baselines(shared: Path) -> None:
-    signal, body = fixture(shared, "otlp-cumulative-reset.json")
+def test_cumulative_series_older_than_the_receiver_start_as_baselines(testdata: Path) -> None:
+    signal, body = fixture(testdata, "otlp-cumulative-reset.json")
     late = otlp.MetricState(created_at_ns=1788000026 * 10**9)  # after both series started
     m = mapped(signal, body, state=late)
     assert [p["delta"] for p in m.parsed.metric_points] == [None, 1500, None, 200]
 
 
-def test_metric_state_survives_a_restart_between_requests(shared: Path) -> None:
-    signal, body = fixture(shared, "otlp-cumulative-reset.json")
+def test_metric_state_survives_a_restart_between_requests(testdata: Path) -> None:
+    signal, body = fixture(testdata, "otlp-cumulative-reset.json")
     doc = orjson.loads(body)
     points = doc["resourceMetrics"][0]["scopeMetrics"][0]["metrics"][0]["sum"]["dataPoints"]
     deltas = []
@@ -248,8 +248,8 @@ def test_metric_state_survives_a_restart_between_requests(shared: Path) -> None:
 
 
 @pytest.mark.parametrize("name", FIXTURES)
-def test_fixture_json_and_protobuf_give_identical_rows(shared: Path, name: str) -> None:
-    signal, body = fixture(shared, name)
+def test_fixture_json_and_protobuf_give_identical_rows(testdata: Path, name: str) -> None:
+    signal, body = fixture(testdata, name)
     msg = otlp.parse_body(signal, body, JSON)
     assert msg == otlp.parse_json_slow(signal, orjson.loads(body))  # the ParseDict reference decoder
     pb = msg.SerializeToString()
@@ -257,8 +257,8 @@ def test_fixture_json_and_protobuf_give_identical_rows(shared: Path, name: str) 
 
 
 @pytest.mark.parametrize("name", FIXTURES)
-def test_same_record_twice_gives_the_same_event_ids(shared: Path, name: str) -> None:
-    signal, body = fixture(shared, name)
+def test_same_record_twice_gives_the_same_event_ids(testdata: Path, name: str) -> None:
+    signal, body = fixture(testdata, name)
     a, b = mapped(signal, body), mapped(signal, body)
     for table in ("requests", "events", "spans"):
         assert [r["event_id"] for r in a.parsed.tables()[table]] == [
@@ -268,8 +268,8 @@ def test_same_record_twice_gives_the_same_event_ids(shared: Path, name: str) -> 
     assert len(ids) == len(set(ids))
 
 
-def test_a_record_with_unreadable_tokens_is_rejected_not_raised(shared: Path) -> None:
-    doc = orjson.loads((shared / "agent-examples" / "claude-otlp-logs.json").read_bytes())
+def test_a_record_with_unreadable_tokens_is_rejected_not_raised(testdata: Path) -> None:
+    doc = orjson.loads((testdata / "agent-examples" / "claude-otlp-logs.json").read_bytes())
     attrs = doc["resourceLogs"][0]["scopeLogs"][0]["logRecords"][2]["attributes"]
     for kv in attrs:
         if kv["key"] == "input_tokens":
@@ -283,8 +283,8 @@ def test_a_record_with_unreadable_tokens_is_rejected_not_raised(shared: Path) ->
 
 # -- the real Claude Code captures ------------------------------------------------------------------------
 @pytest.mark.parametrize("run", RUNS)
-def test_captured_payloads_decode_and_match_the_fake_api(shared: Path, run: str) -> None:
-    results = map_run(shared, run)
+def test_captured_payloads_decode_and_match_the_fake_api(testdata: Path, run: str) -> None:
+    results = map_run(testdata, run)
     assert all(m.rejected == 0 and m.message == "" for m in results)
     requests = [r for m in results for r in m.parsed.requests]
     from_logs = [r for r in requests if r["attributes"].get("derived_from") != "span"]
@@ -308,9 +308,9 @@ def test_captured_payloads_decode_and_match_the_fake_api(shared: Path, run: str)
 
 
 @pytest.mark.parametrize("run", RUNS)
-def test_captured_token_metrics_add_up_to_the_requests(shared: Path, run: str) -> None:
+def test_captured_token_metrics_add_up_to_the_requests(testdata: Path, run: str) -> None:
     """The metric deltas (delta or cumulative runs) sum to the per-request events' tokens."""
-    results = map_run(shared, run)
+    results = map_run(testdata, run)
     per_request: Counter[str] = Counter()
     seen = set()
     for r in (r for m in results for r in m.parsed.requests):
@@ -326,15 +326,15 @@ def test_captured_token_metrics_add_up_to_the_requests(shared: Path, run: str) -
     assert metric == per_request
 
 
-def test_captured_cumulative_run_is_cumulative(shared: Path) -> None:
-    points = [p for m in map_run(shared, "json-options-cumulative") for p in m.parsed.metric_points]
+def test_captured_cumulative_run_is_cumulative(testdata: Path) -> None:
+    points = [p for m in map_run(testdata, "json-options-cumulative") for p in m.parsed.metric_points]
     inputs = [p for p in points if p["name"] == "claude_code.token.usage" and p["type"] == "input"]
     assert {p["temporality"] for p in inputs} == {"cumulative"}
     assert [p["value"] for p in inputs] == [11, 122, 333, 644]  # 11, +111, +211, +311
     assert [p["delta"] for p in inputs] == [11, 111, 211, 311]
 
 
-def test_json_protobuf_and_grpc_runs_give_the_same_rows(shared: Path) -> None:
+def test_json_protobuf_and_grpc_runs_give_the_same_rows(testdata: Path) -> None:
     def key(r: dict[str, Any]) -> tuple[Any, ...]:
         a = r["attributes"]
         return (
@@ -350,7 +350,7 @@ def test_json_protobuf_and_grpc_runs_give_the_same_rows(shared: Path) -> None:
         )
 
     runs = {
-        run: sorted((key(r) for m in map_run(shared, run) for r in m.parsed.requests), key=repr)
+        run: sorted((key(r) for m in map_run(testdata, run) for r in m.parsed.requests), key=repr)
         for run in ("json-full", "protobuf-full", "grpc-full")
     }
     assert runs["json-full"] == runs["protobuf-full"] == runs["grpc-full"]
@@ -358,9 +358,9 @@ def test_json_protobuf_and_grpc_runs_give_the_same_rows(shared: Path) -> None:
 
 
 @pytest.mark.parametrize("run", ["json-full", "json-options-cumulative", "v2.1.197-json-full"])
-def test_captured_json_and_its_protobuf_encoding_give_identical_rows(shared: Path, run: str) -> None:
+def test_captured_json_and_its_protobuf_encoding_give_identical_rows(testdata: Path, run: str) -> None:
     state_json, state_pb = otlp.MetricState(0), otlp.MetricState(0)
-    for _, signal, body, ctype in captured(shared, run):
+    for _, signal, body, ctype in captured(testdata, run):
         msg = otlp.parse_body(signal, body, ctype)
         assert msg == otlp.parse_json_slow(signal, orjson.loads(body))
         from_json = otlp.map_request(signal, msg, state=state_json)
@@ -369,8 +369,8 @@ def test_captured_json_and_its_protobuf_encoding_give_identical_rows(shared: Pat
         assert from_json.parsed == from_pb.parsed
 
 
-def test_span_and_api_request_of_one_request_share_the_event_id(shared: Path) -> None:
-    requests = [r for m in map_run(shared, "json-full") for r in m.parsed.requests]
+def test_span_and_api_request_of_one_request_share_the_event_id(testdata: Path) -> None:
+    requests = [r for m in map_run(testdata, "json-full") for r in m.parsed.requests]
     by_id: dict[str, list[dict[str, Any]]] = {}
     for r in requests:
         by_id.setdefault(r["event_id"], []).append(r)
@@ -389,8 +389,8 @@ def test_span_and_api_request_of_one_request_share_the_event_id(shared: Path) ->
         assert span["ttft_ms"] == log["ttft_ms"]
 
 
-def test_subagent_requests_get_their_own_session_under_the_parent(shared: Path) -> None:
-    requests = [r for m in map_run(shared, "json-full") for r in m.parsed.requests]
+def test_subagent_requests_get_their_own_session_under_the_parent(testdata: Path) -> None:
+    requests = [r for m in map_run(testdata, "json-full") for r in m.parsed.requests]
     sub = [r for r in requests if r["attributes"].get("agent_id")]
     assert {r["request_id"] for r in sub} == {"req_fake0020", "req_fake0021"}
     for r in sub:
@@ -401,8 +401,8 @@ def test_subagent_requests_get_their_own_session_under_the_parent(shared: Path) 
     assert all(r["parent_session_id"] is None for r in main)
 
 
-def test_captured_events_names_and_content(shared: Path) -> None:
-    results = map_run(shared, "json-full")
+def test_captured_events_names_and_content(testdata: Path) -> None:
+    results = map_run(testdata, "json-full")
     events = [e for m in results for e in m.parsed.events]
     names = Counter(e["name"] for e in events)
     assert names["user_prompt"] > 0 and names["tool_result"] > 0 and names["api_error"] == 1
@@ -412,7 +412,7 @@ def test_captured_events_names_and_content(shared: Path) -> None:
             not {"prompt", "prompt_text", "response", "tool_input", "tool_parameters"}
             & e["attributes"].keys()
         )
-    kept = [e for m in map_run(shared, "json-full", keep_content=True) for e in m.parsed.events]
+    kept = [e for m in map_run(testdata, "json-full", keep_content=True) for e in m.parsed.events]
     assert any("tool_input" in e["attributes"] for e in kept if e["name"] == "tool_result")
     (error,) = [e for e in events if e["name"] == "api_error"]
     assert error["request_id"] and error["attributes"]["status_code"] == 400
@@ -703,15 +703,15 @@ def test_any_value_variants_map_to_python_values() -> None:
 
 # -- sniffing -------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", FIXTURES)
-def test_sniff_json_fixtures(shared: Path, name: str) -> None:
-    signal, body = fixture(shared, name)
+def test_sniff_json_fixtures(testdata: Path, name: str) -> None:
+    signal, body = fixture(testdata, name)
     assert otlp.sniff_signal(body, JSON) == signal
     assert otlp.sniff_signal(otlp.parse_body(signal, body, JSON).SerializeToString(), PB) == signal
 
 
-def test_sniff_captured_protobuf(shared: Path) -> None:
+def test_sniff_captured_protobuf(testdata: Path) -> None:
     seen = set()
-    for _, signal, body, ctype in captured(shared, "protobuf-full"):
+    for _, signal, body, ctype in captured(testdata, "protobuf-full"):
         assert otlp.sniff_signal(body, ctype) == signal
         seen.add(signal)
     assert seen == {"logs", "metrics", "traces"}
@@ -775,9 +775,9 @@ def test_json_builder_round_trips_any_log_record(attrs: list[tuple[str, AnyValue
 
 
 @pytest.mark.parametrize("cls", [ExportMetricsServiceRequest, ExportTraceServiceRequest])
-def test_json_builder_matches_parse_dict_on_captured_shapes(shared: Path, cls: type) -> None:
+def test_json_builder_matches_parse_dict_on_captured_shapes(testdata: Path, cls: type) -> None:
     signal: otlp.Signal = "metrics" if cls is ExportMetricsServiceRequest else "traces"
-    for _, s, body, ctype in captured(shared, "protobuf-full"):
+    for _, s, body, ctype in captured(testdata, "protobuf-full"):
         if s == signal:
             msg = otlp.parse_body(s, body, ctype)
             doc = json_format.MessageToDict(msg)  # int64 as strings, ids as base64

@@ -1,7 +1,7 @@
 """Prefix structure from token counts (traceflow.replay.prefix).
 
 The ground-truth test drops the true prefix hashes of the real Claude Code sessions in
-``shared/data/weka_cc_traces``, derives ids from token counts and timing alone, and compares hit
+``tests/data/weka_cc_traces``, derives ids from token counts and timing alone, and compares hit
 ratios computed by a small LRU written here (independent of traceflow's simulator).
 """
 
@@ -341,11 +341,11 @@ def true_blocks(trace: Sequence[tuple[int, list[int], str]], block: int) -> list
 
 @pytest.fixture(scope="module")
 def weka(tmp_path_factory: pytest.TempPathFactory) -> pl.DataFrame:
-    from conftest import SHARED
+    from conftest import TESTDATA
 
-    src = SHARED / "weka_cc_traces"
+    src = TESTDATA / "weka_cc_traces"
     if not src.is_dir():
-        pytest.fail(f"{src} is missing; set TRACEFLOW_SHARED_DATA")
+        pytest.fail(f"{src} is missing")
     lake = Lake(tmp_path_factory.mktemp("weka") / "data")
     summary = run_import(lake, get("kvcache-tester"), [src])
     assert summary.skipped == 0
@@ -407,11 +407,11 @@ def test_kept_ids_of_the_real_sessions_reproduce_their_hit_ratio(weka: pl.DataFr
 @pytest.mark.realdata
 @pytest.mark.parametrize("name", ["mooncake_conversation_trace.jsonl", "mooncake_synthetic_trace.jsonl"])
 def test_mooncake_traces_reexport_with_identical_hash_ids(name: str, tmp_path: Path) -> None:
-    from conftest import SHARED
+    from conftest import TESTDATA
 
     from traceflow.replay.export import export
 
-    src = SHARED / name
+    src = TESTDATA / name
     lake = Lake(tmp_path / "data")
     assert run_import(lake, get("mooncake"), [src]).skipped == 0
     out = tmp_path / "re.jsonl"
@@ -433,11 +433,11 @@ def test_mooncake_traces_reexport_with_identical_hash_ids(name: str, tmp_path: P
 
 @pytest.mark.realdata
 def test_two_mooncake_traces_in_one_export_keep_separate_id_spaces(tmp_path: Path) -> None:
-    from conftest import SHARED
+    from conftest import TESTDATA
 
     from traceflow.replay.export import export
 
-    files = [SHARED / "mooncake_conversation_trace.jsonl", SHARED / "mooncake_synthetic_trace.jsonl"]
+    files = [TESTDATA / "mooncake_conversation_trace.jsonl", TESTDATA / "mooncake_synthetic_trace.jsonl"]
     lake = Lake(tmp_path / "data")
     run_import(lake, get("mooncake"), files)
     con = lake.connect(["requests"])

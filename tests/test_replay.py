@@ -210,9 +210,9 @@ def test_kvcache_tester_export_floor_rule_and_files(
 
 @pytest.mark.realdata
 def test_kvcache_tester_round_trip_of_the_real_sessions(tmp_path: Path) -> None:
-    from conftest import SHARED
+    from conftest import TESTDATA
 
-    src = SHARED / "weka_cc_traces"
+    src = TESTDATA / "weka_cc_traces"
     lake = Lake(tmp_path / "data")
     run_import(lake, get("kvcache-tester"), [src])
     out = tmp_path / "kv"

@@ -113,8 +113,8 @@ def test_micro_oracle_tail_first_eviction() -> None:
 # ------------------------------------------------------------------------------ equivalences
 
 
-def test_exclusive_tiers_behave_like_one_lru_of_the_summed_capacity(shared: Path) -> None:
-    trace = read_mooncake(shared / MOONCAKE)
+def test_exclusive_tiers_behave_like_one_lru_of_the_summed_capacity(testdata: Path) -> None:
+    trace = read_mooncake(testdata / MOONCAKE)
     three = run(trace, 2_000, 8_000, 20_000)
     one = run(trace, 30_000)
     assert three["hit_blocks"] == one["hit_blocks"]
@@ -124,16 +124,16 @@ def test_exclusive_tiers_behave_like_one_lru_of_the_summed_capacity(shared: Path
     assert split == [h[0], h[1] - h[0], h[2] - h[1]]
 
 
-def test_inclusive_tiers_serve_distances_between_their_capacities(shared: Path) -> None:
-    trace = read_mooncake(shared / MOONCAKE)
+def test_inclusive_tiers_serve_distances_between_their_capacities(testdata: Path) -> None:
+    trace = read_mooncake(testdata / MOONCAKE)
     report = run(trace, 2_000, 10_000, inclusive=True)
     split = [t["hit_blocks"] for t in report["tiers"]]  # type: ignore[attr-defined]
     h1, h2 = lru_hits(trace.blocks, 2_000), lru_hits(trace.blocks, 10_000)
     assert split == [h1, h2 - h1]
 
 
-def test_ttl_and_lru_of_the_same_mean_residency_hit_alike(shared: Path) -> None:
-    trace = read_mooncake(shared / MOONCAKE)
+def test_ttl_and_lru_of_the_same_mean_residency_hit_alike(testdata: Path) -> None:
+    trace = read_mooncake(testdata / MOONCAKE)
     ttl = run(trace, 1, policy="ttl", ttl_s=300.0)
     mean_blocks = ttl["tiers"][0]["mean_resident_bytes"] / 512  # type: ignore[index]
     assert 15_000 < mean_blocks < 25_000  # KV_TIER_SIZING §5.2: TTL 300 s ≈ LRU of ~20,000 blocks
@@ -142,8 +142,8 @@ def test_ttl_and_lru_of_the_same_mean_residency_hit_alike(shared: Path) -> None:
     assert abs(ttl["token_hit_ratio"] - lru["token_hit_ratio"]) < 0.01  # type: ignore[operator]
 
 
-def test_infinite_cache_matches_the_published_mooncake_ceiling(shared: Path) -> None:
-    trace = read_mooncake(shared / MOONCAKE)
+def test_infinite_cache_matches_the_published_mooncake_ceiling(testdata: Path) -> None:
+    trace = read_mooncake(testdata / MOONCAKE)
     assert (trace.n_requests, trace.n_blocks) == (12_031, 288_500)
     report = sim.simulate(trace, sim.SimConfig((parse_tier("ssd=inf"),), ONE)).as_dict()
     assert report["misses"] == 182_790  # unique blocks
@@ -169,9 +169,9 @@ def libcachesim_hits(blocks: np.ndarray, capacity: int, path: Path) -> int:
 
 @pytest.mark.parametrize("capacity", [1, 500, 5_000, 20_000, 60_000])
 def test_lru_hits_equal_libcachesim_on_the_mooncake_block_trace(
-    shared: Path, tmp_path: Path, capacity: int
+    testdata: Path, tmp_path: Path, capacity: int
 ) -> None:
-    trace = read_mooncake(shared / MOONCAKE)
+    trace = read_mooncake(testdata / MOONCAKE)
     ours = run(trace, capacity)
     theirs = libcachesim_hits(trace.blocks, capacity, tmp_path / "trace.oracleGeneral")
     assert ours["object_hit_blocks"] == theirs
@@ -213,8 +213,8 @@ def test_lru_core_and_stack_distances_equal_an_ordered_dict_lru(accesses: list[i
     assert int((stack_distances(accesses) <= capacity).sum()) == expected
 
 
-def test_sweep_matches_single_capacity_runs(shared: Path) -> None:
-    trace = read_mooncake(shared / MOONCAKE)
+def test_sweep_matches_single_capacity_runs(testdata: Path) -> None:
+    trace = read_mooncake(testdata / MOONCAKE)
     caps = [100, 2_000, 20_000, 100_000]
     rows = sim.sweep(trace, caps, 512)
     assert [r["hit_blocks"] for r in rows] == [lru_hits(trace.blocks, c) for c in caps]
@@ -289,8 +289,8 @@ def test_per_session_state_is_loaded_with_a_hit() -> None:
     assert sim.simulate(trace, cfg).ttft_s[1] == pytest.approx(0.512 + 4.0)
 
 
-def test_per_minute_shows_residency_filling(shared: Path) -> None:
-    trace = read_mooncake(shared / MOONCAKE)
+def test_per_minute_shows_residency_filling(testdata: Path) -> None:
+    trace = read_mooncake(testdata / MOONCAKE)
     report = run(trace, 5_000, 20_000)
     rows = report["per_minute"]
     assert len(rows) == 59  # type: ignore[arg-type]
@@ -314,8 +314,8 @@ def test_chains_from_counts_reuse_a_growing_session() -> None:
     assert report["hit_tokens"] == 512
 
 
-def test_prefix_lru_keeps_shared_roots_longer_than_lru(shared: Path) -> None:
-    trace = read_mooncake(shared / MOONCAKE)
+def test_prefix_lru_keeps_shared_roots_longer_than_lru(testdata: Path) -> None:
+    trace = read_mooncake(testdata / MOONCAKE)
     lru, plru = run(trace, 5_000), run(trace, 5_000, policy="prefix-lru")
     assert plru["hit_blocks"] > lru["hit_blocks"]  # type: ignore[operator]
 
@@ -323,11 +323,11 @@ def test_prefix_lru_keeps_shared_roots_longer_than_lru(shared: Path) -> None:
 # ------------------------------------------------------------------------------------------- CLI
 
 
-def test_simulate_cli_json_keys(cli: Cli, shared: Path) -> None:
+def test_simulate_cli_json_keys(cli: Cli, testdata: Path) -> None:
     code, out, err = cli(
         "simulate",
         "--trace",
-        str(shared / MOONCAKE),
+        str(testdata / MOONCAKE),
         "--kv-model",
         "MiniMax-M2",
         "--tier",
@@ -357,8 +357,8 @@ def test_simulate_cli_json_keys(cli: Cli, shared: Path) -> None:
     assert report["tiers"][0]["capacity_blocks"] == 80_000_000_000 // (512 * 126_976)
 
 
-def test_simulate_from_the_lake_equals_the_trace_file(cli: Cli, lake: Lake, shared: Path) -> None:
-    trace = read_mooncake(shared / MOONCAKE).head(2_000)
+def test_simulate_from_the_lake_equals_the_trace_file(cli: Cli, lake: Lake, testdata: Path) -> None:
+    trace = read_mooncake(testdata / MOONCAKE).head(2_000)
     lake.append(
         "requests",
         [
@@ -403,11 +403,11 @@ def test_simulate_workload_table_output(cli: Cli) -> None:
     assert "recomputed_tokens" in out and "prefill_throughput_tok_s" in out
 
 
-def test_simulate_ttl_needs_a_ttl(cli: Cli, shared: Path) -> None:
+def test_simulate_ttl_needs_a_ttl(cli: Cli, testdata: Path) -> None:
     code, _, err = cli(
         "simulate",
         "--trace",
-        str(shared / MOONCAKE),
+        str(testdata / MOONCAKE),
         "--kv-model",
         "MiniMax-M2",
         "--policy",

@@ -70,8 +70,8 @@ def _normalise(text: str) -> object:
 
 
 @pytest.fixture
-def weka_lake(shared: Path, cli: Cli) -> None:
-    code, _, err = cli("import", "kvcache-tester", str(shared / "weka_cc_traces"))
+def weka_lake(testdata: Path, cli: Cli) -> None:
+    code, _, err = cli("import", "kvcache-tester", str(testdata / "weka_cc_traces"))
     assert code == 0, err
 
 
@@ -93,11 +93,11 @@ def test_stored_steps_answer_like_the_window(weka_lake: None, lake: Lake, cli: C
     assert stored == requests > 2000
 
 
-def test_stale_steps_are_not_used(weka_lake: None, lake: Lake, cli: Cli, shared: Path) -> None:
+def test_stale_steps_are_not_used(weka_lake: None, lake: Lake, cli: Cli, testdata: Path) -> None:
     assert cli("compact")[0] == 0
     assert _materialised(lake)
     _, gaps_before, _ = cli("gaps", "--format", "json")
-    code, _, err = cli("import", "claude-code", str(shared / "agent-examples" / "claude-transcript.jsonl"))
+    code, _, err = cli("import", "claude-code", str(testdata / "agent-examples" / "claude-transcript.jsonl"))
     assert code == 0, err
     assert not _materialised(lake)  # a new file: the window runs again
     _, gaps_after, _ = cli("gaps", "--format", "json")

@@ -109,12 +109,6 @@ SETTINGS: tuple[Setting, ...] = (
         "(none)",
         "PEM private key for the TLS certificate (`--tls-key`).",
     ),
-    Setting(
-        "shared_data",
-        "TRACEFLOW_SHARED_DATA",
-        "../shared/data beside the checkout",
-        "Folder whose `agent-examples/` `traceflow demo` imports (and the tests' public data).",
-    ),
 )
 
 _BY_NAME = {s.name: s for s in SETTINGS}

@@ -6,7 +6,7 @@ before it* (Mooncake's prefix hashes). This module derives that structure from t
 timing, and keeps the ids of sources that already have them.
 
 The model (every rule is measured against the real Claude Code sessions in
-``shared/data/weka_cc_traces``, which carry true 64-token prefix hashes; see ``tests/test_prefix.py``):
+``tests/data/weka_cc_traces``, which carry true 64-token prefix hashes; see ``tests/test_prefix.py``):
 
 * **Streams.** A stream is one ``(session_id, model)``: a KV cache belongs to one model, so a side
   request on another model (Claude Code's Haiku calls inside an Opus session) never continues the
