@@ -15,6 +15,7 @@ from collectors_support import api_request_logs
 
 from traceflow.collectors import spool
 from traceflow.collectors.http import HttpServer
+from traceflow.collectors.http_limits import Limits
 from traceflow.collectors.ingest import Admission, Ingest
 
 BODY = api_request_logs(3)[0].SerializeToString()
@@ -49,7 +50,12 @@ def run(tmp_path: Path) -> Run:
             wal = spool.Wal(tmp_path / "wal")
             wal.start()
             core = Ingest(wal, Admission(1 << 30, 1 << 40), keep_content=False, token=None)
-            server = HttpServer(core, max_body_bytes=1 << 20, request_timeout_s=0.5, idle_timeout_s=1.5)
+            server = HttpServer(
+                core,
+                max_body_bytes=1 << 20,
+                idle_timeout_s=1.5,
+                limits=Limits(head_timeout_s=1.0, body_grace_s=0.5),
+            )
             sock = socket.socket()
             sock.bind(("127.0.0.1", 0))
             sock.listen()
@@ -141,7 +147,7 @@ def test_413_on_content_length_closes_without_reading(run: Run) -> None:
         (b"POST /v1/logs HTTP/2.0\r\n\r\n", 400),
         (b"POST /v1/logs HTTP/1.1\r\nbad header\r\n\r\n", 400),
         (b"POST /v1/logs HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
-        (b"POST /v1/logs HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", 501),
+        (b"POST /v1/logs HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", 400),
         (b"POST /v1/logs HTTP/1.1\r\nContent-Length: -1\r\n\r\n", 400),
         (
             CHUNKED_HEAD + b"zz\r\n",
