@@ -536,46 +536,65 @@ HTTP_IMPLS = {
 }
 
 
+def _serve_and_load(impl: str, args: argparse.Namespace, root: Path, batches: list[bytes]) -> dict[str, Any]:
+    data = root / f"http-{impl}"
+    data.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--serve-http", impl, str(data), "--old-http-ref", args.old_http_ref],
+        stdout=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], 300)  # a loaded machine imports slowly
+    line = proc.stdout.readline().decode() if ready else ""
+    if not line.startswith("port "):
+        proc.kill()
+        raise SystemExit(f"the {impl} HTTP server did not start: {line!r}")
+    cpu0 = cpu_seconds(proc.pid)
+    load = run_load(
+        "http", f"127.0.0.1:{line.split()[1]}", batches, args.batch, args.exporters, args.duration
+    )
+    cpu = cpu_seconds(proc.pid) - cpu0
+    rss = peak_rss_mib(proc.pid)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(60)
+    shutil.rmtree(data, ignore_errors=True)
+    return {
+        "server": impl,
+        "acked_requests": load.acked_requests,
+        "acked_records_per_s": round(load.acked_records / load.duration_s),
+        "server_cpu_us_per_request": round(cpu / max(load.acked_requests, 1) * 1e6),
+        "export_p50_ms": round(_pct(load.latencies_ms, 50), 1),
+        "errors": load.errors,
+        "throttled": load.throttled,
+        "peak_rss_mib": round(rss, 1),
+    }
+
+
 def compare_http(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]:
+    """``--rounds`` rounds, the servers taking turns within each (a shared machine's load drifts)."""
     batches = [claude_code_batch(args.batch, TAG.decode() + f"_{j:03d}")[0] for j in range(args.distinct)]
+    runs: dict[str, list[dict[str, Any]]] = {impl: [] for impl in HTTP_IMPLS}
+    for _ in range(args.rounds):
+        for impl in HTTP_IMPLS:
+            runs[impl].append(_serve_and_load(impl, args, root, batches))
+            print(json.dumps(runs[impl][-1]), flush=True)
     results = []
-    for impl in HTTP_IMPLS:
-        data = root / f"http-{impl}"
-        data.mkdir()
-        proc = subprocess.Popen(
-            [sys.executable, __file__, "--serve-http", impl, str(data), "--old-http-ref", args.old_http_ref],
-            stdout=subprocess.PIPE,
-        )
-        assert proc.stdout is not None
-        ready, _, _ = select.select([proc.stdout], [], [], 60)
-        line = proc.stdout.readline().decode() if ready else ""
-        if not line.startswith("port "):
-            proc.kill()
-            raise SystemExit(f"the {impl} HTTP server did not start: {line!r}")
-        cpu0 = cpu_seconds(proc.pid)
-        load = run_load(
-            "http", f"127.0.0.1:{line.split()[1]}", batches, args.batch, args.exporters, args.duration
-        )
-        cpu = cpu_seconds(proc.pid) - cpu0
-        rss = peak_rss_mib(proc.pid)
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(60)
-        shutil.rmtree(data, ignore_errors=True)
+    for impl, rs in runs.items():
+        rates = [r["acked_records_per_s"] for r in rs]
+        cpus = [r["server_cpu_us_per_request"] for r in rs]
         results.append(
             {
                 "server": impl,
                 "what": HTTP_IMPLS[impl],
                 "request_bytes": len(batches[0]),
-                "acked_requests": load.acked_requests,
-                "acked_records_per_s": round(load.acked_records / load.duration_s),
-                "server_cpu_us_per_request": round(cpu / max(load.acked_requests, 1) * 1e6),
-                "export_p50_ms": round(_pct(load.latencies_ms, 50), 1),
-                "errors": load.errors,
-                "throttled": load.throttled,
-                "peak_rss_mib": round(rss, 1),
+                "acked_records_per_s_median": round(statistics.median(rates)),
+                "acked_records_per_s": rates,
+                "server_cpu_us_per_request_median": round(statistics.median(cpus)),
+                "server_cpu_us_per_request": cpus,
+                "errors": sum(r["errors"] for r in rs),
+                "peak_rss_mib": max(r["peak_rss_mib"] for r in rs),
             }
         )
-        print(json.dumps(results[-1]), flush=True)
     return results
 
 
@@ -600,6 +619,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--old-http-ref", default=OLD_HTTP_REF, help="git revision holding the old collectors/http.py"
     )
+    p.add_argument("--rounds", type=int, default=3, help="--compare-http: rounds (servers take turns)")
     p.add_argument("--serve-http", nargs=2, metavar=("IMPL", "DATA"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.serve_http:
@@ -612,13 +632,16 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(root, ignore_errors=True)
         print()
         print(
-            "| server | request kB | acked records/s | server CPU µs/request | p50 ms | errors | peak RSS MiB |"
+            "| server | request kB | acked records/s, median (runs) | server CPU µs/request, median (runs) "
+            "| errors | peak RSS MiB |"
         )
-        print("|---|---:|---:|---:|---:|---:|---:|")
+        print("|---|---:|---:|---:|---:|---:|")
         for r in runs:
+            rates = ", ".join(f"{x:,}" for x in r["acked_records_per_s"])
+            cpus = ", ".join(str(x) for x in r["server_cpu_us_per_request"])
             print(
-                f"| {r['what']} | {r['request_bytes'] / 1000:.0f} | {r['acked_records_per_s']:,} | "
-                f"{r['server_cpu_us_per_request']} | {r['export_p50_ms']} | {r['errors']} | "
+                f"| {r['what']} | {r['request_bytes'] / 1000:.0f} | {r['acked_records_per_s_median']:,} "
+                f"({rates}) | {r['server_cpu_us_per_request_median']} ({cpus}) | {r['errors']} | "
                 f"{r['peak_rss_mib']} |"
             )
         if args.json:

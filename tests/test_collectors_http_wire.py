@@ -54,7 +54,7 @@ def run(tmp_path: Path) -> Run:
                 core,
                 max_body_bytes=1 << 20,
                 idle_timeout_s=1.5,
-                limits=Limits(head_timeout_s=1.0, body_grace_s=0.5),
+                limits=Limits(head_timeout_s=1.0, body_grace_s=0.5, max_connections=3),
             )
             sock = socket.socket()
             sock.bind(("127.0.0.1", 0))
@@ -200,5 +200,36 @@ def test_absolute_form_target_and_query_string(run: Run) -> None:
     async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.write(_post(BODY, path="http://collector:4318/v1/logs?x=1"))
         assert (await _read_response(reader))[0] == 200
+
+    run(client)
+
+
+def test_a_connection_over_the_cap_gets_503_at_once(run: Run) -> None:
+    async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        port = writer.get_extra_info("peername")[1]
+        others = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]  # 3 open: the cap
+        over_r, over_w = await asyncio.open_connection("127.0.0.1", port)
+        status, headers, _ = await _read_response(over_r)  # answered before sending anything
+        assert status == 503 and headers["retry-after"] == "1" and headers["connection"] == "close"
+        assert await _closed(over_r)
+        over_w.close()
+        for _, w in others:
+            w.close()
+        await asyncio.sleep(0.1)
+        writer.write(_post(BODY))  # the connections under the cap are served
+        assert (await _read_response(reader))[0] == 200
+
+    run(client)
+
+
+def test_early_401_415_413_with_expect_close_the_connection(run: Run) -> None:
+    async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(
+            b"POST /v1/logs HTTP/1.1\r\nContent-Type: text/plain\r\nContent-Length: 10\r\n"
+            b"Expect: 100-continue\r\n\r\n"
+        )
+        status, headers, _ = await _read_response(reader)
+        assert status == 415 and headers["connection"] == "close"
+        assert await _closed(reader)
 
     run(client)
