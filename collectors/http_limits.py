@@ -14,6 +14,8 @@ over-the-cap connection only once its head is complete. :class:`LimitedHttpTools
   on average (time while the server itself has paused reading does not count): 408 and closed.
 * **a connection cap** (``max_connections``): a connection over it is answered 503 with ``Retry-After``
   and closed as soon as it opens, before it can send anything.
+* a larger read-ahead for bodies (``read_ahead_bytes``, 256 KiB instead of 64 KiB): fewer pauses per
+  request, measurably less CPU for the 300 kB exports Claude Code sends (benchmarks/README.md).
 
 Everything else (framing, keep-alive, pipelining, ``Expect: 100-continue``) is uvicorn's.
 """
@@ -39,6 +41,9 @@ class Limits:
     body_grace_s: float = 30.0
     min_body_bytes_per_s: float = 16 * 1024
     max_connections: int = 4096
+    #: body bytes read ahead of the application before reading pauses (uvicorn's own is 64 KiB;
+    #: one read is up to 256 KiB, and pausing less often costs less CPU per request)
+    read_ahead_bytes: int = 256 * 1024
 
 
 class Refused(Exception):
@@ -167,7 +172,13 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def on_body(self, body: bytes) -> None:
         self._consumed += len(body)
         self._body_bytes += len(body)
-        super().on_body(body)
+        cycle = self.cycle
+        if (self.parser.should_upgrade() and self._should_upgrade()) or cycle.response_complete:
+            return  # (as uvicorn does) the rest of a body answered early is dropped
+        cycle.body += body
+        if len(cycle.body) > self.limits.read_ahead_bytes:
+            self.flow.pause_reading()
+        cycle.message_event.set()
 
     def on_message_complete(self) -> None:
         self._in_body = False

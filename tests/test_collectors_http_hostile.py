@@ -71,6 +71,7 @@ FRAMINGS: dict[str, bytes] = {
     "HTTP/1.9": with_length(19).replace(b"HTTP/1.1", b"HTTP/1.9", 1),
     "HTTP/2.0 in an HTTP/1 request line": with_length(19).replace(b"HTTP/1.1", b"HTTP/2.0", 1),
     "Content-Length: ² (superscript two)": JSON_HEAD + "Content-Length: ²\r\n\r\n".encode() + b"{}",
+    "Content-Length: \\xb2 (² in Latin-1)": JSON_HEAD + b"Content-Length: \xb2\r\n\r\n{}",
     "Content-Length twice, different": JSON_HEAD
     + b"Content-Length: 2\r\nContent-Length: 19\r\n\r\n"
     + body(19),
