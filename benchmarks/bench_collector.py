@@ -17,11 +17,21 @@ What it does, in one run:
    records/s, p50/p99 export latency, throttled requests and the peak RSS of the server and sealer
    processes; then waits for the sealer to drain the WAL and checks every acknowledged record is in
    the lake exactly once.
+
+``--compare-http`` instead measures the OTLP/HTTP layer alone, the current server (ASGI app under
+uvicorn + httptools on uvloop) against the hand-written HTTP/1.1 server it replaced, in one run: each
+is served by this script (``--serve-http IMPL DATA``: WAL + ingest core + the HTTP server, no gRPC,
+no sealer) and loaded with the same exporters; reported are acknowledged records/s and server CPU µs
+per request. The old server is not kept in the tree: its source is read at benchmark time with
+``git show <--old-http-ref>:collectors/http.py`` (default: the last commit that had it) and imported
+from a temporary file.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import importlib.util
 import json
 import os
 import platform
@@ -454,6 +464,140 @@ def bench_transport(transport: str, args: argparse.Namespace, root: Path) -> dic
     return result
 
 
+# -- old vs new HTTP server ------------------------------------------------------------------------------
+OLD_HTTP_REF = "38dc89d"  # the last commit with the hand-written collectors/http.py
+
+
+def _load_old_http(ref: str) -> Any:
+    src = subprocess.run(
+        ["git", "show", f"{ref}:collectors/http.py"],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        check=True,
+    ).stdout
+    path = Path(tempfile.mkdtemp(prefix="old-http-")) / "old_http.py"
+    path.write_bytes(src)
+    spec = importlib.util.spec_from_file_location("traceflow.collectors.old_http", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def serve_http(impl: str, data: Path, old_ref: str) -> int:
+    """Serve OTLP/HTTP only (WAL + ingest core + one HTTP server) until SIGTERM; prints ``port N``."""
+    from traceflow.collectors import spool
+    from traceflow.collectors.ingest import Admission, Ingest
+    from traceflow.collectors.settings import DEFAULT_MAX_BACKLOG_BYTES, DEFAULT_MAX_INFLIGHT_BYTES
+
+    if impl == "old":
+        server_class = _load_old_http(old_ref).HttpServer
+    else:
+        from traceflow.collectors.http import HttpServer as server_class
+
+    async def main() -> None:
+        wal = spool.Wal(data / "wal")
+        wal.start()
+        # the backlog is never drained here (no sealer): do not let it throttle
+        core = Ingest(
+            wal,
+            Admission(DEFAULT_MAX_INFLIGHT_BYTES, max(DEFAULT_MAX_BACKLOG_BYTES, 1 << 40)),
+            keep_content=False,
+            token=None,
+        )
+        server = server_class(core, max_body_bytes=64 << 20)
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(1024)
+        sock.setblocking(False)
+        await server.start(sock)
+        print(f"port {sock.getsockname()[1]}", flush=True)
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        await stop.wait()
+        await server.stop(grace_s=5)
+        await asyncio.to_thread(wal.close)
+
+    if impl == "old-uvloop" or impl == "new":
+        import uvloop
+
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(main())
+    else:
+        asyncio.run(main())
+    return 0
+
+
+HTTP_IMPLS = {
+    "old": "hand-written HTTP/1.1 on asyncio (before issue 13)",
+    "new": "ASGI app under uvicorn + httptools, uvloop (traceflow serve)",
+    "new-asyncio": "the same on the default asyncio loop",
+}
+
+
+def _serve_and_load(impl: str, args: argparse.Namespace, root: Path, batches: list[bytes]) -> dict[str, Any]:
+    data = root / f"http-{impl}"
+    data.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--serve-http", impl, str(data), "--old-http-ref", args.old_http_ref],
+        stdout=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], 300)  # a loaded machine imports slowly
+    line = proc.stdout.readline().decode() if ready else ""
+    if not line.startswith("port "):
+        proc.kill()
+        raise SystemExit(f"the {impl} HTTP server did not start: {line!r}")
+    cpu0 = cpu_seconds(proc.pid)
+    load = run_load(
+        "http", f"127.0.0.1:{line.split()[1]}", batches, args.batch, args.exporters, args.duration
+    )
+    cpu = cpu_seconds(proc.pid) - cpu0
+    rss = peak_rss_mib(proc.pid)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(60)
+    shutil.rmtree(data, ignore_errors=True)
+    return {
+        "server": impl,
+        "acked_requests": load.acked_requests,
+        "acked_records_per_s": round(load.acked_records / load.duration_s),
+        "server_cpu_us_per_request": round(cpu / max(load.acked_requests, 1) * 1e6),
+        "export_p50_ms": round(_pct(load.latencies_ms, 50), 1),
+        "errors": load.errors,
+        "throttled": load.throttled,
+        "peak_rss_mib": round(rss, 1),
+    }
+
+
+def compare_http(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]:
+    """``--rounds`` rounds, the servers taking turns within each (a shared machine's load drifts)."""
+    batches = [claude_code_batch(args.batch, TAG.decode() + f"_{j:03d}")[0] for j in range(args.distinct)]
+    runs: dict[str, list[dict[str, Any]]] = {impl: [] for impl in HTTP_IMPLS}
+    for _ in range(args.rounds):
+        for impl in HTTP_IMPLS:
+            runs[impl].append(_serve_and_load(impl, args, root, batches))
+            print(json.dumps(runs[impl][-1]), flush=True)
+    results = []
+    for impl, rs in runs.items():
+        rates = [r["acked_records_per_s"] for r in rs]
+        cpus = [r["server_cpu_us_per_request"] for r in rs]
+        results.append(
+            {
+                "server": impl,
+                "what": HTTP_IMPLS[impl],
+                "request_bytes": len(batches[0]),
+                "acked_records_per_s_median": round(statistics.median(rates)),
+                "acked_records_per_s": rates,
+                "server_cpu_us_per_request_median": round(statistics.median(cpus)),
+                "server_cpu_us_per_request": cpus,
+                "errors": sum(r["errors"] for r in rs),
+                "peak_rss_mib": max(r["peak_rss_mib"] for r in rs),
+            }
+        )
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     p.add_argument("--duration", type=float, default=20.0, help="seconds of load per transport")
@@ -467,7 +611,42 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep-data", action="store_true")
     p.add_argument("--json", type=Path, help="also write the results here")
     p.add_argument("--server-arg", action="append", help="extra argument for the server (repeatable)")
+    p.add_argument(
+        "--compare-http",
+        action="store_true",
+        help="compare the OTLP/HTTP server with the hand-written one it replaced (HTTP layer only)",
+    )
+    p.add_argument(
+        "--old-http-ref", default=OLD_HTTP_REF, help="git revision holding the old collectors/http.py"
+    )
+    p.add_argument("--rounds", type=int, default=3, help="--compare-http: rounds (servers take turns)")
+    p.add_argument("--serve-http", nargs=2, metavar=("IMPL", "DATA"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.serve_http:
+        return serve_http(args.serve_http[0], Path(args.serve_http[1]), args.old_http_ref)
+    if args.compare_http:
+        root = Path(tempfile.mkdtemp(prefix="bench-http-"))
+        try:
+            runs = compare_http(args, root)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        print()
+        print(
+            "| server | request kB | acked records/s, median (runs) | server CPU µs/request, median (runs) "
+            "| errors | peak RSS MiB |"
+        )
+        print("|---|---:|---:|---:|---:|---:|")
+        for r in runs:
+            rates = ", ".join(f"{x:,}" for x in r["acked_records_per_s"])
+            cpus = ", ".join(str(x) for x in r["server_cpu_us_per_request"])
+            print(
+                f"| {r['what']} | {r['request_bytes'] / 1000:.0f} | {r['acked_records_per_s_median']:,} "
+                f"({rates}) | {r['server_cpu_us_per_request_median']} ({cpus}) | {r['errors']} | "
+                f"{r['peak_rss_mib']} |"
+            )
+        if args.json:
+            args.json.write_text(json.dumps(runs, indent=2))
+        return 0
 
     sample = [claude_code_batch(args.batch, f"decode{j}") for j in range(8)]
     body_bytes = len(sample[0][0])

@@ -20,8 +20,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from google.protobuf import json_format
+from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message import DecodeError as PbDecodeError
 from google.protobuf.message import Message
+from google.rpc import status_pb2
+from google.rpc.error_details_pb2 import RetryInfo
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceResponse
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from traceflow.collectors.spool import SIGNALS, Signal, Wal, WalRecord
 from traceflow.errors import DecodeError
@@ -50,7 +57,11 @@ INLINE_DECODE_BYTES = 1 << 20
 
 #: what OTLP calls the records of each signal (partial_success field names)
 RECORD_NOUN = {"logs": "log records", "metrics": "data points", "traces": "spans"}
-_REJECTED_FIELD = {"logs": "rejectedLogRecords", "metrics": "rejectedDataPoints", "traces": "rejectedSpans"}
+_REJECTED_FIELD = {
+    "logs": "rejected_log_records",
+    "metrics": "rejected_data_points",
+    "traces": "rejected_spans",
+}
 
 
 def media_type(content_type: str | None) -> str | None:
@@ -60,65 +71,45 @@ def media_type(content_type: str | None) -> str | None:
     return _MEDIA_TYPES.get(content_type.split(";", 1)[0].strip().lower())
 
 
-# -- google.rpc.Status, hand-encoded (googleapis-common-protos is not a dependency) ----------------
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
+# -- google.rpc.Status and Export*ServiceResponse ---------------------------------------------------
+_RESPONSES: dict[str, type[Message]] = {
+    "logs": ExportLogsServiceResponse,
+    "metrics": ExportMetricsServiceResponse,
+    "traces": ExportTraceServiceResponse,
+}
 
 
-def _field(number: int, payload: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-
-
-def _retry_info_any(seconds: int) -> bytes:
-    duration = _varint(1 << 3) + _varint(seconds)  # google.protobuf.Duration.seconds
-    retry_info = _field(1, duration)  # google.rpc.RetryInfo.retry_delay
-    return _field(1, b"type.googleapis.com/google.rpc.RetryInfo") + _field(2, retry_info)
+def _status(code: int, message: str, retry_after_s: int | None) -> status_pb2.Status:
+    status = status_pb2.Status(code=code, message=message)
+    if retry_after_s is not None:
+        status.details.add().Pack(RetryInfo(retry_delay=Duration(seconds=retry_after_s)))
+    return status
 
 
 def rpc_status(code: int, message: str, retry_after_s: int | None = None) -> bytes:
     """A serialized ``google.rpc.Status`` (with a ``RetryInfo`` detail when throttling)."""
-    out = _varint(1 << 3) + _varint(code) if code else b""
-    if message:
-        out += _field(2, message.encode())
-    if retry_after_s is not None:
-        out += _field(3, _retry_info_any(retry_after_s))
-    return out
+    return bytes(_status(code, message, retry_after_s).SerializeToString())
 
 
 def rpc_status_json(code: int, message: str, retry_after_s: int | None = None) -> bytes:
-    details: list[dict[str, Any]] = []
-    if retry_after_s is not None:
-        details.append(
-            {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": f"{retry_after_s}s"}
-        )
-    return orjson.dumps({"code": code, "message": message, "details": details})
+    """The same ``google.rpc.Status`` in proto JSON (``details`` always present, maybe empty)."""
+    body = json_format.MessageToDict(_status(code, message, retry_after_s))
+    body.setdefault("details", [])
+    body["code"] = code  # MessageToDict leaves out a zero code
+    return orjson.dumps(body)
 
 
 def export_response(signal: Signal, encoding: str, rejected: int = 0, message: str = "") -> bytes:
     """An ``Export*ServiceResponse``: empty on full success, else with ``partial_success``."""
     if not rejected and not message:
         return b"{}" if encoding == JSON else b""
-    json_field = _REJECTED_FIELD[signal]
-    if encoding == JSON:
-        partial: dict[str, Any] = {}
-        if rejected:
-            partial[json_field] = str(rejected)  # int64 travels as a string in proto JSON
-        if message:
-            partial["errorMessage"] = message
-        return orjson.dumps({"partialSuccess": partial})
-    # ExportXPartialSuccess: field 1 = rejected count (int64), field 2 = error_message
-    partial_pb = (_varint(1 << 3) + _varint(rejected) if rejected else b"") + (
-        _field(2, message.encode()) if message else b""
-    )
-    return _field(1, partial_pb)  # Export*ServiceResponse.partial_success is field 1
+    response: Any = _RESPONSES[signal]()
+    partial = response.partial_success
+    setattr(partial, _REJECTED_FIELD[signal], rejected)
+    partial.error_message = message
+    if encoding == JSON:  # int64 travels as a string in proto JSON
+        return orjson.dumps(json_format.MessageToDict(response))
+    return bytes(response.SerializeToString())
 
 
 # -- outcomes ---------------------------------------------------------------------------------------

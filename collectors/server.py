@@ -2,7 +2,7 @@
 
 ::
 
-    exporters ─HTTP─► http.HttpServer ───┐                       (one asyncio loop)
+    exporters ─HTTP─► http.HttpServer ───┐                       (one uvloop event loop)
     exporters ─gRPC─► grpc.aio ──────────┴► ingest.Ingest ─► spool.Wal (group commit) ─► ACK
                                                                │ closed segments
                                           sealer process ◄─────┘ map ─► Lake.write_staged + publish
@@ -30,6 +30,7 @@ from typing import Any
 
 import grpc
 import orjson
+import uvloop
 
 from traceflow.collectors import grpc as otlp_grpc
 from traceflow.collectors import http as otlp_http
@@ -415,7 +416,9 @@ def run_server(
         return await runner.run()
 
     try:
-        return asyncio.run(main())
+        # uvloop: the event loop under both transports (uvicorn's httptools protocol and grpc.aio)
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as loop_runner:
+            return loop_runner.run(main())
     except ServeError as e:
         sys.stderr.write(f"traceflow serve: {e}\n")
         return 1

@@ -15,6 +15,7 @@ from collectors_support import api_request_logs
 
 from traceflow.collectors import spool
 from traceflow.collectors.http import HttpServer
+from traceflow.collectors.http_limits import Limits
 from traceflow.collectors.ingest import Admission, Ingest
 
 BODY = api_request_logs(3)[0].SerializeToString()
@@ -49,7 +50,12 @@ def run(tmp_path: Path) -> Run:
             wal = spool.Wal(tmp_path / "wal")
             wal.start()
             core = Ingest(wal, Admission(1 << 30, 1 << 40), keep_content=False, token=None)
-            server = HttpServer(core, max_body_bytes=1 << 20, request_timeout_s=0.5, idle_timeout_s=1.5)
+            server = HttpServer(
+                core,
+                max_body_bytes=1 << 20,
+                idle_timeout_s=1.5,
+                limits=Limits(head_timeout_s=1.0, body_grace_s=0.5, max_connections=3),
+            )
             sock = socket.socket()
             sock.bind(("127.0.0.1", 0))
             sock.listen()
@@ -141,7 +147,7 @@ def test_413_on_content_length_closes_without_reading(run: Run) -> None:
         (b"POST /v1/logs HTTP/2.0\r\n\r\n", 400),
         (b"POST /v1/logs HTTP/1.1\r\nbad header\r\n\r\n", 400),
         (b"POST /v1/logs HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
-        (b"POST /v1/logs HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", 501),
+        (b"POST /v1/logs HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", 400),
         (b"POST /v1/logs HTTP/1.1\r\nContent-Length: -1\r\n\r\n", 400),
         (
             CHUNKED_HEAD + b"zz\r\n",
@@ -194,5 +200,36 @@ def test_absolute_form_target_and_query_string(run: Run) -> None:
     async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.write(_post(BODY, path="http://collector:4318/v1/logs?x=1"))
         assert (await _read_response(reader))[0] == 200
+
+    run(client)
+
+
+def test_a_connection_over_the_cap_gets_503_at_once(run: Run) -> None:
+    async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        port = writer.get_extra_info("peername")[1]
+        others = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]  # 3 open: the cap
+        over_r, over_w = await asyncio.open_connection("127.0.0.1", port)
+        status, headers, _ = await _read_response(over_r)  # answered before sending anything
+        assert status == 503 and headers["retry-after"] == "1" and headers["connection"] == "close"
+        assert await _closed(over_r)
+        over_w.close()
+        for _, w in others:
+            w.close()
+        await asyncio.sleep(0.1)
+        writer.write(_post(BODY))  # the connections under the cap are served
+        assert (await _read_response(reader))[0] == 200
+
+    run(client)
+
+
+def test_early_401_415_413_with_expect_close_the_connection(run: Run) -> None:
+    async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(
+            b"POST /v1/logs HTTP/1.1\r\nContent-Type: text/plain\r\nContent-Length: 10\r\n"
+            b"Expect: 100-continue\r\n\r\n"
+        )
+        status, headers, _ = await _read_response(reader)
+        assert status == 415 and headers["connection"] == "close"
+        assert await _closed(reader)
 
     run(client)
