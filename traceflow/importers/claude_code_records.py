@@ -166,7 +166,20 @@ def micros(ts: dt.datetime) -> int:
 
 
 def invalid_utf8_lines(data: bytes) -> set[int]:
-    """The offsets of the lines of ``data`` that are not valid UTF-8 (usually none)."""
+    """The offsets of the lines of ``data`` that are not valid UTF-8 (usually none).
+
+    ASCII data is valid; other data is checked in one go by polars (a vectorised check, about twice
+    as fast as Python's decoder here), and only data that fails is searched line by line.
+    """
+    if data.isascii():
+        return set()
+    import polars as pl
+
+    try:
+        pl.Series([data], dtype=pl.Binary).cast(pl.String, strict=True)
+        return set()
+    except (pl.exceptions.ComputeError, pl.exceptions.InvalidOperationError):
+        pass
     bad: set[int] = set()
     view = memoryview(data)
     pos = 0
