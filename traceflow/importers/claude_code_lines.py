@@ -95,7 +95,7 @@ def read_lines(
         elif isinstance(rec, User):
             msg = rec.message
             content = msg.content if msg is not None else None
-            tool_result = type(content) is list and any(b.type == "tool_result" for b in content)
+            tool_result = type(content) is list and "tool_result" in [b.type for b in content]
             if not tool_result and not rec.isMeta:
                 st["prompt_id"] = rec.promptId or rec.uuid or st.get("prompt_id")
                 events.append(prompt_event(rec, path, no, file_agent, st))
