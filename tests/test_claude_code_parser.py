@@ -388,3 +388,18 @@ def test_discover_lists_what_rglob_lists(tmp_path: Path) -> None:
     for root in (tmp_path, p, p / "linkdir", Path(os.path.relpath(p))):
         assert CLAUDE.discover(root) == sorted(x for x in root.rglob("*.jsonl") if x.is_file())
     assert len(CLAUDE.discover(tmp_path)) == 7
+
+
+def test_state_of_an_older_import_carries_over() -> None:
+    """Before the msgspec parser, the carried time of the last user line was an ISO string."""
+    line = (
+        b'{"type":"assistant","sessionId":"s","requestId":"r1","timestamp":"2026-01-01T00:00:05Z",'
+        b'"message":{"id":"m1","model":"m","usage":{"input_tokens":1,"output_tokens":2}}}\n'
+    )
+    state: dict[str, Any] = {"last_user_ts": "2026-01-01T00:00:01.000Z", "prev_was_user": True}
+    parsed = CLAUDE.parse(line, FileContext(path=Path("/x/s.jsonl"), first_line=7, state=state))
+    finish(CLAUDE, parsed)
+    (frame,) = parsed.frames["requests"]
+    assert frame["started_at"].dt.epoch("s").to_list() == [1767225601]
+    assert frame["seq"].to_list() == [7]
+    assert state["last_user_ts"] == 1767225601000000 and state["prev_was_user"] is False
