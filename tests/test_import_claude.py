@@ -158,6 +158,44 @@ def test_malformed_lines_are_reported_and_skipped(
     assert totals(lake) == (3, 12, 31260, 18110, 335)
 
 
+def test_every_kind_of_malformed_line_is_reported_with_its_place(
+    testdata: Path, lake: Lake, tmp_path: Path, cli: Callable[..., tuple[int, str, str]]
+) -> None:
+    good = (testdata / "agent-examples" / "claude-transcript.jsonl").read_bytes().splitlines()
+    assistant = next(ln for ln in good if b'"type":"assistant"' in ln)
+    user = json.loads(next(ln for ln in good if b'"type":"user"' in ln))
+    wrong_type = json.loads(assistant)
+    wrong_type["message"]["usage"]["input_tokens"] = "12"
+    too_big = json.loads(assistant)
+    too_big["message"]["usage"]["output_tokens"] = 2**63
+    bad = {
+        "truncated": assistant[: len(assistant) // 2],
+        "invalid escape": json.dumps({**user, "promptId": "p-bad"}).encode()[:-1]
+        + b', "extra": "bad \\q escape"}',
+        "invalid UTF-8": json.dumps({**user, "promptId": "p-utf8"})
+        .encode()
+        .replace(b"}", b', "x": "\xff"}', 1),
+        "wrong type": json.dumps(wrong_type).encode(),
+        "out of range": json.dumps(too_big).encode(),
+        "not an object": b"[1, 2, 3]",
+        "bad timestamp": json.dumps({**user, "timestamp": "yesterday"}).encode(),
+    }
+    lines = [good[0], *bad.values(), *good[1:]]
+    target = tmp_path / "bad.jsonl"
+    target.write_bytes(b"\n".join(lines) + b"\n")
+    code, out, err = cli("import", "claude-code", str(target))
+    assert code == 3
+    for no, what in enumerate(bad, 2):
+        assert f"{target}:{no}: " in err, what
+    assert f"{target}:1:" not in err and f"{target}:{len(bad) + 2}:" not in err
+    assert f"{len(bad)} record(s) skipped" in out
+    assert "invalid JSON" in err and "invalid UTF-8" in err and "not a JSON object" in err
+    assert "$.message.usage.input_tokens" in err and "$.timestamp" in err
+    assert totals(lake) == (3, 12, 31260, 18110, 335)
+    prompts = rows(lake, "SELECT prompt_id FROM events WHERE name = 'user_prompt'")
+    assert {"p-bad", "p-utf8"}.isdisjoint(r["prompt_id"] for r in prompts)
+
+
 def test_missing_path_is_a_clear_error(cli: Callable[..., tuple[int, str, str]]) -> None:
     code, _, err = cli("import", "claude-code", "/no/such/dir")
     assert code == 2

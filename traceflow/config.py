@@ -54,13 +54,6 @@ SETTINGS: tuple[Setting, ...] = (
         "`0` turns off the result cache that serves repeated reports (<data>/v1/_cache/results).",
     ),
     Setting(
-        "native",
-        "TRACEFLOW_NATIVE",
-        "1 (on where built)",
-        "`0` makes `import claude-code` use its pure-Python parser instead of the compiled scanner "
-        "`traceflow._cscan` (built by pip where a C compiler is present): the same rows, slower.",
-    ),
-    Setting(
         "claude_config_dir",
         "CLAUDE_CONFIG_DIR",
         "~/.claude",

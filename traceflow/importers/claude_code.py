@@ -20,26 +20,12 @@ result does not depend on line order or on how a growing file was split between 
   the write time of the user or tool-result line that triggered the request (flagged
   ``started_at_estimated`` in ``attributes``), else the first block's write time.
 
-The work is split by responsibility: this module is the importer (where the transcripts are, and
-the glue between the compiled scanner and the Python loop); :mod:`~traceflow.importers.claude_code_lines`
-reads lines, :mod:`~traceflow.importers.claude_code_rows` turns one line into a row or a line
-tuple, :mod:`~traceflow.importers.claude_code_frames` turns a batch into frames.
-
-Speed, in three layers that give the same rows, errors and carried state:
-
-* The compiled scanner (``traceflow/_cscan.c``, :mod:`traceflow.native`) walks the lines with the
-  same byte searches as :func:`~traceflow.importers.claude_code_lines.read_lines` and handles the
-  lines it is sure of: ignored record types, tool-result lines, ordinary assistant lines (the tuple
-  :func:`~traceflow.importers.claude_code_rows.fast_block` would build), prompts and system events
-  (the arguments of :func:`~traceflow.importers.claude_code_rows.line_event`). It leaves any other
-  line to the Python loop, one line at a time (``tests/test_cscan.py``).
-* In the Python loop, the usual assistant line (int token counts, text ids) goes through
-  :func:`~traceflow.importers.claude_code_rows.fast_block`.
-* :func:`~traceflow.importers.claude_code_frames.requests_frame_fast` picks the kept copy per request
-  in Python and builds a frame of the kept rows only; events become a frame column by column
-  (:func:`~traceflow.importers.claude_code_frames.events_frame`). Any other line (odd types,
-  out-of-range counts) sends its batch through the general ``block`` / ``requests_frame`` /
-  ``frame_from_rows`` path (``tests/test_claude_code_fastpath.py``).
+The work is split by responsibility: this module is the importer (where the transcripts are);
+:mod:`~traceflow.importers.claude_code_records` declares the lines as typed msgspec structs (every
+line is fully validated; a malformed one is reported as ``path:line: what is wrong`` and skipped),
+:mod:`~traceflow.importers.claude_code_lines` reads lines, :mod:`~traceflow.importers.claude_code_rows`
+turns one line into a row or a line tuple, :mod:`~traceflow.importers.claude_code_frames` turns a
+batch into frames.
 """
 
 from __future__ import annotations
@@ -51,10 +37,9 @@ from typing import Any, ClassVar
 
 from traceflow import config
 from traceflow.importers.base import FileContext
-from traceflow.importers.claude_code_frames import events_frame, requests_frame, requests_frame_fast
-from traceflow.importers.claude_code_lines import keys_for, read_lines, settle
-from traceflow.importers.claude_code_rows import SOURCE, line_event
-from traceflow.native import claude_scanner as native_scanner
+from traceflow.importers.claude_code_frames import events_frame, requests_frame
+from traceflow.importers.claude_code_lines import read_lines
+from traceflow.importers.claude_code_rows import SOURCE
 from traceflow.rows import Parsed
 
 _IGNORED_ERRNOS = (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP)  # as pathlib ignores them
@@ -117,70 +102,26 @@ class ClaudeCodeImporter:
     def parse(self, data: bytes, ctx: FileContext) -> Parsed:
         """Rows from complete lines; assistant lines are kept in ``out.raw`` until :meth:`finish`."""
         out = Parsed()
-        st = ctx.state
         path = str(ctx.path)
         # A sub-agent transcript lives in <session>/subagents/agent-<id>.jsonl.
         file_agent = ctx.path.stem[len("agent-") :] if ctx.path.stem.startswith("agent-") else None
         acc: list[tuple[Any, ...]] = []  # one tuple per assistant block line, see COLUMNS
-        k = keys_for(data)
-        size, no = len(data), ctx.first_line - 1
-        scan = native_scanner()
-        if scan is None:
-            no, usual = read_lines(data, 0, size, no, k, out, acc, path, file_agent, st)
-        else:
-            # The compiled scanner takes the lines it is sure of; each line it leaves goes through
-            # the Python loop alone, and the scanner resumes after it with the same state.
-            usual = True
-            pos = 0
-            keys = k.native
-            found: list[tuple[Any, ...]] = []
-            while pos < size:
-                pos, no, session, prompt, last_ts, prev, stopped = scan(
-                    data, pos, no, keys, file_agent, st.get("session_id"), st.get("prompt_id"),
-                    st.get("last_user_ts"), bool(st.get("prev_was_user")), acc, found,
-                )  # fmt: skip
-                st.update(session_id=session, prompt_id=prompt, last_user_ts=last_ts, prev_was_user=prev)
-                if found:
-                    self._native_events(found, path, out)
-                    found.clear()
-                if not stopped:
-                    break
-                nl = data.find(b"\n", pos)
-                limit = size if nl < 0 else nl + 1
-                no, one_usual = read_lines(data, pos, limit, no, k, out, acc, path, file_agent, st)
-                usual = usual and one_usual
-                pos = limit
-        settle(st)
+        no = read_lines(data, ctx.first_line - 1, out, acc, path, file_agent, ctx.state)
         # ``no`` counted a last line without its newline too.
         ctx.next_line = no + 1 if not data or data[-1] == 10 else no
         if acc or out.events:
-            out.raw.append((path, acc, usual))
+            out.raw.append((path, acc))
         return out
 
     def finish(self, parsed: Parsed) -> None:
-        """Build one requests frame from every file's block lines, and one events frame.
-
-        Block lines that all came from :func:`~traceflow.importers.claude_code_rows.fast_block` go
-        through :func:`~traceflow.importers.claude_code_frames.requests_frame_fast`; a batch with any
-        other goes through :func:`~traceflow.importers.claude_code_frames.requests_frame`, the
-        general (slower) path.
-        """
-        raw: list[tuple[str, list[tuple[Any, ...]], bool]] = parsed.raw
-        frame = requests_frame_fast(raw) if all(usual for _, _, usual in raw) else None
-        if frame is None:
-            frame = requests_frame([(path, *t) for path, acc, _ in raw for t in acc])
+        """Build one requests frame from every file's block lines, and one events frame."""
+        raw: list[tuple[str, list[tuple[Any, ...]]]] = parsed.raw
+        frame = requests_frame(raw)
         raw.clear()
         parsed.frames.setdefault("requests", []).append(frame)
         if parsed.events:
             parsed.frames.setdefault("events", []).append(events_frame(parsed.events))
             parsed.events.clear()
-
-    @staticmethod
-    def _native_events(found: list[tuple[Any, ...]], path: str, out: Parsed) -> None:
-        """The event rows of the compiled scanner's event tuples (``_cscan.c``: add_event)."""
-        make, append = line_event, out.events.append
-        for event in found:
-            append(make(path, *event))
 
 
 IMPORTER = ClaudeCodeImporter()

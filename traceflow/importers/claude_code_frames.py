@@ -2,14 +2,10 @@
 
 One API response is written as one ``assistant`` line per content block, each repeating the whole
 ``usage``; :func:`requests_frame` keeps one row per ``(requestId, message.id)``: the most complete
-copy (largest token total), the last written among equals. The request starts at the earliest of
-its lines' trigger times (the user or tool-result line that preceded the first block, flagged
-``started_at_estimated``), else at the first block.
-
-:func:`requests_frame_fast` does the same for line tuples that all came from
-:func:`~traceflow.importers.claude_code_rows.fast_block`, choosing the kept copy in Python so that
-only the kept rows become a frame; :func:`events_frame` builds the events column by column. Both
-must give exactly what the general path gives (``tests/test_claude_code_fastpath.py``).
+copy (largest token total), the last written among equals, choosing it in Python so that only the
+kept rows become a frame. The request starts at the earliest of its lines' trigger times (the user
+or tool-result line that preceded the first block, flagged ``started_at_estimated``), else at the
+first block. :func:`events_frame` builds the events column by column.
 """
 
 from __future__ import annotations
@@ -22,53 +18,6 @@ import orjson
 
 from traceflow.importers.claude_code_rows import COLUMNS, SOURCE
 from traceflow.rows import Row
-
-
-def requests_frame(acc: list[tuple[Any, ...]]) -> Any:
-    """One request row per ``(requestId, message.id)`` from the block lines, as a lake frame.
-
-    The kept copy is the most complete (largest token total), the last written among equals; the
-    request starts at the earliest of its lines' trigger times (the user or tool-result line that
-    preceded the first block), else at the first block.
-    """
-    import polars as pl
-
-    types = {"str": pl.String, "i64": pl.Int64, "f64": pl.Float64}
-    raw = pl.DataFrame(acc, schema={k: types[v] for k, v in COLUMNS.items()}, orient="row")
-    ts = pl.col("ts").str.to_datetime(time_unit="us", time_zone="UTC")
-    breakdown = pl.col("cache_write_5m_tokens") + pl.col("cache_write_1h_tokens")
-    write = pl.when(breakdown > 0).then(breakdown).otherwise(pl.col("cache_creation"))
-    key = pl.coalesce(
-        pl.lit("r:") + pl.col("request_id"),
-        pl.lit("m:") + pl.col("message_id"),
-        pl.lit("l:") + pl.col("file") + pl.lit(":") + pl.col("seq").cast(pl.String),
-    )
-    lines = raw.with_columns(
-        ended_at=ts,
-        trigger=pl.col("trigger_ts").str.to_datetime(time_unit="us", time_zone="UTC"),
-        cache_write_tokens=write,
-        key=key,
-    ).with_columns(
-        total=pl.col("cold_input_tokens")
-        + pl.col("cache_read_tokens")
-        + pl.col("cache_write_tokens")
-        + pl.col("output_tokens"),
-        start=pl.when(pl.col("trigger") <= pl.col("ended_at"))
-        .then(pl.col("trigger"))
-        .otherwise(pl.col("ended_at")),
-    )
-    first = lines.group_by("key").agg(
-        pl.col("start").sort_by("file", "seq").first().alias("started_at"),
-        pl.col("trigger").sort_by("file", "seq").first().is_not_null().alias("estimated"),
-    )
-    kept = (
-        lines.sort(["key", "total", "file", "seq"])
-        .group_by("key", maintain_order=True)
-        .last()
-        .join(first, on="key", how="left")
-        .sort("file", "seq")
-    )
-    return _request_rows(kept)
 
 
 def _request_rows(kept: Any) -> Any:
@@ -137,29 +86,24 @@ def _request_ids(requests: list[Any], messages: list[Any], files: list[str], seq
 _TYPES_BY_KIND = {"str": "String", "i64": "Int64", "f64": "Float64"}
 
 
-def requests_frame_fast(raw: list[tuple[str, list[tuple[Any, ...]], bool]]) -> Any:
-    """:func:`requests_frame` for block lines from
-    :func:`~traceflow.importers.claude_code_rows.fast_block`, or None where it cannot say.
+def requests_frame(raw: list[tuple[str, list[tuple[Any, ...]]]]) -> Any:
+    """One request row per ``(requestId, message.id)`` from each file's block line tuples, as a
+    lake frame.
 
-    The kept copy and the first line of each request are chosen here, in one pass in Python (the
-    token counts are small ints, the text columns text), so that only the kept rows become a frame.
-    The timestamps of all lines are still parsed together, as :func:`requests_frame` parses them
-    (the same format inference and the same errors). None (use the general path): a token count
-    outside ``[0, 2**60)``, where Int64 arithmetic or range might differ from Python's.
+    The kept copy and the first line of each request are chosen in one pass in Python (the token
+    counts are validated ints below ``2**60``, the text columns text), so that only the kept rows
+    become a frame.
     """
     import polars as pl
 
-    rank = {p: r for r, p in enumerate(sorted({p for p, _, _ in raw}))}
-    # key -> [kept row, its total, file rank, seq, line index, path; first line's index, file rank, seq]
+    rank = {p: r for r, p in enumerate(sorted({p for p, _ in raw}))}
+    # key -> [kept row, its total, file rank, seq, path; first line's start, file rank, seq]
     slots: dict[str, list[Any]] = {}
-    stamps: list[str] = []
-    triggers: list[str | None] = []
-    i = 0
-    for path, acc, _ in raw:
+    for path, acc in raw:
         f = rank[path]
         for row in acc:
             (seq, request_id, message_id, ts, trigger, _, _, _, _, _, cold, read, creation, w5, w1, output,
-             thinking, _, _, _, _, _, _, _, _) = row  # fmt: skip
+             _, _, _, _, _, _, _, _, _) = row  # fmt: skip
             if request_id is not None:
                 key = "r:" + request_id
             elif message_id is not None:
@@ -168,61 +112,41 @@ def requests_frame_fast(raw: list[tuple[str, list[tuple[Any, ...]], bool]]) -> A
                 key = f"l:{path}:{seq}"
             if w5 is None:
                 write = creation
-                if (cold | read | creation | output | (thinking or 0)) >> 60:
-                    return None
             else:
                 write = w5 + w1
                 if write <= 0:
                     write = creation
-                if (cold | read | creation | output | w5 | w1 | (thinking or 0)) >> 60:
-                    return None
             total = cold + read + write + output
+            start = ts if trigger is None or trigger > ts else trigger
             slot = slots.get(key)
             if slot is None:
-                slots[key] = [row, total, f, seq, i, path, i, f, seq]
+                slots[key] = [row, total, f, seq, path, write, start, f, seq, trigger is not None]
             else:
                 if (total, f, seq) >= (slot[1], slot[2], slot[3]):
-                    slot[0:6] = row, total, f, seq, i, path
+                    slot[0:6] = row, total, f, seq, path, write
                 if (f, seq) < (slot[7], slot[8]):
-                    slot[6:9] = i, f, seq
-            stamps.append(ts)
-            triggers.append(trigger)
-            i += 1
+                    slot[6:10] = start, f, seq, trigger is not None
     kept = sorted(slots.values(), key=lambda s: (s[2], s[3]))
-    ts = pl.DataFrame(
-        [pl.Series("ts", stamps, dtype=pl.String), pl.Series("trigger_ts", triggers, dtype=pl.String)]
-    ).select(
-        ended_at=pl.col("ts").str.to_datetime(time_unit="us", time_zone="UTC"),
-        trigger=pl.col("trigger_ts").str.to_datetime(time_unit="us", time_zone="UTC"),
-    )
-    first = ts[[s[6] for s in kept]]
     names = list(COLUMNS)
     values = list(zip(*(s[0] for s in kept), strict=True)) if kept else [() for _ in names[1:]]
-    columns = [pl.Series("file", [s[5] for s in kept], dtype=pl.String)] + [
+    columns = [pl.Series("file", [s[4] for s in kept], dtype=pl.String)] + [
         pl.Series(name, col, dtype=getattr(pl, _TYPES_BY_KIND[COLUMNS[name]]), strict=True)
         for name, col in zip(names[1:], values, strict=True)
     ]
+    stamp = pl.Datetime("us", "UTC")
     frame = pl.DataFrame(columns).with_columns(
-        ended_at=ts["ended_at"][[s[4] for s in kept]],
-        started_at=first.select(
-            pl.when(pl.col("trigger") <= pl.col("ended_at"))
-            .then(pl.col("trigger"))
-            .otherwise(pl.col("ended_at"))
-        ).to_series(),
-        estimated=first["trigger"].is_not_null(),
+        ended_at=pl.col("ts").cast(stamp),
+        started_at=pl.Series([s[6] for s in kept], dtype=pl.Int64).cast(stamp),
+        estimated=pl.Series([s[9] for s in kept], dtype=pl.Boolean),
+        cache_write_tokens=pl.Series([s[5] for s in kept], dtype=pl.Int64),
     )
-    breakdown = pl.col("cache_write_5m_tokens") + pl.col("cache_write_1h_tokens")
-    return _request_rows(
-        frame.with_columns(
-            cache_write_tokens=pl.when(breakdown > 0).then(breakdown).otherwise(pl.col("cache_creation"))
-        )
-    )
+    return _request_rows(frame)
 
 
 def events_frame(rows: list[Row]) -> Any:
     """``frame_from_rows(EVENTS, rows)`` for this importer's event rows, built column by column.
 
-    The rows have the same keys (see :func:`traceflow.importers.claude_code_rows.line_event`),
+    The rows have the same keys (see :func:`traceflow.importers.claude_code_rows._event`),
     ``timestamp`` an int or None and ``attributes`` a dict, serialised as
     :func:`traceflow.store.lake.frame_from_rows` does.
     """

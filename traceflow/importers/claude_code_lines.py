@@ -1,231 +1,133 @@
-"""The Python loop over a Claude Code transcript's lines, and the byte markers it (and the compiled
-scanner) classify lines by.
+"""The loop over a Claude Code transcript's lines.
 
-Only lines that contain ``"usage"`` are fully parsed; user lines are read with byte searches (their
-tool results can be large), and record types that never carry tokens or turn boundaries
-(:data:`SKIP_TYPES`) are skipped on a look at their first :data:`WINDOW` bytes. The loop carries
-the session, the prompt and the time of the last user line from one line to the next, and from one
-import of a growing file to the next, in the file's state dict.
+Every line is decoded and validated by
+:data:`~traceflow.importers.claude_code_records.DECODER`; a line that is not a valid JSON object of
+the expected shape (truncated, an invalid escape or UTF-8, a field of the wrong type, not an
+object) becomes a :class:`~traceflow.rows.LineError` ``path:line: what is wrong`` and is skipped.
+The loop carries the session, the prompt and the time of the last user line from one line to the
+next, and from one import of a growing file to the next, in the file's state dict.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-import orjson
+import msgspec
 
-from traceflow.importers.claude_code_rows import block, error_event, fast_block, system_event, user_event
+from traceflow.importers.claude_code_records import (
+    ANY_RECORD,
+    DECODER,
+    Assistant,
+    System,
+    User,
+    invalid_utf8_lines,
+    micros,
+)
+from traceflow.importers.claude_code_rows import block, error_event, prompt_event, system_event
 from traceflow.rows import LineError, Parsed, iso_micros
 
-#: How far into a line its record type is looked for (every type but assistant's sits there).
-WINDOW = 1024
-#: Record types that never carry tokens or turn boundaries.
-SKIP_TYPES = (
-    b"file-history-snapshot",
-    b"summary",
-    b"attachment",
-    b"queue-operation",
-    b"progress",
-    b"api-request",
-    b"api-request-blob",
-    b"api-request-shape",
-    b"atis-latch",
-    b"tools-used",
-    b"last-prompt",
-    b"mode",
-    b"cost-state",
-)
-
-
-class Keys:
-    """The byte markers of the keys we look for, in compact or spaced JSON."""
-
-    def __init__(self, sep: bytes) -> None:
-        self.user = b'"type"' + sep + b'"user"'
-        self.system = b'"type"' + sep + b'"system"'
-        self.type = b'"type"' + sep
-        self.timestamp = b'"timestamp"' + sep + b'"'
-        self.prompt_id = b'"promptId"' + sep + b'"'
-        self.uuid = b'"uuid"' + sep + b'"'
-        self.subtype = b'"subtype"' + sep + b'"'
-        self.is_meta = b'"isMeta"' + sep + b"true"
-        #: Whether a line shows a record type we ignore, as one regular expression: a ``"type":``
-        #: key, any one byte (the opening quote in valid JSON), an ignored type and its closing quote.
-        self.skip = re.compile(
-            re.escape(self.type) + b".(?:" + b"|".join(map(re.escape, SKIP_TYPES)) + b')"', re.DOTALL
-        )
-        #: The same markers for the compiled scanner (:func:`traceflow.native.claude_scanner`).
-        self.native = (
-            self.user,
-            self.system,
-            self.type,
-            self.timestamp,
-            self.prompt_id,
-            self.is_meta,
-            self.uuid,
-            self.subtype,
-            SKIP_TYPES,
-        )
-
-
-COMPACT = Keys(b":")  # what Claude Code writes (JSON.stringify)
-SPACED = Keys(b": ")  # what Python's json.dumps writes (redacted or hand-edited copies)
-
-
-def keys_for(data: bytes) -> Keys:
-    """The markers for the JSON style of ``data`` (compact unless its head is spaced only)."""
-    head = data[:4096]
-    return SPACED if (b'": "' in head and b'":"' not in head) else COMPACT
+#: The record types decoded into typed structs (a line of another type is only validated).
+_TYPED = frozenset(("assistant", "user", "system"))
+#: The system lines that become events.
+_SYSTEM_EVENTS = frozenset(("turn_duration", "compact_boundary"))
 
 
 def read_lines(
     data: bytes,
-    pos: int,
-    size: int,
     no: int,
-    k: Keys,
     out: Parsed,
     acc: list[tuple[Any, ...]],
     path: str,
     file_agent: str | None,
     st: dict[str, Any],
-) -> tuple[int, bool]:
-    """Read the lines of ``data[pos:size]`` (the first is line ``no + 1``) into ``out`` and ``acc``.
+) -> int:
+    """Read the lines of ``data`` (the first is line ``no + 1``) into ``out`` and ``acc``.
 
-    Returns the last line's number, and whether every row added to ``acc`` came from
-    :func:`~traceflow.importers.claude_code_rows.fast_block`. The carry-over state lives in ``st``
-    between calls.
+    ``acc`` gets one :data:`~traceflow.importers.claude_code_rows.COLUMNS` tuple (without ``file``)
+    per assistant block line; ``out`` the events and the errors. Returns the last line's number.
     """
-    usual = True
     errors = out.errors
-    last_user_ts: str | None = st.get("last_user_ts")
+    events = out.events
+    last = st.get("last_user_ts")
+    last_user_ts: int | None = iso_micros(last) if isinstance(last, str) else last  # an older state
     prev_was_user = bool(st.get("prev_was_user"))
-    loads = orjson.loads
+    decode = DECODER.decode
     view = memoryview(data)
     find = data.find
-    key_user, key_system, key_ts, key_prompt = k.user, k.system, k.timestamp, k.prompt_id
-    len_ts, len_prompt = len(key_ts), len(key_prompt)
-    skippable = k.skip.search
-    # Lines are visited in place (bytes.find over ranges, memoryview slices for the JSON parser):
-    # no copy of the tool results and file contents that make up most of a transcript.
+    bad_utf8 = invalid_utf8_lines(data)
+    pos, size = 0, len(data)
     while pos < size:
-        end = find(b"\n", pos, size)
+        end = find(b"\n", pos)
         if end < 0:
             end = size
         no += 1
         start, pos = pos, end + 1
-        if end - start < 2:
+        try:
+            rec = decode(view[start:end])
+        except msgspec.ValidationError as e:
+            problem = _untyped_problem(view[start:end], e)
+            if problem is not None:
+                errors.append(LineError(path, no, problem))
+            elif start in bad_utf8:
+                errors.append(LineError(path, no, "invalid UTF-8; line skipped"))
             continue
-        # The record's own "type" sits in its first few hundred bytes for every line type but
-        # assistant (whose message, usage included, may come first): classify on that window
-        # and scan a whole line only for the usage of an assistant record.
-        win = start + WINDOW
-        if win > end:
-            win = end
-        if find(key_user, start, win) < 0:
-            if find(key_system, start, win) < 0 and skippable(data, start, win) is not None:
-                continue
-            if find(b'"usage"', start, end) < 0:
-                if find(key_system, start, end) >= 0:
-                    sub = _field(data, k.subtype, start, end)
-                    if sub in ("compact_boundary", "turn_duration"):
-                        out.events.append(system_event(sub, data[start:end], path, no, file_agent, st))
-                elif find(k.type, start, end) < 0 and _invalid(view[start:end]):
-                    errors.append(LineError(path, no, "not a JSON transcript record; line skipped"))
-                continue
-            try:
-                rec = loads(view[start:end])
-            except orjson.JSONDecodeError as e:
+        except msgspec.DecodeError as e:
+            if data[start:end].strip():
                 errors.append(LineError(path, no, f"invalid JSON ({e}); line skipped"))
+            continue
+        if bad_utf8 and start in bad_utf8:
+            errors.append(LineError(path, no, "invalid UTF-8; line skipped"))
+            continue
+        if isinstance(rec, Assistant):
+            msg = rec.message
+            usage = msg.usage if msg is not None else None
+            if msg is None or usage is None:
                 continue
-            if type(rec) is not dict or rec.get("type") != "assistant":
-                prev_was_user = False
+            if msg.model == "<synthetic>" or rec.isApiErrorMessage:
+                events.append(error_event(rec, path, no, file_agent, st))
+            elif rec.timestamp is None:
+                errors.append(LineError(path, no, "assistant record without a timestamp; line skipped"))
                 continue
-            usual_row = fast_block(rec, no, file_agent, st, last_user_ts if prev_was_user else None)
-            if usual_row is not None:
-                acc.append(usual_row)
-                prev_was_user = False
-                continue
-            try:
-                msg = rec["message"]
-                if msg.get("model") == "<synthetic>" or rec.get("isApiErrorMessage"):
-                    out.events.append(error_event(rec, path, no, file_agent, st))
-                else:
-                    acc.append(block(rec, msg, no, file_agent, st, last_user_ts if prev_was_user else None))
-                    usual = False
-            except (KeyError, TypeError, ValueError, AttributeError) as e:
-                errors.append(LineError(path, no, f"unreadable assistant usage record: {e!r}"))
-                continue
+            else:
+                trigger = last_user_ts if prev_was_user else None
+                acc.append(block(rec, msg, usage, micros(rec.timestamp), no, file_agent, st, trigger))
             prev_was_user = False
-            continue
-        # A user line: a prompt, or a tool result (the bulk of a transcript's bytes).
-        if data[end - 1] != 125 and _invalid(view[start:end]):  # 125: "}"
-            errors.append(LineError(path, no, "truncated JSON line; line skipped"))
-            continue
-        # _field(data, key, start, end), inlined for the two keys every user line is searched for.
-        i = find(key_ts, start, end)
-        if i < 0:
-            ts_s = None
-        else:
-            i += len_ts
-            j = find(b'"', i, end)
-            ts_s = data[i:j].decode() if j > 0 else None
-        i = find(key_prompt, start, end)
-        if i < 0:
-            prompt = None
-        else:
-            i += len_prompt
-            j = find(b'"', i, end)
-            prompt = data[i:j].decode() if j > 0 else None
-        if (
-            find(b'"tool_result"', start, min(end, start + 2 * WINDOW)) < 0
-            and find(k.is_meta, start, end) < 0
-        ):
-            line = data[start:end] if end - start < 4096 else None
-            try:
-                ts = iso_micros(ts_s) if ts_s else None
-            except ValueError:
-                errors.append(LineError(path, no, f"bad timestamp {ts_s!r}; line skipped"))
-                continue
-            uuid = _field(data, k.uuid, start, end)
-            st["prompt_id"] = prompt or uuid or st.get("prompt_id")
-            out.events.append(user_event(line or data[start:end], path, no, ts, file_agent, st))
-        elif prompt:
-            st["prompt_id"] = prompt
-        if ts_s is not None:
-            last_user_ts = ts_s
-        prev_was_user = True
+        elif isinstance(rec, User):
+            msg = rec.message
+            content = msg.content if msg is not None else None
+            tool_result = type(content) is list and "tool_result" in [b.type for b in content]
+            if not tool_result and not rec.isMeta:
+                st["prompt_id"] = rec.promptId or rec.uuid or st.get("prompt_id")
+                events.append(prompt_event(rec, path, no, file_agent, st))
+            elif rec.promptId:
+                st["prompt_id"] = rec.promptId
+            if rec.timestamp is not None:
+                last_user_ts = micros(rec.timestamp)
+            prev_was_user = True
+        elif isinstance(rec, System) and rec.subtype in _SYSTEM_EVENTS:
+            events.append(system_event(rec, path, no, file_agent, st))
     st["last_user_ts"] = last_user_ts
     st["prev_was_user"] = prev_was_user
-    return no, usual
-
-
-def settle(st: dict[str, Any]) -> None:
-    """Drop an unknown session or prompt id from the carried state (absent and None mean the same;
-    the compiled scanner cannot tell them apart)."""
-    for key in ("session_id", "prompt_id"):
+    for key in ("session_id", "prompt_id"):  # absent and None mean the same
         if key in st and st[key] is None:
             del st[key]
+    return no
 
 
-def _invalid(line: memoryview) -> bool:
-    try:
-        orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return True
-    return False
+def _untyped_problem(line: memoryview, error: msgspec.ValidationError) -> str | None:
+    """Why a line that fits none of the typed records is malformed, or None for a valid record of a
+    type the importer does not read (or without a type).
 
-
-def _field(data: bytes, key: bytes, start: int, end: int) -> str | None:
-    """The string value of a compact ``"key":"value"`` pair within ``data[start:end]``.
-
-    Claude Code writes compact JSON; an escaped copy of the key inside a string value reads
-    ``\\"key\\"`` and cannot match, so the first match is the record's own key.
+    msgspec stops at the first value of the wrong type, so the line is decoded again, as any object,
+    to tell invalid JSON from a valid record of the wrong shape.
     """
-    i = data.find(key, start, end)
-    if i < 0:
+    try:
+        rec = ANY_RECORD.decode(line)
+    except msgspec.ValidationError:
+        return "not a JSON object; line skipped"
+    except msgspec.DecodeError as e:
+        return f"invalid JSON ({e}); line skipped"
+    kind = rec.type
+    if kind is None or (isinstance(kind, str) and kind not in _TYPED):
         return None
-    i += len(key)
-    j = data.find(b'"', i, end)
-    return data[i:j].decode() if j > 0 else None
+    return f"unexpected value: {error}; line skipped"
