@@ -58,7 +58,8 @@ SETTINGS: tuple[Setting, ...] = (
         "TRACEFLOW_NATIVE",
         "1 (on where built)",
         "`0` makes `import claude-code` use its pure-Python parser instead of the compiled scanner "
-        "`traceflow._cscan` (built by pip where a C compiler is present): the same rows, slower.",
+        "`traceflow._cscan` (built by pip where a C compiler is present), and `simulate` its numpy LRU "
+        "instead of the numba kernels: the same rows and hits, slower.",
     ),
     Setting(
         "claude_config_dir",
