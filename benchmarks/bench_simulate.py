@@ -9,7 +9,9 @@ b. a seeded synthetic agentic-coding trace (``traceflow.kv.synthetic.agentic_cod
 
 For each capacity: libCacheSim 0.3.5 ``LRU(cache_size=C, hashpower=H).process_trace(TraceReader(file))``
 on the trace written as an ``oracleGeneral`` binary file (object id = block id, size 1), and traceflow's
-``lru_hits(blocks, C)`` on the same ids as an int64 array (its one sort included). Throughput is block
+``lru_hits(blocks, C)`` on the same ids as an int64 array (its numba kernel, compiled or loaded from
+numba's cache by one warm-up call timed apart, like libCacheSim's import; with ``TRACEFLOW_NATIVE=0``
+the numpy path, its one sort included). Throughput is block
 accesses per second of the replay; libCacheSim's time to write its trace file is reported apart. ``H`` is
 the smallest power of two above the number of distinct blocks (libCacheSim's default, 2^24, costs ~1 s
 of start-up on a small trace). The hit counts must be identical; the script exits 1 otherwise.
@@ -43,6 +45,7 @@ from typing import Any
 import libcachesim
 import numpy as np
 
+from traceflow import native
 from traceflow.kv import simulate as sim
 from traceflow.kv.engines import fast_lru
 from traceflow.kv.geometry import KVSize
@@ -199,13 +202,19 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--runs", type=int, default=3, help="repeats on the Mooncake trace (median)")
     ap.add_argument("--quick", action="store_true", help="allow a synthetic trace under 100M accesses")
+    ap.add_argument("--no-modes", action="store_true", help="only the side-by-side LRU comparison")
     ap.add_argument("--work", type=Path, default=Path("/tmp/tfbench/sim"))
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
+    engine = "numba" if native.jit_enabled() else "numpy"
+    start = time.perf_counter()
+    lru_hits([1, 2, 1], 1)  # numba: import it and compile the kernel, or load it from numba's cache
+    warmup_s = time.perf_counter() - start
     print(
         f"python {platform.python_version()}, numpy {np.__version__}, libcachesim "
-        f"{getattr(libcachesim, '__version__', '?')}, {os.cpu_count()} CPUs",
+        f"{getattr(libcachesim, '__version__', '?')}, {os.cpu_count()} CPUs, load average "
+        f"{os.getloadavg()[0]:.1f}; traceflow LRU engine: {engine} (warm-up {warmup_s:.2f} s)",
         flush=True,
     )
 
@@ -214,7 +223,7 @@ def main() -> int:
     else:
         mooncake = read_mooncake(args.mooncake)
     rows = compare("mooncake", mooncake.blocks, [1_000, 5_000, 20_000, 60_000], args.work, args.runs)
-    mode_rows = modes("mooncake", mooncake, [2_000, 8_000, 20_000], args.runs, 10**9)
+    mode_rows = [] if args.no_modes else modes("mooncake", mooncake, [2_000, 8_000, 20_000], args.runs, 10**9)
 
     start = time.perf_counter()
     synthetic = agentic_coding_trace(args.hours * 3_600, args.seed, sessions_per_min=args.sessions_per_min)
@@ -228,7 +237,8 @@ def main() -> int:
         print("the synthetic trace is under 100M accesses: raise --hours", file=sys.stderr)
         return 2
     rows += compare("synthetic", synthetic.blocks, [20_000, 200_000, 2_000_000], args.work, 1)
-    mode_rows += modes("synthetic", synthetic, [20_000, 200_000, 2_000_000], 1, 5_000_000)
+    if not args.no_modes:
+        mode_rows += modes("synthetic", synthetic, [20_000, 200_000, 2_000_000], 1, 5_000_000)
 
     table = markdown(rows, mode_rows)
     print("\n" + table)
@@ -237,6 +247,9 @@ def main() -> int:
         args.out.write_text(
             json.dumps(
                 {
+                    "engine": engine,
+                    "warmup_s": warmup_s,
+                    "load_average": os.getloadavg(),
                     "compare": rows,
                     "modes": mode_rows,
                     "synthetic_generation_s": gen_s,

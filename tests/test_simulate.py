@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
@@ -14,10 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from traceflow import native
 from traceflow.kv import engines
 from traceflow.kv import simulate as sim
 from traceflow.kv.geometry import KVSize
-from traceflow.kv.lru import lru_hits, stack_distances
+from traceflow.kv.lru import lru_hits, lru_level, lru_level_numpy, prev_next, stack_distances
 from traceflow.kv.sizing import Tier, parse_tier
 from traceflow.kv.synthetic import agentic_coding_trace
 from traceflow.kv.trace import BlockTrace, chains_from_counts, read_mooncake
@@ -26,6 +28,21 @@ from traceflow.store.lake import Lake
 Cli = Callable[..., tuple[int, str, str]]
 ONE = KVSize(per_token_bytes=1)  # 1 byte per token: tier bytes = tokens
 MOONCAKE = "mooncake_conversation_trace.jsonl"
+
+
+@pytest.fixture(params=["jit", "numpy"])
+def lru_engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a test with the numba kernels (traceflow.kv.lru_jit) and with the numpy/Python path."""
+    if request.param == "numpy":
+        monkeypatch.setenv("TRACEFLOW_NATIVE", "0")
+    else:
+        monkeypatch.delenv("TRACEFLOW_NATIVE", raising=False)
+        if not native.jit_available():
+            if os.environ.get("TRACEFLOW_REQUIRE_NATIVE") == "1":
+                raise RuntimeError("numba is not installed; pip install -e '.[test]' installs it")
+            pytest.skip("numba is not installed")
+    assert native.jit_enabled() == (request.param == "jit")
+    return str(request.param)
 
 
 def tiers(*blocks: int, block_size: int = 512) -> tuple[Tier, ...]:
@@ -169,20 +186,23 @@ def libcachesim_hits(blocks: np.ndarray, capacity: int, path: Path) -> int:
 
 @pytest.mark.parametrize("capacity", [1, 500, 5_000, 20_000, 60_000])
 def test_lru_hits_equal_libcachesim_on_the_mooncake_block_trace(
-    testdata: Path, tmp_path: Path, capacity: int
+    testdata: Path, tmp_path: Path, capacity: int, lru_engine: str
 ) -> None:
     trace = read_mooncake(testdata / MOONCAKE)
     ours = run(trace, capacity)
     theirs = libcachesim_hits(trace.blocks, capacity, tmp_path / "trace.oracleGeneral")
     assert ours["object_hit_blocks"] == theirs
     assert ours["hit_blocks"] == theirs  # true prefix hashes: no hit follows a miss (§5.3)
+    assert lru_hits(trace.blocks, capacity) == theirs
 
 
-def test_lru_hits_equal_libcachesim_on_a_random_trace(tmp_path: Path) -> None:
+def test_lru_hits_equal_libcachesim_on_a_random_trace(tmp_path: Path, lru_engine: str) -> None:
     rng = np.random.default_rng(7)
     blocks = (rng.zipf(1.3, 200_000) % 50_000).astype(np.int64)
     for capacity in (10, 1_000, 10_000):
-        assert lru_hits(blocks, capacity) == libcachesim_hits(blocks, capacity, tmp_path / "z.bin")
+        expected = libcachesim_hits(blocks, capacity, tmp_path / "z.bin")
+        assert lru_hits(blocks, capacity) == expected
+        assert lru_hits(blocks * 1_000_003 - 10**12, capacity) == expected  # sparse ids: renumbered
 
 
 # ------------------------------------------------------------------------------ engines agree
@@ -211,6 +231,26 @@ def test_lru_core_and_stack_distances_equal_an_ordered_dict_lru(accesses: list[i
     expected = lru_reference(accesses, capacity)
     assert lru_hits(accesses, capacity) == expected
     assert int((stack_distances(accesses) <= capacity).sum()) == expected
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    accesses=st.lists(st.integers(-3, 40), max_size=400),
+    capacity=st.integers(0, 45),
+    spread=st.sampled_from([1, 7, 2**40]),
+)
+def test_compiled_lru_equals_the_numpy_path_and_an_ordered_dict_lru(
+    accesses: list[int], capacity: int, spread: int
+) -> None:
+    if not native.jit_enabled():
+        pytest.skip("numba kernels off (not installed, or TRACEFLOW_NATIVE=0)")
+    blocks = np.asarray(accesses, dtype=np.int64) * spread
+    expected = lru_reference(accesses, capacity)
+    assert lru_hits(blocks, capacity) == expected
+    prev, nxt = prev_next(blocks)
+    compiled, reference = lru_level(prev, nxt, capacity), lru_level_numpy(prev, nxt, capacity)
+    assert [a.tolist() for a in compiled] == [a.tolist() for a in reference]
+    assert len(blocks) - len(compiled[0]) == expected
 
 
 def test_sweep_matches_single_capacity_runs(testdata: Path) -> None:

@@ -54,6 +54,13 @@ SETTINGS: tuple[Setting, ...] = (
         "`0` turns off the result cache that serves repeated reports (<data>/v1/_cache/results).",
     ),
     Setting(
+        "native",
+        "TRACEFLOW_NATIVE",
+        "1 (on where numba is installed)",
+        "`0` makes `simulate` use its numpy LRU instead of the numba kernels (`traceflow.kv.lru_jit`): "
+        "the same hits, slower.",
+    ),
+    Setting(
         "claude_config_dir",
         "CLAUDE_CONFIG_DIR",
         "~/.claude",

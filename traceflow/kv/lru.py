@@ -1,10 +1,14 @@
 """Exact LRU maths over a flat block-access sequence: reuse links, hits per capacity, stack distances.
 
-Pure numpy and Python, no compiled code. Block ids are sorted once (numpy) into previous/next-use
-positions (:func:`prev_next`); an access whose previous use lies ``≤ C`` accesses back is a hit for
-capacity ``C`` whatever happened in between, so a Python loop only visits the other accesses, with an
-eviction pointer over last-use positions (the least recently used block is the smallest position
-still in use). Hit counts equal libCacheSim's LRU. :func:`stack_distances` gives every access's
+LRU order is the order of last-use positions: with an eviction pointer ``t`` (every block whose last
+use is before ``t`` was evicted), an access hits iff its block's previous use is at or after ``t``, and
+an eviction moves ``t`` past the next position that is still a block's last use. Where numba is
+installed (and ``TRACEFLOW_NATIVE`` is not ``0``) that loop runs compiled (:mod:`traceflow.kv.lru_jit`):
+:func:`lru_hits` needs no sort at all, only a last-use table indexed by block id. Otherwise it runs in
+numpy and Python: block ids are sorted once into previous/next-use positions (:func:`prev_next`); an
+access whose previous use lies ``≤ C`` accesses back is a hit for capacity ``C`` whatever happened in
+between, so a Python loop only visits the other accesses, moving the pointer over last-use positions
+in bulk. Both give the same hits as libCacheSim's LRU. :func:`stack_distances` gives every access's
 Mattson distance at once, for a whole hit-ratio curve.
 """
 
@@ -15,6 +19,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from traceflow import native
 
 I64 = npt.NDArray[np.int64]
 
@@ -93,7 +99,24 @@ def _miss_run(x: int, k: int, dead: npt.NDArray[np.uint8], rj: I64, cold_cum: I6
 
 
 def lru_level(prev: I64, nxt: I64, capacity: int) -> tuple[I64, I64]:
-    """Misses and evicted positions of one LRU of ``capacity`` blocks (exact; see the module docs).
+    """Miss positions and evicted last-use positions (both ascending) of one LRU of ``capacity`` blocks.
+
+    ``prev``/``nxt`` come from :func:`prev_next`. Compiled where numba is enabled, else
+    :func:`lru_level_numpy`; the same arrays either way.
+
+    >>> [a.tolist() for a in lru_level(*prev_next(np.array([1, 2, 1, 3, 1, 2])), 2)]
+    [[0, 1, 3, 5], [1, 3]]
+    """
+    if capacity > 0 and native.jit_enabled():
+        from traceflow.kv import lru_jit
+
+        misses, evicted = lru_jit.level(prev, nxt, int(capacity))
+        return misses, evicted
+    return lru_level_numpy(prev, nxt, capacity)
+
+
+def lru_level_numpy(prev: I64, nxt: I64, capacity: int) -> tuple[I64, I64]:
+    """:func:`lru_level` in numpy and Python (exact; see the module docs).
 
     The block accessed at ``i`` is resident iff its previous access ``p`` is at or after the eviction
     pointer ``t`` (every last-use position below ``t`` was evicted). An access with ``i − p ≤ C`` is
@@ -193,13 +216,31 @@ def lru_level(prev: I64, nxt: I64, capacity: int) -> tuple[I64, I64]:
 def lru_hits(blocks: I64 | Sequence[int], capacity: int) -> int:
     """Block hits of one LRU cache of ``capacity`` blocks over a block-access sequence.
 
+    Compiled where numba is enabled: one pass with a last-use table indexed by block id (ids spread
+    over more than ``4n + 2**20`` values are first renumbered, which sorts them); else
+    :func:`prev_next` and :func:`lru_level_numpy`.
+
     >>> lru_hits([1, 2, 1, 3, 1, 2], 2)
     2
     """
     arr = np.asarray(blocks, dtype=np.int64)
-    prev, nxt = prev_next(arr)
-    misses, _ = lru_level(prev, nxt, capacity)
-    return len(arr) - len(misses)
+    n = len(arr)
+    if n == 0 or capacity <= 0:
+        return 0
+    if not native.jit_enabled():
+        prev, nxt = prev_next(arr)
+        misses, _ = lru_level_numpy(prev, nxt, capacity)
+        return n - len(misses)
+    from traceflow.kv import lru_jit
+
+    lo, hi = int(arr.min()), int(arr.max())
+    if hi - lo >= 4 * n + (1 << 20):
+        arr = np.unique(arr, return_inverse=True)[1].astype(np.int64).reshape(-1)
+        lo, hi = 0, int(arr.max())
+    last: npt.NDArray[np.signedinteger[Any]] = np.full(
+        hi - lo + 1, -1, dtype=np.int32 if n < 2**31 - 1 else np.int64
+    )
+    return int(lru_jit.hits(arr, lo, int(capacity), last))
 
 
 def _earlier_greater(values: I64) -> I64:
