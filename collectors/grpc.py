@@ -109,7 +109,7 @@ def handlers(core: Ingest) -> list[grpc.GenericRpcHandler]:
     """Generic handlers for the three services, taking and returning raw bytes."""
     out = []
     for servicer in (LogsServicer(core), MetricsServicer(core), TraceServicer(core)):
-        method = grpc.unary_unary_rpc_method_handler(servicer.Export)  # no (de)serializers: bytes
+        method: grpc.RpcMethodHandler[bytes, bytes] = grpc.unary_unary_rpc_method_handler(servicer.Export)  # no (de)serializers: bytes
         out.append(grpc.method_handlers_generic_handler(SERVICE_NAMES[servicer.signal], {"Export": method}))
     return out
 

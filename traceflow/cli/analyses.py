@@ -217,12 +217,12 @@ def ttl(
         _print(table, fmt)
         return
     best = result.best_ttl_s
-    observed = result.as_dict()["observed"]
+    seen = result.as_dict()["observed"]
     summary = _transpose(
         {
             "best_ttl": format_duration(best) if best is not None else None,
-            "observed_cost_usd": observed["cost_usd"],
-            "reported_cost_usd": observed["reported_cost_usd"],
+            "observed_cost_usd": seen["cost_usd"],
+            "reported_cost_usd": seen["reported_cost_usd"],
             "prices_as_of": result.prices.as_of,
         }
     )

@@ -245,7 +245,7 @@ class _JsonBuilder:
         for fd in desc.fields:
             repeated = bool(fd.is_repeated)
             extra: Any = None
-            if fd.type == FieldDescriptor.TYPE_MESSAGE:
+            if fd.type == FieldDescriptor.TYPE_MESSAGE and fd.message_type is not None:
                 full = fd.message_type.full_name
                 if full == "opentelemetry.proto.common.v1.KeyValue" and repeated:
                     kind = _K_ATTRS
