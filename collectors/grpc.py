@@ -109,7 +109,8 @@ def handlers(core: Ingest) -> list[grpc.GenericRpcHandler]:
     """Generic handlers for the three services, taking and returning raw bytes."""
     out = []
     for servicer in (LogsServicer(core), MetricsServicer(core), TraceServicer(core)):
-        method: grpc.RpcMethodHandler[bytes, bytes] = grpc.unary_unary_rpc_method_handler(servicer.Export)  # no (de)serializers: bytes
+        # no (de)serializers: the handler takes and returns bytes
+        method: grpc.RpcMethodHandler[bytes, bytes] = grpc.unary_unary_rpc_method_handler(servicer.Export)
         out.append(grpc.method_handlers_generic_handler(SERVICE_NAMES[servicer.signal], {"Export": method}))
     return out
 
