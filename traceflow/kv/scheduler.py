@@ -324,9 +324,9 @@ def run(
         for j, tier in enumerate(tiers):
             row["resident"][j + 1] = len(tier.lru) * block_bytes
         still: list[_Req] = []
-        for r in decoding:
-            r.left_out -= repeat
-            row["out"] += repeat
+
+        def advance(r: _Req, now: float = now, still: list[_Req] = still) -> None:
+            """Finish ``r`` (releasing it and scheduling its session's next turn) or keep decoding."""
             if r.left_out <= 0:
                 finish[r.idx] = now
                 release(r)
@@ -335,7 +335,11 @@ def run(
                     heapq.heappush(arrivals, (now + think[r.idx], n))
             else:
                 still.append(r)
-        decoding = still
+
+        for r in decoding:
+            r.left_out -= repeat
+            row["out"] += repeat
+            advance(r)
         done_prefill = []
         for r, n in chunks:
             r.done_in += n
@@ -349,14 +353,8 @@ def run(
             row["ttft"].append(now - r.issue_s)
             store(r, now)
             r.left_out = r.n_out - 1
-            if r.left_out <= 0:
-                finish[r.idx] = now
-                release(r)
-                n = nxt_l[r.idx]
-                if n >= 0:
-                    heapq.heappush(arrivals, (now + think[r.idx], n))
-            else:
-                decoding.append(r)
+            advance(r)
+        decoding = still
     report = _report(
         spec,
         turns,
