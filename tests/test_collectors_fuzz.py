@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 import struct
+import threading
 from collections.abc import Iterator
 
 import grpc
@@ -122,6 +123,11 @@ def _flip(rng: random.Random, body: bytes) -> bytes:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     with Server(tmp_path_factory.mktemp("fuzz"), "--roll-interval", "0.5") as srv:
+        # every refused payload is logged: drain stderr, or the server blocks on a full pipe
+        assert srv.proc is not None and srv.proc.stderr is not None
+        log = srv.data / "serve.log"
+        pipe = srv.proc.stderr
+        threading.Thread(target=lambda: log.write_bytes(pipe.read()), daemon=True).start()
         yield srv
 
 
@@ -205,14 +211,14 @@ def test_fuzz(server: Server) -> None:
         )
         return {str(t): int(n) for t, n in rows}
 
-    assert wait_for(lambda: sum(v for k, v in stored().items() if k in expected) >= want, timeout_s=120)
+    wait_for(lambda: sum(v for k, v in stored().items() if k in expected) >= want, timeout_s=120)
     got = stored()
     wrong = {k: (got.get(k, 0), v) for k, v in expected.items() if got.get(k, 0) != v}
     counts["stored"] = sum(got.get(k, 0) for k in expected)
     quarantine = spool.collector_dir(server.data) / "quarantine"
     counts["quarantined"] = len(list(quarantine.glob("*.wal"))) if quarantine.exists() else 0
     print("fuzz counts:", counts)
-    assert not wrong, list(wrong.items())[:10]
+    assert not wrong, (len(wrong), list(wrong.items())[:10])
     assert counts["quarantined"] == 0
     assert query(server.data, SNAPSHOT, [base_ids]) == snapshot
     assert counts["payloads"] == N_HTTP + N_GRPC
