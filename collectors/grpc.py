@@ -130,10 +130,10 @@ class _Gate(aio.ServerInterceptor):
     async def intercept_service(self, continuation: Any, details: grpc.HandlerCallDetails) -> Any:
         core = self.core
         token = None
-        for key, value in details.invocation_metadata or ():  # type: ignore[attr-defined]
+        for key, value in details.invocation_metadata or ():
             if key == "authorization":
                 token = value
-        signal = _SIGNAL_OF_METHOD.get(details.method)  # type: ignore[attr-defined]
+        signal = _SIGNAL_OF_METHOD.get(details.method)
         if not core.authorized(token):
             core.counters.note(signal, ingest.unauthenticated())
             return _REFUSE_UNAUTHENTICATED
@@ -151,7 +151,7 @@ def _overload_handler(outcome: Outcome) -> Any:
     return refuse
 
 
-_REFUSE_UNAUTHENTICATED = grpc.stream_unary_rpc_method_handler(_refuse_unauthenticated)
+_REFUSE_UNAUTHENTICATED: Any = grpc.stream_unary_rpc_method_handler(_refuse_unauthenticated)
 
 
 def create_server(core: Ingest, *, max_body_bytes: int) -> aio.Server:

@@ -60,7 +60,7 @@ def quarantine(
     typer.echo(render(pl.DataFrame([_reseal(store, i) for i in wanted]), fmt))
 
 
-def _show(store: Any, entry: Any) -> dict[str, Any]:
+def _show(store: Any, entry: Any) -> Any:
     import orjson
     from google.protobuf import json_format
 
