@@ -5,6 +5,11 @@ identity (de)serializers: the request arrives as the raw protobuf bytes, which a
 written to the WAL as they are (no decode-reencode on the acknowledgement path). grpc itself
 inflates ``grpc-encoding: gzip`` and enforces ``max_receive_message_length`` after inflation.
 
+A call with a wrong or missing token is refused on its metadata, before its message is read
+(:class:`_Gate`); the bodies of the others count against the same in-flight byte budget as HTTP's
+(``ingest.Admission``) once grpc has received them (gRPC announces no length before the message),
+and grpc refuses any larger than ``max_receive_message_length`` (``--max-body-bytes``).
+
 Bad data is ``INVALID_ARGUMENT``; throttling is ``UNAVAILABLE`` with a ``google.rpc.RetryInfo``
 detail in ``grpc-status-details-bin``; a wrong or missing token is ``UNAUTHENTICATED``.
 """
@@ -47,15 +52,7 @@ class _Export:
     core: Ingest
 
     async def Export(self, request: bytes, context: aio.ServicerContext[Any, Any]) -> bytes:
-        core = self.core
-        token = None
-        for key, value in context.invocation_metadata() or ():
-            if key == "authorization":
-                token = value
-        if not core.authorized(token):
-            outcome = ingest.unauthenticated()
-            core.counters.note(self.signal, outcome)
-            await _abort(context, outcome)
+        core = self.core  # the token was checked by _Gate, before the message was read
         if core.admission.backlog_full():
             outcome = ingest.overload_outcome(core.admission)
             core.counters.note(self.signal, outcome)
@@ -115,6 +112,49 @@ def handlers(core: Ingest) -> list[grpc.GenericRpcHandler]:
     return out
 
 
+_SIGNAL_OF_METHOD: dict[str, Signal] = {f"/{name}/Export": signal for signal, name in SERVICE_NAMES.items()}
+
+
+async def _refuse_unauthenticated(request_iterator: Any, context: aio.ServicerContext[Any, Any]) -> bytes:
+    await _abort(context, ingest.unauthenticated())  # the request stream is never read
+
+
+class _Gate(aio.ServerInterceptor):
+    """Refuses a call on its metadata alone, before its message is read: a missing or wrong token
+    (``UNAUTHENTICATED``), or a full sealing backlog (``UNAVAILABLE``). A refused call is answered by
+    a request-streaming handler that never asks for the message, so grpc buffers no more of it than
+    the HTTP/2 flow-control window; a wrong token cannot make the server hold a 64 MiB body."""
+
+    def __init__(self, core: Ingest) -> None:
+        self.core = core
+
+    async def intercept_service(self, continuation: Any, details: grpc.HandlerCallDetails) -> Any:
+        core = self.core
+        token = None
+        for key, value in details.invocation_metadata or ():
+            if key == "authorization":
+                token = value
+        signal = _SIGNAL_OF_METHOD.get(details.method)
+        if not core.authorized(token):
+            core.counters.note(signal, ingest.unauthenticated())
+            return _REFUSE_UNAUTHENTICATED
+        if signal is not None and core.admission.backlog_full():
+            outcome = ingest.overload_outcome(core.admission)
+            core.counters.note(signal, outcome)
+            return grpc.stream_unary_rpc_method_handler(_overload_handler(outcome))
+        return await continuation(details)
+
+
+def _overload_handler(outcome: Outcome) -> Any:
+    async def refuse(request_iterator: Any, context: aio.ServicerContext[Any, Any]) -> bytes:
+        await _abort(context, outcome)
+
+    return refuse
+
+
+_REFUSE_UNAUTHENTICATED: Any = grpc.stream_unary_rpc_method_handler(_refuse_unauthenticated)
+
+
 def create_server(core: Ingest, *, max_body_bytes: int) -> aio.Server:
     """A ``grpc.aio`` server with the OTLP services registered (ports are added by the caller)."""
     options = [
@@ -123,6 +163,6 @@ def create_server(core: Ingest, *, max_body_bytes: int) -> aio.Server:
         ("grpc.so_reuseport", 0),  # a second server on the same port must fail, not share it
         ("grpc.max_concurrent_streams", 16),  # per connection: bounds the messages buffered before us
     ]
-    server = aio.server(options=options)
+    server = aio.server(options=options, interceptors=[_Gate(core)])
     server.add_generic_rpc_handlers(handlers(core))
     return server

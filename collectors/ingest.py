@@ -33,6 +33,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from traceflow.collectors.spool import SIGNALS, Signal, Wal, WalRecord
 from traceflow.errors import DecodeError
 from traceflow.otlp import decode as otlp
+from traceflow.otlp.limits import suspicious
 
 _logger = logging.getLogger(__name__)
 
@@ -229,6 +230,40 @@ def check_records(signal: Signal, msg: Message) -> tuple[int, str]:
     return rejected, f"{rejected} {RECORD_NOUN[signal]} rejected: " + "; ".join(reasons[:3]) + more
 
 
+def _refusal(signal: Signal, msg: Message) -> str | None:
+    """Why the sealer could not store ``msg`` (None when it can): too deep to re-read, or refused
+    by the mapping (:func:`traceflow.otlp.decode.map_request`)."""
+    try:
+        msg = type(msg).FromString(msg.SerializeToString())
+    except PbDecodeError:
+        return "nested too deeply to store"
+    try:
+        mapped = otlp.map_request(signal, msg, state=otlp.MetricState())
+    except Exception as e:  # the mapping is total; this is a last line of defence
+        return f"the mapping failed: {type(e).__name__}: {e}"
+    return (mapped.message or "refused by the mapping") if mapped.rejected else None
+
+
+def screen_records(signal: Signal, msg: Message) -> tuple[int, list[str]]:
+    """Remove, in place, the log records and spans the sealer could not store; (removed, reasons).
+
+    Maps the whole request once; only when that refuses something is each record mapped alone.
+    Metrics are not screened: their mapping reads no value the lake cannot hold.
+    """
+    if signal == "metrics" or _refusal(signal, msg) is None:
+        return 0, []
+    bad: dict[int, tuple[Any, list[int]]] = {}
+    reasons: list[str] = []
+    for items, i, one in otlp.one_record_requests(signal, msg):
+        why = _refusal(signal, one) if one is not None else "nested too deeply to store"
+        if why is not None:
+            bad.setdefault(id(items), (items, []))[1].append(i)
+            reasons.append(f"{'log record' if signal == 'logs' else 'span'} {i}: {why}")
+    for items, indexes in bad.values():
+        _drop_where(items, indexes)
+    return len(reasons), reasons
+
+
 def _check(signal: Signal, encoding: str, body: bytes) -> Outcome | tuple[bytes, str, int, int, str]:
     """Decode and check one payload: an error outcome, or (body to log, its encoding, records,
     rejected, message)."""
@@ -236,6 +271,23 @@ def _check(signal: Signal, encoding: str, body: bytes) -> Outcome | tuple[bytes,
         msg = otlp.parse_body(signal, body, encoding)
         records = count_records(signal, msg)
         rejected, message = check_records(signal, msg) if records and signal != "logs" else (0, "")
+        if records > rejected and signal != "metrics":
+            # what the sealer could not store is refused now, in partial_success (DESIGN §7): a
+            # cheap look at the bytes first, the mapping record by record only when it flags
+            pb = body if encoding == PROTOBUF and not rejected else msg.SerializeToString()
+            deep = False
+            if encoding != PROTOBUF:
+                try:
+                    type(msg).FromString(pb)  # JSON can nest deeper than protobuf's parse limit
+                except PbDecodeError:
+                    deep = True
+            if deep or suspicious(pb):
+                n, reasons = screen_records(signal, msg)
+                if n:
+                    rejected += n
+                    more = f" (and {len(reasons) - 3} more)" if len(reasons) > 3 else ""
+                    why = f"{n} {RECORD_NOUN[signal]} the lake cannot store: " + "; ".join(reasons[:3])
+                    message = f"{message}; {why}{more}" if message else why + more
     except otlp.UnsupportedContentType as e:
         return unsupported(str(e))
     except DecodeError as e:

@@ -13,8 +13,15 @@ One seal, for a run of consecutive closed segments (up to ``batch_bytes``):
 3. save the metric state (atomic replace), then delete the segments.
 
 A crash between 2 and 3 replays the segments: the same records map to the same ``event_id``s (the
-lake's views keep one row per id) and, with the state as it was, to the same metric deltas. A
-segment that made the sealer die three times in a row is moved to ``quarantine/`` and logged.
+lake's views keep one row per id) and, with the state as it was, to the same metric deltas.
+
+**Poison.** The collector refuses at acknowledgement what the lake cannot store, and the mapping
+never raises on what it accepted (``traceflow/otlp/limits.py``). Should a payload still fail (its
+mapping raises, or its rows cannot be made into frames), the failure is isolated: payload by
+payload, then record by record; only the failing record (or a payload that cannot be split) goes
+to the quarantine (``collectors/quarantine.py``, content stripped unless kept) with its reason, and
+everything else is sealed. A segment that made the sealer *process* die three times in a row is
+quarantined whole.
 
 The sealer does not compact: each seal publishes one small file per table and day, so a collector
 that runs for days wants ``traceflow compact`` from a timer (readers stay correct either way).
@@ -38,6 +45,7 @@ from pathlib import Path
 import orjson
 
 from traceflow.collectors import spool
+from traceflow.collectors.quarantine import Quarantine
 from traceflow.otlp import decode as otlp
 from traceflow.rows import Parsed
 from traceflow.schema import TABLES
@@ -46,6 +54,7 @@ from traceflow.store.lake import Lake, frame_from_rows
 _logger = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 3
+PROTOBUF = "application/x-protobuf"
 NICENESS = 5
 
 
@@ -81,7 +90,7 @@ class Sealer:
         self.wal_dir = self.dir / "wal"
         self.state_path = self.dir / "metric_state.json"
         self.attempts_path = self.dir / "sealing.json"
-        self.quarantine_dir = self.dir / "quarantine"
+        self.quarantine = Quarantine(self.dir / "quarantine")
         self.batch_bytes = batch_bytes
         self.state = self._load_state()
 
@@ -124,10 +133,10 @@ class Sealer:
         return paths
 
     def _quarantine(self, path: Path, why: str) -> None:
-        self.quarantine_dir.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(FileNotFoundError):
-            os.replace(path, self.quarantine_dir / path.name)
-        _logger.error("WAL segment %s moved to %s: %s", path.name, self.quarantine_dir, why)
+        """Move a whole segment to the quarantine (content stripped unless kept)."""
+        scan = spool.scan_segment(path)
+        self.quarantine.put(scan.records, why, name=path.name[: -len(spool.CLOSED_SUFFIX)])
+        path.unlink(missing_ok=True)
 
     # -- sealing ----------------------------------------------------------------------------------
     def pending(self) -> list[Path]:
@@ -162,51 +171,131 @@ class Sealer:
         """Map, publish, persist the state, delete: see the module docstring."""
         t0 = time.perf_counter()
         stats = SealStats(segments=len(paths))
-        parsed = Parsed()
         broken: list[Path] = []
+        payloads: list[_Payload] = []
         for path in paths:
             scan = spool.scan_segment(path)
             if not scan.intact:
                 broken.append(path)
             for rec in scan.records:
                 stats.records += 1
-                self._map(rec, parsed, stats)
-        try:
-            staged = []
-            for name, rows in parsed.tables().items():
-                if rows:
-                    staged += self.lake.write_staged(name, frame_from_rows(TABLES[name], rows))
-                    stats.rows[name] += len(rows)
-            self.lake.publish(staged)
-            self._save_state()
-        except Exception:
-            self.state = self._load_state()  # the in-memory state ran ahead of what is stored
-            raise
+                payloads.append(self._map(rec, stats))
+        self._write(payloads, stats)
         for path in paths:
             if path in broken:
-                self._quarantine(
-                    path, "corrupt record inside a closed segment (its intact prefix was sealed)"
+                # the intact prefix is sealed; the damaged rest cannot be stripped of content: not kept
+                scan = spool.scan_segment(path)
+                self.quarantine.put(
+                    [],
+                    f"corrupt record inside a closed segment: its intact prefix was sealed, the "
+                    f"{scan.total_bytes - scan.valid_bytes} bytes after it are not kept",
+                    name=path.name[: -len(spool.CLOSED_SUFFIX)],
                 )
+                path.unlink(missing_ok=True)
                 stats.quarantined += 1
             else:
                 path.unlink(missing_ok=True)
         stats.seconds = time.perf_counter() - t0
         return stats
 
-    def _map(self, rec: spool.WalRecord, parsed: Parsed, stats: SealStats) -> None:
+    def seal_records(self, records: list[spool.WalRecord]) -> SealStats:
+        """Map and write ``records`` (``traceflow quarantine reseal``): what fails is quarantined anew."""
+        t0 = time.perf_counter()
+        stats = SealStats(records=len(records))
+        self._write([self._map(rec, stats) for rec in records], stats)
+        stats.seconds = time.perf_counter() - t0
+        return stats
+
+    def _write(self, payloads: list[_Payload], stats: SealStats) -> None:
+        try:
+            self._publish(payloads, stats)
+        except OSError:
+            self.state = self._load_state()  # the in-memory state ran ahead of what is stored
+            raise
+        except Exception as e:
+            # Something the mapping let through makes the batch unwritable: find the payloads whose
+            # rows cannot be framed, isolate each to its records, and write everything else.
+            _logger.warning(
+                "sealing %d payloads failed (%s: %s); isolating the failure",
+                len(payloads),
+                type(e).__name__,
+                e,
+            )
+            for p in payloads:
+                if p.parsed is not None and (why := _unframable(p.parsed)) is not None:
+                    p.parsed, p.error = None, why
+            try:
+                self._publish(payloads, stats)
+            except Exception:
+                self.state = self._load_state()
+                raise
+
+    def _publish(self, payloads: list[_Payload], stats: SealStats) -> None:
+        """Isolate the payloads that failed (record by record), then write all rows, then the state."""
+        for p in payloads:
+            if p.parsed is None:
+                p.parsed = self._isolate(p, stats)
+        parsed = Parsed()
+        for p in payloads:
+            if p.parsed is not None:
+                parsed.extend(p.parsed)
+        staged = []
+        rows: Counter[str] = Counter()
+        for name, table_rows in parsed.tables().items():
+            if table_rows:
+                staged += self.lake.write_staged(name, frame_from_rows(TABLES[name], table_rows))
+                rows[name] += len(table_rows)
+        self.lake.publish(staged)
+        self._save_state()
+        stats.rows.update(rows)
+
+    def _isolate(self, p: _Payload, stats: SealStats) -> Parsed:
+        """The rows of the records of ``p`` that can be stored; each other record is quarantined alone
+        (the whole payload when it cannot be split: metrics, or a body that does not decode)."""
+        rec = p.rec
+        out = Parsed()
+        try:
+            msg = otlp.parse_body(rec.signal, rec.body, rec.content_type)
+            singles = list(otlp.one_record_requests(rec.signal, msg))
+        except Exception as e:
+            singles, p.error = [], f"{p.error}; {type(e).__name__}: {e}"
+        if not singles:
+            self.quarantine.put([rec], p.error)
+            stats.quarantined += 1
+            return out
+        for _, i, one in singles:
+            why = "nested too deeply to copy"
+            if one is not None:
+                try:
+                    mapped = otlp.map_request(
+                        rec.signal, one, state=self.state, keep_content=rec.keep_content
+                    )
+                    why = _unframable(mapped.parsed) or ""
+                except Exception as e:
+                    why = f"the mapping failed: {type(e).__name__}: {e}"
+                if not why:
+                    out.extend(mapped.parsed)
+                    stats.rejected[rec.signal] += mapped.rejected
+                    continue
+            body = one.SerializeToString() if one is not None else b""
+            single = spool.WalRecord(rec.signal, PROTOBUF, body, rec.keep_content, rec.received_ns)
+            self.quarantine.put([single], f"record {i} of a {rec.signal} payload: {why}")
+            stats.quarantined += 1
+        return out
+
+    def _map(self, rec: spool.WalRecord, stats: SealStats) -> _Payload:
         try:
             msg = otlp.parse_body(rec.signal, rec.body, rec.content_type)
             mapped = otlp.map_request(rec.signal, msg, state=self.state, keep_content=rec.keep_content)
-        except Exception as e:  # one bad payload must not stop the others from being sealed
-            stats.rejected[rec.signal] += 1
+        except Exception as e:  # isolated to its records (and quarantined) before the rest is written
             _logger.warning(
                 "could not map a %s payload from the WAL: %s: %s", rec.signal, type(e).__name__, e
             )
-            return
-        parsed.extend(mapped.parsed)
+            return _Payload(rec, None, f"the mapping failed: {type(e).__name__}: {e}")
         if mapped.rejected:
             stats.rejected[rec.signal] += mapped.rejected
             _logger.info("mapper rejected %d %s records: %s", mapped.rejected, rec.signal, mapped.message)
+        return _Payload(rec, mapped.parsed)
 
     def seal_all(self) -> SealStats:
         """Seal until no closed segment is left."""
@@ -214,6 +303,26 @@ class Sealer:
         while (stats := self.seal_available()) is not None:
             _merge(total, stats)
         return total
+
+
+@dataclass
+class _Payload:
+    """One WAL record and its rows (None until isolated, when mapping or framing it failed)."""
+
+    rec: spool.WalRecord
+    parsed: Parsed | None
+    error: str = ""
+
+
+def _unframable(parsed: Parsed) -> str | None:
+    """Why ``parsed``'s rows cannot be made into frames (None when they can)."""
+    for name, rows in parsed.tables().items():
+        if rows:
+            try:
+                frame_from_rows(TABLES[name], rows)
+            except Exception as e:
+                return f"{name} rows cannot be stored: {type(e).__name__}: {e}"
+    return None
 
 
 def _merge(total: SealStats, stats: SealStats) -> None:

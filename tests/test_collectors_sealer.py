@@ -52,7 +52,7 @@ def test_a_bad_record_does_not_stop_the_others(tmp_path: Path) -> None:
         ],
     )
     stats = Sealer(tmp_path).seal_all()
-    assert stats.rejected["logs"] == 1 and stats.rows["requests"] == 5
+    assert stats.quarantined == 1 and stats.rows["requests"] == 5
     assert count_requests(tmp_path, "list_contains(?, request_id)", [ids]) == 5
     assert not spool.closed_segments(spool.collector_dir(tmp_path) / "wal")
 

@@ -109,6 +109,18 @@ SETTINGS: tuple[Setting, ...] = (
         "(none)",
         "PEM private key for the TLS certificate (`--tls-key`).",
     ),
+    Setting(
+        "quarantine_max_bytes",
+        "TRACEFLOW_QUARANTINE_MAX_BYTES",
+        "268435456 (256 MiB)",
+        "Bytes the collector's quarantine (payloads it could not store) may hold; the oldest go first.",
+    ),
+    Setting(
+        "quarantine_max_age_days",
+        "TRACEFLOW_QUARANTINE_MAX_AGE_DAYS",
+        "30",
+        "Days a quarantined payload is kept (`traceflow quarantine list` shows them).",
+    ),
 )
 
 _BY_NAME = {s.name: s for s in SETTINGS}

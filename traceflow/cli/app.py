@@ -39,6 +39,7 @@ COMMANDS: dict[str, str] = {
     "compact": "lake",
     "snapshot": "lake",
     "serve": "serve",
+    "quarantine": "quarantine",
     "version": "lake",
     "gaps": "analyses",
     "ttl": "analyses",

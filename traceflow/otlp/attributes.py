@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from traceflow.otlp.limits import DEEP_VALUE, MAX_TOKENS, MAX_VALUE_DEPTH
 from traceflow.rows import iso_micros
 
 AGENT_NAMES = {"claude": "claude-code", "codex": "codex", "gemini": "gemini-cli"}
@@ -83,8 +84,9 @@ _CONTENT_PREFIXES = (
 )
 
 
-def pb_value(v: Any) -> Any:
-    """An ``AnyValue`` message as a Python value (bytes as base64 text; empty -> None)."""
+def pb_value(v: Any, depth: int = 0) -> Any:
+    """An ``AnyValue`` message as a Python value (bytes as base64 text; empty -> None; a value
+    nested deeper than :data:`~traceflow.otlp.limits.MAX_VALUE_DEPTH` -> a placeholder string)."""
     w = v.WhichOneof("value")
     if w == "string_value":
         return v.string_value
@@ -96,14 +98,16 @@ def pb_value(v: Any) -> Any:
         return v.bool_value
     if w is None:
         return None
-    if w == "array_value":
-        return [pb_value(x) for x in v.array_value.values]
-    if w == "kvlist_value":
-        return pb_attrs(v.kvlist_value.values)
+    if w == "array_value" or w == "kvlist_value":
+        if depth >= MAX_VALUE_DEPTH:
+            return DEEP_VALUE
+        if w == "array_value":
+            return [pb_value(x, depth + 1) for x in v.array_value.values]
+        return pb_attrs(v.kvlist_value.values, depth + 1)
     return base64.b64encode(v.bytes_value).decode()
 
 
-def pb_attrs(kvs: Any) -> dict[str, Any]:
+def pb_attrs(kvs: Any, depth: int = 0) -> dict[str, Any]:
     """A repeated ``KeyValue`` field as a dict (hot path: the common variants inline)."""
     d: dict[str, Any] = {}
     for kv in kvs:
@@ -122,7 +126,7 @@ def pb_attrs(kvs: Any) -> dict[str, Any]:
         elif w == "bool_value":
             d[kv.key] = v.bool_value
         else:
-            d[kv.key] = pb_value(v)
+            d[kv.key] = pb_value(v, depth)
     return d
 
 
@@ -134,7 +138,15 @@ def hex_id(b: bytes) -> str | None:
 
 
 def tok(x: Any) -> int | None:
-    """A token count: int, integral float or numeric string; None when absent. ValueError otherwise."""
+    """A token count: int, integral float or numeric string; None when absent. ValueError otherwise
+    (also for counts above :data:`~traceflow.otlp.limits.MAX_TOKENS`)."""
+    n = _tok(x)
+    if n is not None and n > MAX_TOKENS:
+        raise ValueError(f"{x!r} is more than {MAX_TOKENS} tokens")
+    return n
+
+
+def _tok(x: Any) -> int | None:
     t = type(x)
     if t is int:
         return x if x >= 0 else 0
@@ -203,6 +215,38 @@ def drop_content(a: dict[str, Any], prefixed: bool = True) -> None:
     if "gen_ai.prompt." in keys or "gen_ai.completion." in keys or "llm." in keys:
         for k in [k for k in a if k.startswith(_CONTENT_PREFIXES)]:
             del a[k]
+
+
+def _strip_kvs(kvs: Any) -> None:
+    for i in reversed(range(len(kvs))):
+        k = kvs[i].key
+        if k in CONTENT_KEYS or k.startswith(_CONTENT_PREFIXES):
+            del kvs[i]
+
+
+def strip_request_content(signal: str, msg: Any) -> None:
+    """Remove, in place, what :func:`drop_content` drops from an export request message: content
+    attributes of log records, spans and span events, and log bodies other than an event name."""
+    if signal == "logs":
+        for rl in msg.resource_logs:
+            for sl in rl.scope_logs:
+                for r in sl.log_records:
+                    _strip_kvs(r.attributes)
+                    body = r.body.string_value
+                    if r.body.WhichOneof("value") is not None and not (
+                        body
+                        and (
+                            body == r.event_name or body.startswith(("claude_code.", "codex.", "gemini_cli."))
+                        )
+                    ):
+                        r.ClearField("body")
+    elif signal == "traces":
+        for rs in msg.resource_spans:
+            for ss in rs.scope_spans:
+                for sp in ss.spans:
+                    _strip_kvs(sp.attributes)
+                    for ev in sp.events:
+                        _strip_kvs(ev.attributes)
 
 
 def family(service: str | None, scope: str | None) -> str | None:

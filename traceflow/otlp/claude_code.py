@@ -31,6 +31,7 @@ from hashlib import blake2b
 from typing import Any
 
 from traceflow.otlp.attributes import Resource, agent_version, num, sessions, text, tok
+from traceflow.otlp.limits import MAX_DURATION_MS, MAX_TOKENS, duration_ms
 from traceflow.otlp.mapper import Mapper
 from traceflow.rows import stable_id
 
@@ -45,19 +46,19 @@ def api_request(
     get = a.get
     try:
         x = get("input_tokens")
-        cold = x if type(x) is int and x >= 0 else tok(x)
+        cold = x if type(x) is int and 0 <= x <= MAX_TOKENS else tok(x)
         x = get("cache_read_tokens")
-        read = x if type(x) is int and x >= 0 else tok(x)
+        read = x if type(x) is int and 0 <= x <= MAX_TOKENS else tok(x)
         x = get("cache_creation_tokens")
-        write = x if type(x) is int and x >= 0 else tok(x)
+        write = x if type(x) is int and 0 <= x <= MAX_TOKENS else tok(x)
         x = get("output_tokens")
-        out = x if type(x) is int and x >= 0 else tok(x)
+        out = x if type(x) is int and 0 <= x <= MAX_TOKENS else tok(x)
         x = get("cache_creation_5m_tokens")
-        w5 = x if type(x) is int and x >= 0 else tok(x)
+        w5 = x if type(x) is int and 0 <= x <= MAX_TOKENS else tok(x)
         x = get("cache_creation_1h_tokens")
-        w1 = x if type(x) is int and x >= 0 else tok(x)
+        w1 = x if type(x) is int and 0 <= x <= MAX_TOKENS else tok(x)
     except ValueError as e:
-        m.problems.reject("claude_code.api_request with a token count that is not a number", str(e))
+        m.problems.reject(f"claude_code.api_request with an invalid {_bad_count(a)}", str(e))
         return
     if not write and (w5 or w1):
         write = (w5 or 0) + (w1 or 0)
@@ -73,8 +74,11 @@ def api_request(
         event_id = stable_id("claude-otlp", session, t, model, (cold, read, write, out))
     x = get("duration_ms")
     dur = float(x) if type(x) is int else num(x)
+    if dur is not None and not 0.0 <= dur <= MAX_DURATION_MS:
+        m.problems.reject("claude_code.api_request with a duration_ms out of range", repr(x))
+        return
     x = get("ttft_ms")
-    ttft = float(x) if type(x) is int else num(x)
+    ttft = duration_ms(float(x) if type(x) is int else num(x))
     x = get("cost_usd")
     cost = x if type(x) is float and math.isfinite(x) else num(x)
     if cost is None:
@@ -116,6 +120,26 @@ def api_request(
     )
 
 
+_TOKEN_KEYS = (
+    "input_tokens",
+    "cache_read_tokens",
+    "cache_creation_tokens",
+    "output_tokens",
+    "cache_creation_5m_tokens",
+    "cache_creation_1h_tokens",
+)
+
+
+def _bad_count(a: dict[str, Any]) -> str:
+    """The first token count of ``a`` that :func:`tok` refuses (for the message)."""
+    for k in _TOKEN_KEYS:
+        try:
+            tok(a.get(k))
+        except ValueError:
+            return k
+    return "token count"
+
+
 def llm_request_span(
     m: Mapper,
     res: Resource,
@@ -133,7 +157,7 @@ def llm_request_span(
         write = tok(a.get("cache_creation_tokens"))
         out = tok(a.get("output_tokens"))
     except ValueError as e:
-        m.problems.warn("claude_code.llm_request span with a token count that is not a number", str(e))
+        m.problems.warn("claude_code.llm_request span with an invalid token count", str(e))
         return
     if status == 2 or (cold is None and read is None and write is None and out is None):
         return  # a failed call carries no tokens
@@ -141,7 +165,7 @@ def llm_request_span(
     session = text(a.get("session.id"))
     model = text(a.get("model") or a.get("gen_ai.response.model") or a.get("gen_ai.request.model"))
     ended = end // 1000 if end else None
-    dur = num(a.get("duration_ms"))
+    dur = duration_ms(num(a.get("duration_ms")))
     if dur is None and start and end:
         dur = (end - start) / 1e6
     sess, parent = sessions(a, session)
@@ -161,7 +185,7 @@ def llm_request_span(
             "started_at": start // 1000 if start else None,
             "ended_at": ended,
             "duration_ms": dur,
-            "ttft_ms": num(a.get("ttft_ms")),
+            "ttft_ms": duration_ms(num(a.get("ttft_ms"))),
             "model": model,
             "cold_input_tokens": cold,
             "cache_read_tokens": read,

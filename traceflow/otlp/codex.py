@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from traceflow.otlp.attributes import Resource, agent_version, num, text, tok, user_id
+from traceflow.otlp.limits import duration_ms
 from traceflow.otlp.mapper import Mapper
 from traceflow.rows import stable_id
 
@@ -27,9 +28,7 @@ def response_completed(
         cw = tok(a.get("cache_write_token_count"))
         reasoning = tok(a.get("reasoning_token_count"))
     except ValueError as e:
-        m.problems.reject(
-            "codex.sse_event response.completed with a token count that is not a number", str(e)
-        )
+        m.problems.reject("codex.sse_event response.completed with an invalid token count", str(e))
         return
     if inp is None and out is None:
         return  # the token-less duplicate of the completed record
@@ -53,7 +52,7 @@ def response_completed(
             "started_at": None,
             "ended_at": ts,
             "duration_ms": None,
-            "ttft_ms": num(a.get("ttft_ms")),
+            "ttft_ms": duration_ms(num(a.get("ttft_ms"))),
             "model": text(a.get("model") or a.get("slug")),
             "cold_input_tokens": cold,
             "cache_read_tokens": read,

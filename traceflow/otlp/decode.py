@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import re
+from collections.abc import Iterator
 from typing import Any, Literal
 
 import orjson
@@ -30,6 +31,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from traceflow.errors import DecodeError
 from traceflow.otlp.json_builder import ShapeError, fill, json_id
+from traceflow.otlp.limits import fit_rows
 from traceflow.otlp.logs import map_logs
 from traceflow.otlp.mapper import Mapped
 from traceflow.otlp.metrics import MetricState, map_metrics
@@ -43,6 +45,7 @@ __all__ = [
     "UnsupportedContentType",
     "map_body",
     "map_request",
+    "one_record_requests",
     "parse_body",
     "parse_json",
     "signal_of_json",
@@ -219,17 +222,55 @@ def map_request(
     keep_content: bool = False,
     source: str = "otlp",
 ) -> Mapped:
-    """Map one export request (a message, or a decoded OTLP/JSON object) to lake rows."""
+    """Map one export request (a message, or a decoded OTLP/JSON object) to lake rows.
+
+    Rows the lake cannot store (:func:`traceflow.otlp.limits.fit_rows`) are counted as rejected.
+    """
     if isinstance(msg, dict):
         msg = parse_json(signal, msg)
     if signal == "logs":
-        return map_logs(msg, keep_content=keep_content, source=source)
-    if signal == "metrics":
-        return map_metrics(msg, state=state, source=source)
-    if signal == "traces":
-        return map_traces(msg, keep_content=keep_content, source=source)
-    _request_type(signal)  # raises the ValueError
-    raise AssertionError("unreachable")
+        mapped = map_logs(msg, keep_content=keep_content, source=source)
+    elif signal == "metrics":
+        mapped = map_metrics(msg, state=state, source=source)
+    elif signal == "traces":
+        mapped = map_traces(msg, keep_content=keep_content, source=source)
+    else:
+        _request_type(signal)  # raises the ValueError
+        raise AssertionError("unreachable")
+    dropped, reasons = fit_rows(mapped.parsed.tables())
+    if dropped:
+        mapped.rejected += dropped
+        more = f" (and {len(reasons) - 3} more)" if len(reasons) > 3 else ""
+        why = f"{dropped} rows the lake cannot store: " + "; ".join(reasons[:3]) + more
+        mapped.message = f"{mapped.message}; {why}" if mapped.message else why
+    return mapped
+
+
+def one_record_requests(signal: Signal, msg: Message) -> Iterator[tuple[Any, int, Message | None]]:
+    """For each log record or span of ``msg``: (the list holding it, its index, a request of only that
+    record with its resource and scope); None instead of the request for a record too deeply nested
+    for protobuf to copy. Metrics have no records of their own to split into (nothing is yielded)."""
+    m: Any = msg
+    cls = type(msg)
+    if signal == "logs":
+        groups = [(rl, sl, sl.log_records) for rl in m.resource_logs for sl in rl.scope_logs]
+    elif signal == "traces":
+        groups = [(rs, ss, ss.spans) for rs in m.resource_spans for ss in rs.scope_spans]
+    else:
+        return
+    for outer, inner, items in groups:
+        for i, item in enumerate(items):
+            one: Any = cls()
+            try:
+                if signal == "logs":
+                    o = one.resource_logs.add(resource=outer.resource, schema_url=outer.schema_url)
+                    o.scope_logs.add(scope=inner.scope, schema_url=inner.schema_url).log_records.append(item)
+                else:
+                    o = one.resource_spans.add(resource=outer.resource, schema_url=outer.schema_url)
+                    o.scope_spans.add(scope=inner.scope, schema_url=inner.schema_url).spans.append(item)
+            except _PbDecodeError:  # copying re-reads the record, with protobuf's depth limit
+                one = None
+            yield items, i, one
 
 
 def map_body(

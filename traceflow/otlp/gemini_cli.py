@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from traceflow.otlp.attributes import Resource, agent_version, num, text, tok, user_id
+from traceflow.otlp.limits import duration_ms
 from traceflow.otlp.mapper import Mapper
 from traceflow.rows import stable_id
 
@@ -26,7 +27,7 @@ def api_response(
         out = tok(a.get("output_token_count"))
         thoughts = tok(a.get("thoughts_token_count"))
     except ValueError as e:
-        m.problems.reject("gemini_cli.api_response with a token count that is not a number", str(e))
+        m.problems.reject("gemini_cli.api_response with an invalid token count", str(e))
         return True
     if inp is None and out is None:
         return False  # no usage (an error response): keep it as an event
@@ -36,7 +37,7 @@ def api_response(
     output = (out or 0) + (thoughts or 0)
     session = text(a.get("session.id"))
     prompt = text(a.get("prompt_id"))
-    dur = num(a.get("duration_ms"))
+    dur = duration_ms(num(a.get("duration_ms")))
     stamp = a.get("event.timestamp") or t
     m.out.requests.append(
         {

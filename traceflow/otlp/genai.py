@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from traceflow.otlp.attributes import Resource, first, num, text, tok, user_id
+from traceflow.otlp.limits import duration_ms
 from traceflow.otlp.mapper import Mapper
 from traceflow.rows import stable_id
 
@@ -65,7 +66,7 @@ def span_request(
             )
             rid = text(a.get("gen_ai.response.id"))
             ttfc = num(a.get("gen_ai.response.time_to_first_chunk"))
-            ttft = ttfc * 1000 if ttfc is not None else None
+            ttft = duration_ms(ttfc * 1000) if ttfc is not None else None
             key = ("genai-response", rid) if rid else ("genai-span", tid, sid)
         else:
             if a.get("openinference.span.kind") not in (None, "LLM"):
