@@ -11,8 +11,8 @@ import duckdb
 from traceflow.errors import UsageError
 from traceflow.output import Rows
 from traceflow.prices import PriceModel
-from traceflow.store.lake import ROLLUP_VIEW
 from traceflow.store import groups
+from traceflow.store.lake import ROLLUP_VIEW
 from traceflow.store.selection import Selection
 from traceflow.store.sql import materialised
 

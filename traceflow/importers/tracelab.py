@@ -135,7 +135,11 @@ class TraceLabImporter(TraceImporter):
         if session and prompt:
             prompts[session] = prompt
         trace_key = rec.get("trace_key")
-        event_id = stable_id(SOURCE, trace_key) if trace_key else stable_id(SOURCE, session, rec.get("round_id"), index)
+        event_id = (
+            stable_id(SOURCE, trace_key)
+            if trace_key
+            else stable_id(SOURCE, session, rec.get("round_id"), index)
+        )
         tools = [t for t in rec.get("tools") or [] if isinstance(t, dict)]
         attributes: dict[str, Any] = {"tool_calls": len(tools)}
         for field in ("project", "round_id", "round_index", "trace_key", "store"):

@@ -195,8 +195,5 @@ def row_keys(by: Sequence[str], *, sessions: bool = False, kind: bool = False) -
     if sessions:
         on = f"{ALIAS}.k_session = root_session_id AND {ALIAS}.k_parent IS NULL"
     else:
-        on = (
-            f"{ALIAS}.k_session = session_id "
-            f"AND {ALIAS}.k_parent IS NOT DISTINCT FROM parent_session_id"
-        )
+        on = f"{ALIAS}.k_session = session_id AND {ALIAS}.k_parent IS NOT DISTINCT FROM parent_session_id"
     return _keys(by, expr, on)
