@@ -309,7 +309,7 @@ def test_tracelab_sample_imports_to_the_rows_its_fields_say(lake: Lake, cli: Cli
     )
     assert counted == tools
     # per project (the Codex rows name none)
-    code, out, _ = cli("mix", "--by", "project", "-f", "json")
+    _, out, _ = cli("mix", "--by", "project", "-f", "json")
     by_project = {g["project"]: g for g in json.loads(out)}
     claude = [r for r in rounds if r["provider"] == "claude"]
     assert by_project["project_4c7b8a1b"]["requests"] == len(claude)

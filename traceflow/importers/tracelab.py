@@ -1,4 +1,4 @@
-"""TraceLab round traces (uw-syfi/TraceLab): real Claude Code and Codex rounds in TraceLab's normalized format.
+"""TraceLab round traces (uw-syfi/TraceLab): real Claude Code and Codex rounds in TraceLab's format.
 
 One JSON object per LLM round (``round_trace.jsonl``; REPLAY_FORMATS_AND_TRACES, "TraceLab round traces")::
 

@@ -1,4 +1,4 @@
-"""``--by`` groupings: one table of what each name groups on, for ``mix``, ``misses``, ``gaps`` and ``sessions``.
+"""``--by`` groupings: one table of what each name groups on, for mix, misses, gaps and sessions.
 
 Two kinds of grouping:
 
