@@ -6,7 +6,7 @@
 -- the selection is the whole lake, or filters only on these columns and on whole UTC days.
 -- params:  none
 -- returns: day, agent, model, session_id, user_id, source, requests, cold_input_tokens,
---          cache_read_tokens, cache_write_tokens, output_tokens
+--          cache_read_tokens, cache_write_tokens, output_tokens, cache_write_1h_tokens
 
 SELECT strftime(coalesce(started_at, ended_at) AT TIME ZONE 'UTC', '%Y-%m-%d') AS day,
        agent, model, coalesce(parent_session_id, session_id) AS session_id, user_id, source,
@@ -14,6 +14,7 @@ SELECT strftime(coalesce(started_at, ended_at) AT TIME ZONE 'UTC', '%Y-%m-%d') A
        coalesce(sum(cold_input_tokens), 0)::BIGINT AS cold_input_tokens,
        coalesce(sum(cache_read_tokens), 0)::BIGINT AS cache_read_tokens,
        coalesce(sum(cache_write_tokens), 0)::BIGINT AS cache_write_tokens,
-       coalesce(sum(output_tokens), 0)::BIGINT AS output_tokens
+       coalesce(sum(output_tokens), 0)::BIGINT AS output_tokens,
+       coalesce(sum(cache_write_1h_tokens), 0)::BIGINT AS cache_write_1h_tokens
 FROM requests
 GROUP BY ALL;

@@ -61,6 +61,13 @@ SETTINGS: tuple[Setting, ...] = (
         "the same hits, slower.",
     ),
     Setting(
+        "project_attribute",
+        "TRACEFLOW_PROJECT_ATTRIBUTE",
+        "project",
+        "The OTLP resource attribute that names the project for `--by project` (e.g. set "
+        "`OTEL_RESOURCE_ATTRIBUTES=project=web-app` on the agent); transcripts use their working directory.",
+    ),
+    Setting(
         "claude_config_dir",
         "CLAUDE_CONFIG_DIR",
         "~/.claude",

@@ -14,7 +14,7 @@ import concurrent.futures as cf
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from traceflow.store import sql
+from traceflow.store import groups, sql
 from traceflow.units import format_duration
 
 if TYPE_CHECKING:
@@ -25,17 +25,6 @@ if TYPE_CHECKING:
 
 #: TTLs (seconds) whose share of longer gaps is reported by default: the providers' 5 min and 1 h.
 DEFAULT_TTLS: tuple[float, ...] = (300.0, 3600.0)
-
-#: ``--by`` names and their expression over the rows of ``queries/gaps.sql``.
-GROUPS: dict[str, str] = {
-    "agent": "agent",
-    "model": "model",
-    "session": "root_session_id",
-    "day": "strftime(started_at AT TIME ZONE 'UTC', '%Y-%m-%d')",
-    "user": "user_id",
-    "source": "source",
-    "kind": "kind",
-}
 
 QUANTILES = (0.5, 0.9, 0.99)
 KINDS = ("human", "agent")
@@ -112,7 +101,7 @@ def gap_summary(
     ``histogram`` also ``hist``: a map from ``bin * 4 + kind`` (bin: index into :data:`BIN_EDGES`;
     kind: 1 human, 2 agent, 3 unknown) to count, computed in the same pass.
     """
-    keys, group = sql.group_keys(by, GROUPS)
+    keys = groups.row_keys(by, kind=True)
     qs = ", ".join(f"{q}" for q in QUANTILES)
     parts = [
         "count(*)::BIGINT AS gaps",
@@ -142,8 +131,8 @@ def gap_summary(
     separate = histogram and not by and sql.uses_stored_steps(con, blocks, params)
     if histogram and not separate:
         parts.append(f"histogram({_HIST_KEY}) AS hist")
-    inner = f"SELECT {keys}{', '.join(parts)} FROM {{q}} AS g {group}"
-    outer_cols = [f'"{b}"' for b in by] + [
+    inner = f"SELECT {keys.select}{', '.join(parts)} FROM {{q}} AS g {keys.join} {keys.group}"
+    outer_cols = [groups.ident(b) for b in by] + [
         "gaps",
         "human_gaps",
         "agent_gaps",

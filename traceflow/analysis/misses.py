@@ -22,9 +22,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from traceflow.errors import UsageError
 from traceflow.prices import PriceModel
-from traceflow.store import sql
+from traceflow.store import groups, sql
 
 if TYPE_CHECKING:
     import duckdb
@@ -34,16 +33,6 @@ if TYPE_CHECKING:
 
 #: Miss causes, in the order they are tested (first match wins).
 CAUSES: tuple[str, ...] = ("first_request", "model_switch", "compaction", "ttl_expired", "unexplained")
-
-#: ``--by`` names (those of ``mix``) and the expression each groups on over ``misses.sql``'s rows.
-GROUPS: dict[str, str] = {
-    "agent": "agent",
-    "model": "model",
-    "session": "root_session_id",
-    "day": "strftime(started_at AT TIME ZONE 'UTC', '%Y-%m-%d')",
-    "user": "user_id",
-    "source": "source",
-}
 
 #: What a stream's request may fall short of its reusable prefix and still be a hit.
 MISS_TOKENS = 1024
@@ -104,14 +93,11 @@ def miss_counts(
     """Per group (``by``) and cause (NULL: the hits): requests, misses, missed tokens and their cost."""
     import polars as pl
 
-    unknown = [b for b in by if b not in GROUPS]
-    if unknown:
-        raise UsageError(f"cannot group by {', '.join(unknown)}; choose from: {', '.join(GROUPS)}")
-    keys = "".join(f"{GROUPS[b]} AS {b}, " for b in by)
+    keys = groups.row_keys(by)
     wrap = (
-        f"SELECT {keys}cause, model, ttl_in_force_s, count(*)::BIGINT AS requests, "
+        f"SELECT {keys.select}cause, model, ttl_in_force_s, count(*)::BIGINT AS requests, "
         "count(*) FILTER (WHERE miss)::BIGINT AS misses, sum(missed_tokens)::BIGINT AS missed_tokens "
-        "FROM {q} GROUP BY ALL"
+        f"FROM {{q}} AS m {keys.join} GROUP BY ALL"
     )
     frame = _run(con, selection, miss_tokens=miss_tokens, compaction_drop=compaction_drop, wrap=wrap)
     pm = prices or PriceModel()

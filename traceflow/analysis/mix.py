@@ -10,22 +10,14 @@ import duckdb
 
 from traceflow.errors import UsageError
 from traceflow.output import Rows
+from traceflow.prices import PriceModel
+from traceflow.store import groups
 from traceflow.store.lake import ROLLUP_VIEW
-from traceflow.store.selection import REQUEST_TIME, Selection
+from traceflow.store.selection import Selection
 from traceflow.store.sql import materialised
 
 if TYPE_CHECKING:
     import polars as pl
-
-#: ``--by`` names and the SQL expression each groups on.
-GROUPS: dict[str, str] = {
-    "agent": "agent",
-    "model": "model",
-    "session": "coalesce(parent_session_id, session_id)",
-    "day": f"strftime({REQUEST_TIME} AT TIME ZONE 'UTC', '%Y-%m-%d')",
-    "user": "user_id",
-    "source": "source",
-}
 
 #: Output columns, in order (JSON keys are a contract).
 COLUMNS = (
@@ -43,6 +35,12 @@ COLUMNS = (
 )
 
 
+#: The savings columns after :data:`COLUMNS` (:func:`savings_by_group`): what the tokens would have
+#: cost with no cache, what they cost with it (both under the price model), the difference, and
+#: the difference's share of the no-cache cost.
+SAVINGS = ("no_cache_cost_usd", "cache_cost_usd", "savings_usd", "savings_share")
+
+
 #: ``--by`` names over the ``request_rollup`` view (``queries/rollup.sql``), which ``mix`` sums
 #: instead of the requests when compaction stored it and the selection allows (see :func:`_rollup_where`).
 ROLLUP_GROUPS: dict[str, str] = {
@@ -55,29 +53,38 @@ ROLLUP_GROUPS: dict[str, str] = {
 }
 
 
-def mix_sql(by: Sequence[str], where: str, *, rollup: bool = False) -> str:
-    """The mix over ``requests`` (or, with ``rollup``, over the stored ``request_rollup`` sums)."""
-    groups = ROLLUP_GROUPS if rollup else GROUPS
-    unknown = [b for b in by if b not in groups]
-    if unknown:
-        raise UsageError(f"cannot group by {', '.join(unknown)}; choose from: {', '.join(groups)}")
-    keys = ", ".join(f"{groups[b]} AS {b}" for b in by)
-    group = f"GROUP BY {', '.join(by)} ORDER BY {', '.join(by)}" if by else ""
+def mix_sql(by: Sequence[str], where: str, *, rollup: bool = False, write_1h: bool = False) -> str:
+    """The mix over ``requests`` (or, with ``rollup``, over the stored ``request_rollup`` sums).
+
+    The groupings are :mod:`traceflow.store.groups`'; the rollup answers only its own columns.
+    ``write_1h`` keeps the ``cache_write_1h_tokens`` sum after ``output_tokens`` (for the savings)."""
+    if rollup:
+        unknown = [b for b in by if b not in ROLLUP_GROUPS]
+        if unknown:
+            raise UsageError(f"the rollup cannot group by {', '.join(unknown)}")
+        keys = groups.Keys(
+            "".join(f"{ROLLUP_GROUPS[b]} AS {b}, " for b in by),
+            "",
+            f"GROUP BY {', '.join(by)} ORDER BY {', '.join(by)}" if by else "",
+        )
+    else:
+        keys = groups.request_keys(by)
     count = "coalesce(sum(requests), 0)" if rollup else "count(*)"
     # DuckDB returns sum() of integers as a DECIMAL: cast back to BIGINT.
     return f"""
 WITH sums AS (
-    SELECT {keys + "," if by else ""}
+    SELECT {keys.select}
            {count}::BIGINT AS requests,
            coalesce(sum(cold_input_tokens), 0)::BIGINT AS cold_input_tokens,
            coalesce(sum(cache_read_tokens), 0)::BIGINT AS cache_read_tokens,
            coalesce(sum(cache_write_tokens), 0)::BIGINT AS cache_write_tokens,
-           coalesce(sum(output_tokens), 0)::BIGINT AS output_tokens
-    FROM {"request_rollup" if rollup else "requests"}
+           coalesce(sum(output_tokens), 0)::BIGINT AS output_tokens,
+           coalesce(sum(cache_write_1h_tokens), 0)::BIGINT AS cache_write_1h_tokens
+    FROM {"request_rollup" if rollup else "requests AS r"} {keys.join}
     WHERE {where}
-    {group}
+    {keys.group}
 )
-SELECT *,
+SELECT * {"" if write_1h else "EXCLUDE (cache_write_1h_tokens)"},
        (cold_input_tokens + cache_read_tokens + cache_write_tokens + output_tokens)::BIGINT AS total_tokens,
        cold_input_tokens / nullif(total_tokens, 0)::DOUBLE AS share_cold_input,
        cache_read_tokens / nullif(total_tokens, 0)::DOUBLE AS share_cache_read,
@@ -89,19 +96,76 @@ FROM sums
 """
 
 
+def _sums(
+    con: duckdb.DuckDBPyConnection, sel: Selection, by: Sequence[str], *, write_1h: bool = False
+) -> list[tuple[Any, ...]]:
+    rollup = materialised(con, ROLLUP_VIEW) and all(b in ROLLUP_GROUPS for b in by)
+    answer = _rollup_where(sel) if rollup else None
+    if answer is not None:
+        where, params = answer
+        cursor = con.execute(mix_sql(by, where, rollup=True, write_1h=write_1h), params)
+    else:
+        where, params = sel.where()
+        cursor = con.execute(mix_sql(by, where, write_1h=write_1h), params)
+    return cursor.fetchall()
+
+
 def token_mix_rows(
-    con: duckdb.DuckDBPyConnection, selection: Selection | None = None, by: Sequence[str] = ()
+    con: duckdb.DuckDBPyConnection,
+    selection: Selection | None = None,
+    by: Sequence[str] = (),
+    prices: PriceModel | None = None,
 ) -> Rows:
     """Like :func:`token_mix`, as plain rows (no polars needed)."""
     sel = selection or Selection()
-    answer = _rollup_where(sel) if materialised(con, ROLLUP_VIEW) else None
-    if answer is not None:
-        where, params = answer
-        cursor = con.execute(mix_sql(by, where, rollup=True), params)
-    else:
-        where, params = sel.where()
-        cursor = con.execute(mix_sql(by, where), params)
-    return Rows([*by, *COLUMNS], cursor.fetchall())
+    rows = _sums(con, sel, by)
+    saved = savings_by_group(con, sel, by, prices)
+    n = len(by)
+    out = [(*r, *saved.get(tuple(r[:n]), (0.0, 0.0, 0.0, None))) for r in rows]
+    return Rows([*by, *COLUMNS, *SAVINGS], out)
+
+
+def token_cost(prices: PriceModel, model: str | None, sums: Sequence[int]) -> tuple[float, float]:
+    """(cost with no cache, cost as billed) in USD of ``(cold, read, write, output, write_1h)`` tokens
+    of one model: with no cache every input token is cold; as billed a read costs the read multiplier,
+    a 1-hour write the 1-hour write multiplier and every other write the 5-minute one."""
+    cold, read, write, output, write_1h = sums
+    p = prices.price(model)
+    per_in, per_out = p.input / 1e6, p.output / 1e6
+    no_cache = (cold + read + write) * per_in * prices.cold_multiplier + output * per_out
+    billed = (
+        cold * per_in * prices.cold_multiplier
+        + read * per_in * prices.read_multiplier
+        + write_1h * per_in * prices.write_multiplier(3600.0)
+        + (write - write_1h) * per_in * prices.write_multiplier(300.0)
+        + output * per_out
+    )
+    return no_cache, billed
+
+
+def savings_by_group(
+    con: duckdb.DuckDBPyConnection,
+    selection: Selection | None = None,
+    by: Sequence[str] = (),
+    prices: PriceModel | None = None,
+) -> dict[tuple[Any, ...], tuple[float, float, float, float | None]]:
+    """Per group (the tuple of its ``by`` values): :data:`SAVINGS`, priced per model."""
+    pm = prices or PriceModel()
+    sel = selection or Selection()
+    keys = [*by, "model"] if "model" not in by else list(by)
+    at = keys.index("model")
+    n = len(keys)
+    totals: dict[tuple[Any, ...], list[float]] = {}
+    for r in _sums(con, sel, keys, write_1h=True):
+        # r: keys, requests, cold, read, write, output, write_1h, then the shares
+        no_cache, billed = token_cost(pm, r[at], r[n + 1 : n + 6])
+        acc = totals.setdefault(tuple(r[: len(by)]), [0.0, 0.0])
+        acc[0] += no_cache
+        acc[1] += billed
+    return {
+        k: (no_cache, billed, no_cache - billed, (no_cache - billed) / no_cache if no_cache else None)
+        for k, (no_cache, billed) in totals.items()
+    }
 
 
 def _midnight(value: dt.datetime) -> str | None:
@@ -129,10 +193,25 @@ def _rollup_where(sel: Selection) -> tuple[str, list[Any]] | None:
 
 
 def token_mix(
-    con: duckdb.DuckDBPyConnection, selection: Selection | None = None, by: Sequence[str] = ()
+    con: duckdb.DuckDBPyConnection,
+    selection: Selection | None = None,
+    by: Sequence[str] = (),
+    prices: PriceModel | None = None,
 ) -> pl.DataFrame:
-    """One row (no ``by``) or one row per group: the ``by`` columns, then :data:`COLUMNS`."""
+    """One row (no ``by``) or one row per group: the ``by`` columns, :data:`COLUMNS`, :data:`SAVINGS`."""
     import polars as pl
 
-    result = token_mix_rows(con, selection, by)
+    result = token_mix_rows(con, selection, by, prices)
     return pl.DataFrame(result.rows, schema=result.columns, orient="row")
+
+
+def savings_line(row: dict[str, Any]) -> str:
+    """The savings headline of one mix row, a sentence."""
+    no_cache, billed = row["no_cache_cost_usd"], row["cache_cost_usd"]
+    share = row["savings_share"]
+    return (
+        f"Prompt caching saved ${row['savings_usd']:,.2f} ({share:.1%}): these tokens cost "
+        f"${billed:,.2f} with the cache and would have cost ${no_cache:,.2f} without it (list prices)."
+        if share is not None
+        else "No priced tokens in the selection."
+    )

@@ -91,7 +91,7 @@ def build_report(
     all_ttls = tuple(ttl_list(ttls))
     summary = gaps_mod.gap_summary(con, selection, all_ttls, histogram=True)
     return Report(
-        mix=token_mix(con, selection),
+        mix=token_mix(con, selection, prices=prices),
         gap_summary=summary.drop("hist"),
         gap_histogram=gaps_mod._histogram_from_maps(summary.to_dicts()[0]),
         ttl=ttl_report(con, selection, all_ttls, prices),
@@ -145,6 +145,10 @@ def headline(report: Report) -> list[str]:
         f"{_pct(mix.get('share_cache_read'))} of all tokens were cache reads, "
         f"{_pct(mix.get('share_cache_write'))} cache writes."
     )
+    if mix.get("savings_share") is not None:
+        from traceflow.analysis.mix import savings_line
+
+        lines.append(savings_line(mix))
     g = report.gaps_dict()
     if g.get("gaps"):
         parts = []

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from traceflow.store import sql
+from traceflow.store import groups, sql
 
 if TYPE_CHECKING:
     import duckdb
@@ -24,15 +24,6 @@ if TYPE_CHECKING:
 
 DEFAULT_RESUME_AFTER_S = 900.0
 DEFAULT_COMPACTION_DROP = 0.5
-
-#: ``--by`` names and their expression over the rows of ``queries/sessions.sql``.
-GROUPS: dict[str, str] = {
-    "agent": "agent",
-    "model": "model",
-    "day": "strftime(started_at AT TIME ZONE 'UTC', '%Y-%m-%d')",
-    "user": "user_id",
-    "source": "source",
-}
 
 #: Aggregate columns of :func:`session_summary` after the ``by`` columns (JSON keys are a contract).
 SUMMARY: tuple[tuple[str, str], ...] = (
@@ -109,9 +100,9 @@ def session_summary(
     compaction_drop: float = DEFAULT_COMPACTION_DROP,
 ) -> pl.DataFrame:
     """The sessions in aggregate, one row or one per ``by`` group: ``by`` columns, then :data:`SUMMARY`."""
-    keys, group = sql.group_keys(by, GROUPS)
+    keys = groups.row_keys(by, sessions=True)
     blocks, params = _params(selection, resume_after_s, compaction_drop)
     blocks["order"] = ""
     aggs = ", ".join(f"{expr} AS {name}" for name, expr in SUMMARY)
-    wrap = f"SELECT {keys}{aggs} FROM {{q}} AS s {group}"
+    wrap = f"SELECT {keys.select}{aggs} FROM {{q}} AS s {keys.join} {keys.group}"
     return sql.run(con, "sessions", params, blocks=blocks, wrap=wrap)

@@ -20,9 +20,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from traceflow.analysis import misses, ttl
-from traceflow.analysis.mix import GROUPS as REQUEST_GROUPS
 from traceflow.errors import UsageError
 from traceflow.prices import PriceModel
+from traceflow.store.groups import COLUMNS
 from traceflow.store.selection import REQUEST_TIME, Selection
 
 if TYPE_CHECKING:
@@ -35,9 +35,9 @@ _FILTERS = {"agent": "agents", "model": "models", "session": "sessions", "user":
 def _day_sums(
     con: duckdb.DuckDBPyConnection, selection: Selection, by: Sequence[str]
 ) -> list[dict[str, Any]]:
-    keys = "".join(f"{REQUEST_GROUPS[b]} AS {b}, " for b in by)
+    keys = "".join(f"{COLUMNS[b][0]} AS {b}, " for b in by)
     where, params = selection.where()
-    day = REQUEST_GROUPS["day"]
+    day = COLUMNS["day"][0]
     cur = con.execute(
         f"""SELECT {keys}{day} AS day,
                coalesce(sum(cache_write_5m_tokens), 0)::BIGINT AS w5m,
@@ -62,7 +62,7 @@ def _gap_evidence(
         miss_tokens=misses.MISS_TOKENS,
         compaction_drop=misses.COMPACTION_DROP,
         wrap="SELECT "
-        + "".join(f"{misses.GROUPS[k]} AS {k}, " for k in keys)
+        + "".join(f"{COLUMNS[k][1]} AS {k}, " for k in keys)
         + "count(*) FILTER (WHERE NOT miss)::BIGINT AS hits, count(*) FILTER (WHERE miss)::BIGINT AS misses "
         "FROM {q} WHERE gap_s > 300 AND gap_s <= 3600 AND cause IS DISTINCT FROM 'model_switch' "
         "AND cause IS DISTINCT FROM 'compaction' GROUP BY ALL",

@@ -46,12 +46,17 @@ GapsByOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--by",
-        help="Group by agent, model, session, day, user, source or kind (repeatable or comma-separated).",
+        help="Group by agent, model, session, day, user, source, kind, project, host, subagent_type or "
+        "attr:NAME (a resource attribute); repeatable or comma-separated.",
     ),
 ]
 SessionsByOpt = Annotated[
     list[str] | None,
-    typer.Option("--by", help="Group by agent, model, day, user or source (repeatable or comma-separated)."),
+    typer.Option(
+        "--by",
+        help="Group by agent, model, session, day, user, source, project, host or attr:NAME "
+        "(repeatable or comma-separated).",
+    ),
 ]
 
 
@@ -114,7 +119,7 @@ def gaps(
     check_format(fmt)
     ttls = _ttls(ttl, g.DEFAULT_TTLS)
     groups = split_by(by)
-    con = _connect(data)
+    con = _connect(data, ["requests", "events"])
     if histogram:
         _print(g.gap_histogram(con, selection), fmt)
         return

@@ -25,7 +25,9 @@ if TYPE_CHECKING:
 MissesByOpt = Annotated[
     list[str] | None,
     typer.Option(
-        "--by", help="Group by agent, model, session, day, user or source (repeatable or comma-separated)."
+        "--by",
+        help="Group by agent, model, session, day, user, source, project, host, subagent_type or "
+        "attr:NAME (a resource attribute); repeatable or comma-separated.",
     ),
 ]
 MissTokensOpt = Annotated[

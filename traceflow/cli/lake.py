@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from traceflow import __version__
-from traceflow.cli.options import DataOpt, FormatOpt, check_format, open_lake, with_selection
+from traceflow.cli.options import DataOpt, FormatOpt, PricesOpt, check_format, open_lake, with_selection
 from traceflow.errors import UsageError
 
 if TYPE_CHECKING:
@@ -95,22 +95,37 @@ def import_(
 def mix(
     by: Annotated[
         list[str] | None,
-        typer.Option("--by", help="Group by agent, model, session, day, user or source (repeatable)."),
+        typer.Option(
+            "--by",
+            help="Group by agent, model, session, day, user, source, project, host, subagent_type or "
+            "attr:NAME (a resource attribute); repeatable or comma-separated.",
+        ),
     ] = None,
+    savings: Annotated[
+        bool,
+        typer.Option(
+            "--savings/--no-savings",
+            help="With the table format: the savings headline (cost with no cache vs with it).",
+        ),
+    ] = True,
+    prices: PricesOpt = None,
     *,
     selection: Selection,
     data: DataOpt = None,
     fmt: FormatOpt = "table",
 ) -> None:
     """The token mix: cold input, cache read, cache write and output, their shares and the reuse ratio."""
-    from traceflow.analysis.mix import token_mix_rows
+    from traceflow.analysis.mix import savings_line, token_mix_rows
     from traceflow.output import render
+    from traceflow.prices import PriceModel
 
     check_format(fmt)
     groups = [g for item in (by or []) for g in item.split(",") if g]
-    con = open_lake(data).connect(["requests"])
-    result = token_mix_rows(con, selection, groups)
+    con = open_lake(data).connect(["requests", "events"])
+    result = token_mix_rows(con, selection, groups, PriceModel.load(prices))
     typer.echo(render(result, fmt, single=not groups))
+    if savings and fmt == "table" and not groups and result.rows:
+        typer.echo(savings_line(result.records()[0]))
 
 
 def sql(

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import hashlib
 import os
 import secrets
 import shutil
@@ -66,6 +67,11 @@ def _derived_sql(view: str) -> str:
     """The derived view's packaged query over the whole requests view (no selection, no parameters)."""
     query = load_query(DERIVED[view])
     return query.sql({"selection": "true"} if "/*@selection*/" in query.text else None)
+
+
+def _query_digest(view: str) -> str:
+    """A digest of the derived view's query: stored files of another version of it are stale."""
+    return hashlib.blake2b(_derived_sql(view).encode(), digest_size=8).hexdigest()
 
 
 #: Which copy of an ``event_id`` the views keep, per table (default: the newest).
@@ -285,7 +291,10 @@ class Lake:
             record = orjson.loads(marker.read_bytes())
             computed_from = set(record["requests"])
             files = [self.base / f for f in record["files"]]
-        except (orjson.JSONDecodeError, KeyError, TypeError):
+            query = record.get("query")
+        except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
+            return None
+        if query != _query_digest(view):  # stored by another version of the view's query
             return None
         if current is None:
             current = self._request_files()
@@ -342,6 +351,7 @@ class Lake:
         os.replace(out, target)
         _fsync_path(root)
         record = {
+            "query": _query_digest(view),
             "requests": sorted(str(f.relative_to(self.table_dir(REQUESTS.name))) for f in files),
             "files": sorted(str(f.relative_to(self.base)) for f in target.glob("*.parquet")),
         }

@@ -369,22 +369,6 @@ def parse_param_options(items: Sequence[str] | None) -> dict[str, str]:
     return out
 
 
-def group_keys(by: Sequence[str], groups: Mapping[str, str]) -> tuple[str, str]:
-    """``(select_prefix, group_by)`` for ``--by`` names over a per-row query's columns.
-
-    ``select_prefix`` is ``"expr AS name, ..., "`` (empty without ``by``); ``group_by`` is
-    ``"GROUP BY 1, 2 ORDER BY 1, 2"`` (empty without ``by``).
-    """
-    unknown = [b for b in by if b not in groups]
-    if unknown:
-        raise UsageError(f"cannot group by {', '.join(unknown)}; choose from: {', '.join(groups)}")
-    if not by:
-        return "", ""
-    keys = "".join(f"{groups[b]} AS {b}, " for b in by)
-    positions = ", ".join(str(i + 1) for i in range(len(by)))
-    return keys, f"GROUP BY {positions} ORDER BY {positions}"
-
-
 def split_by(values: Sequence[str] | None) -> list[str]:
     """``--by a,b --by c`` -> ``["a", "b", "c"]`` (order kept, duplicates dropped)."""
     out: list[str] = []

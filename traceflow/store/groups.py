@@ -1,0 +1,199 @@
+"""``--by`` groupings: one table of what each name groups on, for mix, misses, gaps and sessions.
+
+Two kinds of grouping:
+
+* **Columns** (``agent``, ``model``, ``session``, ``day``, ``user``, ``source``; ``kind`` for gaps):
+  an expression over a ``requests`` row (``mix``) and one over the rows of the per-stream queries
+  (``misses.sql``, ``gaps.sql``, ``sessions.sql``: ``root_session_id``, ``started_at``, ...).
+* **Attribution** (``project``, ``host``, ``subagent_type``, ``attr:NAME``): read off the requests'
+  ``attributes``, one value per *stream* (``session_id``, ``parent_session_id``; a sub-agent is its
+  own stream): the first non-null value among the stream's requests (:func:`lookup_sql`). ``mix``
+  takes the stream's value, else (a request without a session) the request's own. ``sessions``
+  takes the value of the session's main stream.
+
+  - ``project``: the resource attribute the ``project_attribute`` setting names
+    (``TRACEFLOW_PROJECT_ATTRIBUTE``, default ``project``; OTLP), else ``attributes.project``
+    (TraceLab), else ``attributes.cwd``: the session's working directory (Claude Code and Codex
+    transcripts).
+  - ``host``: the resource attribute ``host.name`` (OTLP), else ``attributes.host``.
+  - ``subagent_type``: ``attributes.subagent_type`` of the requests (kv-cache-tester), else the
+    ``agent_type`` of the stream's ``subagent_completed`` event (Claude Code OTLP); NULL for a main
+    stream. Not offered by ``sessions``, which folds a session's sub-agents in.
+  - ``attr:NAME``: the resource attribute ``NAME`` (e.g. ``team.id`` from ``OTEL_RESOURCE_ATTRIBUTES``),
+    else the row's own attribute ``NAME`` (e.g. ``git_branch`` of a Claude Code transcript).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from traceflow import config
+from traceflow.errors import UsageError
+from traceflow.store.selection import REQUEST_TIME
+
+#: Names of the column groupings, with their expression over a requests row and over a row of the
+#: per-stream queries; ``kind`` (gaps only) has no request expression.
+COLUMNS: dict[str, tuple[str | None, str]] = {
+    "agent": ("agent", "agent"),
+    "model": ("model", "model"),
+    "session": ("coalesce(parent_session_id, session_id)", "root_session_id"),
+    "day": (
+        f"strftime({REQUEST_TIME} AT TIME ZONE 'UTC', '%Y-%m-%d')",
+        "strftime(started_at AT TIME ZONE 'UTC', '%Y-%m-%d')",
+    ),
+    "user": ("user_id", "user_id"),
+    "source": ("source", "source"),
+    "kind": (None, "kind"),
+}
+
+#: The attribution groupings (``attr:NAME`` is any resource attribute besides these).
+ATTRIBUTION = ("project", "host", "subagent_type")
+
+_ATTR_NAME = re.compile(r"^[A-Za-z0-9_.\-/]+$")
+
+#: The relation of the per-stream attribution values, joined as this alias.
+ALIAS = "attribution"
+
+
+def _json(path: str, col: str = "attributes") -> str:
+    return f"json_extract_string({col}, '{path}')"
+
+
+def _resource(name: str, col: str = "attributes") -> str:
+    return _json(f'$.resource."{name}"', col)
+
+
+def project_attribute() -> str:
+    """The resource attribute that names the project (the ``project_attribute`` setting)."""
+    name = (config.get("project_attribute") or "project").strip()
+    if not _ATTR_NAME.match(name):
+        raise UsageError(
+            f"TRACEFLOW_PROJECT_ATTRIBUTE={name!r} is not an attribute name (letters, digits, . _ - /)"
+        )
+    return name
+
+
+def request_expr(name: str, col: str = "attributes") -> str:
+    """The expression of an attribution grouping over one ``requests`` row (its ``attributes``)."""
+    if name == "project":
+        return (
+            f"coalesce({_resource(project_attribute(), col)}, {_json('$.project', col)}, "
+            f"{_json('$.cwd', col)})"
+        )
+    if name == "host":
+        return f"coalesce({_resource('host.name', col)}, {_json('$.host', col)})"
+    if name == "subagent_type":
+        return _json("$.subagent_type", col)
+    attr = name.removeprefix("attr:")
+    own = _json('$."' + attr + '"', col)
+    return f"coalesce({_resource(attr, col)}, {own})"
+
+
+def ident(name: str) -> str:
+    """``name`` as a quoted SQL identifier (``attr:team.id`` is not a bare one)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def is_attribution(name: str) -> bool:
+    return name in ATTRIBUTION or name.startswith("attr:")
+
+
+@dataclass(frozen=True)
+class Keys:
+    """What a query needs to group its rows by some names.
+
+    ``select``: ``"expr AS name, ..., "`` (empty without names); ``join``: a ``LEFT JOIN`` of the
+    attribution values (empty when no attribution name is asked for); ``group``: ``GROUP BY 1, 2
+    ORDER BY 1, 2`` (empty without names).
+    """
+
+    select: str
+    join: str
+    group: str
+
+
+def check(by: Sequence[str], allowed: Sequence[str]) -> None:
+    """UsageError naming the choices when a name in ``by`` is not one of ``allowed`` (``attr:NAME``
+    stands for every ``attr:`` name)."""
+    bad = []
+    for b in by:
+        if b.startswith("attr:"):
+            if "attr:NAME" not in allowed or not _ATTR_NAME.match(b[5:]):
+                bad.append(b)
+        elif b not in allowed:
+            bad.append(b)
+    if bad:
+        raise UsageError(f"cannot group by {', '.join(bad)}; choose from: {', '.join(allowed)}")
+
+
+def choices(*, requests: bool, subagents: bool = True, kind: bool = False) -> list[str]:
+    """The ``--by`` names a query offers."""
+    out = [n for n, (req, _) in COLUMNS.items() if n != "kind" and (req is not None or not requests)]
+    if kind:
+        out.append("kind")
+    out += ["project", "host", *(["subagent_type"] if subagents else []), "attr:NAME"]
+    return out
+
+
+def lookup_sql(names: Sequence[str]) -> str:
+    """One row per stream (``k_session``, ``k_parent``) with the first non-null value of each
+    attribution name among its requests (and, for ``subagent_type``, its ``subagent_completed``
+    events), as ``g0``, ``g1``, ... in the order of ``names``."""
+    cols = ", ".join(f"{request_expr(n)} AS g{i}" for i, n in enumerate(names))
+    parts = [f"SELECT session_id AS k_session, parent_session_id AS k_parent, {cols} FROM requests"]
+    if "subagent_type" in names:
+        i = list(names).index("subagent_type")
+        parts.append(
+            f"SELECT session_id AS k_session, parent_session_id AS k_parent, "
+            f"json_extract_string(attributes, '$.agent_type') AS g{i} "
+            "FROM events WHERE name = 'subagent_completed'"
+        )
+    aggs = ", ".join(f"any_value(g{i}) AS g{i}" for i in range(len(names)))
+    union = " UNION ALL BY NAME ".join(f"({p})" for p in parts)
+    return (
+        f"SELECT k_session, k_parent, {aggs} FROM ({union}) AS u "
+        "WHERE k_session IS NOT NULL GROUP BY k_session, k_parent"
+    )
+
+
+def _keys(by: Sequence[str], expr: dict[str, str], on: str) -> Keys:
+    if not by:
+        return Keys("", "", "")
+    attribution = [b for b in by if is_attribution(b)]
+    select = "".join(f"{expr[b]} AS {ident(b)}, " for b in by)
+    join = f"LEFT JOIN ({lookup_sql(attribution)}) AS {ALIAS} ON {on}" if attribution else ""
+    positions = ", ".join(str(i + 1) for i in range(len(by)))
+    return Keys(select, join, f"GROUP BY {positions} ORDER BY {positions}")
+
+
+def request_keys(by: Sequence[str], table: str = "r") -> Keys:
+    """Grouping over ``requests`` (aliased ``table``): the ``mix`` groupings."""
+    check(by, choices(requests=True))
+    attribution = [b for b in by if is_attribution(b)]
+    expr = {n: req for n, (req, _) in COLUMNS.items() if req is not None}
+    for i, b in enumerate(attribution):
+        own = request_expr(b, f"{table}.attributes")
+        expr[b] = f"coalesce({ALIAS}.g{i}, {own})"
+    on = (
+        f"{ALIAS}.k_session = {table}.session_id "
+        f"AND {ALIAS}.k_parent IS NOT DISTINCT FROM {table}.parent_session_id"
+    )
+    return _keys(by, expr, on)
+
+
+def row_keys(by: Sequence[str], *, sessions: bool = False, kind: bool = False) -> Keys:
+    """Grouping over the rows of a per-stream query: one row per request (``misses.sql``,
+    ``gaps.sql``: with ``session_id`` and ``parent_session_id``) or, with ``sessions``, one per
+    session (``sessions.sql``: attribution by the session's main stream)."""
+    check(by, choices(requests=False, subagents=not sessions, kind=kind))
+    attribution = [b for b in by if is_attribution(b)]
+    expr = {n: rows for n, (_, rows) in COLUMNS.items()}
+    for i, b in enumerate(attribution):
+        expr[b] = f"{ALIAS}.g{i}"
+    if sessions:
+        on = f"{ALIAS}.k_session = root_session_id AND {ALIAS}.k_parent IS NULL"
+    else:
+        on = f"{ALIAS}.k_session = session_id AND {ALIAS}.k_parent IS NOT DISTINCT FROM parent_session_id"
+    return _keys(by, expr, on)
