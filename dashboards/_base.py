@@ -59,6 +59,41 @@ def is_empty(frame: pl.DataFrame | None, *required: str) -> bool:
     return frame is None or frame.height == 0 or any(c not in frame.columns for c in required)
 
 
+#: Times before this are relative: offsets from a trace's start stored from 1970-01-01 UTC
+#: (:mod:`traceflow.store.time_base`); no real telemetry is this old.
+RELATIVE_BEFORE = dt.datetime(1990, 1, 1, tzinfo=dt.UTC)
+_OFFSET_UNITS = (("d", 86400.0), ("h", 3600.0), ("min", 60.0), ("s", 1.0))
+
+
+def time_axis(frame: pl.DataFrame, field: str = "bucket_start") -> tuple[pl.DataFrame, alt.X, Any]:
+    """The x encoding and tooltip of a time series: UTC times, or for a relative-time trace offsets
+    from its start (``+2 h``), never 1970 dates. Returns the frame (with an ``offset`` label column
+    for relative times), the x channel and the tooltip field."""
+    import polars as pl
+
+    last = frame[field].max()
+    if not isinstance(last, dt.datetime) or last.replace(tzinfo=last.tzinfo or dt.UTC) >= RELATIVE_BEFORE:
+        return frame, alt.X(f"{field}:T", title="time (UTC)", scale=alt.Scale(type="utc")), f"{field}:T"
+    seconds = (
+        last.replace(tzinfo=last.tzinfo or dt.UTC) - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+    ).total_seconds()
+    unit, size = next(((u, s) for u, s in _OFFSET_UNITS if seconds >= 2 * s), ("s", 1.0))
+    ms = size * 1000
+    frame = frame.with_columns(
+        pl.format("+{} " + unit, (pl.col(field).dt.epoch("ms") / ms).round(2)).alias("offset")
+    )
+    x = alt.X(
+        f"{field}:T",
+        title="time since the trace's start",
+        scale=alt.Scale(type="utc"),
+        axis=alt.Axis(
+            labelExpr=f"'+' + format(datum.value / {ms:g}, '.3~g') + ' {unit}'",
+            description=f"time since the trace's start, from +0 to +{seconds / size:.3g} {unit}",
+        ),
+    )
+    return frame, x, alt.Tooltip("offset:N", title="time since start")
+
+
 def no_data(title: str, message: str = "No data in this selection") -> alt.TopLevelMixin:
     """A placeholder that says plainly why the chart is empty (never an error, never a blank box)."""
     return top(

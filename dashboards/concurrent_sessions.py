@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import altair as alt
 
-from traceflow.dashboards._base import HEIGHT, WIDTH, data, is_empty, no_data, top
+from traceflow.dashboards._base import HEIGHT, WIDTH, data, is_empty, no_data, time_axis, top
 
 if TYPE_CHECKING:
     import polars as pl
@@ -20,13 +20,11 @@ TITLE = "Concurrent sessions"
 def chart(frame: pl.DataFrame) -> alt.TopLevelMixin:
     if is_empty(frame, "bucket_start", "active_sessions"):
         return no_data(TITLE)
-    base = alt.Chart(data(frame)).encode(
-        x=alt.X("bucket_start:T", title="time (UTC)", scale=alt.Scale(type="utc"))
-    )
+    frame, x, when = time_axis(frame)
+    base = alt.Chart(data(frame)).encode(x=x)
     active = base.mark_area(interpolate="step-after", color="#4c78a8", opacity=0.5, line=True).encode(
         y=alt.Y("active_sessions:Q", title="sessions open / new per bucket"),
-        tooltip=["bucket_start:T", "active_sessions:Q"]
-        + (["new_sessions:Q"] if "new_sessions" in frame.columns else []),
+        tooltip=[when, "active_sessions:Q"] + (["new_sessions:Q"] if "new_sessions" in frame.columns else []),
     )
     layers = [active]
     if "new_sessions" in frame.columns:

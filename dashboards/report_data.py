@@ -55,6 +55,9 @@ class ReportData:
     kv_bytes_per_token: float = DEFAULT_KV_BYTES_PER_TOKEN
     requests: int = 0
     series_since: dt.datetime | None = None
+    #: The time base of the time-series charts: ``relative`` times are offsets from the trace's
+    #: start, drawn as ``+2 h`` (:mod:`traceflow.store.time_base`).
+    time_base: str = "absolute"
 
 
 def _time_span(con: duckdb.DuckDBPyConnection, where: str, params: list[Any]) -> tuple[int, float]:
@@ -344,14 +347,16 @@ def gather(
     from traceflow.analysis.sessions import sessions as session_rows
     from traceflow.analysis.ttl import ttl_whatif
     from traceflow.analysis.working_set import working_set_series
+    from traceflow.store import time_base
     from traceflow.store.selection import Selection
 
     sel = selection or Selection()
     where, params = sel.where()
     n, _ = _time_span(con, where, params)
-    series_sel = sel
+    # the time charts cover one time base (the real telemetry where the selection mixes them)
+    series_sel, series_sources, _ = time_base.series_selection(sel, time_base.selection_sources(con, sel))
     if series_since is not None and (sel.since is None or series_since > sel.since):
-        series_sel = dataclasses.replace(sel, since=series_since)
+        series_sel = dataclasses.replace(series_sel, since=series_since)
     series_n, span = _time_span(con, *series_sel.where())
     res = max(float(resolution_s or 0.0), pick_resolution(span))
     kv = float(kv_bytes_per_token or DEFAULT_KV_BYTES_PER_TOKEN)
@@ -365,7 +370,12 @@ def gather(
         resolution_s=float(resolution_s) if resolution_s else res,
     )
     out = ReportData(
-        report=report, resolution_s=res, kv_bytes_per_token=kv, requests=n, series_since=series_sel.since
+        report=report,
+        resolution_s=res,
+        kv_bytes_per_token=kv,
+        requests=n,
+        series_since=series_sel.since,
+        time_base=time_base.bases(series_sources)[0] if series_sources else time_base.ABSOLUTE,
     )
     f = out.frames
     f["token_mix"] = mix_frame(con, sel)

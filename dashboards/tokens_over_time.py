@@ -18,6 +18,7 @@ from traceflow.dashboards._base import (
     data,
     is_empty,
     no_data,
+    time_axis,
     top,
 )
 
@@ -36,15 +37,16 @@ def chart(frame: pl.DataFrame) -> alt.TopLevelMixin:
         pl.col("kind").replace_strict(KIND_LABELS, default=pl.col("kind")).alias("kind"),
         pl.col("kind").replace_strict({k: i for i, k in enumerate(KINDS)}, default=9).alias("order"),
     )
+    frame, x, when = time_axis(frame)
     return top(
         alt.Chart(data(frame))
         .mark_area(interpolate="step-after")
         .encode(
-            x=alt.X("bucket_start:T", title="time (UTC)", scale=alt.Scale(type="utc")),
+            x=x,
             y=alt.Y("tokens_per_s:Q", stack="zero", title="tokens / s"),
             color=alt.Color("kind:N", scale=KIND_COLORS, title="kind"),
             order=alt.Order("order:Q"),
-            tooltip=["bucket_start:T", "kind:N", alt.Tooltip("tokens_per_s:Q", format=",.1f")],
+            tooltip=[when, "kind:N", alt.Tooltip("tokens_per_s:Q", format=",.1f")],
         )
         .properties(title=TITLE, width=WIDTH, height=HEIGHT)
     )

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import altair as alt
 
-from traceflow.dashboards._base import HEIGHT, WIDTH, data, is_empty, no_data, top
+from traceflow.dashboards._base import HEIGHT, WIDTH, data, is_empty, no_data, time_axis, top
 
 if TYPE_CHECKING:
     import polars as pl
@@ -27,16 +27,17 @@ def chart(frame: pl.DataFrame) -> alt.TopLevelMixin:
         if has_bytes
         else alt.Y("tokens:Q", title="KV working set (tokens)")
     )
+    frame, x, when = time_axis(frame)
     base = alt.Chart(data(frame))
     if has_bytes:
         base = base.transform_calculate(gb="datum.bytes / 1e9")
     return top(
         base.mark_line(interpolate="step-after")
         .encode(
-            x=alt.X("bucket_start:T", title="time (UTC)", scale=alt.Scale(type="utc")),
+            x=x,
             y=y,
             color=alt.Color("ttl:N", title="TTL"),
-            tooltip=["bucket_start:T", "ttl:N", alt.Tooltip("tokens:Q", format=",.0f")]
+            tooltip=[when, "ttl:N", alt.Tooltip("tokens:Q", format=",.0f")]
             + ([alt.Tooltip("gb:Q", format=",.2f", title="GB")] if has_bytes else []),
         )
         .properties(title=TITLE, width=WIDTH, height=HEIGHT)

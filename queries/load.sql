@@ -1,12 +1,16 @@
 -- load: arrivals and load over time, one row per bucket of $resolution_s seconds from the first to
 -- the last request: new sessions (sub-agents fold into their session; a request without a session
--- is one on its own), sessions open (between their first request's start and their last request's
--- end), requests, and tokens per second by kind.
--- A request counts in the bucket where it starts. Requests without tokens are left out.
+-- id is not a session: sessionless traces such as Mooncake count as requests only), sessions open
+-- (between their first request's start and their last request's end), requests, and tokens per
+-- second by kind.
+-- A request counts in the bucket where it starts. Requests without tokens are left out. The grid
+-- never passes $max_buckets buckets: a wider one is an error that says to coarsen $resolution_s
+-- (traceflow picks a coarser width itself: traceflow.store.time_base.grid_resolution).
 -- DuckDB dialect: epoch_us, generate_series, to_timestamp.
 -- params:  $since TIMESTAMPTZ = NULL    only requests at or after this time
 --          $until TIMESTAMPTZ = NULL    only requests before this time
 --          $resolution_s DOUBLE = 60    bucket width in seconds
+--          $max_buckets BIGINT = 100000 the most buckets the grid may have
 -- returns: bucket_start, new_sessions, active_sessions, requests, requests_per_s,
 --          cold_input_tokens_per_s, cache_read_tokens_per_s, cache_write_tokens_per_s,
 --          output_tokens_per_s
@@ -22,8 +26,8 @@ knobs AS (
     SELECT CAST($resolution_s AS DOUBLE) AS res_s, CAST($resolution_s AS DOUBLE) * 1e6 AS res_us
 ),
 req AS (
-    SELECT CASE WHEN coalesce(parent_session_id, session_id) IS NULL THEN hash(event_id)
-                ELSE hash(coalesce(parent_session_id, session_id)) END AS root_key,
+    SELECT CASE WHEN coalesce(parent_session_id, session_id) IS NOT NULL
+                THEN hash(coalesce(parent_session_id, session_id)) END AS root_key,
            epoch_us(coalesce(started_at, ended_at)) AS start_us,
            epoch_us(coalesce(ended_at, started_at)) AS end_us,
            coalesce(cold_input_tokens, 0) AS cold_input_tokens,
@@ -35,8 +39,9 @@ req AS (
 agg AS (
     -- one pass, two groupings: each session's span (by_session = 1) and each bucket's totals;
     -- sessions are keyed by the 64-bit hash of their id (a collision, ~1e-8 for a million
-    -- sessions, would merge two)
+    -- sessions, would merge two); requests without a session fall in one NULL group, left out below
     SELECT GROUPING(r.bucket) AS by_session,
+           r.root_key,
            r.bucket,
            min(r.start_us) AS first_us,
            max(r.end_us) AS last_us,
@@ -53,10 +58,10 @@ session_changes AS (
     SELECT bucket, sum(new_sessions)::BIGINT AS new_sessions, sum(delta)::BIGINT AS delta
     FROM (
         SELECT CAST(floor(a.first_us / k.res_us) AS BIGINT) AS bucket, 1 AS new_sessions, 1 AS delta
-        FROM agg a, knobs k WHERE a.by_session = 1
+        FROM agg a, knobs k WHERE a.by_session = 1 AND a.root_key IS NOT NULL
         UNION ALL
         SELECT CAST(floor(a.last_us / k.res_us) AS BIGINT) + 1 AS bucket, 0 AS new_sessions, -1 AS delta
-        FROM agg a, knobs k WHERE a.by_session = 1
+        FROM agg a, knobs k WHERE a.by_session = 1 AND a.root_key IS NOT NULL
     ) AS changes
     GROUP BY bucket
 ),
@@ -65,8 +70,16 @@ per_bucket AS (
     FROM agg
     WHERE by_session = 0
 ),
+grid AS (
+    SELECT min(bucket) AS lo,
+           CASE WHEN max(bucket) - min(bucket) >= CAST($max_buckets AS BIGINT)
+                THEN error('load: more than ' || CAST($max_buckets AS BIGINT) || ' buckets of '
+                           || CAST($resolution_s AS DOUBLE) || ' s; give a coarser $resolution_s')
+                ELSE max(bucket) END AS hi
+    FROM per_bucket
+),
 buckets AS (
-    SELECT unnest(generate_series(min(bucket), max(bucket))) AS bucket FROM per_bucket
+    SELECT unnest(generate_series(lo, hi)) AS bucket FROM grid
 )
 SELECT to_timestamp(b.bucket * k.res_s) AS bucket_start,
        coalesce(c.new_sessions, 0)::BIGINT AS new_sessions,

@@ -1,8 +1,9 @@
 -- sessions: one row per session (sub-agents folded into the session that spawned them): turns,
 -- requests, duration, context at start and end, growth per turn, compactions, sub-agents, resumes.
--- Streams and gaps as in gaps.sql; a request without a session_id is a session of its own. Context figures, turns, growth, drops and resumes come from the
--- main stream (parent_session_id NULL). turns: the main stream's prompt_id changes (each request is a
--- turn where prompt ids are unknown). growth_tokens: the sum of context increases between consecutive
+-- Streams and gaps as in gaps.sql; a request without a session_id is not a session and is left out
+-- (sessionless traces such as Mooncake have no sessions). Context figures, turns, growth, drops and
+-- resumes come from the main stream (parent_session_id NULL). turns: the main stream's prompt_id
+-- changes (each request is a turn where prompt ids are unknown). growth_tokens: the sum of context increases between consecutive
 -- main-stream requests; growth_per_turn = growth_tokens / turns. context_drops: requests whose
 -- context fell by more than $compaction_drop of the previous one; compaction_events: 'compaction'
 -- events of the session within its time span; compactions: the larger of the two. resumes: requests
@@ -31,6 +32,7 @@ WITH flagged AS (
         CASE WHEN position > 1 AND gap_s >= CAST($resume_after_s AS DOUBLE) THEN 1 ELSE 0 END AS resumed,
         CASE WHEN position > 1 THEN greatest(context_tokens - prev_context_tokens, 0) ELSE 0 END AS growth
     FROM request_steps
+    WHERE root_session_id IS NOT NULL
 ),
 per_stream AS (
     SELECT root_key,
@@ -62,6 +64,7 @@ per_session AS (
         sum(cache_write_tokens)::BIGINT AS cache_write_tokens,
         sum(output_tokens)::BIGINT AS output_tokens
     FROM request_steps
+    WHERE root_session_id IS NOT NULL
     GROUP BY root_key
 ),
 compaction_events AS (

@@ -3,13 +3,16 @@
 -- request's context counts from its end until the TTL runs out or the stream's next request ends.
 -- One row per bucket of $resolution_s seconds from the first to the last change: tokens and streams
 -- are averages over the bucket, tokens_end and streams_end the values at its end. Multiply by the
--- model's KV bytes per token for bytes.
+-- model's KV bytes per token for bytes. The grid never passes $max_buckets buckets: a wider one is
+-- an error that says to coarsen $resolution_s (traceflow picks a coarser width itself:
+-- traceflow.store.time_base.grid_resolution).
 -- Reads request_steps, the window of steps.sql over the requests from $since to $until; in a bare
 -- DuckDB create it first as steps.sql says, then run this file with its other parameters.
 -- params:  $since TIMESTAMPTZ = NULL    only requests at or after this time
 --          $until TIMESTAMPTZ = NULL    only requests before this time
 --          $ttl_s DOUBLE = 300          how long an idle stream's context is kept
 --          $resolution_s DOUBLE = 60    bucket width in seconds
+--          $max_buckets BIGINT = 100000 the most buckets the grid may have
 -- returns: bucket_start, tokens, tokens_end, streams, streams_end
 
 WITH knobs AS (
@@ -39,8 +42,16 @@ per_bucket AS (
     FROM deltas d, knobs k
     GROUP BY 1
 ),
+grid AS (
+    SELECT min(bucket) AS lo,
+           CASE WHEN max(bucket) - min(bucket) >= CAST($max_buckets AS BIGINT)
+                THEN error('working_set: more than ' || CAST($max_buckets AS BIGINT) || ' buckets of '
+                           || CAST($resolution_s AS DOUBLE) || ' s; give a coarser $resolution_s')
+                ELSE max(bucket) END AS hi
+    FROM per_bucket
+),
 buckets AS (
-    SELECT unnest(generate_series(min(bucket), max(bucket))) AS bucket FROM per_bucket
+    SELECT unnest(generate_series(lo, hi)) AS bucket FROM grid
 ),
 filled AS (
     SELECT b.bucket,

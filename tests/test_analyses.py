@@ -303,7 +303,7 @@ def test_sessions_by_hand(con: Any) -> None:
 
 def test_session_summary_by_hand(con: Any) -> None:
     s = sessions.session_summary(con).to_dicts()[0]
-    assert list(s) == [name for name, _ in sessions.SUMMARY]
+    assert list(s) == [name for name, _ in sessions.SUMMARY] + list(sessions.SUMMARY_EXTRA)
     assert (s["sessions"], s["requests"], s["turns"], s["subagents"], s["sessions_with_subagents"]) == (
         4,
         14,
@@ -508,8 +508,14 @@ def test_requests_without_a_session_stand_alone(lake: Lake) -> None:
     )
     con = lake.connect()
     assert gaps.gap_summary(con).to_dicts()[0]["gaps"] == 0
+    # a request without a session id is not a session: "not applicable", never 3 sessions of one request
     s = sessions.session_summary(con).to_dicts()[0]
-    assert (s["sessions"], s["requests"], s["turns"]) == (3, 3, 3)
-    assert load.load_series(con)["new_sessions"].sum() == 3
+    assert (s["sessions"], s["sessionless_requests"]) == (None, 3)
+    assert s["note"] == sessions.NOT_APPLICABLE
+    assert sessions.sessions(con).height == 0
+    assert load.load_series(con)["new_sessions"].sum() == 0
+    summary = load.load_overview(con).to_dicts()[0]
+    assert summary["sessions"] is None and summary["new_sessions_per_min"] is None
+    assert summary["requests"] == 3 and summary["note"].startswith("not applicable")
     w = ttl.ttl_whatif(con).to_dicts()[0]
     assert (w["expired_requests"], w["write_tokens"]) == (0, 3000)

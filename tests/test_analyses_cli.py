@@ -99,7 +99,7 @@ def test_ttl_price_file(filled: Lake, cli: Cli, tmp_path: Path) -> None:
 
 def test_sessions_json_and_list(filled: Lake, cli: Cli) -> None:
     got = as_json(cli, "sessions")
-    assert list(got) == [name for name, _ in sessions.SUMMARY]
+    assert list(got) == [name for name, _ in sessions.SUMMARY] + list(sessions.SUMMARY_EXTRA)
     assert got["sessions"] == 4 and got["resumes"] == 1
     listed = as_json(cli, "sessions", "--list", "--limit", "2")
     assert [r["root_session_id"] for r in listed] == ["A", "B"]
@@ -317,6 +317,9 @@ def test_every_analysis_runs_on_public_traces(
     run_import(lake, importers.get(source), [TESTDATA / path])
     rep = as_json(cli, "report")
     assert rep["mix"]["requests"] == requests
-    # no sessions in these traces: every request stands alone, so there are no gaps and no resumes
-    assert rep["gaps"]["gaps"] == 0 and rep["sessions"]["sessions"] == requests
+    # no sessions in these traces: every request stands alone, so there are no gaps and no resumes,
+    # and sessions and arrivals are "not applicable" (null), never one session per request
+    assert rep["gaps"]["gaps"] == 0 and rep["sessions"]["sessions"] is None
+    assert rep["sessions"]["sessionless_requests"] == requests
+    assert rep["load"]["sessions"] is None and rep["load"]["new_sessions_per_min"] is None
     assert rep["load"]["requests"] == requests and rep["working_set"][0]["peak_tokens"] > 0

@@ -8,6 +8,14 @@ variance / mean`` is 1 for a Poisson process, and ``(n - 1) * D`` follows a chi-
 daily rhythm (a Poisson process whose rate changes), which alone makes ``D`` exceed 1, so the
 summary also gives the index *within each hour* (each hour's minutes against that hour's mean),
 which is near 1 when arrivals are Poisson at a slowly varying rate.
+
+Only requests with a session id make sessions (a sessionless trace such as Mooncake has requests and
+tokens per second but no sessions), and the series needs one time base: a selection that mixes real
+telemetry with relative-time traces is refused, naming ``--source`` (:mod:`traceflow.store.time_base`).
+The grid has at most :data:`~traceflow.store.time_base.MAX_BUCKETS` buckets: past that the bucket
+width is coarsened (the summary's ``resolution_s`` is the width used). Arrival figures (sessions per
+minute, dispersion, sessions open) are ``null`` with a ``note`` saying why where they do not apply:
+no request has a session id, or the sessions all count time from their own zero (kv-cache-tester).
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from traceflow.store import sql
+from traceflow.store import sql, time_base
 
 if TYPE_CHECKING:
     import duckdb
@@ -27,6 +35,17 @@ if TYPE_CHECKING:
 
 DEFAULT_RESOLUTION_S = 60.0
 TOKEN_KINDS = ("cold_input", "cache_read", "cache_write", "output")
+#: Summary keys that are None ("not applicable") where arrivals do not apply (:func:`arrivals_note`).
+NOT_APPLICABLE = (
+    "new_sessions_per_min",
+    "index_of_dispersion",
+    "chi2",
+    "p_value",
+    "poisson",
+    "index_of_dispersion_within_hour",
+    "active_sessions_mean",
+    "active_sessions_peak",
+)
 
 
 def load_series(
@@ -34,13 +53,63 @@ def load_series(
     selection: Selection | None = None,
     resolution_s: float = DEFAULT_RESOLUTION_S,
 ) -> pl.DataFrame:
-    """One row per bucket of ``resolution_s`` seconds (the columns of ``queries/load.sql``)."""
+    """One row per bucket of ``resolution_s`` seconds, coarser where the selection's span would pass
+    :data:`~traceflow.store.time_base.MAX_BUCKETS` (see :func:`load_resolution`); the columns of
+    ``queries/load.sql``. UsageError when the selection mixes time bases."""
+    res = load_resolution(con, selection, resolution_s)
+    block, params = sql.selection_block(selection)
+    return sql.run(
+        con,
+        "load",
+        {**params, "resolution_s": res, "max_buckets": time_base.MAX_BUCKETS},
+        blocks={"selection": block},
+    )
+
+
+def load_resolution(
+    con: duckdb.DuckDBPyConnection, selection: Selection | None, resolution_s: float = DEFAULT_RESOLUTION_S
+) -> float:
+    """The bucket width :func:`load_series` uses: ``resolution_s``, coarsened past the bucket cap.
+    UsageError when it is not positive or when the selection mixes time bases."""
     if resolution_s <= 0:
         from traceflow.errors import UsageError
 
         raise UsageError("--resolution must be positive")
-    block, params = sql.selection_block(selection)
-    return sql.run(con, "load", {**params, "resolution_s": float(resolution_s)}, blocks={"selection": block})
+    sources = time_base.require_one(con, selection, "load")
+    return time_base.bounded_resolution(time_base.span_s(sources), resolution_s)
+
+
+def load_overview(
+    con: duckdb.DuckDBPyConnection,
+    selection: Selection | None = None,
+    resolution_s: float = DEFAULT_RESOLUTION_S,
+    command: str = "load",
+) -> pl.DataFrame:
+    """:func:`load_summary` of :func:`load_series`, with arrivals marked not applicable where they
+    are not (:func:`arrivals_note`). UsageError when the selection mixes time bases."""
+    applies, note = arrivals_note(time_base.require_one(con, selection, command))
+    return load_summary(load_series(con, selection, resolution_s), resolution_s, arrivals=applies, note=note)
+
+
+def arrivals_note(sources: Sequence[time_base.SourceSpan]) -> tuple[bool, str | None]:
+    """Whether arrival figures apply to a selection of ``sources``, and a note on what is left out.
+
+    Not when no request has a session id (every source sessionless), nor when a source's sessions
+    all start at their own zero (:data:`~traceflow.store.time_base.ALIGNED_START_SOURCES`).
+    """
+    sessionless = [s for s in sources if s.sessionless]
+    listing = ", ".join(f"{s.source}: {s.sessionless:,} requests" for s in sessionless)
+    if sources and all(s.sessionless == s.requests for s in sources):
+        return False, f"not applicable: no request in the selection has a session id ({listing})"
+    aligned = [s.source for s in sources if s.source in time_base.ALIGNED_START_SOURCES]
+    if aligned:
+        return False, (
+            f"not applicable: {', '.join(map(str, aligned))} sessions each count time from their own "
+            "start (all begin at t = 0), so their starts are not arrivals; choose other sources with --source"
+        )
+    if sessionless:
+        return True, f"requests without a session id are not counted as sessions ({listing})"
+    return True, None
 
 
 def _gamma_p(a: float, x: float) -> float:
@@ -159,11 +228,24 @@ def local_dispersion(counts: Sequence[float], window: int) -> float | None:
     return (num / dof) / (total / used)
 
 
-def load_summary(series: pl.DataFrame, resolution_s: float = DEFAULT_RESOLUTION_S) -> pl.DataFrame:
+def load_summary(
+    series: pl.DataFrame,
+    resolution_s: float = DEFAULT_RESOLUTION_S,
+    *,
+    arrivals: bool = True,
+    note: str | None = None,
+) -> pl.DataFrame:
     """One row: span, sessions, arrival rate and its dispersion test, requests/s, sessions open,
-    tokens/s by kind (mean and peak over the buckets)."""
+    tokens/s by kind (mean and peak over the buckets), and ``note``.
+
+    ``resolution_s`` is the series' bucket width (read from the series when it has two buckets or
+    more). With ``arrivals`` false (see :func:`arrivals_note`) the arrival figures are None ("not
+    applicable"), and ``sessions`` too when the series has none.
+    """
     import polars as pl
 
+    if series.height >= 2:
+        resolution_s = (series["bucket_start"][1] - series["bucket_start"][0]).total_seconds()
     counts = series["new_sessions"].to_list() if series.height else []
     disp = dispersion(counts)
     per_hour = max(2, round(3600 / resolution_s))
@@ -187,6 +269,25 @@ def load_summary(series: pl.DataFrame, resolution_s: float = DEFAULT_RESOLUTION_
         col = f"{kind}_tokens_per_s"
         row[f"{col}_mean"] = float(series[col].mean()) if series.height else None  # type: ignore[arg-type]
         row[f"{col}_peak"] = float(series[col].max()) if series.height else None  # type: ignore[arg-type]
+    if not arrivals:
+        for key in NOT_APPLICABLE:
+            row[key] = None
+        if not row["sessions"]:
+            row["sessions"] = None
+    row["note"] = note
     return pl.DataFrame(
-        [row], schema_overrides={"active_sessions_peak": pl.Int64, "requests_per_s_peak": pl.Float64}
+        [row],
+        schema_overrides={
+            "sessions": pl.Int64,
+            "new_sessions_per_min": pl.Float64,
+            "index_of_dispersion": pl.Float64,
+            "chi2": pl.Float64,
+            "p_value": pl.Float64,
+            "poisson": pl.Boolean,
+            "index_of_dispersion_within_hour": pl.Float64,
+            "active_sessions_mean": pl.Float64,
+            "active_sessions_peak": pl.Int64,
+            "requests_per_s_peak": pl.Float64,
+            "note": pl.String,
+        },
     )

@@ -6,12 +6,16 @@ of frames; :meth:`Report.as_dict` is the JSON contract, :func:`render_markdown` 
 :func:`render_text` are for people. The headline sentences answer the questions the report exists
 for: the reuse ratio, how often gaps outlive the 5-minute and 1-hour TTLs and what that costs, and
 how much KV the sessions would occupy.
+
+The time sections (arrivals and load, the KV working set) cover one time base: a selection that
+mixes real telemetry with relative-time traces has them over the real telemetry only, and
+``time_base`` (a headline sentence too) says what was left out (:mod:`traceflow.store.time_base`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from traceflow.analysis import gaps as gaps_mod
@@ -41,6 +45,9 @@ class Report:
     ttls: tuple[float, ...]
     resume_after_s: float
     kv_bytes_per_token: float | None
+    #: ``series``: the time base of the time sections (None without requests); ``sources``: each
+    #: source's time base; ``note``: what the time sections leave out, when the selection mixes them.
+    time_base: dict[str, Any] = field(default_factory=dict)
 
     def gaps_dict(self) -> dict[str, Any]:
         rows = self.gap_summary.to_dicts()
@@ -59,6 +66,7 @@ class Report:
             "sessions": _one(self.sessions),
             "load": _one(self.load),
             "working_set": self.working_set.to_dicts(),
+            "time_base": self.time_base,
             "settings": {
                 "ttls": list(self.ttls),
                 "resume_after_s": self.resume_after_s,
@@ -81,14 +89,20 @@ def build_report(
     resume_after_s: float = 900.0,
     resolution_s: float = 60.0,
 ) -> Report:
-    """Run every analysis over the selection."""
-    from traceflow.analysis.load import load_series, load_summary
+    """Run every analysis over the selection (the time sections over one time base of it:
+    :func:`traceflow.store.time_base.series_selection`)."""
+    from traceflow.analysis.load import arrivals_note, load_series, load_summary
     from traceflow.analysis.mix import token_mix
     from traceflow.analysis.sessions import session_summary
     from traceflow.analysis.ttl import ttl_list, ttl_report
     from traceflow.analysis.working_set import working_set_summary
+    from traceflow.store import time_base
 
     all_ttls = tuple(ttl_list(ttls))
+    sources = time_base.selection_sources(con, selection)
+    series_sel, series_sources, note = time_base.series_selection(selection, sources)
+    applies, arrivals = arrivals_note(series_sources)
+    bases = time_base.bases(series_sources)
     summary = gaps_mod.gap_summary(con, selection, all_ttls, histogram=True)
     return Report(
         mix=token_mix(con, selection, prices=prices),
@@ -96,11 +110,18 @@ def build_report(
         gap_histogram=gaps_mod._histogram_from_maps(summary.to_dicts()[0]),
         ttl=ttl_report(con, selection, all_ttls, prices),
         sessions=session_summary(con, selection, resume_after_s=resume_after_s),
-        load=load_summary(load_series(con, selection, resolution_s), resolution_s),
-        working_set=working_set_summary(con, selection, all_ttls, resolution_s, kv_bytes_per_token),
+        load=load_summary(
+            load_series(con, series_sel, resolution_s), resolution_s, arrivals=applies, note=arrivals
+        ),
+        working_set=working_set_summary(con, series_sel, all_ttls, resolution_s, kv_bytes_per_token),
         ttls=all_ttls,
         resume_after_s=resume_after_s,
         kv_bytes_per_token=kv_bytes_per_token,
+        time_base={
+            "series": bases[0] if bases else None,
+            "sources": {str(s.source): s.time_base for s in sources},
+            "note": note,
+        },
     )
 
 
@@ -139,9 +160,10 @@ def headline(report: Report) -> list[str]:
     if not mix.get("requests"):
         return ["No requests in the selection."]
     inputs = mix["cold_input_tokens"] + mix["cache_read_tokens"] + mix["cache_write_tokens"]
+    n_sessions = f"{sess['sessions']:,} sessions" if sess.get("sessions") is not None else "no sessions"
     lines.append(
         f"Reuse ratio {_pct(mix.get('reuse_ratio'))} of {_num(inputs)} input tokens in "
-        f"{mix['requests']:,} requests ({sess.get('sessions', 0):,} sessions); "
+        f"{mix['requests']:,} requests ({n_sessions}); "
         f"{_pct(mix.get('share_cache_read'))} of all tokens were cache reads, "
         f"{_pct(mix.get('share_cache_write'))} cache writes."
     )
@@ -187,6 +209,8 @@ def headline(report: Report) -> list[str]:
                 f"Data check: requests wrote {ratio} as much cache per request as after gaps under "
                 f"{format_duration(rows['short']['gap_to_s'])}."
             )
+    if report.time_base.get("note"):
+        lines.append(report.time_base["note"])
     for r in report.working_set.to_dicts():
         extra = ""
         if r.get("peak_bytes") is not None:
@@ -205,7 +229,9 @@ def headline(report: Report) -> list[str]:
             f"{_dur(report.resume_after_s)} idle (reloading {_num(sess['resume_reload_tokens'])} tokens)."
         )
     ld = _one(report.load)
-    if ld.get("sessions"):
+    if ld.get("new_sessions_per_min") is None and ld.get("note"):
+        lines.append(f"Arrivals: {ld['note']}.")
+    elif ld.get("sessions"):
         verdict = "consistent with Poisson" if ld.get("poisson") else "not Poisson"
         within = ld.get("index_of_dispersion_within_hour")
         within_text = f"; {within:.2f} within each hour" if within is not None else ""

@@ -7,6 +7,10 @@ context increases between consecutive requests over the turns; a *compaction* is
 more than ``compaction_drop`` (default half) of the previous request's context, or a ``compaction``
 event; a *resume* is a request after at least ``resume_after_s`` (default 15 min) idle, and its cached
 prefix (the previous context plus output) is the context that had to be reloaded.
+
+A request without a session id is not a session: the summary counts such requests apart
+(``sessionless_requests``) and, for a selection or group that has them and no session at all (a
+sessionless trace such as Mooncake), gives ``sessions`` as null ("not applicable") with a ``note``.
 """
 
 from __future__ import annotations
@@ -59,6 +63,13 @@ SUMMARY: tuple[tuple[str, str], ...] = (
 )
 
 
+#: Columns of :func:`session_summary` after :data:`SUMMARY`.
+SUMMARY_EXTRA = ("sessionless_requests", "note")
+#: The ``note`` of a summary row whose requests have no session id, and of one with some.
+NOT_APPLICABLE = "not applicable: no request has a session id (a sessionless trace)"
+SESSIONLESS_NOTE = "requests without a session id are not counted as sessions"
+
+
 def _params(
     selection: Selection | None, resume_after_s: float, compaction_drop: float
 ) -> tuple[dict[str, str], dict[str, Any]]:
@@ -99,10 +110,56 @@ def session_summary(
     resume_after_s: float = DEFAULT_RESUME_AFTER_S,
     compaction_drop: float = DEFAULT_COMPACTION_DROP,
 ) -> pl.DataFrame:
-    """The sessions in aggregate, one row or one per ``by`` group: ``by`` columns, then :data:`SUMMARY`."""
+    """The sessions in aggregate, one row or one per ``by`` group: ``by`` columns, then :data:`SUMMARY`,
+    then :data:`SUMMARY_EXTRA`."""
     keys = groups.row_keys(by, sessions=True)
     blocks, params = _params(selection, resume_after_s, compaction_drop)
     blocks["order"] = ""
     aggs = ", ".join(f"{expr} AS {name}" for name, expr in SUMMARY)
     wrap = f"SELECT {keys.select}{aggs} FROM {{q}} AS s {keys.join} {keys.group}"
-    return sql.run(con, "sessions", params, blocks=blocks, wrap=wrap)
+    frame = sql.run(con, "sessions", params, blocks=blocks, wrap=wrap)
+    return _with_sessionless(con, frame, selection, list(by))
+
+
+def _with_sessionless(
+    con: duckdb.DuckDBPyConnection,
+    frame: pl.DataFrame,
+    selection: Selection | None,
+    by: list[str],
+) -> pl.DataFrame:
+    """``frame`` with ``sessionless_requests`` and ``note``; ``sessions`` null where a group has
+    sessionless requests and no session."""
+    import polars as pl
+
+    from traceflow.store.selection import Selection
+
+    keys = groups.request_keys(by)
+    where, params = (selection or Selection()).where()
+    counts = sql.query_frame(
+        con,
+        f"SELECT {keys.select}count(*)::BIGINT AS sessionless_requests FROM requests r {keys.join}"
+        " WHERE total_tokens > 0 AND coalesce(started_at, ended_at) IS NOT NULL"
+        f" AND coalesce(parent_session_id, session_id) IS NULL AND ({where}) {keys.group}",
+        params,
+    )
+    if by:
+        frame = frame.join(counts, on=by, how="full", coalesce=True, nulls_equal=True).sort(
+            by, nulls_last=True
+        )
+    else:
+        frame = frame.with_columns(
+            pl.lit(int(counts["sessionless_requests"][0])).alias("sessionless_requests")
+        )
+    n = pl.col("sessionless_requests").fill_null(0)
+    none = n.gt(0) & pl.col("sessions").fill_null(0).eq(0)
+    return frame.with_columns(
+        n.cast(pl.Int64).alias("sessionless_requests"),
+        pl.when(none).then(None).otherwise(pl.col("sessions")).alias("sessions"),
+        pl.when(none)
+        .then(pl.lit(NOT_APPLICABLE))
+        .when(n.gt(0))
+        .then(pl.lit(SESSIONLESS_NOTE))
+        .otherwise(None)
+        .cast(pl.String)
+        .alias("note"),
+    )

@@ -7,6 +7,10 @@ bucket (default a minute), the average over the bucket and the value at its end;
 percentiles are taken over the bucket averages from the first request to the last expiry (use a
 finer ``resolution_s`` for sharper peaks). Times ``kv_bytes_per_token`` (KV_TIER_SIZING §1: e.g.
 126,976 B for MiniMax-M2 at FP8) it is the memory a tier must hold.
+
+The series needs one time base (a selection that mixes real telemetry with relative-time traces is
+refused, naming ``--source``) and has at most :data:`~traceflow.store.time_base.MAX_BUCKETS` buckets:
+past that the bucket width is coarsened, and the summary's ``resolution_s`` is the width used.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from traceflow.store import sql
+from traceflow.store import sql, time_base
 from traceflow.units import format_duration
 
 if TYPE_CHECKING:
@@ -63,11 +67,12 @@ def working_set_series(
         raise UsageError("the TTL and --resolution must be positive")
     if kv_bytes_per_token is not None and kv_bytes_per_token <= 0:
         raise UsageError("--kv-bytes-per-token must be positive")
+    res = working_set_resolution(con, selection, ttl_s, resolution_s)
     block, params = sql.selection_block(selection)
     frame = sql.run(
         con,
         "working_set",
-        {**params, "ttl_s": float(ttl_s), "resolution_s": float(resolution_s)},
+        {**params, "ttl_s": float(ttl_s), "resolution_s": res, "max_buckets": time_base.MAX_BUCKETS},
         blocks={"selection": block},
     )
     # Sums of +/- deltas: round away float noise (the values are whole tokens at bucket ends).
@@ -82,10 +87,25 @@ def working_set_series(
     return frame
 
 
+def working_set_resolution(
+    con: duckdb.DuckDBPyConnection,
+    selection: Selection | None,
+    ttl_s: float = DEFAULT_TTL_S,
+    resolution_s: float = DEFAULT_RESOLUTION_S,
+) -> float:
+    """The bucket width :func:`working_set_series` uses: ``resolution_s``, coarsened where the span
+    (to the last expiry) would pass the bucket cap. UsageError when the selection mixes time bases."""
+    sources = time_base.require_one(con, selection, "working-set")
+    return time_base.bounded_resolution(time_base.span_s(sources) + ttl_s, resolution_s)
+
+
 def summarise(
     series: pl.DataFrame, ttl_s: float, resolution_s: float, kv_bytes_per_token: float | None = None
 ) -> dict[str, Any]:
-    """Peak (and when), p95, p50 and mean of a series from :func:`working_set_series`."""
+    """Peak (and when), p95, p50 and mean of a series from :func:`working_set_series` (its bucket
+    width is read from the series when it has two buckets or more)."""
+    if series.height >= 2:
+        resolution_s = (series["bucket_start"][1] - series["bucket_start"][0]).total_seconds()
     out: dict[str, Any] = {
         "ttl_s": float(ttl_s),
         "ttl": format_duration(ttl_s),

@@ -93,6 +93,18 @@ def _sections(sections: list[tuple[str, Rows | pl.DataFrame]], fmt: str) -> None
     typer.echo("\n".join(out).rstrip("\n"))
 
 
+def _coarsened(asked: float, used: float) -> None:
+    """Say on stderr when the time grid's buckets were made coarser than ``--resolution``."""
+    if used != asked:
+        from traceflow.store.time_base import MAX_BUCKETS
+
+        typer.echo(
+            f"note: --resolution {format_duration(asked)} would make more than {MAX_BUCKETS:,} buckets "
+            f"over this selection; using {format_duration(used)} buckets",
+            err=True,
+        )
+
+
 def _transpose(row: dict[str, Any]) -> Rows:
     from traceflow.output import Rows
 
@@ -295,15 +307,16 @@ def load(
 ) -> None:
     """Arrivals and load: new sessions per minute and whether they are Poisson (index of
     dispersion), requests/s, sessions open at once, tokens/s by kind."""
-    from traceflow.analysis.load import load_series, load_summary
+    from traceflow.analysis.load import load_overview, load_resolution, load_series
 
     check_format(fmt)
     res = parse_duration(resolution, "--resolution")
-    frame = load_series(_connect(data), selection, res)
+    con = _connect(data)
+    _coarsened(res, load_resolution(con, selection, res))
     if series:
-        _print(frame, fmt)
+        _print(load_series(con, selection, res), fmt)
         return
-    summary = load_summary(frame, res)
+    summary = load_overview(con, selection, res)
     if fmt in ("table", "markdown"):
         _print(_transpose(summary.to_dicts()[0]), fmt)
         return
@@ -325,12 +338,18 @@ def working_set(
 ) -> None:
     """The live KV working set for a TTL (default 5m): context held by sessions idle for less than
     the TTL, over time; peak, p95, mean (tokens, and bytes with --kv-bytes-per-token)."""
-    from traceflow.analysis.working_set import DEFAULT_TTL_S, working_set_series, working_set_summary
+    from traceflow.analysis.working_set import (
+        DEFAULT_TTL_S,
+        working_set_resolution,
+        working_set_series,
+        working_set_summary,
+    )
 
     check_format(fmt)
     ttls = _ttls(ttl, (DEFAULT_TTL_S,))
     res = parse_duration(resolution, "--resolution")
     con = _connect(data)
+    _coarsened(res, working_set_resolution(con, selection, max(ttls), res))
     if series:
         _print(working_set_series(con, selection, ttls[0], res, kv_bytes_per_token), fmt)
         return

@@ -19,6 +19,9 @@ counts, block size, speedup, statistics and the command lines that replay it.
 
 ``--speedup k`` divides arrival times, delays and think times by ``k`` (server times are kept);
 ``--limit N`` keeps the first ``N`` requests in arrival order (sessions cut at the end).
+
+A selection that mixes real telemetry with relative-time traces (:mod:`traceflow.store.time_base`)
+is refused with a message naming ``--source``: one trace has one clock.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from traceflow.replay.mooncake import write_mooncake
 from traceflow.replay.prefix import PrefixOptions, derive
 from traceflow.replay.requests import load_requests
 from traceflow.replay.writing import atomic_write
+from traceflow.store import time_base
 
 if TYPE_CHECKING:
     import duckdb
@@ -101,6 +105,8 @@ def export(
             con.execute("SET enable_progress_bar = false")
         else:
             con = source
+        # a trace has one clock: never real telemetry and relative-time traces on one 56-year axis
+        time_base.require_one(con, selection, "export")
         frame = load_requests(
             con, selection, extras=fmt == "kvcache-tester", limit=limit, keys=fmt == "mooncake"
         )

@@ -1,0 +1,190 @@
+"""Time bases: real telemetry beside public traces whose times are relative (DESIGN §2).
+
+Every source has a *time base*. Agent telemetry and the Azure trace carry absolute UTC times
+(``absolute``). The public traces that count time from their own start (Mooncake, kv-cache-tester,
+Bailian, BurstGPT: :data:`RELATIVE_SOURCES`) are stored as offsets from 1970-01-01T00:00:00Z
+(``relative``; :data:`traceflow.importers.traces.RELATIVE_EPOCH_US`). The time base follows from the
+``source`` column, so a lake needs no extra column and old lakes need no migration.
+
+An analysis over time (``load``, ``working-set``, ``export``, the report's time series) never puts
+both on one axis: the one-axis analyses refuse a selection that mixes them, naming ``--source``
+(:func:`require_one`); the report keeps its time sections to one base and says which
+(:func:`series_selection`). And whatever the selection spans, a time grid has at most
+:data:`MAX_BUCKETS` buckets: :func:`grid_resolution` coarsens the bucket width past that.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from traceflow.errors import UsageError
+
+if TYPE_CHECKING:
+    import duckdb
+
+    from traceflow.store.selection import Selection
+
+ABSOLUTE = "absolute"
+RELATIVE = "relative"
+#: Sources whose times are offsets from the trace's start, stored from 1970-01-01 UTC.
+RELATIVE_SOURCES = frozenset({"mooncake", "kvcache-tester", "bailian", "burstgpt"})
+#: Sources whose sessions each count time from their own zero (every session starts at t = 0), so
+#: session starts are not arrivals: an arrival rate or Poisson test over them means nothing.
+ALIGNED_START_SOURCES = frozenset({"kvcache-tester"})
+#: The most buckets an analysis's time grid gets (69 days at one minute); coarser past that.
+MAX_BUCKETS = 100_000
+#: Bucket widths a coarsened grid takes (seconds); past a day, whole days.
+NICE_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
+
+
+def time_base(source: str | None) -> str:
+    """``relative`` for the sources in :data:`RELATIVE_SOURCES`, else ``absolute``.
+
+    >>> time_base("mooncake"), time_base("claude-code-jsonl")
+    ('relative', 'absolute')
+    """
+    return RELATIVE if source in RELATIVE_SOURCES else ABSOLUTE
+
+
+@dataclass(frozen=True)
+class SourceSpan:
+    """One source of a selection: its requests (with tokens), those without a session id, and the
+    first start and last end (epoch seconds)."""
+
+    source: str | None
+    requests: int
+    sessionless: int
+    first_s: float
+    last_s: float
+
+    @property
+    def time_base(self) -> str:
+        return time_base(self.source)
+
+
+def selection_sources(con: duckdb.DuckDBPyConnection, selection: Selection | None) -> list[SourceSpan]:
+    """The sources of the requests with tokens in ``selection``, most requests first (one scan)."""
+    from traceflow.store.selection import Selection
+
+    where, params = (selection or Selection()).where()
+    rows = con.execute(
+        "SELECT source, count(*)::BIGINT,"
+        " count(*) FILTER (WHERE coalesce(parent_session_id, session_id) IS NULL)::BIGINT,"
+        " epoch(min(coalesce(started_at, ended_at)))::DOUBLE,"
+        " epoch(max(coalesce(ended_at, started_at)))::DOUBLE"
+        f" FROM requests WHERE total_tokens > 0 AND coalesce(started_at, ended_at) IS NOT NULL AND ({where})"
+        " GROUP BY source ORDER BY 2 DESC, 1",
+        params,
+    ).fetchall()
+    return [SourceSpan(r[0], int(r[1]), int(r[2]), float(r[3]), float(r[4])) for r in rows]
+
+
+def bases(sources: Sequence[SourceSpan]) -> list[str]:
+    """The time bases among ``sources``: absolute first."""
+    return [b for b in (ABSOLUTE, RELATIVE) if any(s.time_base == b for s in sources)]
+
+
+def _listing(sources: Sequence[SourceSpan]) -> str:
+    return ", ".join(f"{s.source or '(none)'}: {s.requests:,} requests" for s in sources)
+
+
+def mixed_message(sources: Sequence[SourceSpan], command: str) -> str:
+    """Why ``command`` refuses a selection of both time bases, and how to choose one."""
+    absolute = [s for s in sources if s.time_base == ABSOLUTE]
+    relative = [s for s in sources if s.time_base == RELATIVE]
+
+    def opts(group: list[SourceSpan]) -> str:
+        return " ".join(f"--source {s.source}" for s in group if s.source)
+
+    return (
+        f"traceflow {command}: the selection mixes real telemetry with absolute times ({_listing(absolute)}) "
+        f"and public traces with relative times, counted from 1970-01-01 ({_listing(relative)}); their "
+        f"times cannot share one axis. Choose one time base with --source: {opts(absolute)}, or "
+        f"{opts(relative)}."
+    )
+
+
+def require_one(
+    con: duckdb.DuckDBPyConnection, selection: Selection | None, command: str
+) -> list[SourceSpan]:
+    """The selection's sources; UsageError (naming ``--source``) when they mix time bases."""
+    sources = selection_sources(con, selection)
+    if len(bases(sources)) > 1:
+        raise UsageError(mixed_message(sources, command))
+    return sources
+
+
+def series_selection(
+    selection: Selection | None, sources: Sequence[SourceSpan]
+) -> tuple[Selection, list[SourceSpan], str | None]:
+    """The part of ``selection`` a report draws over time: all of it when it has one time base, else
+    its real telemetry (absolute times); the sources kept and a note naming what was left out."""
+    from traceflow.store.selection import Selection
+
+    sel = selection or Selection()
+    if len(bases(sources)) < 2:
+        return sel, list(sources), None
+    kept = [s for s in sources if s.time_base == ABSOLUTE]
+    left = [s for s in sources if s.time_base == RELATIVE]
+    note = (
+        "The selection mixes time bases: arrivals, load, the KV working set and the time charts cover "
+        f"the real telemetry ({_listing(kept)}); the relative-time traces ({_listing(left)}) are left "
+        f"out of them (report them with {' '.join(f'--source {s.source}' for s in left if s.source)})."
+    )
+    names = tuple(s.source for s in kept if s.source is not None)
+    return dataclasses.replace(sel, sources=names), kept, note
+
+
+def span_s(sources: Sequence[SourceSpan]) -> float:
+    """Seconds from the first start to the last end over ``sources`` (0 when there are none)."""
+    if not sources:
+        return 0.0
+    return max(s.last_s for s in sources) - min(s.first_s for s in sources)
+
+
+def bounded_resolution(span: float, resolution_s: float, max_buckets: int = MAX_BUCKETS) -> float:
+    """``resolution_s``, or the smallest "nice" width above it that keeps a grid over ``span``
+    seconds within ``max_buckets`` buckets (a grid's ends add up to two partial buckets).
+
+    >>> bounded_resolution(3600, 60), bounded_resolution(56 * 365 * 86400, 60)
+    (60.0, 21600.0)
+    """
+    res = float(resolution_s)
+    room = max(1, max_buckets - 2)
+    if span / res <= room:
+        return res
+    for nice in NICE_S:
+        if nice > res and span / nice <= room:
+            return float(nice)
+    return float(math.ceil(span / room / 86400) * 86400)
+
+
+def grid_resolution(
+    con: duckdb.DuckDBPyConnection,
+    selection: Selection | None,
+    resolution_s: float,
+    *,
+    pad_s: float = 0.0,
+    max_buckets: int = MAX_BUCKETS,
+) -> float:
+    """The bucket width an analysis over ``selection`` uses: ``resolution_s`` unless its grid (the
+    selection's span plus ``pad_s``, e.g. a TTL) would pass ``max_buckets``."""
+    return bounded_resolution(span_s(selection_sources(con, selection)) + pad_s, resolution_s, max_buckets)
+
+
+def offset_label(value: dt.datetime) -> str:
+    """A relative time as its offset from the trace's start: ``+2 h``, ``+35 min``, ``+12 s``.
+
+    >>> offset_label(dt.datetime(1970, 1, 1, 2, tzinfo=dt.UTC))
+    '+2 h'
+    """
+    seconds = (value - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)).total_seconds()
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if abs(seconds) >= size:
+            return f"+{seconds / size:.3g} {unit}"
+    return f"+{seconds:.3g} s"
