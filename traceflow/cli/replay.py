@@ -295,7 +295,7 @@ def synth(
         return
     from traceflow.replay.synth_trace import write_lake
 
-    lake = open_lake(data)
+    lake = open_lake(data, create=True)
     written = write_lake(trace, lake)
     _echo({**summary, "written_to": str(lake.root), "source": "synthetic", "rows": written}, fmt)
 
