@@ -36,11 +36,6 @@ MAX_SESSIONS = 24
 MAX_POINTS = 240
 #: Requests fed to the hit-ratio sweep (the most recent).
 MAX_SWEEP_REQUESTS = 20_000
-#: SSD array assumed for the drive-writes-per-day chart.
-SSD_DRIVES = 8
-SSD_DRIVE_BYTES = 7.68e12
-SSD_RAID = "raid10"
-SSD_RATED_DWPD = 1.0
 
 _NICE_S = (60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
 
@@ -230,10 +225,11 @@ GROUP BY b ORDER BY b
 def dwpd_frame(
     con: duckdb.DuckDBPyConnection, where: str, params: list[Any], kv_bytes_per_token: float
 ) -> pl.DataFrame:
-    """Per UTC day: the cache writes as KV bytes, as drive writes per day of the assumed SSD array."""
+    """Per UTC day: the cache writes as KV bytes, as drive writes per day of the assumed SSD array
+    (:data:`traceflow.kv.sizing.DEFAULT_SSD`, the defaults of ``traceflow size``)."""
     import polars as pl
 
-    from traceflow.kv.sizing import dwpd
+    from traceflow.kv.sizing import DEFAULT_SSD, dwpd
     from traceflow.store.sql import query_frame
 
     sql = f"""
@@ -255,8 +251,10 @@ GROUP BY day ORDER BY day
         rows.append(
             {
                 "day": r["day"],
-                "dwpd": dwpd(rate, SSD_DRIVES, SSD_DRIVE_BYTES, SSD_RAID),
-                "rated_dwpd": SSD_RATED_DWPD,
+                "dwpd": dwpd(
+                    rate, DEFAULT_SSD.drives, DEFAULT_SSD.drive_bytes, DEFAULT_SSD.raid, DEFAULT_SSD.waf
+                ),
+                "rated_dwpd": DEFAULT_SSD.rated_dwpd,
             }
         )
     return pl.DataFrame(rows)
