@@ -47,3 +47,16 @@ def test_one_script_installs_the_outside_tools_and_the_readme_says_what_skips_wi
     for test_file in ("test_claude_code_e2e.py", "test_aiperf_consumer.py", "test_report_browser.py"):
         assert f"tests/{test_file}" in setup and (REPO / "tests" / test_file).exists()
     assert "skips" in setup and "never skips" in setup
+
+
+def test_every_help_starts_with_a_whole_sentence() -> None:
+    """`traceflow --help` lists each command by its first line: one whole sentence, never cut mid-way."""
+    register_all()
+    group = typer.main.get_command(app)
+    assert group.help and "\n" not in group.help.strip() and group.help.strip().endswith(".")
+    bad = {}
+    for name, command in group.commands.items():  # type: ignore[attr-defined]
+        first = (command.help or "").strip().split("\n\n")[0]
+        if not first or "\n" in first or not first.endswith(".") or not first[0].isupper():
+            bad[name] = first
+    assert bad == {}
