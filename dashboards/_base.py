@@ -27,6 +27,15 @@ KIND_COLORS = alt.Scale(
 )
 
 
+def utc_axis(**kwargs: Any) -> alt.Axis:
+    """A time axis in UTC with 24-hour labels: ``HH:MM``, and the date (``Mon DD``) at midnight."""
+    expr = (
+        "utchours(datum.value) == 0 && utcminutes(datum.value) == 0"
+        " ? utcFormat(datum.value, '%b %d') : utcFormat(datum.value, '%H:%M')"
+    )
+    return alt.Axis(labelExpr=expr, labelOverlap=True, **kwargs)
+
+
 def _plain(value: Any) -> Any:
     if isinstance(value, dt.datetime):
         if value.tzinfo is None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import altair as alt
 
-from traceflow.dashboards._base import HEIGHT, WIDTH, data, is_empty, no_data, top
+from traceflow.dashboards._base import HEIGHT, WIDTH, data, is_empty, no_data, top, utc_axis
 
 if TYPE_CHECKING:
     import polars as pl
@@ -21,7 +21,7 @@ def chart(frame: pl.DataFrame) -> alt.TopLevelMixin:
     if is_empty(frame, "bucket_start", "active_sessions"):
         return no_data(TITLE)
     base = alt.Chart(data(frame)).encode(
-        x=alt.X("bucket_start:T", title="time (UTC)", scale=alt.Scale(type="utc"))
+        x=alt.X("bucket_start:T", title="time (UTC)", scale=alt.Scale(type="utc"), axis=utc_axis())
     )
     active = base.mark_area(interpolate="step-after", color="#4c78a8", opacity=0.5, line=True).encode(
         y=alt.Y("active_sessions:Q", title="sessions open / new per bucket"),

@@ -37,6 +37,9 @@ MAX_POINTS = 240
 #: Requests fed to the hit-ratio sweep (the most recent).
 MAX_SWEEP_REQUESTS = 20_000
 
+#: The label of a group whose value (model, agent, ...) is missing or blank.
+UNKNOWN = "(unknown)"
+
 _NICE_S = (60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
 
 
@@ -74,7 +77,14 @@ def _top_groups(frame: pl.DataFrame, key: str, limit: int = MAX_GROUPS) -> pl.Da
     import polars as pl
 
     kinds = ["cold_input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens"]
-    frame = frame.with_columns(pl.col(key).cast(pl.String).fill_null("(none)").alias("group"))
+    # a missing or blank model (agent, ...) is shown as "(unknown)", not as an empty row label
+    name = pl.col(key).cast(pl.String)
+    frame = frame.with_columns(
+        pl.when(name.is_null() | (name.str.strip_chars() == ""))
+        .then(pl.lit(UNKNOWN))
+        .otherwise(name)
+        .alias("group")
+    )
     if frame.height > limit:
         ranked = frame.sort("total_tokens", descending=True)
         keep = ranked.head(limit - 1)

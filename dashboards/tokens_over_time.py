@@ -19,6 +19,7 @@ from traceflow.dashboards._base import (
     is_empty,
     no_data,
     top,
+    utc_axis,
 )
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ def chart(frame: pl.DataFrame) -> alt.TopLevelMixin:
         alt.Chart(data(frame))
         .mark_area(interpolate="step-after")
         .encode(
-            x=alt.X("bucket_start:T", title="time (UTC)", scale=alt.Scale(type="utc")),
+            x=alt.X("bucket_start:T", title="time (UTC)", scale=alt.Scale(type="utc"), axis=utc_axis()),
             y=alt.Y("tokens_per_s:Q", stack="zero", title="tokens / s"),
             color=alt.Color("kind:N", scale=KIND_COLORS, title="kind"),
             order=alt.Order("order:Q"),

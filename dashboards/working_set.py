@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import altair as alt
 
-from traceflow.dashboards._base import HEIGHT, WIDTH, data, is_empty, no_data, top
+from traceflow.dashboards._base import HEIGHT, WIDTH, data, is_empty, no_data, top, utc_axis
 
 if TYPE_CHECKING:
     import polars as pl
@@ -33,7 +33,7 @@ def chart(frame: pl.DataFrame) -> alt.TopLevelMixin:
     return top(
         base.mark_line(interpolate="step-after")
         .encode(
-            x=alt.X("bucket_start:T", title="time (UTC)", scale=alt.Scale(type="utc")),
+            x=alt.X("bucket_start:T", title="time (UTC)", scale=alt.Scale(type="utc"), axis=utc_axis()),
             y=y,
             color=alt.Color("ttl:N", title="TTL"),
             tooltip=["bucket_start:T", "ttl:N", alt.Tooltip("tokens:Q", format=",.0f")]
