@@ -27,6 +27,15 @@ KIND_COLORS = alt.Scale(
 )
 
 
+def utc_axis(**kwargs: Any) -> alt.Axis:
+    """A time axis in UTC with 24-hour labels: ``HH:MM``, and the date (``Mon DD``) at midnight."""
+    expr = (
+        "utchours(datum.value) == 0 && utcminutes(datum.value) == 0"
+        " ? utcFormat(datum.value, '%b %d') : utcFormat(datum.value, '%H:%M')"
+    )
+    return alt.Axis(labelExpr=expr, labelOverlap=True, **kwargs)
+
+
 def _plain(value: Any) -> Any:
     if isinstance(value, dt.datetime):
         if value.tzinfo is None:
@@ -73,7 +82,8 @@ def time_axis(frame: pl.DataFrame, field: str = "bucket_start") -> tuple[pl.Data
 
     last = frame[field].max()
     if not isinstance(last, dt.datetime) or last.replace(tzinfo=last.tzinfo or dt.UTC) >= RELATIVE_BEFORE:
-        return frame, alt.X(f"{field}:T", title="time (UTC)", scale=alt.Scale(type="utc")), f"{field}:T"
+        x = alt.X(f"{field}:T", title="time (UTC)", scale=alt.Scale(type="utc"), axis=utc_axis())
+        return frame, x, f"{field}:T"
     seconds = (
         last.replace(tzinfo=last.tzinfo or dt.UTC) - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
     ).total_seconds()

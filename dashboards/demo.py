@@ -8,6 +8,7 @@ only when it runs.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import re
 import shutil
@@ -203,14 +204,20 @@ def import_examples(lake: Lake, folder: Path) -> list[tuple[str, str, int]]:
     return done
 
 
+#: The report's file name, beside the demo's lake unless ``--out`` names another place.
+REPORT_NAME = "traceflow-demo.html"
+
+
 @dataclass
 class DemoResult:
     """What :func:`run_demo` made: the report's ``write_report`` summary, the token mix per agent over
-    the whole lake, and the data directory (None when it was a temporary one, removed since)."""
+    the whole lake, the data directory (None when it was a temporary one, removed since) and where the
+    HTML report is."""
 
     written: dict[str, Any]
     by_agent: Rows
     data: Path | None
+    html: Path
 
 
 def _no_progress(text: str) -> None:
@@ -220,7 +227,7 @@ def _no_progress(text: str) -> None:
 def run_demo(
     data: Path | None = None,
     *,
-    html: Path,
+    html: Path | None = None,
     png: Path | None = None,
     svg: Path | None = None,
     minutes: float = 40.0,
@@ -232,6 +239,10 @@ def run_demo(
     bar: Callable[[int, int, str], None] | None = None,
 ) -> DemoResult:
     """Run the demo into the lake in ``data`` (a temporary one, removed after, when None).
+
+    The report goes to ``html``, else to ``traceflow-demo.html`` beside the lake: inside ``data``, or
+    in the temporary folder that held the temporary lake (which is kept for it). Never into the
+    current directory unless asked.
 
     ``step`` receives one line per stage; ``bar`` (done, total, label) the progress of the stream.
     """
@@ -257,6 +268,9 @@ def run_demo(
     if data is None:
         temp = Path(tempfile.mkdtemp(prefix="traceflow-demo-"))
         data = temp / "data"
+    if html is None:
+        html = (temp if temp is not None else data) / REPORT_NAME
+    html = html.expanduser().absolute()
     lake = Lake(data)
     try:
         step(f"starting a collector on free loopback ports (data {data})")
@@ -308,5 +322,7 @@ def run_demo(
         by_agent = token_mix_rows(lake.connect(["requests"]), None, ["agent"])
     finally:
         if temp is not None:
-            shutil.rmtree(temp, ignore_errors=True)
-    return DemoResult(written, by_agent, None if temp is not None else data)
+            shutil.rmtree(data, ignore_errors=True)  # the temporary lake; the report beside it stays
+            with contextlib.suppress(OSError):
+                temp.rmdir()  # empty when the report went elsewhere (--out)
+    return DemoResult(written, by_agent, None if temp is not None else data, html)

@@ -326,7 +326,7 @@ def _describe(selection: Selection | None) -> str:
 
 
 def _notes(data: ReportData, given_kv: bool) -> list[str]:
-    from traceflow.dashboards.report_data import SSD_DRIVE_BYTES, SSD_DRIVES, SSD_RAID, SSD_RATED_DWPD
+    from traceflow.kv.sizing import DEFAULT_SSD as SSD
 
     kv = f"{data.kv_bytes_per_token:,.0f} B of KV per token"
     notes = [
@@ -334,8 +334,9 @@ def _notes(data: ReportData, given_kv: bool) -> list[str]:
         + (f" and start at {data.series_since:%Y-%m-%d %H:%M} UTC." if data.series_since else "."),
         f"Byte figures assume {kv}"
         + ("." if given_kv else " (MiniMax-M2 at FP8; pass kv_bytes_per_token for your model)."),
-        f"The SSD chart assumes {SSD_DRIVES} drives of {SSD_DRIVE_BYTES / 1e12:g} TB in {SSD_RAID}, "
-        f"rated {SSD_RATED_DWPD:g} DWPD; a partial day is scaled to a full day at its observed rate.",
+        f"The SSD chart assumes {SSD.drives} drives of {SSD.drive_bytes / 1e12:g} TB in {SSD.raid}, "
+        f"rated {SSD.rated_dwpd:g} DWPD (the defaults of `traceflow size`); a partial day is scaled to "
+        "a full day at its observed rate.",
         "The TTL what-if prices tokens with the built-in price list (see `traceflow ttl --help`).",
     ]
     return notes

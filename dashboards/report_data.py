@@ -36,11 +36,9 @@ MAX_SESSIONS = 24
 MAX_POINTS = 240
 #: Requests fed to the hit-ratio sweep (the most recent).
 MAX_SWEEP_REQUESTS = 20_000
-#: SSD array assumed for the drive-writes-per-day chart.
-SSD_DRIVES = 8
-SSD_DRIVE_BYTES = 7.68e12
-SSD_RAID = "raid10"
-SSD_RATED_DWPD = 1.0
+
+#: The label of a group whose value (model, agent, ...) is missing or blank.
+UNKNOWN = "(unknown)"
 
 _NICE_S = (60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
 
@@ -82,7 +80,14 @@ def _top_groups(frame: pl.DataFrame, key: str, limit: int = MAX_GROUPS) -> pl.Da
     import polars as pl
 
     kinds = ["cold_input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens"]
-    frame = frame.with_columns(pl.col(key).cast(pl.String).fill_null("(none)").alias("group"))
+    # a missing or blank model (agent, ...) is shown as "(unknown)", not as an empty row label
+    name = pl.col(key).cast(pl.String)
+    frame = frame.with_columns(
+        pl.when(name.is_null() | (name.str.strip_chars() == ""))
+        .then(pl.lit(UNKNOWN))
+        .otherwise(name)
+        .alias("group")
+    )
     if frame.height > limit:
         ranked = frame.sort("total_tokens", descending=True)
         keep = ranked.head(limit - 1)
@@ -233,10 +238,11 @@ GROUP BY b ORDER BY b
 def dwpd_frame(
     con: duckdb.DuckDBPyConnection, where: str, params: list[Any], kv_bytes_per_token: float
 ) -> pl.DataFrame:
-    """Per UTC day: the cache writes as KV bytes, as drive writes per day of the assumed SSD array."""
+    """Per UTC day: the cache writes as KV bytes, as drive writes per day of the assumed SSD array
+    (:data:`traceflow.kv.sizing.DEFAULT_SSD`, the defaults of ``traceflow size``)."""
     import polars as pl
 
-    from traceflow.kv.sizing import dwpd
+    from traceflow.kv.sizing import DEFAULT_SSD, dwpd
     from traceflow.store.sql import query_frame
 
     sql = f"""
@@ -258,8 +264,10 @@ GROUP BY day ORDER BY day
         rows.append(
             {
                 "day": r["day"],
-                "dwpd": dwpd(rate, SSD_DRIVES, SSD_DRIVE_BYTES, SSD_RAID),
-                "rated_dwpd": SSD_RATED_DWPD,
+                "dwpd": dwpd(
+                    rate, DEFAULT_SSD.drives, DEFAULT_SSD.drive_bytes, DEFAULT_SSD.raid, DEFAULT_SSD.waf
+                ),
+                "rated_dwpd": DEFAULT_SSD.rated_dwpd,
             }
         )
     return pl.DataFrame(rows)

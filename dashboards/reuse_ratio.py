@@ -31,7 +31,9 @@ def chart(frame: pl.DataFrame) -> alt.TopLevelMixin:
                 axis=alt.Axis(format="%"),
             ),
             x2="hi:Q",
-            y=alt.Y("sessions:Q", title="sessions"),
+            # bars from zero: y alone with x/x2 would draw thin strips at each count
+            y=alt.Y("sessions:Q", title="sessions", scale=alt.Scale(zero=True)),
+            y2=alt.datum(0),
             tooltip=[
                 alt.Tooltip("lo:Q", format=".0%", title="from"),
                 alt.Tooltip("hi:Q", format=".0%", title="to"),

@@ -24,9 +24,16 @@ def chart(frame: pl.DataFrame) -> alt.TopLevelMixin:
         alt.Chart(data(frame))
         .mark_bar(color="#72b7b2", stroke="white", strokeWidth=0.5)
         .encode(
-            x=alt.X("lo_ms:Q", scale=alt.Scale(type="log"), title="time to first token (ms, log)"),
+            x=alt.X(
+                "lo_ms:Q",
+                scale=alt.Scale(type="log"),
+                title="time to first token (ms, log)",
+                axis=alt.Axis(format="~s", labelOverlap="greedy", labelSeparation=6, labelFlush=True),
+            ),
             x2="hi_ms:Q",
-            y=alt.Y("requests:Q", title="requests"),
+            # bars from zero: y alone with x/x2 would draw thin strips at each count
+            y=alt.Y("requests:Q", title="requests", scale=alt.Scale(zero=True)),
+            y2=alt.datum(0),
             tooltip=[
                 alt.Tooltip("lo_ms:Q", format=",.0f", title="from ms"),
                 alt.Tooltip("hi_ms:Q", format=",.0f", title="to ms"),

@@ -66,7 +66,10 @@ def testdata() -> Path:
 
 @pytest.fixture
 def lake(tmp_path: Path) -> Lake:
-    return Lake(tmp_path / "data")
+    """An empty lake (its directory exists: read commands refuse a --data that does not)."""
+    lake = Lake(tmp_path / "data")
+    lake.ensure()
+    return lake
 
 
 @pytest.fixture

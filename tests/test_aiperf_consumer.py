@@ -40,6 +40,10 @@ def _aiperf_python() -> str | None:
     env = os.environ.get("TRACEFLOW_AIPERF_PYTHON")
     if env:
         return env
+    # where scripts/install_aiperf.sh (and scripts/install_test_tools.sh) put it by default
+    venv = Path(__file__).resolve().parents[1] / ".ci" / "cache" / "aiperf-venv" / "bin" / "python"
+    if venv.exists():
+        return str(venv)
     try:
         import aiperf  # noqa: F401
 

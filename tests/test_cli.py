@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import TESTDATA
 from traceflow.analysis.mix import COLUMNS, SAVINGS
 from traceflow.store.lake import Lake
 
@@ -191,7 +192,8 @@ def test_console_script_and_module_entry_point(filled: Lake) -> None:
 def test_console_script_exit_codes(tmp_path: Path) -> None:
     env = {**os.environ, "TRACEFLOW_DATA": str(tmp_path / "data")}
     bad = tmp_path / "bad.jsonl"
-    bad.write_text("garbage\n")
+    good = (TESTDATA / "agent-examples" / "claude-transcript.jsonl").read_text()
+    bad.write_text(good + "garbage\n")  # a bad line among good ones: skipped, exit 3
     run = subprocess.run(
         [sys.executable, "-m", "traceflow", "import", "claude-code", str(bad)],
         capture_output=True,
@@ -199,7 +201,17 @@ def test_console_script_exit_codes(tmp_path: Path) -> None:
         env=env,
     )
     assert run.returncode == 3, run.stderr
-    assert f"{bad}:1:" in run.stderr
+    assert f"{bad}:{good.count(chr(10)) + 1}:" in run.stderr
+    garbage = tmp_path / "garbage.jsonl"
+    garbage.write_text("garbage\n")  # nothing but bad lines: not a transcript at all, exit 2
+    run = subprocess.run(
+        [sys.executable, "-m", "traceflow", "import", "claude-code", str(garbage)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert run.returncode == 2, run.stderr
+    assert f"{garbage}:1:" in run.stderr and "Traceback" not in run.stderr
     refused = subprocess.run(
         [sys.executable, "-m", "traceflow", "serve", "--host", "0.0.0.0"],
         capture_output=True,

@@ -4,6 +4,7 @@ bundled examples, the analyses) and its report holds every chart."""
 from __future__ import annotations
 
 import re
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -39,3 +40,25 @@ def test_demo_writes_a_report_with_every_chart(
     assert sources.get("otlp", 0) > 100
     if examples_dir() is not None:
         assert len(sources) >= 2
+
+
+def test_demo_writes_its_report_beside_its_lake_and_says_where(
+    cli: Callable[..., tuple[int, str, str]], lake: Lake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without --out the report goes beside the lake, never into the current directory."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    args = ("demo", "--minutes", "5", "--stream-seconds", "1", "--quiet", "--no-examples")
+    code, out, err = cli(*args)  # --data: the report goes into the lake's folder
+    assert code == 0, err
+    assert list(cwd.iterdir()) == []
+    report = lake.root / "traceflow-demo.html"
+    assert report.is_file() and f"HTML report: {report} " in out
+    code, out, err = cli(*args, data=False)  # a temporary lake: removed, the report beside it kept
+    assert code == 0, err
+    assert list(cwd.iterdir()) == []
+    shown = Path(re.search(r"HTML report: (\S+) ", out).group(1))  # type: ignore[union-attr]
+    assert shown.is_file() and shown.name == "traceflow-demo.html" and shown.is_absolute()
+    assert sorted(p.name for p in shown.parent.iterdir()) == ["traceflow-demo.html"]
+    shutil.rmtree(shown.parent)

@@ -41,9 +41,16 @@ def _lake(tmp_path: Path) -> Lake:
 
     from traceflow.replay.synth import generate, preset
 
-    trace = generate(preset("agentic-coding"), 900, seed=7)
+    import datetime as dt
+
+    start = dt.datetime(2026, 8, 1, 15, 50, tzinfo=dt.UTC)  # absolute UTC times: the axes show 24-hour clock
+    trace = generate(preset("agentic-coding"), 900, seed=7, start_us=int(start.timestamp()) * 1_000_000)
     frame = trace.lake_frame().with_columns(
         (pl.col("duration_ms").fill_null(1000.0) * 0.25 + 150.0).alias("ttft_ms")
+    )
+    # some requests without a model: the token-mix chart must label them "(unknown)", not leave a blank row
+    frame = frame.with_columns(
+        pl.when(pl.int_range(pl.len()) % 17 == 0).then(None).otherwise(pl.col("model")).alias("model")
     )
     lake = Lake(tmp_path / "data")
     lake.append("requests", frame)
@@ -90,6 +97,68 @@ return Array.from(document.querySelectorAll('.chart')).map(function (el) {
 """
 
 
+GEOMETRY_JS = """
+function boxes(nodes) {
+  // labels Vega hid (labelOverlap) have opacity 0 and are not drawn
+  return Array.from(nodes).filter(function (t) {
+    return t.textContent !== '' && (t.getAttribute('opacity') || '1') !== '0';
+  }).map(function (t) {
+    var r = t.getBoundingClientRect();
+    return {text: t.textContent, left: r.left, right: r.right, top: r.top, bottom: r.bottom};
+  });
+}
+var out = {};
+document.querySelectorAll('.chart').forEach(function (el) {
+  var rects = Array.from(el.querySelectorAll('g.mark-rect.role-mark path')).map(function (p) {
+    var r = p.getBBox();
+    return {width: r.width, height: r.height};
+  });
+  out[el.dataset.chart] = {
+    rects: rects,
+    xLabels: boxes(el.querySelectorAll('g.role-axis[aria-label^="X-axis"] g.role-axis-label text')),
+    yLabels: boxes(el.querySelectorAll('g.role-axis[aria-label^="Y-axis"] g.role-axis-label text')),
+    texts: Array.from(el.querySelectorAll('g.role-axis-label text')).map(function (t) {
+      return t.textContent;
+    })
+  };
+});
+return out;
+"""
+
+
+def _overlaps(labels: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    found = []
+    for i, a in enumerate(labels):
+        for b in labels[i + 1 :]:
+            apart_x = a["right"] - 0.5 <= b["left"] or b["right"] - 0.5 <= a["left"]
+            apart_y = a["bottom"] - 0.5 <= b["top"] or b["bottom"] - 0.5 <= a["top"]
+            if not (apart_x or apart_y):
+                found.append((a["text"], b["text"]))
+    return found
+
+
+def _check_geometry(geometry: dict[str, Any]) -> None:
+    """What is drawn: histogram bars from zero, 24-hour UTC ticks, labels apart, "(unknown)" models."""
+    import re
+
+    for key in ("reuse_ratio", "ttft"):
+        rects = geometry[key]["rects"]
+        assert rects, key
+        # bars stand on the axis: the tallest is far taller than a strip, none is negative or zero-width
+        assert max(r["height"] for r in rects) > 20, (key, rects[:5])
+        assert all(r["height"] >= 0 and r["width"] > 0 for r in rects), key
+    for key in ("tokens_over_time", "working_set", "concurrent_sessions"):
+        labels = [x["text"] for x in geometry[key]["xLabels"]]
+        assert labels, key
+        for text in labels:  # "15:50" or a date at midnight, never "03 PM"
+            assert re.fullmatch(r"([01]\d|2[0-3]):[0-5]\d|[A-Z][a-z]{2} \d\d", text), (key, text)
+    for key, chart in geometry.items():
+        assert _overlaps(chart["xLabels"]) == [], key
+        assert _overlaps(chart["yLabels"]) == [], key
+    mix = geometry["token_mix"]["texts"]
+    assert "(unknown)" in mix and "" not in mix
+
+
 def test_report_renders_offline_in_chromium(tmp_path: Path) -> None:
     _need_browser()
     from traceflow.dashboards.render import CHARTS, write_report
@@ -108,6 +177,7 @@ def test_report_renders_offline_in_chromium(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, "the charts did not finish rendering within 60 s"
             time.sleep(0.25)
         charts = driver.execute_script(MARKS_JS)
+        geometry = driver.execute_script(GEOMETRY_JS)
         height = driver.execute_script("return document.documentElement.scrollHeight")
         driver.set_window_size(1100, min(int(height) + 100, 16000))
         out = Path(os.environ.get("TRACEFLOW_ARTIFACTS") or tmp_path)
@@ -127,3 +197,4 @@ def test_report_renders_offline_in_chromium(tmp_path: Path) -> None:
         assert "No data" not in c["text"], c
     errors = [entry for entry in logs if entry.get("level") in ("SEVERE", "ERROR")]
     assert errors == []
+    _check_geometry(geometry)

@@ -274,3 +274,37 @@ def test_size_without_a_model_is_a_usage_error(cli: Cli) -> None:
     code, _, err = cli("size", "--rate", "10")
     assert code == 2
     assert "--kv-model" in err
+
+
+def test_size_and_the_report_assume_one_ssd_array(cli: Cli, lake: Lake) -> None:
+    """One set of SSD defaults (``sizing.DEFAULT_SSD``): `size` without SSD options and the report's note."""
+    import polars as pl
+
+    from traceflow.dashboards.render import _notes
+    from traceflow.dashboards.report_data import dwpd_frame
+
+    ssd = sizing.DEFAULT_SSD
+    code, out, err = cli("size", "--kv-model", "MiniMax-M2", "--rate", "4200", "-f", "json", data=False)
+    assert code == 0, err
+    got = json.loads(out)
+    assert got["ssd_drives"] == ssd.drives and got["rated_dwpd"] == ssd.rated_dwpd
+    assert got["ssd_usable_bytes"] == sizing.usable_bytes(ssd.raid, ssd.drives, ssd.drive_bytes)
+    lake.append(
+        "requests",
+        [{"event_id": "a", "source": "t", "started_at": 1785585600_000000, "cache_write_tokens": 1000}],
+    )
+    frame = dwpd_frame(lake.connect(["requests"]), "true", [], 126_976)
+    assert frame["rated_dwpd"].to_list() == [ssd.rated_dwpd]
+    assert frame["dwpd"][0] == pytest.approx(
+        sizing.dwpd(1000 * 126_976 / 60, ssd.drives, ssd.drive_bytes, ssd.raid, ssd.waf)
+    )
+
+    class Data:
+        kv_bytes_per_token = 126_976.0
+        resolution_s = 60.0
+        series_since = None
+
+    note = next(n for n in _notes(Data(), True) if "SSD" in n)  # type: ignore[arg-type]
+    assert f"{ssd.drives} drives of {ssd.drive_bytes / 1e12:g} TB in {ssd.raid}" in note
+    assert f"rated {ssd.rated_dwpd:g} DWPD" in note
+    assert isinstance(frame, pl.DataFrame)

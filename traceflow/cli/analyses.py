@@ -196,8 +196,11 @@ def ttl(
     data: DataOpt = None,
     fmt: FormatOpt = "table",
 ) -> None:
-    """Cache-TTL what-if: per TTL (5m, 1h and each --ttl) the requests whose prefix expired, the tokens
-    to rewrite, the cost under the price model, and the best TTL; plus what the data shows."""
+    """Compare cache TTLs: what each would have cost, and which is cheapest.
+
+    Per TTL (5m, 1h and each --ttl): the requests whose prefix expired, the tokens to rewrite, the cost
+    under the price model, and the best TTL; plus what the data shows.
+    """
     from traceflow.analysis.ttl import ttl_list, ttl_report
     from traceflow.prices import PriceModel
     from traceflow.store.sql import split_by
@@ -275,8 +278,11 @@ def sessions(
     data: DataOpt = None,
     fmt: FormatOpt = "table",
 ) -> None:
-    """Sessions: turns, requests, duration, context at start and end, growth per turn, compactions,
-    sub-agents and resumes after long idle; in aggregate, per group, or one row each (--list)."""
+    """Describe the sessions: turns, duration, context growth, compactions and resumes.
+
+    Turns, requests, duration, context at start and end, growth per turn, compactions, sub-agents and
+    resumes after long idle; in aggregate, per group, or one row each (--list).
+    """
     from traceflow.analysis import sessions as s
     from traceflow.store.sql import split_by
 
@@ -305,8 +311,11 @@ def load(
     data: DataOpt = None,
     fmt: FormatOpt = "table",
 ) -> None:
-    """Arrivals and load: new sessions per minute and whether they are Poisson (index of
-    dispersion), requests/s, sessions open at once, tokens/s by kind."""
+    """Measure arrivals and load: new sessions, requests and tokens per second over time.
+
+    New sessions per minute and whether they are Poisson (index of dispersion), requests/s, sessions
+    open at once, tokens/s by kind.
+    """
     from traceflow.analysis.load import load_overview, load_resolution, load_series
 
     check_format(fmt)
@@ -336,8 +345,11 @@ def working_set(
     data: DataOpt = None,
     fmt: FormatOpt = "table",
 ) -> None:
-    """The live KV working set for a TTL (default 5m): context held by sessions idle for less than
-    the TTL, over time; peak, p95, mean (tokens, and bytes with --kv-bytes-per-token)."""
+    """Measure the live KV working set for a TTL (default 5m) over time.
+
+    The context held by sessions idle for less than the TTL; peak, p95, mean (tokens, and bytes with
+    --kv-bytes-per-token).
+    """
     from traceflow.analysis.working_set import (
         DEFAULT_TTL_S,
         working_set_resolution,
@@ -375,8 +387,11 @@ def report(
     png: Annotated[Path | None, typer.Option("--png", help="Also write one PNG per chart into DIR.")] = None,
     svg: Annotated[Path | None, typer.Option("--svg", help="Also write one SVG per chart into DIR.")] = None,
 ) -> None:
-    """One summary of every analysis: reuse ratio, gaps against the 5m and 1h TTLs and what they
-    cost, sessions, arrivals and the KV working set (and, with --html, the charts)."""
+    """Summarise every analysis in one report (with --html, the charts too).
+
+    Reuse ratio, gaps against the 5m and 1h TTLs and what they cost, sessions, arrivals and the KV
+    working set.
+    """
     from traceflow.analysis.report import build_report, render_markdown, render_text
     from traceflow.prices import PriceModel
 

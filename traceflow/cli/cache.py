@@ -63,8 +63,10 @@ def misses(
     data: DataOpt = None,
     fmt: FormatOpt = "table",
 ) -> None:
-    """Cache misses and their causes: first_request, model_switch, compaction, ttl_expired, unexplained;
-    per cause the misses, the missed tokens and what they cost."""
+    """Count cache misses by cause, with the missed tokens and what they cost.
+
+    Causes: first_request, model_switch, compaction, ttl_expired, unexplained.
+    """
     from traceflow.analysis import misses as m
     from traceflow.output import Rows
     from traceflow.prices import PriceModel
@@ -187,8 +189,10 @@ def check(
     data: DataOpt = None,
     fmt: FormatOpt = "table",
 ) -> None:
-    """Cache health: the window (default: the last UTC day) against the days before it. Exit status 0
-    when healthy, 4 when a check fired (1 and 2 are errors)."""
+    """Check cache health: the window (default: the last UTC day) against the days before it.
+
+    Exit status 0 when healthy, 4 when a check fired (1 and 2 are errors).
+    """
     from traceflow.analysis import health
     from traceflow.errors import TraceflowError
 

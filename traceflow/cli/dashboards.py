@@ -87,9 +87,14 @@ def demo(
             "--data", help="Keep the demo's lake in DIR (default: a temporary lake, removed after)."
         ),
     ] = None,
-    html: Annotated[Path, typer.Option("--html", help="Where to write the HTML report.")] = Path(
-        "traceflow-demo.html"
-    ),
+    html: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            "--html",
+            help="Where to write the HTML report (default: traceflow-demo.html beside the demo's lake).",
+        ),
+    ] = None,
     png: Annotated[Path | None, typer.Option("--png", help="Also write one PNG per chart into DIR.")] = None,
     svg: Annotated[Path | None, typer.Option("--svg", help="Also write one SVG per chart into DIR.")] = None,
     minutes: Annotated[float, typer.Option(help="Minutes of agentic-coding sessions arriving.")] = 40.0,
@@ -133,7 +138,7 @@ def demo(
     typer.echo(render(result.by_agent, "table"))
     typer.echo("")
     typer.echo(
-        f"HTML report: {html} ({written['html_bytes'] / 1e6:.1f} MB, "
+        f"HTML report: {result.html} ({written['html_bytes'] / 1e6:.1f} MB, "
         f"{len(written['charts'])} charts, opens offline)"
     )
     for kind in ("png", "svg"):

@@ -67,14 +67,8 @@ def import_(
 
     check_format(fmt)
     importer = importers.get(source)
-    lake = open_lake(data)
+    lake = open_lake(data, create=True)
     progress = _Progress(f"importing {source}", enabled=fmt != "json")
-    if not paths and not importer.default_paths():
-        typer.echo(
-            f"traceflow: no {source} logs found in the default location; pass a PATH "
-            "(see `traceflow import --help` and the README's table of sources)",
-            err=True,
-        )
     try:
         summary = run_import(lake, importer, paths or None, progress=progress, jobs=jobs)
     finally:
@@ -141,9 +135,21 @@ def sql(
     check_format(fmt)
     if (query is None) == (file is None):
         raise UsageError('give either a query ("SELECT ...") or --file q.sql, not both or neither')
-    text = query if query is not None else file.read_text()  # type: ignore[union-attr]
+    text = query if query is not None else _read_sql_file(file)  # type: ignore[arg-type]
     frame = run_sql(open_lake(data), text)
     typer.echo(render(frame, fmt))
+
+
+def _read_sql_file(file: Path) -> str:
+    """The text of ``sql --file``, or a usage error naming what is wrong with the path."""
+    if not file.exists():
+        raise UsageError(f"--file {file} does not exist; pass the path of a .sql file holding one SELECT")
+    if file.is_dir():
+        raise UsageError(f"--file {file} is a directory; pass the path of a .sql file holding one SELECT")
+    try:
+        return file.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"cannot read --file {file} ({e}); pass a readable UTF-8 .sql file") from None
 
 
 def compact(

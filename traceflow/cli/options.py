@@ -71,11 +71,25 @@ def check_format(fmt: str) -> str:
     return fmt
 
 
-def open_lake(data: Path | None) -> Lake:
-    """The lake in ``--data``, else ``$TRACEFLOW_DATA``, else the XDG data dir."""
+def open_lake(data: Path | None, *, create: bool = False) -> Lake:
+    """The lake in ``--data``, else ``$TRACEFLOW_DATA``, else the XDG data dir.
+
+    Only commands that write (``create=True``: import, synth into the lake) may name a directory
+    that does not exist yet; a read command refuses it rather than report on an empty lake.
+    """
     from traceflow.store.lake import Lake
 
-    return Lake(data_dir(data))
+    root = data_dir(data)
+    if not create and not root.exists():
+        where = "--data" if data is not None else "the data directory"
+        raise UsageError(
+            f"no lake at {root} ({where} does not exist): fill it first with `traceflow import SOURCE "
+            f"--data {root}` or `traceflow serve --data {root}`, or pass --data DIR of an existing lake "
+            "(default: $TRACEFLOW_DATA, else ~/.local/share/traceflow)"
+        )
+    if not create and not root.is_dir():
+        raise UsageError(f"--data {root} is not a directory; pass the data directory of a lake")
+    return Lake(root)
 
 
 def build_selection(

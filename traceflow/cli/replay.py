@@ -220,8 +220,11 @@ def synth(
     data: DataOpt = None,
     fmt: FormatOpt = "table",
 ) -> None:
-    """Generate a workload from a profile or preset: into the lake (source synthetic), to an export
-    format, or as live OTLP telemetry (--send URL, the load generator)."""
+    """Generate a workload from a profile or preset.
+
+    Into the lake (source synthetic), to an export format, or as live OTLP telemetry (--send URL, the
+    load generator).
+    """
     check_format(fmt)
     if export_fmt is not None and output is None:
         raise UsageError("--export FORMAT needs -o FILE")
@@ -295,7 +298,7 @@ def synth(
         return
     from traceflow.replay.synth_trace import write_lake
 
-    lake = open_lake(data)
+    lake = open_lake(data, create=True)
     written = write_lake(trace, lake)
     _echo({**summary, "written_to": str(lake.root), "source": "synthetic", "rows": written}, fmt)
 

@@ -18,6 +18,7 @@ import typer
 
 from traceflow.cli.options import DataOpt, FormatOpt, check_format, open_lake, with_selection
 from traceflow.errors import UsageError
+from traceflow.kv.sizing import DEFAULT_SSD
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -142,14 +143,18 @@ def size(
         list[str] | None, typer.Option("--ttl", help="Retention time(s): 300, 5m, 1h (repeatable).")
     ] = None,
     tier: TierOpt = None,
-    drives: Annotated[int, typer.Option(help="SSDs in the array.")] = 8,
-    drive_size: Annotated[str, typer.Option("--drive-size", help="Capacity of one SSD.")] = "12.8TB",
-    raid: Annotated[str, typer.Option(help="raid0, raid1, raid10, raid5 or raid6.")] = "raid10",
+    drives: Annotated[int, typer.Option(help="SSDs in the array.")] = DEFAULT_SSD.drives,
+    drive_size: Annotated[
+        str, typer.Option("--drive-size", help="Capacity of one SSD.")
+    ] = f"{DEFAULT_SSD.drive_bytes / 1e12:g}TB",
+    raid: Annotated[str, typer.Option(help="raid0, raid1, raid10, raid5 or raid6.")] = DEFAULT_SSD.raid,
     rated_dwpd: Annotated[
         float, typer.Option("--rated-dwpd", help="The SSDs' rated drive writes per day.")
-    ] = 3.0,
-    warranty_years: Annotated[float, typer.Option("--warranty-years", help="Years the rating covers.")] = 5.0,
-    waf: Annotated[float, typer.Option(help="Write amplification inside the SSD.")] = 1.0,
+    ] = DEFAULT_SSD.rated_dwpd,
+    warranty_years: Annotated[
+        float, typer.Option("--warranty-years", help="Years the rating covers.")
+    ] = DEFAULT_SSD.warranty_years,
+    waf: Annotated[float, typer.Option(help="Write amplification inside the SSD.")] = DEFAULT_SSD.waf,
     ssd_write_rate: Annotated[
         str | None,
         typer.Option("--ssd-write-rate", help="Bytes/s written to flash (default: rate × KV bytes)."),

@@ -32,7 +32,7 @@ from typing import Any
 import orjson
 
 from traceflow import importers
-from traceflow.errors import MissingPath
+from traceflow.errors import MissingPath, UsageError
 from traceflow.importers.base import FileContext, Importer, finish
 from traceflow.rows import LineError, Parsed
 from traceflow.schema import TABLES
@@ -383,6 +383,8 @@ def run_import(
     ``progress(done_bytes, total_bytes)`` is called as files are parsed.
     """
     roots = list(paths) if paths else importer.default_paths()
+    if not paths and not roots:
+        raise _no_default_location(importer)
     for root in roots:
         if not root.exists():
             raise MissingPath(
@@ -391,7 +393,10 @@ def run_import(
     files: list[Path] = []
     seen: set[Path] = set()
     for root in roots:
-        for f in importer.discover(root):
+        found = importer.discover(root)
+        if not found and paths:
+            raise _no_files_of_format(importer, root)
+        for f in found:
             if f not in seen:
                 seen.add(f)
                 files.append(f)
@@ -466,7 +471,109 @@ def run_import(
             for batch in batches:
                 take(_parse_batch(importer.name, batch), None)
             flush(None)
+        # Raised before the bookkeeping is saved: the files count as unread for the right importer.
+        _check_format(importer, summary, plans)
     return summary
+
+
+#: What each importer reads, for the messages below (the README's table of sources says the same).
+READS: dict[str, str] = {
+    "claude-code": "Claude Code transcripts (projects/<project>/<session>.jsonl)",
+    "codex": "Codex rollouts (sessions/YYYY/MM/DD/rollout-*.jsonl)",
+    "gemini": "Gemini CLI chat recordings (tmp/<project>/chats/*.jsonl)",
+    "otlp-json": "OTLP/JSON export requests, one per line (*.json, *.jsonl)",
+    "mooncake": "Mooncake traces (*.jsonl with timestamp, input_length, output_length, hash_ids)",
+    "azure": "Azure LLM inference traces (AzureLLMInferenceTrace_*.csv)",
+    "kvcache-tester": "kv-cache-tester sessions (traces/trace_NNNN.json)",
+    "bailian": "Alibaba Bailian traces (qwen_*_blksz_16.jsonl)",
+    "burstgpt": "BurstGPT traces (BurstGPT_*.csv)",
+}
+
+#: Whether the first record of a file looks like the agent formats that ignore unknown lines
+#: silently (a file of another format would otherwise import as "no new rows").
+_LOOKS_LIKE: dict[str, Callable[[dict[str, Any]], bool]] = {
+    "claude-code": lambda r: "sessionId" in r or "leafUuid" in r or ("type" in r and "uuid" in r),
+    "codex": lambda r: "type" in r and "payload" in r,
+    "gemini": lambda r: "sessionId" in r or "messages" in r or ("type" in r and "id" in r),
+}
+
+
+def _reads(importer: Importer) -> str:
+    return READS.get(importer.name, f"{importer.name} files")
+
+
+def _other_sources(importer: Importer, root: Path) -> list[str]:
+    """The agent importers that do find files under ``root`` (a hint for the message)."""
+    out = []
+    for name in ("claude-code", "codex", "gemini"):
+        if name != importer.name and root.is_dir():
+            with contextlib.suppress(Exception):
+                if importers.get(name).discover(root):
+                    out.append(name)
+    return out
+
+
+def _no_default_location(importer: Importer) -> UsageError:
+    if importer.name in _LOOKS_LIKE:
+        return UsageError(
+            f"no {importer.name} logs found in the default location (see the README's table of sources); "
+            f"pass the path of {_reads(importer)}: traceflow import {importer.name} PATH"
+        )
+    return UsageError(
+        f"{importer.name} has no default location; pass the path of {_reads(importer)}: "
+        f"traceflow import {importer.name} PATH"
+    )
+
+
+def _no_files_of_format(importer: Importer, root: Path) -> UsageError:
+    others = _other_sources(importer, root)
+    hint = ""
+    if others:
+        hint = f"; these look like {' or '.join(others)} files: traceflow import {others[0]} {root}"
+    return UsageError(
+        f"no {importer.name} files under {root}: `import {importer.name}` reads {_reads(importer)}; "
+        f"pass such a file or folder, or the importer for these files (see `traceflow import --help`){hint}"
+    )
+
+
+def _first_record(path: str) -> dict[str, Any] | None:
+    """The first non-blank line of a file as a JSON object, or None."""
+    try:
+        with open(path, "rb") as fh:
+            for line in fh:
+                if line.strip():
+                    rec = orjson.loads(line)
+                    return rec if isinstance(rec, dict) else None
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    return None
+
+
+def _check_format(importer: Importer, summary: ImportSummary, plans: list[FilePlan]) -> None:
+    """A usage error when what was read is not the importer's format: no row came of it, and every
+    record was rejected, or (for the agent formats that skip unknown lines) a file read from its
+    start does not look like one."""
+    if sum(summary.rows.values()) or not summary.bytes_read or any(p.start for p in plans):
+        return  # rows came of it, or nothing was read, or a grown file's new lines were (skipped records)
+    fix = (
+        f"pass {_reads(importer)}, or import these files with their own importer (`traceflow import --help`)"
+    )
+    if summary.skipped:
+        raise UsageError(
+            f"nothing imported: all {summary.skipped} record(s) read were rejected, so these are not "
+            f"{importer.name} files (e.g. {summary.errors[0]}); {fix}"
+        )
+    looks_like = _LOOKS_LIKE.get(importer.name)
+    if looks_like is None:
+        return
+    strangers = [p.path for p in plans if (rec := _first_record(p.path)) is not None and not looks_like(rec)]
+    if strangers and len(strangers) == len(plans):
+        raise UsageError(
+            f"nothing imported: {strangers[0]}"
+            + (f" (and {len(strangers) - 1} more)" if len(strangers) > 1 else "")
+            + f" is not a {importer.name} file (its first line is none of the records "
+            f"`import {importer.name}` reads); {fix}"
+        )
 
 
 def _store(lake: Lake, results: list[BatchResult]) -> None:

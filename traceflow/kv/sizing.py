@@ -356,7 +356,9 @@ def tier_cost_per_month(tier: Tier, prices: Prices) -> float:
 
 @dataclass(frozen=True)
 class SsdArray:
-    """The flash array that takes KV writes."""
+    """The flash array that takes KV writes. Its defaults are the one SSD assumption of traceflow:
+    ``size`` starts from them and the report's drive-writes-per-day chart uses them (:data:`DEFAULT_SSD`).
+    """
 
     drives: int = 8
     drive_bytes: float = 12.8e12
@@ -364,6 +366,10 @@ class SsdArray:
     rated_dwpd: float = 3.0
     warranty_years: float = 5.0
     waf: float = 1.0
+
+
+#: The SSD array assumed where none is given: ``traceflow size`` option defaults and the report's SSD chart.
+DEFAULT_SSD = SsdArray()
 
 
 def size_report(

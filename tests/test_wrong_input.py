@@ -1,0 +1,106 @@
+"""Wrong input fails loudly: exit status 2, one message naming the problem and the fix, no traceback.
+
+Each case runs the console script as a user would (a subprocess), so a traceback would show on stderr.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import TESTDATA
+
+TRANSCRIPT = TESTDATA / "agent-examples" / "claude-transcript.jsonl"
+
+
+def traceflow(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "TRACEFLOW_DATA": str(tmp_path / "lake"), "TRACEFLOW_CACHE": "0"}
+    for name in ("CLAUDE_CONFIG_DIR", "CODEX_HOME", "GEMINI_DIR"):
+        env.pop(name, None)
+    env["HOME"] = str(tmp_path / "home")  # no agent logs in the default locations
+    return subprocess.run(
+        [sys.executable, "-m", "traceflow", *args], capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+def assert_refused(run: subprocess.CompletedProcess[str], *words: str) -> None:
+    assert run.returncode == 2, (run.returncode, run.stdout, run.stderr)
+    assert "Traceback" not in run.stderr
+    assert run.stderr.startswith("traceflow: error: "), run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+    for word in words:
+        assert word in run.stderr, (word, run.stderr)
+
+
+@pytest.fixture
+def mooncake_file(tmp_path: Path) -> Path:
+    path = tmp_path / "conversation_trace.jsonl"
+    with open(TESTDATA / "mooncake_conversation_trace.jsonl") as fh:
+        path.write_text("".join(next(fh) for _ in range(20)))
+    return path
+
+
+@pytest.fixture
+def transcripts(tmp_path: Path) -> Path:
+    folder = tmp_path / "projects" / "proj"
+    folder.mkdir(parents=True)
+    (folder / "session.jsonl").write_text(TRANSCRIPT.read_text())
+    return folder.parent
+
+
+def test_an_importer_that_finds_no_file_of_its_format(tmp_path: Path, transcripts: Path) -> None:
+    run = traceflow("import", "codex", str(transcripts), tmp_path=tmp_path)
+    assert_refused(run, f"no codex files under {transcripts}", "rollout-*.jsonl", "import claude-code")
+
+
+@pytest.mark.parametrize("source", ["claude-code", "codex", "gemini"])
+def test_an_agent_file_of_another_format(tmp_path: Path, mooncake_file: Path, source: str) -> None:
+    run = traceflow("import", source, str(mooncake_file), tmp_path=tmp_path)
+    assert_refused(run, f"{mooncake_file} is not a {source} file", "traceflow import --help")
+    # the files were not booked as read: the right importer still reads them
+    ok = traceflow("import", "mooncake", str(mooncake_file), tmp_path=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+
+
+TRACE_SOURCES = ["mooncake", "otlp-json", "bailian", "azure", "burstgpt", "kvcache-tester"]
+
+
+@pytest.mark.parametrize("source", TRACE_SOURCES)
+def test_a_trace_file_whose_every_record_is_rejected(tmp_path: Path, source: str) -> None:
+    run = traceflow("import", source, str(TRANSCRIPT), tmp_path=tmp_path)
+    assert_refused(run, "nothing imported", f"not {source} files", f"{TRANSCRIPT}:1:")
+
+
+def test_a_good_file_with_a_bad_line_still_imports(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text(TRANSCRIPT.read_text() + "{oops\n")
+    run = traceflow("import", "claude-code", str(path), tmp_path=tmp_path)
+    assert run.returncode == 3 and "3 requests" in run.stdout, run.stderr
+
+
+def test_a_source_without_a_default_location(tmp_path: Path) -> None:
+    for source in ("mooncake", "azure", "otlp-json"):
+        run = traceflow("import", source, tmp_path=tmp_path)
+        assert_refused(run, f"{source} has no default location", f"traceflow import {source} PATH")
+    run = traceflow("import", "codex", tmp_path=tmp_path)  # an agent whose folder is not there
+    assert_refused(run, "no codex logs found in the default location", "traceflow import codex PATH")
+
+
+@pytest.mark.parametrize("command", [["mix"], ["gaps"], ["sessions"], ["sql", "SELECT 1"], ["report"]])
+def test_a_read_command_never_creates_a_lake(tmp_path: Path, command: list[str]) -> None:
+    missing = tmp_path / "nope"
+    run = traceflow(*command, "--data", str(missing), tmp_path=tmp_path)
+    assert_refused(run, f"no lake at {missing}", "traceflow import")
+    assert not missing.exists()
+
+
+def test_sql_file_missing_or_a_directory(tmp_path: Path) -> None:
+    traceflow("import", "claude-code", str(TRANSCRIPT), tmp_path=tmp_path)
+    run = traceflow("sql", "--file", str(tmp_path / "nope.sql"), tmp_path=tmp_path)
+    assert_refused(run, "nope.sql does not exist", ".sql file")
+    run = traceflow("sql", "--file", str(tmp_path), tmp_path=tmp_path)
+    assert_refused(run, "is a directory", ".sql file")
