@@ -27,7 +27,8 @@ DataOpt = Annotated[
     Path | None,
     typer.Option(
         "--data",
-        help="Data directory (default: $TRACEFLOW_DATA, else ~/.local/share/traceflow).",
+        help="Data directory or s3://bucket/prefix (default: $TRACEFLOW_DATA, else "
+        "~/.local/share/traceflow).",
         show_default=False,
     ),
 ]

@@ -297,7 +297,7 @@ def synth(
 
     lake = open_lake(data)
     written = write_lake(trace, lake)
-    _echo({**summary, "written_to": str(lake.root), "source": "synthetic", "rows": written}, fmt)
+    _echo({**summary, "written_to": lake.location, "source": "synthetic", "rows": written}, fmt)
 
 
 def _send(
