@@ -18,6 +18,7 @@ REGISTRY: dict[str, str] = {
     "kvcache-tester": "kvcache_tester",
     "bailian": "bailian",
     "burstgpt": "burstgpt",
+    "clickhouse-otel": "clickhouse_otel",
 }
 
 
