@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -62,6 +63,11 @@ def _map(attrs: list[tuple[str, str]]) -> str:
     return "map(" + ", ".join(f"{_q(k)}, {_q(v)}" for k, v in attrs) + ")" if attrs else "map()"
 
 
+def _any(value: Any) -> object:
+    """The Python value an OTLP ``AnyValue`` holds."""
+    return getattr(value, value.WhichOneof("value") or "string_value")
+
+
 def _value(v: object) -> str:
     """An attribute value as the exporter stores it (``AsString``)."""
     if isinstance(v, bool):
@@ -75,13 +81,11 @@ def test_otel_logs_from_chdb_import_like_otlp(tmp_path: Path) -> None:
     # the exporter's INSERT: one row per log record, attributes as strings in Map columns
     rl = req.resource_logs[0]
     sl = rl.scope_logs[0]
-    resource = [
-        (kv.key, _value(getattr(kv.value, kv.value.WhichOneof("value")))) for kv in rl.resource.attributes
-    ]
+    resource = [(kv.key, _value(_any(kv.value))) for kv in rl.resource.attributes]
     service = dict(resource)["service.name"]
     rows = []
     for r in sl.log_records:
-        attrs = [(kv.key, _value(getattr(kv.value, kv.value.WhichOneof("value")))) for kv in r.attributes]
+        attrs = [(kv.key, _value(_any(kv.value))) for kv in r.attributes]
         rows.append(
             f"(fromUnixTimestamp64Nano({r.time_unix_nano}), '', '', 0, '', 0, {_q(service)}, "
             f"{_q(r.body.string_value)}, '', {_map(resource)}, '', {_q(sl.scope.name)}, "
@@ -129,9 +133,7 @@ def test_otel_logs_from_chdb_import_like_otlp(tmp_path: Path) -> None:
                 "ScopeName": sl.scope.name,
                 "ScopeVersion": sl.scope.version,
                 "Body": r.body.string_value,
-                "LogAttributes": [
-                    (kv.key, _value(getattr(kv.value, kv.value.WhichOneof("value")))) for kv in r.attributes
-                ],
+                "LogAttributes": [(kv.key, _value(_any(kv.value))) for kv in r.attributes],
             }
             for r in sl.log_records
         ]

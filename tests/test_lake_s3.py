@@ -50,7 +50,7 @@ def s3_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
 @pytest.fixture
 def bucket(s3_env: dict[str, str]) -> str:
     """A fresh bucket's lake URL."""
-    import boto3
+    import boto3  # type: ignore[import-untyped]
 
     name = f"lake-{uuid.uuid4().hex[:12]}"
     boto3.client("s3").create_bucket(Bucket=name)
@@ -86,7 +86,9 @@ def _raw(lake: Lake, sql: str) -> list[tuple[object, ...]]:
     return con.execute(sql).fetchall()
 
 
-def test_import_compact_and_mix_on_s3_match_local_disk(s3_env: dict[str, str], bucket: str, tmp_path: Path):
+def test_import_compact_and_mix_on_s3_match_local_disk(
+    s3_env: dict[str, str], bucket: str, tmp_path: Path
+) -> None:
     local = str(tmp_path / "local")
     trace = str(TESTDATA / "mooncake_conversation_trace.jsonl")
     otlp = str(TESTDATA / "agent-examples" / "claude-otlp-logs.json")
@@ -110,10 +112,8 @@ def test_import_compact_and_mix_on_s3_match_local_disk(s3_env: dict[str, str], b
     assert lake._deduped("requests") == set(lake.file_names("requests"))
     assert lake.fresh_derived("request_steps") is not None  # stored on the store, fresh
     con = lake.connect()
-    (comment,) = con.execute(
-        "SELECT comment FROM duckdb_views() WHERE view_name = 'request_steps'"
-    ).fetchone()
-    assert comment  # the analyses read the stored view
+    row = con.execute("SELECT comment FROM duckdb_views() WHERE view_name = 'request_steps'").fetchone()
+    assert row is not None and row[0]  # the analyses read the stored view
     con.close()
     assert _mix(s3_env, bucket) == _mix(s3_env, local)
     assert _same(s3_env, bucket, local, "gaps") and _same(s3_env, bucket, local, "sessions")
@@ -142,7 +142,7 @@ def test_files_are_never_overwritten(s3_env: dict[str, str], bucket: str) -> Non
 
 def test_two_importers_at_once_lose_and_duplicate_nothing(
     s3_env: dict[str, str], bucket: str, tmp_path: Path
-):
+) -> None:
     sources = [
         ("mooncake", str(TESTDATA / "mooncake_conversation_trace.jsonl")),
         ("mooncake", str(TESTDATA / "mooncake_synthetic_trace.jsonl")),
@@ -172,7 +172,9 @@ def _send(url: str, n: int, tag: str) -> list[str]:
     return ids
 
 
-def test_two_collectors_and_compaction_while_they_write(s3_env: dict[str, str], bucket: str, tmp_path: Path):
+def test_two_collectors_and_compaction_while_they_write(
+    s3_env: dict[str, str], bucket: str, tmp_path: Path
+) -> None:
     servers = [
         Server(Path(bucket), "--wal-dir", str(tmp_path / f"wal{i}"), env=s3_env).start() for i in range(2)
     ]

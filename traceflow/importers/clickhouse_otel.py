@@ -65,7 +65,7 @@ def _ns(value: Any) -> int:
         return 0
     if isinstance(value, int):
         return value
-    return int(value.timestamp()) * 1_000_000_000 + value.microsecond * 1000
+    return int(value.timestamp()) * 1_000_000_000 + int(value.microsecond) * 1000
 
 
 def _hex(value: Any) -> bytes:
@@ -144,7 +144,7 @@ def traces_request(rows: list[Mapping[str, Any]]) -> Any:
     return req
 
 
-def _batches(table: Any) -> Iterator[list[dict[str, Any]]]:
+def _batches(table: Any) -> Iterator[list[Mapping[str, Any]]]:
     """Rows as dicts, the timestamps as int nanoseconds since the epoch (exactly)."""
     import pyarrow as pa
 
@@ -153,7 +153,8 @@ def _batches(table: Any) -> Iterator[list[dict[str, Any]]]:
             column = table.column(i).cast(pa.timestamp("ns", field.type.tz)).cast(pa.int64())
             table = table.set_column(i, field.name, column)
     for batch in table.to_batches(max_chunksize=_BATCH):
-        yield batch.to_pylist()
+        rows: list[Mapping[str, Any]] = batch.to_pylist()
+        yield rows
 
 
 class ClickHouseOtelImporter:

@@ -580,9 +580,9 @@ class Lake:
         self._write_marker("deduped", table, names)
         if self.url is not None:
             self.store.delete(files)  # only the files read: those published since stay
-        for f in files if self.url is None else ():
+        for name in files if self.url is None else ():
             with contextlib.suppress(FileNotFoundError):
-                Path(f).unlink()
+                Path(name).unlink()
         for d in {Path(f).parent for f in files} if self.url is None else ():
             with contextlib.suppress(OSError):
                 d.rmdir()  # a partition whose rows all moved elsewhere
