@@ -83,10 +83,9 @@ class SealStats:
 class Sealer:
     """Seals closed segments of one data directory's WAL into its lake."""
 
-    def __init__(self, data: Path, *, batch_bytes: int = 16 << 20) -> None:
+    def __init__(self, data: Path | str, *, wal_dir: Path | None = None, batch_bytes: int = 16 << 20) -> None:
         self.lake = Lake(data)
-        self.dir = spool.collector_dir(data)
-        assert self.dir == self.lake.state_dir / "collector"
+        self.dir = spool.collector_dir(data, wal_dir)
         self.wal_dir = self.dir / "wal"
         self.state_path = self.dir / "metric_state.json"
         self.attempts_path = self.dir / "sealing.json"
@@ -348,7 +347,7 @@ def _emit(stats: SealStats) -> None:
     sys.stdout.buffer.flush()
 
 
-def run(data: Path, *, parent: int, interval_s: float) -> int:
+def run(data: str, *, parent: int, interval_s: float, wal_dir: Path | None = None) -> int:
     """The sealer process's main loop (see the module docstring for the protocol)."""
     _die_with_parent(parent)
     # The server decides when we stop (``stop`` on stdin); a service manager's SIGTERM to the whole
@@ -359,7 +358,7 @@ def run(data: Path, *, parent: int, interval_s: float) -> int:
     # the two compete for a core; the backlog bound turns a sealer that cannot keep up into 503s.
     with contextlib.suppress(OSError):
         os.nice(NICENESS)
-    sealer = Sealer(data)
+    sealer = Sealer(data, wal_dir=wal_dir)
     lock = spool.lock_file(sealer.dir / "sealer.lock", blocking=True)
     assert lock is not None
     try:
@@ -393,7 +392,8 @@ def _main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m traceflow.collectors.sealer", description=__doc__.split("\n")[0]
     )
-    p.add_argument("data", type=Path)
+    p.add_argument("data", help="data directory or s3://bucket/prefix")
+    p.add_argument("--wal-dir", type=Path, default=None)
     p.add_argument("--parent", type=int, default=os.getppid())
     p.add_argument("--interval", type=float, default=0.2, help="seconds between looks for closed segments")
     p.add_argument("--log-level", default="INFO")
@@ -401,7 +401,7 @@ def _main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=a.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s traceflow.sealer: %(message)s"
     )
-    return run(a.data, parent=a.parent, interval_s=a.interval)
+    return run(a.data, parent=a.parent, interval_s=a.interval, wal_dir=a.wal_dir)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ import grpc
 import orjson
 import uvloop
 
+from traceflow import config
 from traceflow.collectors import grpc as otlp_grpc
 from traceflow.collectors import http as otlp_http
 from traceflow.collectors import spool
@@ -128,8 +129,9 @@ class SealTotals:
 class SealerProcess:
     """Starts, feeds and supervises ``python -m traceflow.collectors.sealer``."""
 
-    def __init__(self, data: Path, totals: SealTotals) -> None:
+    def __init__(self, data: Path | str, totals: SealTotals, wal_dir: Path | None = None) -> None:
         self.data = data
+        self.wal_dir = wal_dir
         self.totals = totals
         self.proc: asyncio.subprocess.Process | None = None
         self._reader: asyncio.Task[None] | None = None
@@ -142,6 +144,7 @@ class SealerProcess:
             "-m",
             "traceflow.collectors.sealer",
             str(self.data),
+            *(["--wal-dir", str(self.wal_dir)] if self.wal_dir is not None else []),
             "--parent",
             str(os.getpid()),
             "--log-level",
@@ -210,7 +213,7 @@ class Runner:
     def __init__(self, cfg: ServeConfig) -> None:
         check_config(cfg)
         self.cfg = cfg
-        self.dir = spool.collector_dir(cfg.data)
+        self.dir = spool.collector_dir(cfg.data, cfg.wal_dir)
         self.stop_event = asyncio.Event()
         self.http_port: int | None = None
         self.grpc_port: int | None = None
@@ -230,7 +233,6 @@ class Runner:
         return ctx
 
     async def run(self, ready: Any = None) -> int:
-        cfg = self.cfg
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -238,7 +240,8 @@ class Runner:
         lock = spool.lock_file(self.dir / "server.lock", blocking=False)
         if lock is None:
             raise ServeError(
-                f"another traceflow serve is already using {cfg.data}; stop it or pass another --data"
+                f"another traceflow serve is already using {self.dir}; stop it, or give this one "
+                "its own --wal-dir (or another --data)"
             )
         try:
             return await self._run(ready)
@@ -268,7 +271,7 @@ class Runner:
             if sock is not None:
                 sock.close()
             raise
-        sealer = SealerProcess(cfg.data, self.totals)
+        sealer = SealerProcess(cfg.data, self.totals, cfg.wal_dir)
         tasks: list[asyncio.Task[None]] = []
         http_server: otlp_http.HttpServer | None = None
         try:
@@ -358,7 +361,8 @@ def _configure_logging() -> None:
 
 def run_server(
     *,
-    data: Path,
+    data: Path | str,
+    wal_dir: Path | None = None,
     host: str = DEFAULT_HOST,
     http_port: int = DEFAULT_HTTP_PORT,
     grpc_port: int = DEFAULT_GRPC_PORT,
@@ -379,7 +383,8 @@ def run_server(
     """
     _configure_logging()
     cfg = ServeConfig(
-        data=Path(data).expanduser(),
+        data=config.normalise_location(data) if config.is_url(data) else Path(data).expanduser(),
+        wal_dir=wal_dir,
         host=host,
         http_port=http_port,
         grpc_port=grpc_port,

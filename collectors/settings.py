@@ -25,7 +25,8 @@ DEFAULT_QUARANTINE_MAX_AGE_DAYS = 30
 
 @dataclass
 class ServeConfig:
-    data: Path
+    data: Path | str  # a directory, or an s3://bucket/prefix URL
+    wal_dir: Path | None = None  # the write-ahead log's folder (default: under the data's local root)
     host: str = DEFAULT_HOST
     http_port: int = DEFAULT_HTTP_PORT  # 0 picks a free port, a negative number disables the transport
     grpc_port: int = DEFAULT_GRPC_PORT

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Literal
 
+from traceflow.config import local_root
+
 _logger = logging.getLogger(__name__)
 
 Signal = Literal["logs", "metrics", "traces"]
@@ -113,9 +115,14 @@ def scan_segment(path: Path) -> SegmentScan:
     return SegmentScan(records, pos, len(data))
 
 
-def collector_dir(data: Path) -> Path:
-    """``<data>/v1/_state/collector``: the WAL, the metric state and the locks."""
-    return Path(data).expanduser() / "v1" / "_state" / "collector"
+def collector_dir(data: str | os.PathLike[str], wal_dir: str | os.PathLike[str] | None = None) -> Path:
+    """``<data>/v1/_state/collector`` (``wal_dir`` when given): the WAL, the metric state and the locks.
+
+    Always on local disk: for an object-store lake ``<data>`` is :func:`traceflow.config.local_root`.
+    """
+    if wal_dir is not None:
+        return Path(wal_dir).expanduser()
+    return local_root(data) / "v1" / "_state" / "collector"
 
 
 def fsync_dir(path: Path) -> None:

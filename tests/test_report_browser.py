@@ -37,11 +37,11 @@ def _need_browser() -> None:
 
 def _lake(tmp_path: Path) -> Lake:
     """A small agentic-coding lake, with a time to first token so the optional TTFT chart shows too."""
+    import datetime as dt
+
     import polars as pl
 
     from traceflow.replay.synth import generate, preset
-
-    import datetime as dt
 
     start = dt.datetime(2026, 8, 1, 15, 50, tzinfo=dt.UTC)  # absolute UTC times: the axes show 24-hour clock
     trace = generate(preset("agentic-coding"), 900, seed=7, start_us=int(start.timestamp()) * 1_000_000)

@@ -33,7 +33,8 @@ SETTINGS: tuple[Setting, ...] = (
         "data",
         "TRACEFLOW_DATA",
         "$XDG_DATA_HOME/traceflow (~/.local/share/traceflow)",
-        "Data directory that holds the Parquet lake; `--data DIR` overrides it on every command.",
+        "Data directory that holds the Parquet lake, or `s3://bucket/prefix` (credentials and endpoint "
+        "from the AWS variables); `--data` overrides it on every command.",
     ),
     Setting(
         "memory_limit",
@@ -144,18 +145,52 @@ def get(name: str, environ: Mapping[str, str] | None = None) -> str | None:
 
 
 def data_dir(flag: str | Path | None = None) -> Path:
-    """The data directory: ``--data`` flag, else ``TRACEFLOW_DATA``, else the XDG data dir."""
+    """The data directory: ``--data`` flag, else ``TRACEFLOW_DATA``, else the XDG data dir.
+
+    An object-store location (``s3://bucket/prefix``) comes back as ``Path("s3:/bucket/prefix")``:
+    pass it to :class:`traceflow.store.lake.Lake` (which repairs it) or use :func:`data_location`.
+    """
     return Path(resolve_data_dir(flag))
+
+
+def data_location(flag: str | os.PathLike[str] | None = None) -> str:
+    """The data location as text: a local directory, or an ``s3://bucket/prefix`` URL."""
+    return normalise_location(resolve_data_dir(flag))
+
+
+def normalise_location(location: str | os.PathLike[str]) -> str:
+    """``location`` with ``~`` expanded, and the ``//`` a ``Path`` drops from ``s3://`` put back."""
+    text = os.fspath(location)
+    if text.startswith("s3:/") and not text.startswith("s3://"):
+        text = "s3://" + text[len("s3:/") :]
+    return text if is_url(text) else os.path.expanduser(text)
+
+
+def is_url(location: str | os.PathLike[str]) -> bool:
+    """True for an object-store location (``s3://...``; also a ``Path`` that swallowed the ``//``)."""
+    return os.fspath(location).startswith("s3:/")
+
+
+def local_root(location: str | os.PathLike[str]) -> Path:
+    """Where this machine keeps a lake's local files: the data directory itself, or for an
+    object-store lake ``$XDG_STATE_HOME/traceflow/lakes/s3/<bucket>/<prefix>`` (``~/.local/state``):
+    staging files, import offsets, the collector's write-ahead log, DuckDB's spills."""
+    text = normalise_location(location)
+    if not is_url(text):
+        return Path(text)
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    rest = [p for p in text[len("s3://") :].split("/") if p not in ("", ".", "..")]
+    return Path(state, "traceflow", "lakes", "s3", *rest)
 
 
 def resolve_data_dir(flag: str | os.PathLike[str] | None = None) -> str:
     """``--data`` flag, else ``$TRACEFLOW_DATA``, else ``$XDG_DATA_HOME/traceflow`` (``~/.local/share``)."""
     if flag:
-        path = os.path.expanduser(os.fspath(flag))
+        path = normalise_location(flag)
     else:
         env = get("data")
         if env:
-            path = os.path.expanduser(env)
+            path = normalise_location(env)
         else:
             xdg = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
             path = os.path.join(xdg, "traceflow")

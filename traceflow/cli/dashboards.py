@@ -50,7 +50,7 @@ def dashboard(
         port=port,
         refresh_s=refresh,
         kv_bytes_per_token=kv_bytes_per_token,
-        ready=lambda url: typer.echo(f"traceflow dashboard: {url} (data {lake.root}); Ctrl-C stops"),
+        ready=lambda url: typer.echo(f"traceflow dashboard: {url} (data {lake.location}); Ctrl-C stops"),
     )
 
 

@@ -27,7 +27,8 @@ DataOpt = Annotated[
     Path | None,
     typer.Option(
         "--data",
-        help="Data directory (default: $TRACEFLOW_DATA, else ~/.local/share/traceflow).",
+        help="Data directory or s3://bucket/prefix (default: $TRACEFLOW_DATA, else "
+        "~/.local/share/traceflow).",
         show_default=False,
     ),
 ]
@@ -77,8 +78,12 @@ def open_lake(data: Path | None, *, create: bool = False) -> Lake:
     Only commands that write (``create=True``: import, synth into the lake) may name a directory
     that does not exist yet; a read command refuses it rather than report on an empty lake.
     """
+    from traceflow import config
     from traceflow.store.lake import Lake
 
+    location = config.data_location(data)
+    if config.is_url(location):  # an object-store lake: a prefix exists once something is written
+        return Lake(location)
     root = data_dir(data)
     if not create and not root.exists():
         where = "--data" if data is not None else "the data directory"

@@ -300,7 +300,7 @@ def synth(
 
     lake = open_lake(data, create=True)
     written = write_lake(trace, lake)
-    _echo({**summary, "written_to": str(lake.root), "source": "synthetic", "rows": written}, fmt)
+    _echo({**summary, "written_to": lake.location, "source": "synthetic", "rows": written}, fmt)
 
 
 def _send(

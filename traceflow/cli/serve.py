@@ -62,6 +62,15 @@ def serve(
         ),
     ] = None,
     data: DataOpt = None,
+    wal_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Folder of this collector's write-ahead log, on local disk; give each collector that "
+            "shares a machine and a lake its own (default: under the data directory, or for an "
+            "s3:// lake under $XDG_STATE_HOME/traceflow/lakes).",
+            show_default=False,
+        ),
+    ] = None,
     token: Annotated[
         str | None,
         typer.Option(
@@ -109,7 +118,8 @@ def serve(
     if (tls_cert is None) != (tls_key is None):
         raise UsageError("give --tls-cert and --tls-key together")
     code = run_server(
-        data=config.data_dir(data),
+        data=config.data_location(data),
+        wal_dir=wal_dir,
         host=_setting(host, "host", s.DEFAULT_HOST, str),
         http_port=_setting(http_port, "http_port", s.DEFAULT_HTTP_PORT, int),
         grpc_port=_setting(grpc_port, "grpc_port", s.DEFAULT_GRPC_PORT, int),

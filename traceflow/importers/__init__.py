@@ -19,6 +19,7 @@ REGISTRY: dict[str, str] = {
     "bailian": "bailian",
     "burstgpt": "burstgpt",
     "tracelab": "tracelab",
+    "clickhouse-otel": "clickhouse_otel",
 }
 
 

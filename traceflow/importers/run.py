@@ -448,7 +448,7 @@ def run_import(
                             ipc.setdefault(table, []).append(blob)
                     if ipc:
                         shares = [
-                            pool.submit(_write_share, str(lake.root), ipc, i, workers) for i in range(workers)
+                            pool.submit(_write_share, lake.location, ipc, i, workers) for i in range(workers)
                         ]
                         lake.publish([staged for share in shares for staged in share.result()])
 

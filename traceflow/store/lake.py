@@ -22,6 +22,14 @@ per-stream query reads) and ``request_rollup`` (``queries/rollup.sql``: token to
 agent, model, session, user and source, what ``mix`` sums). While no request file has been added
 since, each view reads its stored files and the analyses of the whole lake skip the window and the
 full scan; otherwise the view is its query.
+
+On an object store (``--data s3://bucket/prefix``, :mod:`traceflow.store.objects`) the layout under
+the URL is the same, files are published with one conditional PUT each (no staging on the store,
+no rename), and the compaction markers are objects under ``_state/deduped/<table>/`` and
+``_state/derived/<view>/`` named by generation, never overwritten: readers take the newest. What
+only concerns this machine stays on local disk, under :func:`traceflow.config.local_root`: the
+staging files, the import offsets (they name local files), the collector's write-ahead log and
+DuckDB's spills. DuckDB reads the store through s3fs (``register_filesystem``).
 """
 
 from __future__ import annotations
@@ -48,6 +56,8 @@ from traceflow.store.sql import load as load_query
 if TYPE_CHECKING:
     import duckdb
     import polars as pl
+
+    from traceflow.store.objects import ObjectStore
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
@@ -165,11 +175,34 @@ def _write_json_durably(path: Path, value: Any) -> None:
 
 
 class Lake:
-    """A data directory holding the hive-partitioned Parquet tables."""
+    """A data directory (or ``s3://bucket/prefix``) holding the hive-partitioned Parquet tables.
 
-    def __init__(self, root: str | Path) -> None:
-        self.root = Path(root).expanduser()
+    ``location`` is what was given (a path or a URL); ``root`` and ``base`` are always local: the
+    data directory itself, or for an object-store lake the directory of this machine's own files.
+    """
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.location = config.normalise_location(root)
+        self.url = self.location.rstrip("/") if config.is_url(self.location) else None
+        self.root = config.local_root(self.location)
         self.base = self.root / LAKE_VERSION
+        self._store: ObjectStore | None = None
+
+    @property
+    def store(self) -> ObjectStore:
+        """The object store of an ``s3://`` lake."""
+        if self.url is None:
+            raise LakeError(f"{self.location} is a local directory, not an object store")
+        if self._store is None:
+            from traceflow.store.objects import ObjectStore
+
+            self._store = ObjectStore(self.url)
+        return self._store
+
+    @property
+    def published_base(self) -> str:
+        """Where the tables' files are: ``<data>/v1``, or ``s3://bucket/prefix/v1``."""
+        return f"{self.url}/{LAKE_VERSION}" if self.url is not None else str(self.base)
 
     # -- paths --------------------------------------------------------------------------------
     @property
@@ -185,10 +218,39 @@ class Lake:
 
     def glob(self, table: str) -> str:
         """Depth-explicit glob of a table's published files (never matches staging files)."""
+        if self.url is not None:
+            return f"{self.published_base}/{table}/dt=*/*.parquet"
         return str(self.table_dir(table) / "dt=*" / "*.parquet")
 
     def files(self, table: str) -> list[Path]:
+        """A local lake's published files of ``table`` (:meth:`file_names` works for both kinds)."""
+        if self.url is not None:
+            raise LakeError(f"{self.location} is on an object store: list it with file_names()")
         return sorted(self.table_dir(table).glob("dt=*/*.parquet"))
+
+    def file_names(self, table: str) -> list[str]:
+        """Every published file of ``table``, as paths or ``s3://`` URLs (what DuckDB reads)."""
+        if self.url is None:
+            return [str(f) for f in self.files(table)]
+        prefix = f"{self.published_base}/{table}/"
+        return [
+            name
+            for name in self.store.list(prefix)
+            if name.endswith(".parquet")
+            and (rel := name[len(prefix) :].split("/"))
+            and len(rel) == 2
+            and rel[0].startswith("dt=")
+        ]
+
+    def _rel(self, table: str, name: str) -> str:
+        """``dt=.../file.parquet``: a published file's name under its table."""
+        prefix = f"{self.published_base}/{table}/"
+        if self.url is None:
+            return str(Path(name).relative_to(self.table_dir(table)))
+        return name[len(prefix) :]
+
+    def _name(self, table: str, rel: str) -> str:
+        return f"{self.published_base}/{table}/{rel}" if self.url else str(self.table_dir(table) / rel)
 
     def ensure(self) -> None:
         """Create the data directory's bookkeeping folders, or say why that is impossible."""
@@ -231,7 +293,14 @@ class Lake:
         return self.publish(staged)
 
     def publish(self, staged: Iterable[tuple[Path, str]]) -> list[Path]:
-        """Move staged files into their partitions atomically and make the renames durable."""
+        """Move staged files into their partitions atomically and make the renames durable.
+
+        On an object store each file is uploaded with one conditional PUT (then its staged copy
+        removed); the returned paths are then the objects' names under :attr:`root` (their URL is
+        :meth:`published_base` + the same relative path).
+        """
+        if self.url is not None:
+            return self._upload(staged)
         published: list[Path] = []
         dirs: set[Path] = set()
         for path, rel in staged:
@@ -243,6 +312,14 @@ class Lake:
             dirs.add(target_dir)
         for d in dirs:
             _fsync_path(d)
+        return published
+
+    def _upload(self, staged: Iterable[tuple[Path, str]]) -> list[Path]:
+        published: list[Path] = []
+        for path, rel in staged:
+            self.store.put_file(path, f"{self.published_base}/{rel}/{path.name}")
+            path.unlink()
+            published.append(self.base / rel / path.name)
         return published
 
     def append(self, table: str, rows: Sequence[Mapping[str, Any]] | pl.DataFrame) -> list[Path]:
@@ -259,6 +336,7 @@ class Lake:
         con = duckdb.connect(":memory:")
         con.execute("SET TimeZone = 'UTC'")
         con.execute(f"SET temp_directory = '{self.base / '_tmp'}'")  # spills stay in the data dir
+        self._register(con)
         limit = config.get("memory_limit")
         if limit:
             con.execute("SET memory_limit = ?", [limit])
@@ -274,35 +352,68 @@ class Lake:
                     con.execute(f"COMMENT ON VIEW {view} IS '{MATERIALISED}'")
         return con
 
+    def _register(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Let DuckDB read ``s3://`` through s3fs (the httpfs extension needs a download)."""
+        if self.url is not None:
+            con.register_filesystem(self.store.fs)
+
+    # -- markers ------------------------------------------------------------------------------
+    def _read_marker(self, kind: str, name: str) -> Any:
+        """The newest ``_state/<kind>/<name>`` record (None when there is none or it is unreadable)."""
+        try:
+            if self.url is None:
+                path = self.state_dir / kind / f"{name}.json"
+                return orjson.loads(path.read_bytes()) if path.exists() else None
+            names = self._marker_names(kind, name)
+            data = self.store.read(names[-1]) if names else None
+            return orjson.loads(data) if data is not None else None
+        except orjson.JSONDecodeError:
+            return None
+
+    def _marker_names(self, kind: str, name: str) -> list[str]:
+        names = self.store.list(f"{self.published_base}/_state/{kind}/{name}/")
+        return [n for n in names if n.endswith(".json")]
+
+    def _write_marker(self, kind: str, name: str, value: Any) -> None:
+        """Record ``value`` as the newest ``_state/<kind>/<name>``: an atomic replace on disk; on an
+        object store a new object named by generation (never overwritten), the older ones but the
+        previous removed."""
+        if self.url is None:
+            _write_json_durably(self.state_dir / kind / f"{name}.json", value)
+            return
+        prefix = f"{self.published_base}/_state/{kind}/{name}/"
+        self.store.put(f"{prefix}{time.time_ns():020d}-{secrets.token_hex(4)}.json", orjson.dumps(value))
+        self.store.delete(self._marker_names(kind, name)[:-2])
+
     # -- derived views (stored by compaction) -------------------------------------------------
-    def _derived_marker(self, view: str) -> Path:
-        return self.state_dir / "derived" / f"{view}.json"
-
     def _request_files(self) -> set[str]:
-        return {str(f.relative_to(self.table_dir(REQUESTS.name))) for f in self.files(REQUESTS.name)}
+        return {self._rel(REQUESTS.name, f) for f in self.file_names(REQUESTS.name)}
 
-    def fresh_derived(self, view: str, current: set[str] | None = None) -> list[Path] | None:
+    def fresh_derived(self, view: str, current: set[str] | None = None) -> list[str] | None:
         """The view's stored files, when they were computed from exactly today's request files
         (``current``, the requests' file names under their table, when the caller has them)."""
-        marker = self._derived_marker(view)
-        if not marker.exists():
+        record = self._read_marker("derived", view)
+        if record is None:
             return None
         try:
-            record = orjson.loads(marker.read_bytes())
             computed_from = set(record["requests"])
-            files = [self.base / f for f in record["files"]]
+            files = [f"{self.published_base}/{f}" for f in record["files"]]
             query = record.get("query")
-        except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
+        except (KeyError, TypeError, AttributeError):
             return None
         if query != _query_digest(view):  # stored by another version of the view's query
             return None
         if current is None:
             current = self._request_files()
-        if current != computed_from or not all(f.exists() for f in files):
+        if current != computed_from:
             return None
-        return files
+        if self.url is None:
+            present = all(Path(f).exists() for f in files)
+        else:
+            present = set(files) <= set(self.store.list(f"{self.published_base}/_derived/{view}/"))
+        return files if present else None
 
-    def derived_view_sql(self, view: str, files: list[Path] | None = None) -> str:
+    def derived_view_sql(self, view: str, files: list[str] | None = None) -> str:
         """A derived view: its stored ``files`` (see :meth:`fresh_derived`), else its query."""
         if files:
             listing = ", ".join(f"'{p}'" for p in files)
@@ -318,8 +429,8 @@ class Lake:
         table is not one deduplicated base (run :meth:`compact`: the window over a base is cheap).
         """
         table = REQUESTS.name
-        files = self.files(table)
-        if not files or not set(files) <= self.deduped_files(table):
+        files = self.file_names(table)
+        if not files or not set(files) <= self._deduped(table):
             return {}
         stored: dict[str, int] = {}
         for view in DERIVED:
@@ -327,7 +438,7 @@ class Lake:
                 stored[view] = self._materialise(view, files)
         return stored
 
-    def _materialise(self, view: str, files: list[Path]) -> int:
+    def _materialise(self, view: str, files: list[str]) -> int:
         self.ensure()
         gen = f"{time.time_ns()}-{secrets.token_hex(4)}"
         out = self.staging / f"{view}-{gen}"
@@ -343,6 +454,8 @@ class Lake:
             ).fetchall()
         finally:
             con.close()
+        if self.url is not None:
+            return self._upload_derived(view, gen, out, files, rows)
         for f in out.glob("*.parquet"):
             _fsync_path(f)
         root = self.base / "_derived" / view
@@ -352,25 +465,40 @@ class Lake:
         _fsync_path(root)
         record = {
             "query": _query_digest(view),
-            "requests": sorted(str(f.relative_to(self.table_dir(REQUESTS.name))) for f in files),
+            "requests": sorted(self._rel(REQUESTS.name, f) for f in files),
             "files": sorted(str(f.relative_to(self.base)) for f in target.glob("*.parquet")),
         }
-        _write_json_durably(self._derived_marker(view), record)
+        self._write_marker("derived", view, record)
         # keep the previous generation for readers that opened it a moment ago
         for old in sorted(p for p in root.iterdir() if p.name != gen)[:-1]:
             shutil.rmtree(old, ignore_errors=True)
         return int(rows[0][0]) if rows else 0
 
-    def _deduped_marker(self, table: str) -> Path:
-        return self.state_dir / "deduped" / f"{table}.json"
+    def _upload_derived(self, view: str, gen: str, out: Path, files: list[str], rows: list[Any]) -> int:
+        """Publish a derived view's generation to the object store, then its marker."""
+        prefix = f"{self.published_base}/_derived/{view}/"
+        uploaded = []
+        for f in sorted(out.glob("*.parquet")):
+            self.store.put_file(f, f"{prefix}{gen}/{f.name}")
+            uploaded.append(f"_derived/{view}/{gen}/{f.name}")
+        shutil.rmtree(out, ignore_errors=True)
+        sources = sorted(self._rel(REQUESTS.name, f) for f in files)
+        self._write_marker(
+            "derived", view, {"query": _query_digest(view), "requests": sources, "files": uploaded}
+        )
+        # keep the previous generation for readers that opened it a moment ago
+        gens = sorted({n[len(prefix) :].split("/")[0] for n in self.store.list(prefix)} - {gen})
+        self.store.delete(n for n in self.store.list(prefix) if n[len(prefix) :].split("/")[0] in gens[:-1])
+        return int(rows[0][0]) if rows else 0
+
+    def _deduped(self, table: str) -> set[str]:
+        """Names (as :meth:`file_names` gives them) of the files the last ``compact`` wrote."""
+        names = self._read_marker("deduped", table)
+        return {self._name(table, n) for n in names} if isinstance(names, list) else set()
 
     def deduped_files(self, table: str) -> set[Path]:
         """Files the last ``compact`` wrote: together they hold each ``event_id`` once."""
-        marker = self._deduped_marker(table)
-        if not marker.exists():
-            return set()
-        names = orjson.loads(marker.read_bytes())
-        return {self.table_dir(table) / n for n in names}
+        return {Path(n) for n in self._deduped(table)}
 
     def view_sql(self, name: str) -> str:
         """The deduplicating view of a table.
@@ -380,14 +508,14 @@ class Lake:
         ``row_number()`` dedup. A never-compacted table is deduplicated whole.
         """
         spec = TABLES[name]
-        files = self.files(name)
-        base_set = self.deduped_files(name)
+        files = self.file_names(name)
+        base_set = self._deduped(name)
         base = [f for f in files if f in base_set]
         new = [f for f in files if f not in base_set]
         typed = ", ".join(f"CAST({c} AS {t}) AS {c}" for c, t in spec.columns.items())
         order = _DEDUP_ORDER.get(name, "ingested_at DESC")
 
-        def read(paths: list[Path]) -> str:
+        def read(paths: list[str]) -> str:
             listing = ", ".join(f"'{p}'" for p in paths)
             return f"read_parquet([{listing}], union_by_name = true, hive_partitioning = false)"
 
@@ -425,9 +553,9 @@ class Lake:
         old ones are removed, so a concurrent reader sees every row at every moment, once.
         """
         spec = TABLES[table]
-        files = self.files(table)
-        one_per_partition = len(files) == len({f.parent for f in files})
-        if not files or (one_per_partition and set(files) <= self.deduped_files(table)):
+        files = self.file_names(table)
+        one_per_partition = len(files) == len({f.rsplit("/", 1)[0] for f in files})
+        if not files or (one_per_partition and set(files) <= self._deduped(table)):
             if table == REQUESTS.name:
                 self.materialise_derived()  # a lake compacted before derived views were stored
             return len(files), len(files)
@@ -440,6 +568,7 @@ class Lake:
         import duckdb  # here, not at the top: writers (imports, the collector) never load it
 
         con = duckdb.connect(":memory:")
+        self._register(con)
         try:
             con.execute("SET preserve_insertion_order = false")
             con.execute(
@@ -460,11 +589,13 @@ class Lake:
                 staged.append((target, f"{table}/{part.name}"))
         published = self.publish(staged)
         names = [str(p.relative_to(self.table_dir(table))) for p in published]
-        _write_json_durably(self._deduped_marker(table), names)
-        for f in files:
+        self._write_marker("deduped", table, names)
+        if self.url is not None:
+            self.store.delete(files)  # only the files read: those published since stay
+        for name in files if self.url is None else ():
             with contextlib.suppress(FileNotFoundError):
-                f.unlink()
-        for d in {f.parent for f in files}:
+                Path(name).unlink()
+        for d in {Path(f).parent for f in files} if self.url is None else ():
             with contextlib.suppress(OSError):
                 d.rmdir()  # a partition whose rows all moved elsewhere
         shutil.rmtree(out, ignore_errors=True)

@@ -320,7 +320,10 @@ def plan(argv: list[str], environ: dict[str, str] | os._Environ[str] | None = No
         if not texts:
             return None  # no packaged query named: the CLI reports it
         texts += words
-    data_dir = os.path.abspath(config.resolve_data_dir(data))
+    data_dir = config.resolve_data_dir(data)
+    if config.is_url(data_dir):
+        return None  # an object-store lake: listing it costs requests, so nothing is cached
+    data_dir = os.path.abspath(data_dir)
     h = blake2b(digest_size=16)
     h.update(f"{__version__}\0{sys.version}\0{os.getcwd()}\0{data_dir}\n".encode())
     h.update("\0".join(args).encode("utf-8", "surrogateescape") + b"\n")

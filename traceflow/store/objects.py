@@ -1,0 +1,115 @@
+"""The lake's files on an object store (``s3://bucket/prefix``), through s3fs.
+
+Credentials, region and endpoint come from the usual AWS variables (``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_REGION``/``AWS_DEFAULT_REGION``,
+``AWS_ENDPOINT_URL`` for MinIO, Ceph and other S3-compatible stores, ``AWS_PROFILE``), read by botocore.
+
+Every file is published with one PUT under a name no other writer uses, sent with
+``If-None-Match: *`` so that a store that supports conditional writes (AWS S3 since 2024, MinIO,
+moto) refuses to replace an object; a store that answers *not implemented* gets a plain PUT (the
+names are unique anyway). An object is visible only once its PUT completed, so readers never see a
+partial file and writers need no staging area on the store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from traceflow.errors import LakeError
+
+#: s3fs instances per process: one connection pool per endpoint and credentials.
+_FILESYSTEMS: dict[str, Any] = {}
+#: The variables that choose the store and the credentials (botocore reads them).
+_AWS_VARIABLES = (
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+)
+
+
+def filesystem() -> Any:
+    """The s3fs filesystem (fsspec protocol ``s3``), configured from the AWS environment variables."""
+    try:
+        import s3fs
+    except ImportError:
+        raise LakeError(
+            "an s3:// data location needs s3fs: pip install 'traceflow[s3]' (or pip install s3fs)"
+        ) from None
+    key = "\0".join(os.environ.get(k, "") for k in _AWS_VARIABLES)
+    fs = _FILESYSTEMS.get(key)
+    if fs is None or _FILESYSTEMS.get("pid") != os.getpid():
+        _FILESYSTEMS.clear()
+        _FILESYSTEMS["pid"] = os.getpid()  # a forked worker opens its own connections
+        fs = _FILESYSTEMS[key] = s3fs.S3FileSystem(skip_instance_cache=True, use_listings_cache=False)
+    return fs
+
+
+class ObjectStore:
+    """Listing, conditional PUTs, reads and deletes of ``s3://`` objects under one lake URL."""
+
+    def __init__(self, url: str) -> None:
+        if not url.startswith("s3://") or len(url) <= len("s3://"):
+            raise LakeError(f"{url!r} is not an s3://bucket/prefix URL")
+        self.url = url.rstrip("/")
+        self.fs = filesystem()
+        self._conditional = True
+
+    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (FileExistsError, FileNotFoundError):
+            raise
+        except PermissionError as e:
+            raise LakeError(
+                f"{what}: access denied ({e}); check AWS_ACCESS_KEY_ID and the bucket's policy"
+            ) from None
+        except OSError as e:
+            raise LakeError(f"{what}: {e}; check AWS_ENDPOINT_URL and the credentials") from None
+
+    def list(self, prefix: str) -> list[str]:
+        """Every object under ``prefix`` (an ``s3://`` URL), as sorted ``s3://`` URLs."""
+        with contextlib.suppress(FileNotFoundError):
+            keys = self._call(f"cannot list {prefix}", self.fs.find, prefix, refresh=True)
+            return sorted(f"s3://{k}" for k in keys)
+        return []
+
+    def put(self, url: str, data: bytes) -> None:
+        """Create the object ``url`` with one PUT; FileExistsError when it exists already."""
+        if self._conditional:
+            try:
+                self._call(f"cannot write {url}", self.fs.pipe_file, url, data, mode="create")
+                return
+            except LakeError as e:
+                if "NotImplemented" not in str(e) and "not implemented" not in str(e).lower():
+                    raise
+                self._conditional = False  # a store without conditional writes: names are unique
+        self._call(f"cannot write {url}", self.fs.pipe_file, url, data)
+
+    def put_file(self, local: Path, url: str) -> None:
+        self.put(url, local.read_bytes())
+
+    def read(self, url: str) -> bytes | None:
+        """The object's bytes, or None when there is no such object."""
+        try:
+            return bytes(self._call(f"cannot read {url}", self.fs.cat_file, url))
+        except FileNotFoundError:
+            return None
+
+    def exists(self, url: str) -> bool:
+        return bool(self._call(f"cannot read {url}", self.fs.exists, url))
+
+    def delete(self, urls: Iterable[str]) -> None:
+        """Delete objects (missing ones are fine)."""
+        todo = list(urls)
+        if todo:
+            with contextlib.suppress(FileNotFoundError):
+                self._call("cannot delete objects", self.fs.rm, todo)
