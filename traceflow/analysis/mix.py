@@ -12,7 +12,7 @@ from traceflow.errors import UsageError
 from traceflow.output import Rows
 from traceflow.store.lake import ROLLUP_VIEW
 from traceflow.store.selection import REQUEST_TIME, Selection
-from traceflow.store.sql import materialised
+from traceflow.store.sql import Engine, materialised
 
 if TYPE_CHECKING:
     import polars as pl
@@ -90,18 +90,20 @@ FROM sums
 
 
 def token_mix_rows(
-    con: duckdb.DuckDBPyConnection, selection: Selection | None = None, by: Sequence[str] = ()
+    con: duckdb.DuckDBPyConnection | Engine, selection: Selection | None = None, by: Sequence[str] = ()
 ) -> Rows:
     """Like :func:`token_mix`, as plain rows (no polars needed)."""
     sel = selection or Selection()
     answer = _rollup_where(sel) if materialised(con, ROLLUP_VIEW) else None
     if answer is not None:
         where, params = answer
-        cursor = con.execute(mix_sql(by, where, rollup=True), params)
+        text = mix_sql(by, where, rollup=True)
     else:
         where, params = sel.where()
-        cursor = con.execute(mix_sql(by, where), params)
-    return Rows([*by, *COLUMNS], cursor.fetchall())
+        text = mix_sql(by, where)
+    if isinstance(con, Engine):
+        return Rows([*by, *COLUMNS], con.frame(text, params).rows())
+    return Rows([*by, *COLUMNS], con.execute(text, params).fetchall())
 
 
 def _midnight(value: dt.datetime) -> str | None:
@@ -129,7 +131,7 @@ def _rollup_where(sel: Selection) -> tuple[str, list[Any]] | None:
 
 
 def token_mix(
-    con: duckdb.DuckDBPyConnection, selection: Selection | None = None, by: Sequence[str] = ()
+    con: duckdb.DuckDBPyConnection | Engine, selection: Selection | None = None, by: Sequence[str] = ()
 ) -> pl.DataFrame:
     """One row (no ``by``) or one row per group: the ``by`` columns, then :data:`COLUMNS`."""
     import polars as pl
