@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import polars as pl
+import pyarrow.parquet as pq
 import pytest
 
 from tests.conformance_support import differences, same_object, synthetic_lake
@@ -167,8 +167,7 @@ def test_duplicates_resolved_alike(engines: Engines, lakes: dict[str, Lake]) -> 
     a, b = sql.query_frame(con, q), sql.query_frame(spark, q)
     assert a["agent_version"].to_list() == ["1.0", "2.0"]
     assert not differences(a, b, ordered=True)
-    files = [f for f in lakes["synthetic"].files("requests")]
-    raw = pl.read_parquet(files, missing_columns="insert", extra_columns="ignore").height
+    raw = sum(pq.ParquetFile(f).metadata.num_rows for f in lakes["synthetic"].files("requests"))
     assert raw > a["n"].sum()
 
 

@@ -17,6 +17,9 @@ each rule a regular expression over the code with comments removed and string li
 - ``1.5`` -> ``1.5D`` (a decimal literal is DECIMAL in Spark: its averages would round)
 - ``LIMIT CAST(x AS BIGINT)`` -> ``LIMIT CAST(x AS INT)``
 - ``AS NOT MATERIALIZED (`` -> ``AS (`` (a CTE hint Spark does not parse)
+- ``"name"`` -> ```name``` (double quotes make a string in Spark, an identifier in DuckDB)
+- ``FROM t WHERE (a) ...`` -> ``FROM t WHERE true AND (a) ...`` (Spark reads ``WHERE (a)`` after a
+  table as an alias with a column list)
 - ``ORDER BY a, b DESC`` -> ``ORDER BY a NULLS LAST, b DESC NULLS LAST`` (DuckDB sorts NULLs last,
   Spark first)
 
@@ -73,6 +76,8 @@ RULES: tuple[Rule, ...] = (
     _rule("decimal literal", r"(?<![\w.])(\d+\.\d+(?:[eE][+-]?\d+)?)(?![\w.])", r"\1D"),
     _rule("limit cast", r"\bLIMIT\s+CAST\s*\(([^()]*?)\s+AS\s+BIGINT\s*\)", r"LIMIT CAST(\1 AS INT)"),
     _rule("not materialized", r"\bAS\s+NOT\s+MATERIALIZED\s*\(", "AS ("),
+    _rule("quoted identifier", r'"([^"]*)"', r"`\1`"),
+    _rule("where parenthesis", r"\bWHERE\s+\(", "WHERE true AND ("),
 )
 
 _AT_UTC = re.compile(r"\s+AT\s+TIME\s+ZONE\s+\x00(\d+)\x00", re.I)
