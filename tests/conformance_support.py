@@ -22,7 +22,14 @@ HASHED = ("root_key", "prompt_key", "prev_prompt_key", "stream_key")
 REL = 1e-12
 
 #: The columns an "older" collector did not write yet (they read as NULL).
-OLD_MISSING = ("cache_write_5m_tokens", "cache_write_1h_tokens", "cost_usd", "hash_ids", "block_size", "ttft_ms")
+OLD_MISSING = (
+    "cache_write_5m_tokens",
+    "cache_write_1h_tokens",
+    "cost_usd",
+    "hash_ids",
+    "block_size",
+    "ttft_ms",
+)
 
 _T0 = dt.datetime(2026, 3, 1, 22, 0, tzinfo=dt.UTC)  # near midnight: sessions cross UTC days
 
@@ -31,7 +38,9 @@ def _write_old(lake: Lake, table: str, rows: list[dict[str, Any]], missing: tupl
     """Rows written the way an older schema did: without ``missing``, straight into partition files."""
     spec = {"requests": REQUESTS, "events": EVENTS}[table]
     schema = {c: t for c, t in spec.schema.items() if c not in missing}
-    frame = pl.DataFrame([{k: v for k, v in r.items() if k in schema} for r in rows], schema=schema, orient="row")
+    frame = pl.DataFrame(
+        [{k: v for k, v in r.items() if k in schema} for r in rows], schema=schema, orient="row"
+    )
     key = "started_at" if table == "requests" else "timestamp"
     for (day,), part in frame.with_columns(pl.col(key).dt.strftime("%Y-%m-%d").alias("__dt")).group_by(
         "__dt", maintain_order=True
@@ -56,14 +65,18 @@ def synthetic_lake(root: Path, sessions: int = 120, seed: int = 7) -> Lake:
         sid = f"s{s:04d}" if s % 17 else None  # a few requests stand alone
         t = _T0 + dt.timedelta(seconds=rng.uniform(0, 4 * 3600))
         context = rng.randint(1_000, 20_000)
-        model = rng.choice(["claude-sonnet-4-5", "claude-haiku-4-5", "gpt-5", None if s % 23 == 0 else "gpt-5"])
+        model = rng.choice(
+            ["claude-sonnet-4-5", "claude-haiku-4-5", "gpt-5", None if s % 23 == 0 else "gpt-5"]
+        )
         has_prompts = s % 5 != 0
         prompt = 0
         streams = [(sid, None)] + ([(f"s{s:04d}-sub{k}", sid) for k in range(s % 3)] if sid else [])
         for stream_sid, parent in streams:
             st = t + dt.timedelta(seconds=rng.uniform(0, 60))
-            for i in range(rng.randint(1, 25) if stream_sid else 1):
-                gap = rng.choice([0.0, 0.05, rng.expovariate(1 / 8), rng.expovariate(1 / 400), 4000.0, 90000.0])
+            for _ in range(rng.randint(1, 25) if stream_sid else 1):
+                gap = rng.choice(
+                    [0.0, 0.05, rng.expovariate(1 / 8), rng.expovariate(1 / 400), 4000.0, 90000.0]
+                )
                 st += dt.timedelta(seconds=gap)
                 dur = dt.timedelta(milliseconds=rng.randint(200, 60_000))
                 if rng.random() < 0.3:
@@ -179,7 +192,7 @@ def differences(reference: pl.DataFrame, other: pl.DataFrame, *, ordered: bool =
 
 
 def same_object(reference: Any, other: Any, path: str = "") -> list[str]:
-    """Differences between two JSON-like objects (dicts, lists, numbers) by the rules of :func:`differences`."""
+    """Differences between two JSON-like objects (dicts, lists, numbers, frames), as :func:`differences`."""
     if isinstance(reference, dict) and isinstance(other, dict):
         if reference.keys() != other.keys():
             return [f"{path}: keys {sorted(reference)} != {sorted(other)}"]
@@ -187,7 +200,11 @@ def same_object(reference: Any, other: Any, path: str = "") -> list[str]:
     if isinstance(reference, list) and isinstance(other, list):
         if len(reference) != len(other):
             return [f"{path}: {len(reference)} items != {len(other)}"]
-        return [d for i, (u, v) in enumerate(zip(reference, other, strict=True)) for d in same_object(u, v, f"{path}[{i}]")]
+        return [
+            d
+            for i, (u, v) in enumerate(zip(reference, other, strict=True))
+            for d in same_object(u, v, f"{path}[{i}]")
+        ]
     if isinstance(reference, pl.DataFrame) and isinstance(other, pl.DataFrame):
         return [f"{path}: {d}" for d in differences(reference, other)]
     return [] if _same(reference, other) else [f"{path}: {reference!r} != {other!r}"]

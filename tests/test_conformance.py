@@ -2,7 +2,8 @@
 and on Spark local mode (``traceflow.engines.spark``) over the same lakes, and the queries chDB
 (embedded ClickHouse) can run.
 
-Lakes: the public traces in tests/data (the Mooncake conversation trace and the kv-cache-tester sessions), a synthetic lake with duplicates and mixed schemas (tests/conformance_support.py),
+Lakes: the public traces in tests/data (the Mooncake conversation trace and the kv-cache-tester
+sessions), a synthetic lake with duplicates and mixed schemas (tests/conformance_support.py),
 and that lake compacted (DuckDB reads the stored steps and rollup there, Spark the deduplicated base).
 Counts, integer sums, times and strings must be identical, quantiles and other floats equal to 1e-12
 relative (summation order). Spark runs once per session (``local[2]``, 2 shuffle partitions); CI

@@ -140,7 +140,9 @@ def gap_summary(
     # window is computed once. DuckDB evaluates histogram() through a materialised copy of the
     # input, which at 100 M gaps costs more than the second scan.
     # Another engine (Spark) has no histogram(): it always counts the bins in a second query.
-    separate = histogram and not by and (isinstance(con, sql.Engine) or sql.uses_stored_steps(con, blocks, params))
+    separate = (
+        histogram and not by and (isinstance(con, sql.Engine) or sql.uses_stored_steps(con, blocks, params))
+    )
     if histogram and not separate:
         parts.append(f"histogram({_HIST_KEY}) AS hist")
     inner = f"SELECT {keys}{', '.join(parts)} FROM {{q}} AS g {group}"

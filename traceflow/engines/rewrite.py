@@ -154,7 +154,7 @@ def nulls_last(code: str) -> str:
             tail = item[len(body) :]
             fixed.append(body if _NULLS.search(body) else f"{body} NULLS LAST{tail}")
         out.append(",".join(fixed))
-        if not out[-1].endswith((" ", "\n")):
+        if not out[-1].endswith((" ", "\n")) and code[end : end + 1] not in ("", ")", ";"):
             out.append(" ")
         pos = end
     out.append(code[pos:])

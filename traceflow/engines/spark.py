@@ -71,7 +71,8 @@ def session(
         from pyspark.sql import SparkSession
     except ImportError:
         raise UsageError(
-            f"--engine spark needs pyspark: pip install 'traceflow[spark]' (pyspark=={SPARK_VERSION}, Java 17)"
+            "--engine spark needs pyspark: pip install 'traceflow[spark]' "
+            f"(pyspark=={SPARK_VERSION}, Java 17)"
         ) from None
     builder = SparkSession.builder.appName(app_name)
     if remote and remote.startswith("sc://"):
@@ -109,9 +110,7 @@ def dedup_sql(name: str, source: str) -> str:
     """The deduplicating ``SELECT`` over ``source`` (a view of :func:`read_table`): one row per
     ``event_id``, the copy :meth:`Lake.view_sql` keeps."""
     order = lake_mod._DEDUP_ORDER.get(name, "ingested_at DESC")
-    return (
-        f"SELECT * FROM {source} QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY {order}) = 1"
-    )
+    return f"SELECT * FROM {source} QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY {order}) = 1"
 
 
 def register(spark: SparkSession, lake: Lake, tables: Iterable[str] | None = None) -> list[str]:
@@ -127,7 +126,8 @@ def register(spark: SparkSession, lake: Lake, tables: Iterable[str] | None = Non
         if name == REQUESTS.name:
             extra = (
                 ", coalesce(cold_input_tokens, 0) + coalesce(cache_read_tokens, 0)"
-                f" + coalesce(cache_write_tokens, 0) AS context_tokens, {lake_mod._COMPLETENESS} AS total_tokens"
+                " + coalesce(cache_write_tokens, 0) AS context_tokens,"
+                f" {lake_mod._COMPLETENESS} AS total_tokens"
             )
         spark.sql(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * {extra} FROM ({body})")
     return names
@@ -164,7 +164,9 @@ class SparkEngine:
         except Exception as e:  # pyspark's errors do not share one base class across local/Connect
             if type(e).__module__.startswith(("pyspark", "py4j")):
                 first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                raise QueryError(f"Spark could not run the query: {first}\n--- Spark SQL ---\n{text}") from None
+                raise QueryError(
+                    f"Spark could not run the query: {first}\n--- Spark SQL ---\n{text}"
+                ) from None
             raise
         frame = pl.from_arrow(table)
         assert isinstance(frame, pl.DataFrame)

@@ -321,7 +321,9 @@ def with_steps(sql: str, steps: str) -> str:
 
 
 def uses_stored_steps(
-    con: duckdb.DuckDBPyConnection | Engine, blocks: Mapping[str, str] | None, params: Mapping[str, Any] | None
+    con: duckdb.DuckDBPyConnection | Engine,
+    blocks: Mapping[str, str] | None,
+    params: Mapping[str, Any] | None,
 ) -> bool:
     """Whether a run with these blocks and parameters reads the steps stored by compaction."""
     return _whole_lake(blocks, params) and materialised(con, STEPS)
