@@ -46,7 +46,7 @@ grid AS (
     SELECT min(bucket) AS lo,
            CASE WHEN max(bucket) - min(bucket) >= CAST($max_buckets AS BIGINT)
                 THEN error('working_set: more than ' || CAST($max_buckets AS BIGINT) || ' buckets of '
-                           || CAST($resolution_s AS DOUBLE) || ' s; give a coarser $resolution_s')
+                           || CAST($resolution_s AS DOUBLE) || ' s; give a coarser resolution')
                 ELSE max(bucket) END AS hi
     FROM per_bucket
 ),

@@ -19,13 +19,25 @@ PACKAGE = Path(traceflow.__file__).parent
 #: traceflow/ and the packaged queries). Imports inside a package are always allowed (cycles aside).
 LAYERS: dict[str, set[str]] = {
     "entry": {"cli", "store", "base"},  # traceflow._entry / __main__: the console script
-    "cli": {"collectors", "dashboards", "importers", "analysis", "replay", "kv", "otlp", "store", "base"},
+    "cli": {
+        "collectors",
+        "dashboards",
+        "importers",
+        "analysis",
+        "replay",
+        "kv",
+        "otlp",
+        "engines",
+        "store",
+        "base",
+    },
     "dashboards": {"collectors", "importers", "analysis", "replay", "kv", "store", "base"},
     "collectors": {"otlp", "store", "base"},
     "importers": {"otlp", "store", "base"},
     "replay": {"analysis", "store", "base"},
     "kv": {"replay", "store", "base"},
     "analysis": {"store", "base"},
+    "engines": {"store", "base"},  # Spark and other engines over the lake (issue 15)
     "otlp": {"base"},
     "store": {"base"},
     "base": {"base"},

@@ -128,7 +128,10 @@ def gap_summary(
     # quantiles' final sort leaves a core idle); otherwise it rides along in the same pass, so the
     # window is computed once. DuckDB evaluates histogram() through a materialised copy of the
     # input, which at 100 M gaps costs more than the second scan.
-    separate = histogram and not by and sql.uses_stored_steps(con, blocks, params)
+    # Another engine (Spark) has no histogram(): it always counts the bins in a second query.
+    separate = (
+        histogram and not by and (isinstance(con, sql.Engine) or sql.uses_stored_steps(con, blocks, params))
+    )
     if histogram and not separate:
         parts.append(f"histogram({_HIST_KEY}) AS hist")
     inner = f"SELECT {keys.select}{', '.join(parts)} FROM {{q}} AS g {keys.join} {keys.group}"
@@ -160,6 +163,11 @@ def gap_summary(
     import polars as pl
 
     hist_wrap = f"SELECT {_HIST_KEY} AS k, count(*) AS n FROM {{q}} AS g GROUP BY 1"
+    if isinstance(con, sql.Engine):
+        summary = sql.run(con, "gaps", params, blocks=blocks, wrap=wrap)
+        counts = sql.run(con, "gaps", params, blocks=blocks, wrap=hist_wrap)
+        as_map = [{"key": k, "value": n} for k, n in counts.sort("k").iter_rows()]
+        return summary.with_columns(pl.Series("hist", [as_map]))
     cursor = con.cursor()  # the same database and views, its own connection
     try:
         with cf.ThreadPoolExecutor(max_workers=1) as pool:

@@ -14,7 +14,7 @@ from traceflow.prices import PriceModel
 from traceflow.store import groups
 from traceflow.store.lake import ROLLUP_VIEW
 from traceflow.store.selection import Selection
-from traceflow.store.sql import materialised
+from traceflow.store.sql import Engine, materialised
 
 if TYPE_CHECKING:
     import polars as pl
@@ -84,7 +84,8 @@ WITH sums AS (
     WHERE {where}
     {keys.group}
 )
-SELECT * {"" if write_1h else "EXCLUDE (cache_write_1h_tokens)"},
+SELECT {"".join(f"{groups.ident(b)}, " for b in by)}requests, cold_input_tokens, cache_read_tokens,
+       cache_write_tokens, output_tokens,{" cache_write_1h_tokens," if write_1h else ""}
        (cold_input_tokens + cache_read_tokens + cache_write_tokens + output_tokens)::BIGINT AS total_tokens,
        cold_input_tokens / nullif(total_tokens, 0)::DOUBLE AS share_cold_input,
        cache_read_tokens / nullif(total_tokens, 0)::DOUBLE AS share_cache_read,
@@ -97,21 +98,23 @@ FROM sums
 
 
 def _sums(
-    con: duckdb.DuckDBPyConnection, sel: Selection, by: Sequence[str], *, write_1h: bool = False
+    con: duckdb.DuckDBPyConnection | Engine, sel: Selection, by: Sequence[str], *, write_1h: bool = False
 ) -> list[tuple[Any, ...]]:
     rollup = materialised(con, ROLLUP_VIEW) and all(b in ROLLUP_GROUPS for b in by)
     answer = _rollup_where(sel) if rollup else None
     if answer is not None:
         where, params = answer
-        cursor = con.execute(mix_sql(by, where, rollup=True, write_1h=write_1h), params)
+        text = mix_sql(by, where, rollup=True, write_1h=write_1h)
     else:
         where, params = sel.where()
-        cursor = con.execute(mix_sql(by, where, write_1h=write_1h), params)
-    return cursor.fetchall()
+        text = mix_sql(by, where, write_1h=write_1h)
+    if isinstance(con, Engine):
+        return list(con.frame(text, params).rows())
+    return con.execute(text, params).fetchall()
 
 
 def token_mix_rows(
-    con: duckdb.DuckDBPyConnection,
+    con: duckdb.DuckDBPyConnection | Engine,
     selection: Selection | None = None,
     by: Sequence[str] = (),
     prices: PriceModel | None = None,
@@ -144,7 +147,7 @@ def token_cost(prices: PriceModel, model: str | None, sums: Sequence[int]) -> tu
 
 
 def savings_by_group(
-    con: duckdb.DuckDBPyConnection,
+    con: duckdb.DuckDBPyConnection | Engine,
     selection: Selection | None = None,
     by: Sequence[str] = (),
     prices: PriceModel | None = None,
@@ -193,7 +196,7 @@ def _rollup_where(sel: Selection) -> tuple[str, list[Any]] | None:
 
 
 def token_mix(
-    con: duckdb.DuckDBPyConnection,
+    con: duckdb.DuckDBPyConnection | Engine,
     selection: Selection | None = None,
     by: Sequence[str] = (),
     prices: PriceModel | None = None,

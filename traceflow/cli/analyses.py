@@ -12,14 +12,23 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from traceflow.cli.options import DataOpt, FormatOpt, PricesOpt, check_format, open_lake, with_selection
+from traceflow.cli.options import (
+    DataOpt,
+    EngineOpt,
+    FormatOpt,
+    PricesOpt,
+    SparkRemoteOpt,
+    check_format,
+    connect,
+    open_lake,
+    with_selection,
+)
 from traceflow.errors import UsageError
 from traceflow.units import format_duration, parse_duration
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    import duckdb
     import polars as pl
 
     from traceflow.output import Rows
@@ -64,8 +73,14 @@ def _ttls(values: list[str] | None, default: tuple[float, ...]) -> list[float]:
     return [parse_duration(v, "--ttl") for v in values] if values else list(default)
 
 
-def _connect(data: Path | None, tables: list[str] | None = None) -> duckdb.DuckDBPyConnection:
-    return open_lake(data).connect(tables or ["requests"])
+def _connect(
+    data: Path | None,
+    tables: list[str] | None = None,
+    engine: str = "duckdb",
+    spark_remote: str | None = None,
+) -> Any:
+    """The lake's DuckDB connection, or with ``--engine spark`` a Spark engine over it."""
+    return connect(data, tables or ["requests"], engine, spark_remote)
 
 
 def _print(result: Rows | pl.DataFrame, fmt: str, *, single: bool = False) -> None:
@@ -121,6 +136,8 @@ def gaps(
     *,
     selection: Selection,
     data: DataOpt = None,
+    engine: EngineOpt = "duckdb",
+    spark_remote: SparkRemoteOpt = None,
     fmt: FormatOpt = "table",
 ) -> None:
     """Idle gaps between requests of a session (agent loops vs human turns) against cache TTLs."""
@@ -131,7 +148,7 @@ def gaps(
     check_format(fmt)
     ttls = _ttls(ttl, g.DEFAULT_TTLS)
     groups = split_by(by)
-    con = _connect(data, ["requests", "events"])
+    con = _connect(data, ["requests", "events"], engine, spark_remote)
     if histogram:
         _print(g.gap_histogram(con, selection), fmt)
         return
@@ -194,6 +211,8 @@ def ttl(
     *,
     selection: Selection,
     data: DataOpt = None,
+    engine: EngineOpt = "duckdb",
+    spark_remote: SparkRemoteOpt = None,
     fmt: FormatOpt = "table",
 ) -> None:
     """Compare cache TTLs: what each would have cost, and which is cheapest.
@@ -214,7 +233,12 @@ def ttl(
         return
     if groups not in ([], ["model"]):
         raise UsageError("ttl groups only --by model")
-    result = ttl_report(_connect(data), selection, ttl_list(_ttls(ttl, ())), PriceModel.load(prices))
+    result = ttl_report(
+        _connect(data, None, engine, spark_remote),
+        selection,
+        ttl_list(_ttls(ttl, ())),
+        PriceModel.load(prices),
+    )
     if fmt == "json":
         _print_json(result.as_dict())
         return
@@ -276,6 +300,8 @@ def sessions(
     *,
     selection: Selection,
     data: DataOpt = None,
+    engine: EngineOpt = "duckdb",
+    spark_remote: SparkRemoteOpt = None,
     fmt: FormatOpt = "table",
 ) -> None:
     """Describe the sessions: turns, duration, context growth, compactions and resumes.
@@ -289,7 +315,7 @@ def sessions(
     check_format(fmt)
     groups = split_by(by)
     resume_s = parse_duration(resume_after, "--resume-after")
-    con = _connect(data, ["requests", "events"])
+    con = _connect(data, ["requests", "events"], engine, spark_remote)
     if list_:
         _print(s.sessions(con, selection, resume_s, compaction_drop, limit), fmt)
         return
@@ -309,6 +335,8 @@ def load(
     *,
     selection: Selection,
     data: DataOpt = None,
+    engine: EngineOpt = "duckdb",
+    spark_remote: SparkRemoteOpt = None,
     fmt: FormatOpt = "table",
 ) -> None:
     """Measure arrivals and load: new sessions, requests and tokens per second over time.
@@ -320,7 +348,7 @@ def load(
 
     check_format(fmt)
     res = parse_duration(resolution, "--resolution")
-    con = _connect(data)
+    con = _connect(data, None, engine, spark_remote)
     _coarsened(res, load_resolution(con, selection, res))
     if series:
         _print(load_series(con, selection, res), fmt)
@@ -343,6 +371,8 @@ def working_set(
     *,
     selection: Selection,
     data: DataOpt = None,
+    engine: EngineOpt = "duckdb",
+    spark_remote: SparkRemoteOpt = None,
     fmt: FormatOpt = "table",
 ) -> None:
     """Measure the live KV working set for a TTL (default 5m) over time.
@@ -360,7 +390,7 @@ def working_set(
     check_format(fmt)
     ttls = _ttls(ttl, (DEFAULT_TTL_S,))
     res = parse_duration(resolution, "--resolution")
-    con = _connect(data)
+    con = _connect(data, None, engine, spark_remote)
     _coarsened(res, working_set_resolution(con, selection, max(ttls), res))
     if series:
         _print(working_set_series(con, selection, ttls[0], res, kv_bytes_per_token), fmt)

@@ -14,7 +14,17 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from traceflow.cli.options import DataOpt, FormatOpt, PricesOpt, check_format, open_lake, with_selection
+from traceflow.cli.options import (
+    DataOpt,
+    EngineOpt,
+    FormatOpt,
+    PricesOpt,
+    SparkRemoteOpt,
+    check_format,
+    connect,
+    open_lake,
+    with_selection,
+)
 from traceflow.errors import UsageError
 
 if TYPE_CHECKING:
@@ -61,6 +71,8 @@ def misses(
     *,
     selection: Selection,
     data: DataOpt = None,
+    engine: EngineOpt = "duckdb",
+    spark_remote: SparkRemoteOpt = None,
     fmt: FormatOpt = "table",
 ) -> None:
     """Count cache misses by cause, with the missed tokens and what they cost.
@@ -74,7 +86,7 @@ def misses(
 
     check_format(fmt)
     groups = split_by(by)
-    con = open_lake(data).connect(["requests", "events"])
+    con = connect(data, ["requests", "events"], engine, spark_remote)
     options: dict[str, Any] = {
         "prices": PriceModel.load(prices),
         "miss_tokens": miss_tokens,

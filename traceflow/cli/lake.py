@@ -12,7 +12,17 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from traceflow import __version__
-from traceflow.cli.options import DataOpt, FormatOpt, PricesOpt, check_format, open_lake, with_selection
+from traceflow.cli.options import (
+    DataOpt,
+    EngineOpt,
+    FormatOpt,
+    PricesOpt,
+    SparkRemoteOpt,
+    check_format,
+    connect,
+    open_lake,
+    with_selection,
+)
 from traceflow.errors import UsageError
 
 if TYPE_CHECKING:
@@ -106,6 +116,8 @@ def mix(
     *,
     selection: Selection,
     data: DataOpt = None,
+    engine: EngineOpt = "duckdb",
+    spark_remote: SparkRemoteOpt = None,
     fmt: FormatOpt = "table",
 ) -> None:
     """The token mix: cold input, cache read, cache write and output, their shares and the reuse ratio."""
@@ -115,7 +127,7 @@ def mix(
 
     check_format(fmt)
     groups = [g for item in (by or []) for g in item.split(",") if g]
-    con = open_lake(data).connect(["requests", "events"])
+    con = connect(data, ["requests", "events"], engine, spark_remote)
     result = token_mix_rows(con, selection, groups, PriceModel.load(prices))
     typer.echo(render(result, fmt, single=not groups))
     if savings and fmt == "table" and not groups and result.rows:
@@ -154,6 +166,8 @@ def _read_sql_file(file: Path) -> str:
 
 def compact(
     data: DataOpt = None,
+    engine: EngineOpt = "duckdb",
+    spark_remote: SparkRemoteOpt = None,
     fmt: FormatOpt = "table",
 ) -> None:
     """Merge each partition's small files into one deduplicated file; store the derived views."""
@@ -167,8 +181,17 @@ def compact(
     lake = open_lake(data)
     rows = []
     derived_before = {v: len(lake.fresh_derived(v) or []) for v in DERIVED}
+    if engine == "spark":
+        from traceflow.engines.spark import compact as spark_compact
+        from traceflow.engines.spark import session
+
+        spark = session(spark_remote)
+    elif spark_remote or engine != "duckdb":
+        raise UsageError(
+            f"--engine {engine!r} --spark-remote {spark_remote!r}: use --engine spark with --spark-remote"
+        )
     for table in TABLES:
-        before, after = lake.compact(table)
+        before, after = spark_compact(spark, lake, table) if engine == "spark" else lake.compact(table)
         rows.append({"table": table, "files_before": before, "files_after": after})
     # compacting requests also stores the views derived from them (steps, rollup), see Lake
     for view, before in derived_before.items():

@@ -39,6 +39,23 @@ PricesOpt = Annotated[
     ),
 ]
 FormatOpt = Annotated[str, typer.Option("--format", "-f", help="table, json, csv or markdown.")]
+EngineOpt = Annotated[
+    str,
+    typer.Option(
+        "--engine",
+        help="duckdb (embedded, the default) or spark: the same queries on Spark "
+        "(pip install 'traceflow[spark]').",
+    ),
+]
+SparkRemoteOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--spark-remote",
+        help="With --engine spark: a master URL (spark://host:7077, yarn) or Spark Connect "
+        "(sc://host:15002); "
+        "default local[*]. The cluster must read the lake at the same path.",
+    ),
+]
 SinceOpt = Annotated[
     str | None, typer.Option(help="Only requests at or after this time (2026-08-01, 2026-08-01T12:00Z, 7d).")
 ]
@@ -70,6 +87,21 @@ def check_format(fmt: str) -> str:
     if fmt not in FORMATS:
         raise UsageError(f"--format {fmt!r} is not one of: {', '.join(FORMATS)}")
     return fmt
+
+
+def connect(
+    data: Path | None, tables: list[str], engine: str = "duckdb", spark_remote: str | None = None
+) -> Any:
+    """The lake's DuckDB connection, or a Spark engine over the same lake (``--engine spark``)."""
+    if engine == "duckdb":
+        if spark_remote:
+            raise UsageError("--spark-remote needs --engine spark")
+        return open_lake(data).connect(tables)
+    if engine == "spark":
+        from traceflow.engines.spark import connect as spark_connect
+
+        return spark_connect(open_lake(data), tables, spark_remote)
+    raise UsageError(f"--engine {engine!r}: choose duckdb or spark")
 
 
 def open_lake(data: Path | None, *, create: bool = False) -> Lake:

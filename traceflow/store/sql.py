@@ -33,7 +33,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib.resources import files
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from traceflow.errors import MissingParameter, QueryError, UnknownQuery, UsageError
 
@@ -202,8 +202,27 @@ def bind(query: Query, sql: str, given: Mapping[str, Any]) -> dict[str, Any]:
     return values
 
 
+@runtime_checkable
+class Engine(Protocol):
+    """Another engine over the lake's views (``traceflow.engines``): what :func:`run` needs of it.
+
+    Analyses take either a DuckDB connection (the default) or an engine; the SQL they send is DuckDB's,
+    and the engine translates it (``traceflow.engines.rewrite``).
+    """
+
+    name: str
+
+    def frame(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> pl.DataFrame:
+        """Run one DuckDB-dialect statement with ``$name`` or ``?`` parameters; the rows as polars."""
+        ...
+
+    def materialised(self, view: str) -> bool:
+        """Whether the derived ``view`` reads stored files (see :func:`materialised`)."""
+        ...
+
+
 def run(
-    con: duckdb.DuckDBPyConnection,
+    con: duckdb.DuckDBPyConnection | Engine,
     name: str,
     params: Mapping[str, Any] | None = None,
     *,
@@ -224,6 +243,8 @@ def run(
     if wrap is not None:
         sql = wrap.replace("{q}", f"(\n{sql}\n)")
     values = bind(query, sql, params or {})
+    if isinstance(con, Engine):
+        return con.frame(sql, values)
     try:
         return query_frame(con, sql, values)
     except duckdb.Error as e:
@@ -236,9 +257,13 @@ MATERIALISED = "materialised"
 
 
 def query_frame(
-    con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None
+    con: duckdb.DuckDBPyConnection | Engine,
+    sql: str,
+    params: Sequence[Any] | Mapping[str, Any] | None = None,
 ) -> pl.DataFrame:
     """Run a query and return a polars frame (DuckDB 2 dropped ``execute(...).pl()``)."""
+    if isinstance(con, Engine):
+        return con.frame(sql, params)
     frame: pl.DataFrame = con.sql(sql, params=params).pl()
     return frame
 
@@ -256,7 +281,7 @@ def reads_steps(query: Query) -> bool:
 
 
 def statement(
-    con: duckdb.DuckDBPyConnection,
+    con: duckdb.DuckDBPyConnection | Engine,
     query: Query,
     blocks: Mapping[str, str] | None = None,
     params: Mapping[str, Any] | None = None,
@@ -296,7 +321,9 @@ def with_steps(sql: str, steps: str) -> str:
 
 
 def uses_stored_steps(
-    con: duckdb.DuckDBPyConnection, blocks: Mapping[str, str] | None, params: Mapping[str, Any] | None
+    con: duckdb.DuckDBPyConnection | Engine,
+    blocks: Mapping[str, str] | None,
+    params: Mapping[str, Any] | None,
 ) -> bool:
     """Whether a run with these blocks and parameters reads the steps stored by compaction."""
     return _whole_lake(blocks, params) and materialised(con, STEPS)
@@ -311,8 +338,10 @@ def _whole_lake(blocks: Mapping[str, str] | None, params: Mapping[str, Any] | No
     return given.get("since") is None and given.get("until") is None
 
 
-def materialised(con: duckdb.DuckDBPyConnection, view: str) -> bool:
+def materialised(con: duckdb.DuckDBPyConnection | Engine, view: str) -> bool:
     """Whether the connection's derived ``view`` reads the files stored by compaction."""
+    if isinstance(con, Engine):
+        return con.materialised(view)
     rows = con.execute(
         "SELECT comment FROM duckdb_views() WHERE view_name = ? AND NOT internal", [view]
     ).fetchall()

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from traceflow.errors import UsageError
+from traceflow.store import sql
 
 if TYPE_CHECKING:
     import duckdb
@@ -67,20 +68,23 @@ class SourceSpan:
         return time_base(self.source)
 
 
-def selection_sources(con: duckdb.DuckDBPyConnection, selection: Selection | None) -> list[SourceSpan]:
+def selection_sources(
+    con: duckdb.DuckDBPyConnection | sql.Engine, selection: Selection | None
+) -> list[SourceSpan]:
     """The sources of the requests with tokens in ``selection``, most requests first (one scan)."""
     from traceflow.store.selection import Selection
 
     where, params = (selection or Selection()).where()
-    rows = con.execute(
-        "SELECT source, count(*)::BIGINT,"
-        " count(*) FILTER (WHERE coalesce(parent_session_id, session_id) IS NULL)::BIGINT,"
-        " epoch(min(coalesce(started_at, ended_at)))::DOUBLE,"
-        " epoch(max(coalesce(ended_at, started_at)))::DOUBLE"
+    rows = sql.query_frame(
+        con,
+        "SELECT source, count(*)::BIGINT AS n,"
+        " count(*) FILTER (WHERE coalesce(parent_session_id, session_id) IS NULL)::BIGINT AS sessionless,"
+        " (epoch_us(min(coalesce(started_at, ended_at))) / 1000000.0)::DOUBLE AS first_s,"
+        " (epoch_us(max(coalesce(ended_at, started_at))) / 1000000.0)::DOUBLE AS last_s"
         f" FROM requests WHERE total_tokens > 0 AND coalesce(started_at, ended_at) IS NOT NULL AND ({where})"
-        " GROUP BY source ORDER BY 2 DESC, 1",
+        " GROUP BY source ORDER BY n DESC, source",
         params,
-    ).fetchall()
+    ).rows()
     return [SourceSpan(r[0], int(r[1]), int(r[2]), float(r[3]), float(r[4])) for r in rows]
 
 

@@ -1,0 +1,215 @@
+"""The same numbers on every engine: each packaged query and each analysis on DuckDB (the reference)
+and on Spark local mode (``traceflow.engines.spark``) over the same lakes, and the queries chDB
+(embedded ClickHouse) can run.
+
+Lakes: the public traces in tests/data (the Mooncake conversation trace and the kv-cache-tester
+sessions), a synthetic lake with duplicates and mixed schemas (tests/conformance_support.py),
+and that lake compacted (DuckDB reads the stored steps and rollup there, Spark the deduplicated base).
+Counts, integer sums, times and strings must be identical, quantiles and other floats equal to 1e-12
+relative (summation order). Spark runs once per session (``local[2]``, 2 shuffle partitions); CI
+installs pyspark and Java (``.ci/run``), where a missing pyspark fails instead of skipping.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.conformance_support import differences, same_object, synthetic_lake
+from tests.conftest import TESTDATA
+from traceflow.analysis import gaps, load, misses, mix, sessions, ttl, working_set
+from traceflow.importers import get
+from traceflow.importers.run import run_import
+from traceflow.store import sql
+from traceflow.store.lake import Lake
+from traceflow.store.selection import Selection
+
+pytestmark = pytest.mark.spark
+
+LAKES = ("public", "synthetic", "compacted")
+
+
+def _require_pyspark() -> None:
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        if os.environ.get("CI"):
+            pytest.fail("pyspark is not installed: .ci/run installs traceflow[spark]")
+        pytest.skip("pyspark is not installed (pip install 'traceflow[spark]')")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        if os.environ.get("CI"):
+            pytest.fail("no java: .ci/run installs openjdk-17-jre-headless")
+        pytest.skip("Spark needs Java 17")
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    _require_pyspark()
+    from traceflow.engines.spark import session
+
+    s = session(
+        "local[2]",
+        app_name="traceflow-conformance",
+        conf={
+            "spark.sql.shuffle.partitions": "2",
+            "spark.default.parallelism": "2",
+            "spark.driver.memory": "1g",
+            "spark.ui.showConsoleProgress": "false",
+        },
+    )
+    s.sparkContext.setLogLevel("ERROR")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="session")
+def lakes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Lake]:
+    root = tmp_path_factory.mktemp("conformance")
+    public = Lake(root / "public")
+    run_import(public, get("mooncake"), [TESTDATA / "mooncake_conversation_trace.jsonl"])
+    run_import(public, get("kvcache-tester"), [TESTDATA / "weka_cc_traces"])
+    synthetic = synthetic_lake(root / "synthetic")
+    compacted = synthetic_lake(root / "compacted")
+    for table in ("requests", "events"):
+        compacted.compact(table)
+    return {"public": public, "synthetic": synthetic, "compacted": compacted}
+
+
+class Engines:
+    """The DuckDB connection and the Spark engine over one lake (Spark's views are per session, so
+    they are registered again when a test moves to another lake)."""
+
+    def __init__(self, spark: Any) -> None:
+        self.spark = spark
+        self.current: str | None = None
+        self.engine: Any = None
+
+    def pair(self, name: str, lake: Lake) -> tuple[Any, Any]:
+        from traceflow.engines.spark import SparkEngine
+
+        if self.current != name:
+            self.engine = SparkEngine(self.spark, lake, ["requests", "events"])
+            self.current = name
+        return lake.connect(["requests", "events"]), self.engine
+
+
+@pytest.fixture(scope="session")
+def engines(spark: Any) -> Engines:
+    return Engines(spark)
+
+
+def _check(reference: Any, other: Any) -> None:
+    found = same_object(reference, other)
+    assert not found, "\n".join(found[:10])
+
+
+# -- every packaged query ---------------------------------------------------------------------------
+
+#: Parameters besides the defaults that each query also runs with (a window inside the data).
+WINDOW = {"since": "2026-03-01 23:00:00", "until": "2026-03-02 03:00:00"}
+
+
+@pytest.mark.parametrize("lake_name", LAKES)
+@pytest.mark.parametrize("name", sql.names())
+def test_query(engines: Engines, lakes: dict[str, Lake], lake_name: str, name: str) -> None:
+    con, spark = engines.pair(lake_name, lakes[lake_name])
+    _check(sql.run(con, name), sql.run(spark, name))
+    if lake_name == "synthetic" and "since" in {p.name for p in sql.load(name).params}:
+        _check(sql.run(con, name, WINDOW), sql.run(spark, name, WINDOW))
+
+
+# -- every analysis ---------------------------------------------------------------------------------
+
+SEL = Selection(models=("claude-sonnet-4-5", "gpt-5"))
+
+ANALYSES: dict[str, Callable[[Any], Any]] = {
+    "mix": lambda c: mix.token_mix(c),
+    "mix_by": lambda c: mix.token_mix(c, SEL, ("model", "day", "agent")),
+    "gaps": lambda c: gaps.gap_report(c, None, gaps.DEFAULT_TTLS, ("kind", "day")),
+    "gaps_histogram": lambda c: gaps.gap_histogram(c),
+    "gaps_rows": lambda c: gaps.gap_rows(c, SEL),
+    "ttl": lambda c: ttl.ttl_report(c, None, ttl.ttl_list([60.0, 1800.0])).as_dict(),
+    "sessions": lambda c: sessions.sessions(c),
+    "sessions_summary": lambda c: sessions.session_summary(c, None, ("day",)),
+    "load": lambda c: load.load_series(c, None, 60.0),
+    "working_set": lambda c: working_set.working_set_summary(c, None, (300.0, 3600.0), 60.0),
+    "misses": lambda c: misses.miss_rows(c),
+    "misses_by": lambda c: misses.miss_counts(c, SEL, ("day",)),
+}
+
+
+@pytest.mark.parametrize("lake_name", LAKES)
+@pytest.mark.parametrize("analysis", ANALYSES)
+def test_analysis(engines: Engines, lakes: dict[str, Lake], lake_name: str, analysis: str) -> None:
+    con, spark = engines.pair(lake_name, lakes[lake_name])
+    _check(ANALYSES[analysis](con), ANALYSES[analysis](spark))
+
+
+def test_quantiles_are_exact(engines: Engines, lakes: dict[str, Lake]) -> None:
+    """Spark's ``percentile`` (not ``percentile_approx``) gives DuckDB's ``quantile_cont`` exactly."""
+    con, spark = engines.pair("synthetic", lakes["synthetic"])
+    cols = ["p50_s", "p90_s", "p99_s", "human_p50_s", "agent_p99_s"]
+    a = gaps.gap_summary(con).select(cols).row(0)
+    b = gaps.gap_summary(spark).select(cols).row(0)
+    assert a == b
+
+
+def test_duplicates_resolved_alike(engines: Engines, lakes: dict[str, Lake]) -> None:
+    """The synthetic lake's duplicates: the complete copy beats a later, less complete one; among
+    equally complete copies the newest wins, on both engines."""
+    con, spark = engines.pair("synthetic", lakes["synthetic"])
+    q = "SELECT agent_version, count(*) AS n, sum(output_tokens) AS out FROM requests GROUP BY 1 ORDER BY 1"
+    a, b = sql.query_frame(con, q), sql.query_frame(spark, q)
+    assert a["agent_version"].to_list() == ["1.0", "2.0"]
+    assert not differences(a, b, ordered=True)
+    raw = sum(pq.ParquetFile(f).metadata.num_rows for f in lakes["synthetic"].files("requests"))
+    assert raw > a["n"].sum()
+
+
+# -- Spark compaction -------------------------------------------------------------------------------
+
+
+def test_spark_compaction_matches_duckdb(spark: Any, tmp_path: Path) -> None:
+    from traceflow.engines.spark import SparkEngine, compact
+
+    by_duck = synthetic_lake(tmp_path / "duck")
+    by_spark = synthetic_lake(tmp_path / "spark")
+    before = sorted(f.parent.name for f in by_spark.files("requests"))
+    assert by_duck.compact("requests")[1] == compact(spark, by_spark, "requests")[1]
+    assert set(by_spark.files("requests")) == by_spark.deduped_files("requests")  # the marker
+    assert len(by_spark.files("requests")) == len(set(before))  # one file per partition
+    assert (by_spark.state_dir / "derived" / "request_steps.json").exists()  # derived views stored
+    q = "SELECT * EXCLUDE (ingested_at) FROM requests"
+    _check(sql.query_frame(by_duck.connect(), q), sql.query_frame(by_spark.connect(), q))
+    engine = SparkEngine(spark, by_spark, ["requests", "events"])
+    _check(gaps.gap_report(by_duck.connect()), gaps.gap_report(engine))
+    assert compact(spark, by_spark, "requests") == (len(set(before)), len(set(before)))  # nothing to do
+
+
+# -- chDB (embedded ClickHouse) ----------------------------------------------------------------------
+
+
+def test_chdb_mix_and_gap_quantiles(lakes: dict[str, Lake]) -> None:
+    """chDB reads the lake with the same dedup (``LIMIT 1 BY``) and gives the same mix and exact quantiles."""
+    chdb = pytest.importorskip("chdb")
+    lake = lakes["synthetic"]
+    glob = lake.glob("requests")
+    dedup = (
+        f"SELECT * FROM file('{glob}', Parquet) ORDER BY event_id, "
+        "coalesce(cold_input_tokens, 0) + coalesce(cache_read_tokens, 0) + coalesce(cache_write_tokens, 0)"
+        " + coalesce(output_tokens, 0) DESC, ingested_at DESC LIMIT 1 BY event_id"
+    )
+    got = chdb.query(
+        f"SELECT count(), sum(cold_input_tokens), sum(cache_read_tokens), sum(cache_write_tokens), "
+        f"sum(output_tokens) FROM ({dedup})",
+        "CSV",
+    )
+    row = [int(v) for v in str(got).strip().split(",")]
+    ref = mix.token_mix(lake.connect()).row(0)
+    assert row == list(ref[:5])

@@ -1,0 +1,2 @@
+"""Engines other than the embedded DuckDB that run the same packaged queries over the same lake:
+Spark (local mode, a master URL or Spark Connect) through one table of DuckDB -> Spark SQL rewrites."""

@@ -1,0 +1,239 @@
+"""The analyses on Apache Spark: a session pinned to UTC, the lake's tables as deduplicating temp views,
+and :class:`SparkEngine`, which runs the packaged queries' DuckDB text through :func:`to_spark`.
+
+``traceflow mix --engine spark`` (and gaps, ttl, sessions, load, working-set, misses) reads the same
+Parquet files as the embedded DuckDB, through views that keep one row per ``event_id`` chosen
+exactly as :meth:`traceflow.store.lake.Lake.view_sql` chooses it, so both engines give the same
+numbers (``tests/test_conformance.py``). The master is ``local[*]`` unless ``--spark-remote`` names a
+cluster (``spark://host:7077``, ``yarn``, ...) or a Spark Connect server (``sc://host:15002``); a
+remote cluster must see the lake at the same path (a shared filesystem, or ``s3a://`` with the
+hadoop-aws jars on the cluster).
+
+:func:`compact` is ``traceflow compact`` as a Spark job: the same global dedup, one file per ``dt``
+partition, the same staging, publish and ``deduped`` marker, so DuckDB reads its output as a base.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from traceflow.engines.rewrite import to_spark
+from traceflow.errors import LakeError, QueryError, UsageError
+from traceflow.schema import REQUESTS, TABLES
+from traceflow.store import lake as lake_mod
+from traceflow.store.lake import Lake
+
+if TYPE_CHECKING:
+    import polars as pl
+    from pyspark.sql import DataFrame, SparkSession
+
+#: The pyspark version the conformance suite runs (``pip install 'traceflow[spark]'``).
+SPARK_VERSION = "4.3.0"
+
+#: Session settings every traceflow Spark session gets (``UTC`` is what makes days agree).
+SETTINGS: dict[str, str] = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.ansi.enabled": "true",
+    "spark.ui.enabled": "false",
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    "spark.sql.parquet.mergeSchema": "true",
+}
+
+#: The lake's DuckDB column types in Spark SQL.
+_TYPES = {
+    "VARCHAR": "STRING",
+    "BIGINT": "BIGINT",
+    "INTEGER": "INT",
+    "DOUBLE": "DOUBLE",
+    "BOOLEAN": "BOOLEAN",
+    "TIMESTAMPTZ": "TIMESTAMP",
+}
+
+
+def spark_type(duck: str) -> str:
+    """The Spark SQL type of a lake column's DuckDB type (``BIGINT[]`` -> ``ARRAY<BIGINT>``)."""
+    if duck.endswith("[]"):
+        return f"ARRAY<{spark_type(duck[:-2])}>"
+    return _TYPES[duck]
+
+
+def session(
+    remote: str | None = None, *, app_name: str = "traceflow", conf: Mapping[str, str] | None = None
+) -> SparkSession:
+    """A Spark session: local mode (``local[*]``) by default, a master URL, or ``sc://`` Spark Connect."""
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise UsageError(
+            "--engine spark needs pyspark: pip install 'traceflow[spark]' "
+            f"(pyspark=={SPARK_VERSION}, Java 17)"
+        ) from None
+    builder = SparkSession.builder.appName(app_name)
+    if remote and remote.startswith("sc://"):
+        builder = builder.remote(remote)
+    else:
+        builder = builder.master(remote or "local[*]")
+        for key, value in {"spark.driver.memory": "2g", "spark.sql.shuffle.partitions": "8"}.items():
+            builder = builder.config(key, value)
+    for key, value in {**SETTINGS, **(conf or {})}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    for key in ("spark.sql.session.timeZone", "spark.sql.ansi.enabled"):  # a reused session keeps its own
+        spark.conf.set(key, SETTINGS[key])
+    return spark
+
+
+def read_table(spark: SparkSession, lake: Lake, name: str) -> DataFrame:
+    """The table's published files with exactly its columns and types (a column an older file lacks
+    is NULL), not yet deduplicated."""
+    spec = TABLES[name]
+    files = [str(f) for f in lake.files(name)]
+    if not files:
+        nulls = ", ".join(f"CAST(NULL AS {spark_type(t)}) AS {c}" for c, t in spec.columns.items())
+        return spark.sql(f"SELECT {nulls} WHERE false")
+    raw = spark.read.option("mergeSchema", "true").parquet(*files)
+    present = set(raw.columns)
+    exprs = [
+        f"CAST({c} AS {spark_type(t)}) AS {c}" if c in present else f"CAST(NULL AS {spark_type(t)}) AS {c}"
+        for c, t in spec.columns.items()
+    ]
+    return raw.selectExpr(*exprs)
+
+
+def dedup_sql(name: str, source: str) -> str:
+    """The deduplicating ``SELECT`` over ``source`` (a view of :func:`read_table`): one row per
+    ``event_id``, the copy :meth:`Lake.view_sql` keeps."""
+    order = lake_mod._DEDUP_ORDER.get(name, "ingested_at DESC")
+    return f"SELECT * FROM {source} QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY {order}) = 1"
+
+
+def register(spark: SparkSession, lake: Lake, tables: Iterable[str] | None = None) -> list[str]:
+    """Create one temp view per table (``requests``, ``events``, ...) as the DuckDB views define it."""
+    names = list(tables or TABLES)
+    for name in names:
+        raw_view = f"_traceflow_raw_{name}"
+        read_table(spark, lake, name).createOrReplaceTempView(raw_view)
+        files = set(lake.files(name))
+        deduped = bool(files) and files <= lake.deduped_files(name)
+        body = f"SELECT * FROM {raw_view}" if deduped else dedup_sql(name, raw_view)
+        extra = ""
+        if name == REQUESTS.name:
+            extra = (
+                ", coalesce(cold_input_tokens, 0) + coalesce(cache_read_tokens, 0)"
+                " + coalesce(cache_write_tokens, 0) AS context_tokens,"
+                f" {lake_mod._COMPLETENESS} AS total_tokens"
+            )
+        spark.sql(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * {extra} FROM ({body})")
+    return names
+
+
+class SparkEngine:
+    """The packaged queries on Spark over one lake (see :class:`traceflow.store.sql.Engine`)."""
+
+    name = "spark"
+
+    def __init__(self, spark: SparkSession, lake: Lake, tables: Iterable[str] | None = None) -> None:
+        self.spark = spark
+        self.lake = lake
+        self.tables = register(spark, lake, tables)
+
+    def spark_sql(self, sql: str) -> str:
+        """The Spark text of a DuckDB statement (for ``--explain`` and tests)."""
+        return to_spark(sql)
+
+    def frame(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> pl.DataFrame:
+        import polars as pl
+
+        text = to_spark(sql)
+        args: Any
+        if params is None or (not isinstance(params, Mapping) and not params):
+            args = None
+        elif isinstance(params, Mapping):
+            args = dict(params)
+        else:
+            args = list(params)
+        try:
+            df = self.spark.sql(text, args=args) if args else self.spark.sql(text)
+            table = df.toArrow()
+        except Exception as e:  # pyspark's errors do not share one base class across local/Connect
+            if type(e).__module__.startswith(("pyspark", "py4j")):
+                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise QueryError(
+                    f"Spark could not run the query: {first}\n--- Spark SQL ---\n{text}"
+                ) from None
+            raise
+        frame = pl.from_arrow(table)
+        assert isinstance(frame, pl.DataFrame)
+        return frame
+
+    def materialised(self, view: str) -> bool:
+        return False  # Spark computes the derived views (steps, rollup) from the requests each time
+
+    def close(self) -> None:
+        for name in self.tables:
+            with contextlib.suppress(Exception):
+                self.spark.catalog.dropTempView(name)
+                self.spark.catalog.dropTempView(f"_traceflow_raw_{name}")
+
+
+def connect(lake: Lake, tables: Iterable[str] | None = None, remote: str | None = None) -> SparkEngine:
+    """A :class:`SparkEngine` over ``lake`` on a new or running session."""
+    return SparkEngine(session(remote), lake, tables)
+
+
+def compact(spark: SparkSession, lake: Lake, table: str) -> tuple[int, int]:
+    """``traceflow compact`` for one table as a Spark job. Returns (files before, after).
+
+    The dedup is :func:`dedup_sql` over every file of the table; each ``dt`` partition is written as
+    one file into staging, renamed to a compacted name, published, recorded in the ``deduped`` marker,
+    and only then are the old files removed (readers see every row once at every moment). The derived
+    views are stored by DuckDB afterwards (:meth:`Lake.materialise_derived`), as ``compact`` does.
+    """
+    spec = TABLES[table]
+    files = lake.files(table)
+    one_per_partition = len(files) == len({f.parent for f in files})
+    if not files or (one_per_partition and set(files) <= lake.deduped_files(table)):
+        return len(files), len(files)
+    lake.ensure()
+    out = lake.staging / f"compact-spark-{time.time_ns()}-{secrets.token_hex(4)}"
+    raw_view = f"_traceflow_compact_{table}"
+    read_table(spark, lake, table).createOrReplaceTempView(raw_view)
+    day = ", ".join(spec.partition_by)
+    cols = ", ".join(spec.columns)
+    deduped = spark.sql(
+        f"SELECT {cols}, coalesce(date_format(coalesce({day}), 'yyyy-MM-dd'), 'unknown') AS dt "
+        f"FROM ({dedup_sql(table, raw_view)})"
+    )
+    try:
+        deduped.repartition("dt").write.partitionBy("dt").option("compression", "zstd").parquet(str(out))
+    except Exception as e:
+        shutil.rmtree(out, ignore_errors=True)
+        raise LakeError(f"the Spark compaction of {table!r} failed: {str(e).splitlines()[0]}") from None
+    finally:
+        spark.catalog.dropTempView(raw_view)
+    staged = []
+    for part in sorted(out.glob("dt=*")):
+        for i, f in enumerate(sorted(part.glob("*.parquet"))):
+            lake_mod._fsync_path(f)
+            target = f.with_name(f"{time.time_ns()}-{os.getpid()}-compacted-{i}.parquet")
+            f.rename(target)
+            staged.append((target, f"{table}/{part.name}"))
+    published = lake.publish(staged)
+    names = [str(p.relative_to(lake.table_dir(table))) for p in published]
+    lake._write_marker("deduped", table, names)
+    for f in files:
+        with contextlib.suppress(FileNotFoundError):
+            f.unlink()
+    for d in {f.parent for f in files}:
+        with contextlib.suppress(OSError):
+            d.rmdir()
+    shutil.rmtree(out, ignore_errors=True)
+    if table == REQUESTS.name:
+        lake.materialise_derived()
+    return len(files), len(published)
