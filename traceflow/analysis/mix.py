@@ -70,6 +70,8 @@ def mix_sql(by: Sequence[str], where: str, *, rollup: bool = False, write_1h: bo
     else:
         keys = groups.request_keys(by)
     count = "coalesce(sum(requests), 0)" if rollup else "count(*)"
+    # --by tool: the tool results that preceded each group's requests (store.groups.tool_lookup_sql)
+    calls = groups.TOOL in by and not rollup
     # DuckDB returns sum() of integers as a DECIMAL: cast back to BIGINT.
     return f"""
 WITH sums AS (
@@ -80,6 +82,7 @@ WITH sums AS (
            coalesce(sum(cache_write_tokens), 0)::BIGINT AS cache_write_tokens,
            coalesce(sum(output_tokens), 0)::BIGINT AS output_tokens,
            coalesce(sum(cache_write_1h_tokens), 0)::BIGINT AS cache_write_1h_tokens
+           {f", coalesce(sum({groups.TOOL_ALIAS}.calls), 0)::BIGINT AS tool_calls" if calls else ""}
     FROM {"request_rollup" if rollup else "requests AS r"} {keys.join}
     WHERE {where}
     {keys.group}
@@ -93,6 +96,7 @@ SELECT {"".join(f"{groups.ident(b)}, " for b in by)}requests, cold_input_tokens,
        output_tokens / nullif(total_tokens, 0)::DOUBLE AS share_output,
        cache_read_tokens
          / nullif(cold_input_tokens + cache_read_tokens + cache_write_tokens, 0)::DOUBLE AS reuse_ratio
+       {", tool_calls" if calls else ""}
 FROM sums
 """
 
@@ -124,8 +128,10 @@ def token_mix_rows(
     rows = _sums(con, sel, by)
     saved = savings_by_group(con, sel, by, prices)
     n = len(by)
-    out = [(*r, *saved.get(tuple(r[:n]), (0.0, 0.0, 0.0, None))) for r in rows]
-    return Rows([*by, *COLUMNS, *SAVINGS], out)
+    m = n + len(COLUMNS)
+    out = [(*r[:m], *saved.get(tuple(r[:n]), (0.0, 0.0, 0.0, None)), *r[m:]) for r in rows]
+    # --by tool adds tool_calls: the tool results that preceded the group's requests
+    return Rows([*by, *COLUMNS, *SAVINGS, *(["tool_calls"] if groups.TOOL in by else [])], out)
 
 
 def token_cost(prices: PriceModel, model: str | None, sums: Sequence[int]) -> tuple[float, float]:

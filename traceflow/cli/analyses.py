@@ -55,15 +55,16 @@ GapsByOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--by",
-        help="Group by agent, model, session, day, user, source, kind, project, host, subagent_type or "
-        "attr:NAME (a resource attribute); repeatable or comma-separated.",
+        help="Group by agent, model, session, day, user, source, kind, project, host, subagent_type, "
+        "attr:NAME (a resource attribute) or tool (the tool whose result a request followed); "
+        "repeatable or comma-separated.",
     ),
 ]
 SessionsByOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--by",
-        help="Group by agent, model, session, day, user, source, project, host or attr:NAME "
+        help="Group by agent, model, session, day, user, source, project, host, attr:NAME or tool "
         "(repeatable or comma-separated).",
     ),
 ]

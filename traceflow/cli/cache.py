@@ -36,8 +36,9 @@ MissesByOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--by",
-        help="Group by agent, model, session, day, user, source, project, host, subagent_type or "
-        "attr:NAME (a resource attribute); repeatable or comma-separated.",
+        help="Group by agent, model, session, day, user, source, project, host, subagent_type, "
+        "attr:NAME (a resource attribute) or tool (the tool whose result a request followed); "
+        "repeatable or comma-separated.",
     ),
 ]
 MissTokensOpt = Annotated[

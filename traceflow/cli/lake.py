@@ -101,8 +101,9 @@ def mix(
         list[str] | None,
         typer.Option(
             "--by",
-            help="Group by agent, model, session, day, user, source, project, host, subagent_type or "
-            "attr:NAME (a resource attribute); repeatable or comma-separated.",
+            help="Group by agent, model, session, day, user, source, project, host, subagent_type, "
+            "attr:NAME (a resource attribute) or tool (the tool whose result a request followed); "
+            "repeatable or comma-separated.",
         ),
     ] = None,
     savings: Annotated[

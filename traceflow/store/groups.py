@@ -21,6 +21,15 @@ Two kinds of grouping:
     stream. Not offered by ``sessions``, which folds a session's sub-agents in.
   - ``attr:NAME``: the resource attribute ``NAME`` (e.g. ``team.id`` from ``OTEL_RESOURCE_ATTRIBUTES``),
     else the row's own attribute ``NAME`` (e.g. ``git_branch`` of a Claude Code transcript).
+* **Tools** (``tool``): the ``tool_name`` of the ``tool_result`` events (Claude Code OTLP, TraceLab)
+  of a request's stream that fell after the previous request of the stream ended and no later than
+  the request started: the tools whose results the request carried back to the model
+  (:func:`tool_lookup_sql`). A request after results of several tools is in each tool's group (the
+  groups overlap: their sums can exceed the total); a request after no tool result is in the NULL
+  group. ``sessions`` puts a session in the group of every tool its streams called. Sources without
+  tool events (Claude Code and Codex transcripts, kv-cache-tester, the public traces) have only the
+  NULL group. ``tool`` is a grouping of its own rather than an attribution: the value belongs to a
+  request, not to its stream.
 """
 
 from __future__ import annotations
@@ -55,6 +64,9 @@ _ATTR_NAME = re.compile(r"^[A-Za-z0-9_.\-/]+$")
 
 #: The relation of the per-stream attribution values, joined as this alias.
 ALIAS = "attribution"
+#: The grouping by the tool whose result a request followed, and the alias its lookup is joined as.
+TOOL = "tool"
+TOOL_ALIAS = "tools"
 
 
 def _json(path: str, col: str = "attributes") -> str:
@@ -133,8 +145,43 @@ def choices(*, requests: bool, subagents: bool = True, kind: bool = False) -> li
     out = [n for n, (req, _) in COLUMNS.items() if n != "kind" and (req is not None or not requests)]
     if kind:
         out.append("kind")
-    out += ["project", "host", *(["subagent_type"] if subagents else []), "attr:NAME"]
+    out += ["project", "host", *(["subagent_type"] if subagents else []), "attr:NAME", TOOL]
     return out
+
+
+def tool_lookup_sql() -> str:
+    """One row per (request, tool): ``k_session``, ``k_parent``, ``k_start`` (the request's start,
+    ``coalesce(started_at, ended_at)``), ``tool`` and ``calls``: how many ``tool_result`` events of
+    that tool the stream logged after its previous request ended and no later than this one started."""
+    start = "coalesce(started_at, ended_at)"
+    return f"""
+SELECT r.session_id AS k_session, r.parent_session_id AS k_parent, r.t_start AS k_start,
+       json_extract_string(e.attributes, '$.tool_name') AS tool, count(*)::BIGINT AS calls
+FROM (SELECT session_id, parent_session_id, {start} AS t_start,
+             lag(coalesce(ended_at, started_at)) OVER (
+                 PARTITION BY session_id, parent_session_id ORDER BY {start}, seq) AS prev_end
+      FROM requests WHERE session_id IS NOT NULL AND {start} IS NOT NULL) AS r
+JOIN events AS e
+  ON e.name = 'tool_result' AND e.session_id = r.session_id
+ AND e.parent_session_id IS NOT DISTINCT FROM r.parent_session_id
+ AND e.timestamp <= r.t_start AND (r.prev_end IS NULL OR e.timestamp > r.prev_end)
+GROUP BY ALL"""
+
+
+def _tool_join(session: str, parent: str, start: str) -> str:
+    return (
+        f"LEFT JOIN ({tool_lookup_sql()}) AS {TOOL_ALIAS} ON {TOOL_ALIAS}.k_session = {session} "
+        f"AND {TOOL_ALIAS}.k_parent IS NOT DISTINCT FROM {parent} AND {TOOL_ALIAS}.k_start = {start}"
+    )
+
+
+def _session_tools_join() -> str:
+    return (
+        f"LEFT JOIN (SELECT DISTINCT coalesce(parent_session_id, session_id) AS k_root, "
+        f"json_extract_string(attributes, '$.tool_name') AS tool FROM events "
+        f"WHERE name = 'tool_result' AND session_id IS NOT NULL) AS {TOOL_ALIAS} "
+        f"ON {TOOL_ALIAS}.k_root = root_session_id"
+    )
 
 
 def lookup_sql(names: Sequence[str]) -> str:
@@ -158,12 +205,15 @@ def lookup_sql(names: Sequence[str]) -> str:
     )
 
 
-def _keys(by: Sequence[str], expr: dict[str, str], on: str) -> Keys:
+def _keys(by: Sequence[str], expr: dict[str, str], on: str, tool_join: str) -> Keys:
     if not by:
         return Keys("", "", "")
     attribution = [b for b in by if is_attribution(b)]
+    expr = {**expr, TOOL: f"{TOOL_ALIAS}.tool"}
     select = "".join(f"{expr[b]} AS {ident(b)}, " for b in by)
     join = f"LEFT JOIN ({lookup_sql(attribution)}) AS {ALIAS} ON {on}" if attribution else ""
+    if TOOL in by:
+        join += " " + tool_join
     positions = ", ".join(str(i + 1) for i in range(len(by)))
     return Keys(select, join, f"GROUP BY {positions} ORDER BY {positions}")
 
@@ -180,7 +230,10 @@ def request_keys(by: Sequence[str], table: str = "r") -> Keys:
         f"{ALIAS}.k_session = {table}.session_id "
         f"AND {ALIAS}.k_parent IS NOT DISTINCT FROM {table}.parent_session_id"
     )
-    return _keys(by, expr, on)
+    tools = _tool_join(
+        f"{table}.session_id", f"{table}.parent_session_id", f"coalesce({table}.started_at, {table}.ended_at)"
+    )
+    return _keys(by, expr, on, tools)
 
 
 def row_keys(by: Sequence[str], *, sessions: bool = False, kind: bool = False) -> Keys:
@@ -194,6 +247,8 @@ def row_keys(by: Sequence[str], *, sessions: bool = False, kind: bool = False) -
         expr[b] = f"{ALIAS}.g{i}"
     if sessions:
         on = f"{ALIAS}.k_session = root_session_id AND {ALIAS}.k_parent IS NULL"
+        tools = _session_tools_join()
     else:
         on = f"{ALIAS}.k_session = session_id AND {ALIAS}.k_parent IS NOT DISTINCT FROM parent_session_id"
-    return _keys(by, expr, on)
+        tools = _tool_join("session_id", "parent_session_id", "started_at")
+    return _keys(by, expr, on, tools)
