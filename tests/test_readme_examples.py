@@ -99,21 +99,26 @@ def readme_examples(text: str = README) -> list[str]:
         joined = re.sub(r"\\\n\s*", "", body)
         for raw in joined.splitlines():
             line = raw.strip()
-            if re.search(r"\s#\s", line):
-                line = line[: re.search(r"\s#\s", line).start()].rstrip()  # type: ignore[union-attr]
+            line = "" if line.startswith("#") else re.split(r"\s#\s", line, maxsplit=1)[0].rstrip()
             if line and (lang == "bash" or line.startswith(("traceflow ", "python"))):
                 found.append(line)
     return found
 
 
+#: Commands the set-up section names in its prose ("Then, on your own data: ..."), run as well.
+PROSE = ["traceflow import claude-code", "traceflow mix --by model", "traceflow report --html report.html"]
+
 EXAMPLES = readme_examples()
 RUN = [cmd for example in EXAMPLES if example not in NOT_RUN for cmd in EXPANDED.get(example, [example])]
+RUN += [cmd for cmd in PROSE if cmd not in RUN]
 
 
 def test_every_example_is_run_or_listed_with_a_reason() -> None:
     assert len(EXAMPLES) > 30
     assert [e for e in NOT_RUN if e not in EXAMPLES] == []  # no stale entries
     assert [e for e in EXPANDED if e not in EXAMPLES] == []
+    setup = README.split("## Set up on a fresh machine", 1)[1].split("\n## ", 1)[0]
+    assert [cmd for cmd in PROSE if f"`{cmd}`" not in setup] == []
     assert all(cmd.startswith("traceflow ") for cmd in RUN), [
         c for c in RUN if not c.startswith("traceflow ")
     ]
@@ -228,6 +233,24 @@ def test_worked_example_sizes(hierarchies: list[Any]) -> None:
     requests, blocks = quoted(r"\n([\d,]+) requests, ([\d.]+) M block accesses, MiniMax-M2 FP8")
     for run in hierarchies:
         assert f"{run['requests']:,}" == requests and f"{run['blocks'] / 1e6:.2f}" == blocks
+
+
+def test_worked_example_block_bytes_and_flash_writes(hierarchies: list[Any]) -> None:
+    kib, mib = quoted(r"MiniMax-M2 FP8 \((\d+) KiB per token, (\d+) MiB per 512-token block\)")
+    run = hierarchies[2]
+    assert (
+        f"{run['model_kv_bytes_per_token'] / 1024:.0f}" == kib and f"{run['block_bytes'] / 2**20:.0f}" == mib
+    )
+    (flash_tb,) = quoted(r"\((\d+) TB written to flash in 2 h")
+    assert f"{run['tiers'][2]['bytes_written'] / 1e12:.0f}" == flash_tb
+
+
+def test_serving_preset_kv_capacity(workdir: Path) -> None:
+    """The serving section's VRAM figure, from its first example's box (`rtx-pro-6000x4+dram`)."""
+    gb, tokens = quoted(r"4 × \(96 GiB × 0\.9 −\s+57\.25 GB − 4 GiB\) = ([\d.]+) GB, ([\d,]+) tokens")
+    command = next(e for e in EXAMPLES if "--serving rtx-pro-6000x4+dram" in e)
+    box = run_json(command)["serving"]
+    assert f"{box['kv_bytes'] / 1e9:.1f}" == gb and f"{box['kv_tokens']:,}" == tokens
 
 
 def _k(tok_s: float) -> str:
