@@ -51,12 +51,13 @@ PATHS: dict[str, Path | str] = {
 }
 
 #: The lake every example reads: the README's imports of the test data (paths as in ``PATHS``), plus
-#: an hour of the agentic-coding preset ending now, so that relative windows (`--since 7d`) select rows.
+#: an hour of the agentic-coding preset starting an hour ago (but not before today, UTC), so that relative
+#: windows (`--since 7d`) select rows and `check`'s default window (yesterday) never holds it.
 LAKE_COMMANDS = [
     "traceflow import claude-code",
     "traceflow import mooncake FAST25-release/traces/conversation_trace.jsonl",
     "traceflow import kvcache-tester traces",
-    "traceflow synth --preset agentic-coding --duration 1h --start {an_hour_ago}",
+    "traceflow synth --preset agentic-coding --duration 1h --start {start}",
 ]
 
 #: Examples not run here, each with the reason.
@@ -143,9 +144,10 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     os.environ.update(env)
     os.chdir(root)
     try:
-        an_hour_ago = (datetime.now(UTC) - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = datetime.now(UTC)
+        start = max(now - timedelta(hours=1), now.replace(hour=0, minute=0, second=0, microsecond=0))
         for command in LAKE_COMMANDS:
-            code, out = traceflow(command.format(an_hour_ago=an_hour_ago))
+            code, out = traceflow(command.format(start=start.strftime("%Y-%m-%dT%H:%M:%SZ")))
             assert code == 0, (command, out)
         yield root
     finally:
