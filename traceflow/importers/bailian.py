@@ -29,11 +29,14 @@ from traceflow.importers.base import FileContext
 from traceflow.importers.traces import (
     RELATIVE_EPOCH_US,
     TraceImporter,
-    int_list,
+    hashed_request,
+    json_object,
+    numeric_timestamp,
     required_int,
     seconds_to_micros,
+    token_lengths,
 )
-from traceflow.rows import Row, stable_id
+from traceflow.rows import Row
 
 BLOCK_SIZE = 16
 
@@ -44,47 +47,30 @@ class BailianImporter(TraceImporter):
     label: ClassVar[str] = "a Bailian"
 
     def row(self, rec: Any, key: str, no: int, ctx: FileContext) -> Row:
-        if not isinstance(rec, dict):
-            raise ValueError("not a JSON object")
+        rec = json_object(rec)
         chat = required_int(rec, "chat_id")
         parent_raw = rec.get("parent_chat_id")
         parent = -1 if parent_raw is None else int(parent_raw)
-        ts = rec.get("timestamp")
-        if isinstance(ts, bool) or not isinstance(ts, int | float):
-            raise ValueError("missing or non-numeric timestamp")
-        inp = required_int(rec, "input_length")
-        outp = required_int(rec, "output_length")
-        hashes = int_list(rec["hash_ids"]) if rec.get("hash_ids") is not None else None
+        ts = numeric_timestamp(rec)
+        lengths = token_lengths(rec)
         roots = ctx.state.get("roots")  # chat id -> root of its chain, carried to the next import
         if not isinstance(roots, dict):
             roots = ctx.state["roots"] = {}
         root = chat if parent < 0 else int(roots.get(str(parent), parent))
         roots[str(chat)] = root
         stem = ctx.path.stem
-        attributes: dict[str, Any] = {
-            "file": key.split("#", 1)[0],
-            "hash_scope": f"bailian:{key}",
-            "parent_chat_id": parent,
-        }
-        for extra in ("type", "turn"):
-            if rec.get(extra) is not None:
-                attributes[extra] = rec[extra]
-        return {
-            "event_id": stable_id(self.source, key, no),
-            "source": self.source,
-            "session_id": f"{stem}:{root}",
-            "prompt_id": f"{stem}:{chat}",
-            "request_id": str(chat),
-            "started_at": RELATIVE_EPOCH_US + seconds_to_micros(ts),
-            "cold_input_tokens": inp,
-            "cache_read_tokens": 0,
-            "cache_write_tokens": 0,
-            "output_tokens": outp,
-            "attributes": attributes,
-            "seq": no,
-            "hash_ids": hashes,
-            "block_size": BLOCK_SIZE if hashes is not None else None,
-        }
+        extra: dict[str, Any] = {"parent_chat_id": parent}
+        extra.update({name: rec[name] for name in ("type", "turn") if rec.get(name) is not None})
+        return hashed_request(
+            self.source,
+            key,
+            no,
+            ids={"session_id": f"{stem}:{root}", "prompt_id": f"{stem}:{chat}", "request_id": str(chat)},
+            started_at=RELATIVE_EPOCH_US + seconds_to_micros(ts),
+            lengths=lengths,
+            extra=extra,
+            block_size=BLOCK_SIZE,
+        )
 
 
 IMPORTER = BailianImporter()

@@ -27,8 +27,15 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from traceflow.importers.base import FileContext
-from traceflow.importers.traces import RELATIVE_EPOCH_US, TraceImporter, int_list, required_int
-from traceflow.rows import Row, stable_id
+from traceflow.importers.traces import (
+    RELATIVE_EPOCH_US,
+    TraceImporter,
+    hashed_request,
+    json_object,
+    numeric_timestamp,
+    token_lengths,
+)
+from traceflow.rows import Row
 
 BLOCK_SIZE = 512
 
@@ -39,33 +46,21 @@ class MooncakeImporter(TraceImporter):
     label: ClassVar[str] = "a Mooncake"
 
     def row(self, rec: Any, key: str, no: int, ctx: FileContext) -> Row:
-        if not isinstance(rec, dict):
-            raise ValueError("not a JSON object")
-        ts = rec.get("timestamp")
-        if isinstance(ts, bool) or not isinstance(ts, int | float):
-            raise ValueError("missing or non-numeric timestamp (delay-only rows are not supported)")
-        inp = required_int(rec, "input_length")
-        outp = required_int(rec, "output_length")
-        hashes = int_list(rec["hash_ids"]) if rec.get("hash_ids") is not None else None
-        attributes: dict[str, Any] = {"file": key.split("#", 1)[0], "hash_scope": f"mooncake:{key}"}
-        for extra in ("priority", "delay", "extra"):
-            if extra in rec:
-                attributes[extra] = rec[extra]
+        rec = json_object(rec)
+        ts = numeric_timestamp(rec, " (delay-only rows are not supported)")
+        lengths = token_lengths(rec)
+        extra = {name: rec[name] for name in ("priority", "delay", "extra") if name in rec}
         session = rec.get("session_id")
-        return {
-            "event_id": stable_id(self.source, key, no),
-            "source": self.source,
-            "session_id": str(session) if session is not None else None,
-            "started_at": RELATIVE_EPOCH_US + round(ts * 1000),
-            "cold_input_tokens": inp,
-            "cache_read_tokens": 0,
-            "cache_write_tokens": 0,
-            "output_tokens": outp,
-            "attributes": attributes,
-            "seq": no,
-            "hash_ids": hashes,
-            "block_size": BLOCK_SIZE if hashes is not None else None,
-        }
+        return hashed_request(
+            self.source,
+            key,
+            no,
+            ids={"session_id": str(session) if session is not None else None},
+            started_at=RELATIVE_EPOCH_US + round(ts * 1000),
+            lengths=lengths,
+            extra=extra,
+            block_size=BLOCK_SIZE,
+        )
 
 
 IMPORTER = MooncakeImporter()

@@ -43,8 +43,8 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from traceflow.importers.base import FileContext
-from traceflow.importers.traces import TraceImporter, file_key, required_int
-from traceflow.rows import LineError, Parsed, Row, as_int, iso_micros, stable_id
+from traceflow.importers.traces import TraceImporter, required_int
+from traceflow.rows import Row, as_int, iso_micros, stable_id
 
 SOURCE = "tracelab"
 AGENTS = {"claude": "claude-code", "codex": "codex"}
@@ -91,24 +91,10 @@ class TraceLabImporter(TraceImporter):
     source: ClassVar[str] = SOURCE
     label: ClassVar[str] = "a TraceLab round"
 
-    def parse(self, data: bytes, ctx: FileContext) -> Parsed:
-        out = Parsed()
-        path = str(ctx.path)
-        for no, line, rec in self.records(data, ctx, out.errors):
-            key = file_key(ctx, line)
-            try:
-                row, events = self.round(rec, key, no, ctx)
-            except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as e:
-                out.errors.append(LineError(path, no, f"not {self.label} record: {e}; line skipped"))
-                continue
-            out.requests.append(row)
-            out.events.extend(events)
-        return out
-
     def row(self, rec: Any, key: str, no: int, ctx: FileContext) -> Row:
-        return self.round(rec, key, no, ctx)[0]
+        return self.request(rec, key, no, ctx)[0]
 
-    def round(self, rec: Any, key: str, no: int, ctx: FileContext) -> tuple[Row, list[Row]]:
+    def request(self, rec: Any, key: str, no: int, ctx: FileContext) -> tuple[Row, list[Row]]:
         """The request row of one round and its events."""
         if not isinstance(rec, dict):
             raise ValueError("not a JSON object")

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import orjson
 
 from traceflow.importers.base import FileContext, iter_lines
-from traceflow.rows import LineError, Parsed, Row, as_int
+from traceflow.rows import LineError, Parsed, Row, as_int, stable_id
 
 #: The absolute time that relative trace timestamps (Mooncake, kv-cache-tester, Bailian, BurstGPT)
 #: are counted from: the Unix epoch, 1970-01-01T00:00:00Z. ``started_at - epoch`` is the offset.
@@ -64,6 +64,63 @@ def required_int(rec: dict[str, Any], key: str) -> int:
     if value < 0:
         raise ValueError(f"negative {key}")
     return value
+
+
+def json_object(rec: Any) -> dict[str, Any]:
+    """``rec`` when it is a JSON object; ValueError for anything else."""
+    if not isinstance(rec, dict):
+        raise ValueError("not a JSON object")
+    return rec
+
+
+def numeric_timestamp(rec: dict[str, Any], note: str = "") -> float:
+    """The record's numeric ``timestamp``; ValueError (with ``note`` appended) when absent or not a number."""
+    ts = rec.get("timestamp")
+    if isinstance(ts, bool) or not isinstance(ts, int | float):
+        raise ValueError(f"missing or non-numeric timestamp{note}")
+    return ts
+
+
+def token_lengths(rec: dict[str, Any]) -> tuple[int, int, list[int] | None]:
+    """``input_length``, ``output_length`` and the optional ``hash_ids`` of a hashed-block trace record."""
+    inp = required_int(rec, "input_length")
+    outp = required_int(rec, "output_length")
+    hashes = int_list(rec["hash_ids"]) if rec.get("hash_ids") is not None else None
+    return inp, outp, hashes
+
+
+def hashed_request(
+    source: str,
+    key: str,
+    no: int,
+    *,
+    ids: dict[str, str | None],
+    started_at: int,
+    lengths: tuple[int, int, list[int] | None],
+    extra: dict[str, Any],
+    block_size: int,
+) -> Row:
+    """The request row of one hashed-block trace record (Mooncake, Bailian): the whole prompt is cold
+    input, the reuse lives in ``hash_ids`` (comparable within the file: ``attributes.hash_scope``).
+
+    ``ids`` are the row's ``session_id`` and any other id columns, in column order; ``extra`` goes to
+    ``attributes`` after ``file`` and ``hash_scope``.
+    """
+    inp, outp, hashes = lengths
+    return {
+        "event_id": stable_id(source, key, no),
+        "source": source,
+        **ids,
+        "started_at": started_at,
+        "cold_input_tokens": inp,
+        "cache_read_tokens": 0,
+        "cache_write_tokens": 0,
+        "output_tokens": outp,
+        "attributes": {"file": key.split("#", 1)[0], "hash_scope": f"{source}:{key}", **extra},
+        "seq": no,
+        "hash_ids": hashes,
+        "block_size": block_size if hashes is not None else None,
+    }
 
 
 def norm(name: str) -> str:
@@ -174,13 +231,20 @@ class TraceImporter:
         """The request row of one record; ValueError (or TypeError...) names what is wrong."""
         raise NotImplementedError
 
+    def request(self, rec: Any, key: str, no: int, ctx: FileContext) -> tuple[Row, list[Row]]:
+        """The request row of one record and its events: none, unless a subclass's records carry them."""
+        return self.row(rec, key, no, ctx), []
+
     def parse(self, data: bytes, ctx: FileContext) -> Parsed:
         out = Parsed()
         path = str(ctx.path)
         for no, line, rec in self.records(data, ctx, out.errors):
             key = file_key(ctx, line)
             try:
-                out.requests.append(self.row(rec, key, no, ctx))
+                row, events = self.request(rec, key, no, ctx)
             except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as e:
                 out.errors.append(LineError(path, no, f"not {self.label} record: {e}; line skipped"))
+                continue
+            out.requests.append(row)
+            out.events.extend(events)
         return out

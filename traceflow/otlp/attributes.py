@@ -146,6 +146,11 @@ def tok(x: Any) -> int | None:
     return n
 
 
+def toks(a: dict[str, Any], *keys: str) -> tuple[int | None, ...]:
+    """The token counts (:func:`tok`) of ``keys`` in ``a``, in order; ValueError names the first bad one."""
+    return tuple(tok(a.get(k)) for k in keys)
+
+
 def _tok(x: Any) -> int | None:
     t = type(x)
     if t is int:

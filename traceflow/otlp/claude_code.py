@@ -30,9 +30,9 @@ import math
 from hashlib import blake2b
 from typing import Any
 
-from traceflow.otlp.attributes import Resource, agent_version, num, sessions, text, tok
+from traceflow.otlp.attributes import Resource, agent_version, num, sessions, text, tok, toks
 from traceflow.otlp.limits import MAX_DURATION_MS, MAX_TOKENS, duration_ms
-from traceflow.otlp.mapper import Mapper
+from traceflow.otlp.mapper import Mapper, request_row
 from traceflow.rows import stable_id
 
 _ANTHROPIC_REQUEST = b"\x1fanthropic-request\x1f"  # stable_id's framing of the first two parts
@@ -45,18 +45,9 @@ def api_request(
     # the hot path (one call per Claude Code API request): typed ints skip tok()
     get = a.get
     try:
-        x = get("input_tokens")
-        cold = x if type(x) is int and 0 <= x <= MAX_TOKENS else tok(x)
-        x = get("cache_read_tokens")
-        read = x if type(x) is int and 0 <= x <= MAX_TOKENS else tok(x)
-        x = get("cache_creation_tokens")
-        write = x if type(x) is int and 0 <= x <= MAX_TOKENS else tok(x)
-        x = get("output_tokens")
-        out = x if type(x) is int and 0 <= x <= MAX_TOKENS else tok(x)
-        x = get("cache_creation_5m_tokens")
-        w5 = x if type(x) is int and 0 <= x <= MAX_TOKENS else tok(x)
-        x = get("cache_creation_1h_tokens")
-        w1 = x if type(x) is int and 0 <= x <= MAX_TOKENS else tok(x)
+        cold, read, write, out, w5, w1 = [
+            x if type(x) is int and 0 <= x <= MAX_TOKENS else tok(x) for x in map(get, _TOKEN_KEYS)
+        ]
     except ValueError as e:
         m.problems.reject(f"claude_code.api_request with an invalid {_bad_count(a)}", str(e))
         return
@@ -152,10 +143,7 @@ def llm_request_span(
 ) -> None:
     """The ``requests`` row of a ``claude_code.llm_request`` span with usage (none for a failed call)."""
     try:
-        cold = tok(a.get("input_tokens"))
-        read = tok(a.get("cache_read_tokens"))
-        write = tok(a.get("cache_creation_tokens"))
-        out = tok(a.get("output_tokens"))
+        cold, read, write, out = toks(a, *_TOKEN_KEYS[:4])
     except ValueError as e:
         m.problems.warn("claude_code.llm_request span with an invalid token count", str(e))
         return
@@ -169,34 +157,25 @@ def llm_request_span(
     if dur is None and start and end:
         dur = (end - start) / 1e6
     sess, parent = sessions(a, session)
-    m.out.requests.append(
-        {
-            "event_id": stable_id("anthropic-request", rid)
-            if rid
-            else stable_id("claude-otlp-span", tid, sid),
-            "source": m.source,
-            "agent": "claude-code",
-            "agent_version": agent_version(a, res.version),
-            "user_id": text(a.get("user.id")),
-            "session_id": sess,
-            "parent_session_id": parent,
-            "prompt_id": None,
-            "request_id": rid,
-            "started_at": start // 1000 if start else None,
-            "ended_at": ended,
-            "duration_ms": dur,
-            "ttft_ms": duration_ms(num(a.get("ttft_ms"))),
-            "model": model,
-            "cold_input_tokens": cold,
-            "cache_read_tokens": read,
-            "cache_write_tokens": write,
-            "cache_write_5m_tokens": None,
-            "cache_write_1h_tokens": None,
-            "output_tokens": out,
-            "reasoning_tokens": None,
-            "cost_usd": None,
-            "attributes": m.span_request_attrs(a, res, tid, sid),
-            "seq": None,
-            "ingested_at": ended,  # loses to the api_request / transcript copy (see module doc)
-        }
+    row = request_row(
+        event_id=stable_id("anthropic-request", rid) if rid else stable_id("claude-otlp-span", tid, sid),
+        source=m.source,
+        agent="claude-code",
+        agent_version=agent_version(a, res.version),
+        user_id=text(a.get("user.id")),
+        session_id=sess,
+        parent_session_id=parent,
+        request_id=rid,
+        started_at=start // 1000 if start else None,
+        ended_at=ended,
+        duration_ms=dur,
+        ttft_ms=duration_ms(num(a.get("ttft_ms"))),
+        model=model,
+        cold_input_tokens=cold,
+        cache_read_tokens=read,
+        cache_write_tokens=write,
+        output_tokens=out,
+        attributes=m.span_request_attrs(a, res, tid, sid),
     )
+    row["ingested_at"] = ended  # loses to the api_request / transcript copy (see module doc)
+    m.out.requests.append(row)

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from traceflow.otlp.attributes import Resource, agent_version, num, text, tok, user_id
+from traceflow.otlp.attributes import Resource, agent_version, num, text, toks, user_id
 from traceflow.otlp.limits import duration_ms
-from traceflow.otlp.mapper import Mapper
+from traceflow.otlp.mapper import Mapper, request_row
 from traceflow.rows import stable_id
 
 
@@ -22,11 +22,14 @@ def response_completed(
 ) -> None:
     """The ``requests`` row of a ``response.completed`` SSE event (none without token counts)."""
     try:
-        inp = tok(a.get("input_token_count"))
-        out = tok(a.get("output_token_count"))
-        cached = tok(a.get("cached_token_count"))
-        cw = tok(a.get("cache_write_token_count"))
-        reasoning = tok(a.get("reasoning_token_count"))
+        inp, out, cached, cw, reasoning = toks(
+            a,
+            "input_token_count",
+            "output_token_count",
+            "cached_token_count",
+            "cache_write_token_count",
+            "reasoning_token_count",
+        )
     except ValueError as e:
         m.problems.reject("codex.sse_event response.completed with an invalid token count", str(e))
         return
@@ -39,30 +42,21 @@ def response_completed(
     session = text(a.get("conversation.id"))
     stamp = a.get("event.timestamp") or t
     m.out.requests.append(
-        {
-            "event_id": stable_id("codex-otlp", session, stamp, (cold, read, write, out, reasoning)),
-            "source": m.source,
-            "agent": "codex",
-            "agent_version": agent_version(a, res.version),
-            "user_id": user_id(a, res.attrs),
-            "session_id": session,
-            "parent_session_id": None,
-            "prompt_id": None,
-            "request_id": None,
-            "started_at": None,
-            "ended_at": ts,
-            "duration_ms": None,
-            "ttft_ms": duration_ms(num(a.get("ttft_ms"))),
-            "model": text(a.get("model") or a.get("slug")),
-            "cold_input_tokens": cold,
-            "cache_read_tokens": read,
-            "cache_write_tokens": write,
-            "cache_write_5m_tokens": None,
-            "cache_write_1h_tokens": None,
-            "output_tokens": out,
-            "reasoning_tokens": reasoning,
-            "cost_usd": None,
-            "attributes": m.attrs(a, res, tid, sid),
-            "seq": None,
-        }
+        request_row(
+            event_id=stable_id("codex-otlp", session, stamp, (cold, read, write, out, reasoning)),
+            source=m.source,
+            agent="codex",
+            agent_version=agent_version(a, res.version),
+            user_id=user_id(a, res.attrs),
+            session_id=session,
+            ended_at=ts,
+            ttft_ms=duration_ms(num(a.get("ttft_ms"))),
+            model=text(a.get("model") or a.get("slug")),
+            cold_input_tokens=cold,
+            cache_read_tokens=read,
+            cache_write_tokens=write,
+            output_tokens=out,
+            reasoning_tokens=reasoning,
+            attributes=m.attrs(a, res, tid, sid),
+        )
     )

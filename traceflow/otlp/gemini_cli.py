@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from traceflow.otlp.attributes import Resource, agent_version, num, text, tok, user_id
+from traceflow.otlp.attributes import Resource, agent_version, num, text, toks, user_id
 from traceflow.otlp.limits import duration_ms
-from traceflow.otlp.mapper import Mapper
+from traceflow.otlp.mapper import Mapper, request_row
 from traceflow.rows import stable_id
 
 
@@ -22,10 +22,9 @@ def api_response(
     """The ``requests`` row of an ``api_response`` event; False when it has no usage (keep it as an
     event), True when it was mapped or refused."""
     try:
-        inp = tok(a.get("input_token_count"))
-        cached = tok(a.get("cached_content_token_count"))
-        out = tok(a.get("output_token_count"))
-        thoughts = tok(a.get("thoughts_token_count"))
+        inp, cached, out, thoughts = toks(
+            a, "input_token_count", "cached_content_token_count", "output_token_count", "thoughts_token_count"
+        )
     except ValueError as e:
         m.problems.reject("gemini_cli.api_response with an invalid token count", str(e))
         return True
@@ -40,31 +39,24 @@ def api_response(
     dur = duration_ms(num(a.get("duration_ms")))
     stamp = a.get("event.timestamp") or t
     m.out.requests.append(
-        {
-            "event_id": stable_id("gemini-otlp", session, prompt, stamp, (cold, read, output, thoughts)),
-            "source": m.source,
-            "agent": "gemini-cli",
-            "agent_version": agent_version(a, res.version),
-            "user_id": user_id(a, res.attrs),
-            "session_id": session,
-            "parent_session_id": None,
-            "prompt_id": prompt,
-            "request_id": text(a.get("gen_ai.response.id")),
-            "started_at": ts - round(dur * 1000) if ts is not None and dur is not None else None,
-            "ended_at": ts,
-            "duration_ms": dur,
-            "ttft_ms": None,
-            "model": text(a.get("model")),
-            "cold_input_tokens": cold,
-            "cache_read_tokens": read,
-            "cache_write_tokens": None,
-            "cache_write_5m_tokens": None,
-            "cache_write_1h_tokens": None,
-            "output_tokens": output,
-            "reasoning_tokens": thoughts,
-            "cost_usd": None,
-            "attributes": m.attrs(a, res, tid, sid),
-            "seq": None,
-        }
+        request_row(
+            event_id=stable_id("gemini-otlp", session, prompt, stamp, (cold, read, output, thoughts)),
+            source=m.source,
+            agent="gemini-cli",
+            agent_version=agent_version(a, res.version),
+            user_id=user_id(a, res.attrs),
+            session_id=session,
+            prompt_id=prompt,
+            request_id=text(a.get("gen_ai.response.id")),
+            started_at=ts - round(dur * 1000) if ts is not None and dur is not None else None,
+            ended_at=ts,
+            duration_ms=dur,
+            model=text(a.get("model")),
+            cold_input_tokens=cold,
+            cache_read_tokens=read,
+            output_tokens=output,
+            reasoning_tokens=thoughts,
+            attributes=m.attrs(a, res, tid, sid),
+        )
     )
     return True

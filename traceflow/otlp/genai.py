@@ -13,7 +13,7 @@ from typing import Any
 
 from traceflow.otlp.attributes import Resource, first, num, text, tok, user_id
 from traceflow.otlp.limits import duration_ms
-from traceflow.otlp.mapper import Mapper
+from traceflow.otlp.mapper import Mapper, request_row
 from traceflow.rows import stable_id
 
 #: gen_ai.operation.name values whose spans repeat (or lack) the usage of a model call
@@ -94,30 +94,25 @@ def span_request(
             read = read_c
     ended = end // 1000 if end else None
     m.out.requests.append(
-        {
-            "event_id": stable_id(*key),
-            "source": m.source,
-            "agent": res.service,
-            "agent_version": res.version,
-            "user_id": user_id(a, res.attrs),
-            "session_id": text(session),
-            "parent_session_id": None,
-            "prompt_id": None,
-            "request_id": rid,
-            "started_at": start // 1000 if start else None,
-            "ended_at": ended,
-            "duration_ms": (end - start) / 1e6 if start and end else None,
-            "ttft_ms": ttft,
-            "model": text(model),
-            "cold_input_tokens": cold,
-            "cache_read_tokens": read,
-            "cache_write_tokens": write,
-            "cache_write_5m_tokens": None,
-            "cache_write_1h_tokens": None,
-            "output_tokens": out,
-            "reasoning_tokens": reasoning,
-            "cost_usd": num(a.get("llm.cost.total")),
-            "attributes": m.span_request_attrs(a, res, tid, sid),
-            "seq": None,
-        }
+        request_row(
+            event_id=stable_id(*key),
+            source=m.source,
+            agent=res.service,
+            agent_version=res.version,
+            user_id=user_id(a, res.attrs),
+            session_id=text(session),
+            request_id=rid,
+            started_at=start // 1000 if start else None,
+            ended_at=ended,
+            duration_ms=(end - start) / 1e6 if start and end else None,
+            ttft_ms=ttft,
+            model=text(model),
+            cold_input_tokens=cold,
+            cache_read_tokens=read,
+            cache_write_tokens=write,
+            output_tokens=out,
+            reasoning_tokens=reasoning,
+            cost_usd=num(a.get("llm.cost.total")),
+            attributes=m.span_request_attrs(a, res, tid, sid),
+        )
     )

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from traceflow.otlp.attributes import Resource, drop_content
-from traceflow.rows import Parsed
+from traceflow.rows import Parsed, Row
 
 
 @dataclass
@@ -94,3 +94,59 @@ class Mapper:
 
     def result(self) -> Mapped:
         return self.problems.mapped(self.out)
+
+
+def request_row(
+    *,
+    event_id: str,
+    source: str,
+    agent: str | None,
+    attributes: dict[str, Any],
+    agent_version: str | None = None,
+    user_id: str | None = None,
+    session_id: str | None = None,
+    parent_session_id: str | None = None,
+    prompt_id: str | None = None,
+    request_id: str | None = None,
+    started_at: int | None = None,
+    ended_at: int | None = None,
+    duration_ms: float | None = None,
+    ttft_ms: float | None = None,
+    model: str | None = None,
+    cold_input_tokens: int | None = None,
+    cache_read_tokens: int | None = None,
+    cache_write_tokens: int | None = None,
+    cache_write_5m_tokens: int | None = None,
+    cache_write_1h_tokens: int | None = None,
+    output_tokens: int | None = None,
+    reasoning_tokens: int | None = None,
+    cost_usd: float | None = None,
+    seq: int | None = None,
+) -> Row:
+    """A ``requests`` row read off OTLP, in column order; what a mapping does not know stays NULL."""
+    return {
+        "event_id": event_id,
+        "source": source,
+        "agent": agent,
+        "agent_version": agent_version,
+        "user_id": user_id,
+        "session_id": session_id,
+        "parent_session_id": parent_session_id,
+        "prompt_id": prompt_id,
+        "request_id": request_id,
+        "started_at": started_at,
+        "ended_at": ended_at,
+        "duration_ms": duration_ms,
+        "ttft_ms": ttft_ms,
+        "model": model,
+        "cold_input_tokens": cold_input_tokens,
+        "cache_read_tokens": cache_read_tokens,
+        "cache_write_tokens": cache_write_tokens,
+        "cache_write_5m_tokens": cache_write_5m_tokens,
+        "cache_write_1h_tokens": cache_write_1h_tokens,
+        "output_tokens": output_tokens,
+        "reasoning_tokens": reasoning_tokens,
+        "cost_usd": cost_usd,
+        "attributes": attributes,
+        "seq": seq,
+    }
