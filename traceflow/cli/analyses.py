@@ -108,6 +108,7 @@ def gaps(
 ) -> None:
     """Idle gaps between requests of a session (agent loops vs human turns) against cache TTLs."""
     from traceflow.analysis import gaps as g
+    from traceflow.analysis.report import gap_rows
     from traceflow.output import Rows
     from traceflow.store.sql import split_by
 
@@ -125,22 +126,11 @@ def gaps(
     if fmt == "csv":
         echo(g.gap_summary(con, selection, ttls, groups), fmt)
         return
-    rows: list[tuple[Any, ...]] = []
-    for m in ("gaps", "p50_s", "p90_s", "p99_s", "mean_s"):
-        rows.append((m, report[m], report["human"][m], report["agent"][m]))
-    rows.append(("max_s", report["max_s"], None, None))
-    for t in ttls:
-        key = f"{t:g}"
-        rows.append(
-            (
-                f"share_over_{format_duration(t)}",
-                report["share_over"][key],
-                report["human"]["share_over"][key],
-                report["agent"]["share_over"][key],
-            )
-        )
     sections: list[tuple[str, Rows | pl.DataFrame]] = [
-        ("Idle gaps (seconds)", Rows(["metric", "all", "human", "agent"], rows))
+        (
+            "Idle gaps (seconds)",
+            Rows(["metric", "all", "human", "agent"], gap_rows(report, ttls, max_row=True)),
+        )
     ]
     if groups:
         cols = [
