@@ -244,25 +244,29 @@ def headline(report: Report) -> list[str]:
     return lines
 
 
+def gap_rows(gaps: dict[str, Any], ttls: Sequence[float], *, max_row: bool = False) -> list[tuple[Any, ...]]:
+    """The rows (metric, all, human, agent) of a gap report (``gaps.gap_report``): the counts and
+    percentiles, ``max_s`` when ``max_row``, then the share of gaps over each TTL."""
+    rows: list[tuple[Any, ...]] = [
+        (m, gaps[m], gaps["human"].get(m), gaps["agent"].get(m))
+        for m in ("gaps", "p50_s", "p90_s", "p99_s", "mean_s")
+    ]
+    if max_row:
+        rows.append(("max_s", gaps["max_s"], None, None))
+    for t in ttls:
+        key = f"{t:g}"
+        shares = (gaps[side]["share_over"][key] for side in ("human", "agent"))
+        rows.append((f"share_over_{format_duration(t)}", gaps["share_over"][key], *shares))
+    return rows
+
+
 def _section_tables(report: Report) -> list[tuple[str, Rows | pl.DataFrame]]:
     from traceflow.output import Rows
 
     g = report.gaps_dict()
-    gap_rows: list[tuple[Any, ...]] = []
-    if g.get("gaps") is not None:
-        for m in ("gaps", "p50_s", "p90_s", "p99_s", "mean_s"):
-            gap_rows.append((m, g[m], g["human"].get(m), g["agent"].get(m)))
-        for t in report.ttls:
-            key = f"{t:g}"
-            gap_rows.append(
-                (
-                    f"share_over_{format_duration(t)}",
-                    g["share_over"][key],
-                    g["human"]["share_over"][key],
-                    g["agent"]["share_over"][key],
-                )
-            )
-    gap_frame = Rows(["metric", "all", "human", "agent"], gap_rows)
+    gap_frame = Rows(
+        ["metric", "all", "human", "agent"], gap_rows(g, report.ttls) if g.get("gaps") is not None else []
+    )
     return [
         ("Token mix", report.mix),
         ("Idle gaps", gap_frame),

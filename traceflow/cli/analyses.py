@@ -14,13 +14,15 @@ import typer
 
 from traceflow.cli.options import (
     DataOpt,
-    EngineOpt,
     FormatOpt,
+    LakeQuery,
     PricesOpt,
-    SparkRemoteOpt,
     check_format,
     connect,
+    echo,
+    echo_sections,
     open_lake,
+    with_lake_query,
     with_selection,
 )
 from traceflow.errors import UsageError
@@ -74,41 +76,6 @@ def _ttls(values: list[str] | None, default: tuple[float, ...]) -> list[float]:
     return [parse_duration(v, "--ttl") for v in values] if values else list(default)
 
 
-def _connect(
-    data: Path | None,
-    tables: list[str] | None = None,
-    engine: str = "duckdb",
-    spark_remote: str | None = None,
-) -> Any:
-    """The lake's DuckDB connection, or with ``--engine spark`` a Spark engine over it."""
-    return connect(data, tables or ["requests"], engine, spark_remote)
-
-
-def _print(result: Rows | pl.DataFrame, fmt: str, *, single: bool = False) -> None:
-    from traceflow.output import render
-
-    typer.echo(render(result, fmt, single=single))
-
-
-def _print_json(value: Any) -> None:
-    from traceflow.output import to_json
-
-    typer.echo(to_json(value))
-
-
-def _sections(sections: list[tuple[str, Rows | pl.DataFrame]], fmt: str) -> None:
-    """Several tables under titles (table and markdown formats)."""
-    from traceflow.output import render
-
-    out: list[str] = []
-    for title, frame in sections:
-        if fmt == "markdown":
-            out += [f"## {title}", "", render(frame, "markdown"), ""]
-        else:
-            out += [title, "-" * len(title), render(frame, "table"), ""]
-    typer.echo("\n".join(out).rstrip("\n"))
-
-
 def _coarsened(asked: float, used: float) -> None:
     """Say on stderr when the time grid's buckets were made coarser than ``--resolution``."""
     if used != asked:
@@ -128,6 +95,7 @@ def _transpose(row: dict[str, Any]) -> Rows:
 
 
 @with_selection
+@with_lake_query
 def gaps(
     ttl: TtlOpt = None,
     by: GapsByOpt = None,
@@ -136,46 +104,33 @@ def gaps(
     ] = False,
     *,
     selection: Selection,
-    data: DataOpt = None,
-    engine: EngineOpt = "duckdb",
-    spark_remote: SparkRemoteOpt = None,
-    fmt: FormatOpt = "table",
+    query: LakeQuery,
 ) -> None:
     """Idle gaps between requests of a session (agent loops vs human turns) against cache TTLs."""
     from traceflow.analysis import gaps as g
+    from traceflow.analysis.report import gap_rows
     from traceflow.output import Rows
     from traceflow.store.sql import split_by
 
-    check_format(fmt)
+    fmt = query.fmt
     ttls = _ttls(ttl, g.DEFAULT_TTLS)
     groups = split_by(by)
-    con = _connect(data, ["requests", "events"], engine, spark_remote)
+    con = query.connect(["requests", "events"])
     if histogram:
-        _print(g.gap_histogram(con, selection), fmt)
+        echo(g.gap_histogram(con, selection), fmt)
         return
     report = g.gap_report(con, selection, ttls, groups)
     if fmt == "json":
-        _print_json(report)
+        echo(report, fmt)
         return
     if fmt == "csv":
-        _print(g.gap_summary(con, selection, ttls, groups), fmt)
+        echo(g.gap_summary(con, selection, ttls, groups), fmt)
         return
-    rows: list[tuple[Any, ...]] = []
-    for m in ("gaps", "p50_s", "p90_s", "p99_s", "mean_s"):
-        rows.append((m, report[m], report["human"][m], report["agent"][m]))
-    rows.append(("max_s", report["max_s"], None, None))
-    for t in ttls:
-        key = f"{t:g}"
-        rows.append(
-            (
-                f"share_over_{format_duration(t)}",
-                report["share_over"][key],
-                report["human"]["share_over"][key],
-                report["agent"]["share_over"][key],
-            )
-        )
     sections: list[tuple[str, Rows | pl.DataFrame]] = [
-        ("Idle gaps (seconds)", Rows(["metric", "all", "human", "agent"], rows))
+        (
+            "Idle gaps (seconds)",
+            Rows(["metric", "all", "human", "agent"], gap_rows(report, ttls, max_row=True)),
+        )
     ]
     if groups:
         cols = [
@@ -194,10 +149,11 @@ def gaps(
         "label", "gaps", "human_gaps", "agent_gaps", "share", "cum_share"
     )
     sections.append(("Histogram (log-scaled bins)", hist))
-    _sections(sections, fmt)
+    echo_sections(sections, fmt)
 
 
 @with_selection
+@with_lake_query
 def ttl(
     ttl: TtlOpt = None,
     prices: PricesOpt = None,
@@ -211,10 +167,7 @@ def ttl(
     ] = False,
     *,
     selection: Selection,
-    data: DataOpt = None,
-    engine: EngineOpt = "duckdb",
-    spark_remote: SparkRemoteOpt = None,
-    fmt: FormatOpt = "table",
+    query: LakeQuery,
 ) -> None:
     """Compare cache TTLs: what each would have cost, and which is cheapest.
 
@@ -225,23 +178,23 @@ def ttl(
     from traceflow.prices import PriceModel
     from traceflow.store.sql import split_by
 
-    check_format(fmt)
+    fmt = query.fmt
     groups = split_by(by)
     if observed:
         from traceflow.cli.cache import observed_ttl
 
-        observed_ttl(selection, groups, prices, data, fmt)
+        observed_ttl(selection, groups, prices, query.data, fmt)
         return
     if groups not in ([], ["model"]):
         raise UsageError("ttl groups only --by model")
     result = ttl_report(
-        _connect(data, None, engine, spark_remote),
+        query.connect(["requests"]),
         selection,
         ttl_list(_ttls(ttl, ())),
         PriceModel.load(prices),
     )
     if fmt == "json":
-        _print_json(result.as_dict())
+        echo(result.as_dict(), fmt)
         return
     if groups:
         table = result.by_model.select(
@@ -259,7 +212,7 @@ def ttl(
     else:
         table = result.whatif
     if fmt == "csv":
-        _print(table, fmt)
+        echo(table, fmt)
         return
     best = result.best_ttl_s
     seen = result.as_dict()["observed"]
@@ -271,7 +224,7 @@ def ttl(
             "prices_as_of": result.prices.as_of,
         }
     )
-    _sections(
+    echo_sections(
         [
             ("TTL what-if", table if groups else table.drop("ttl_s")),
             ("Best TTL and observed cost", summary),
@@ -282,6 +235,7 @@ def ttl(
 
 
 @with_selection
+@with_lake_query
 def sessions(
     by: SessionsByOpt = None,
     list_: Annotated[
@@ -300,10 +254,7 @@ def sessions(
     ] = 0.5,
     *,
     selection: Selection,
-    data: DataOpt = None,
-    engine: EngineOpt = "duckdb",
-    spark_remote: SparkRemoteOpt = None,
-    fmt: FormatOpt = "table",
+    query: LakeQuery,
 ) -> None:
     """Describe the sessions: turns, duration, context growth, compactions and resumes.
 
@@ -313,21 +264,22 @@ def sessions(
     from traceflow.analysis import sessions as s
     from traceflow.store.sql import split_by
 
-    check_format(fmt)
+    fmt = query.fmt
     groups = split_by(by)
     resume_s = parse_duration(resume_after, "--resume-after")
-    con = _connect(data, ["requests", "events"], engine, spark_remote)
+    con = query.connect(["requests", "events"])
     if list_:
-        _print(s.sessions(con, selection, resume_s, compaction_drop, limit), fmt)
+        echo(s.sessions(con, selection, resume_s, compaction_drop, limit), fmt)
         return
     frame = s.session_summary(con, selection, groups, resume_s, compaction_drop)
     if not groups and fmt in ("table", "markdown"):
-        _print(_transpose(frame.to_dicts()[0]), fmt)
+        echo(_transpose(frame.to_dicts()[0]), fmt)
         return
-    _print(frame, fmt, single=not groups)
+    echo(frame, fmt, single=not groups)
 
 
 @with_selection
+@with_lake_query
 def load(
     resolution: ResolutionOpt = "1m",
     series: Annotated[
@@ -335,10 +287,7 @@ def load(
     ] = False,
     *,
     selection: Selection,
-    data: DataOpt = None,
-    engine: EngineOpt = "duckdb",
-    spark_remote: SparkRemoteOpt = None,
-    fmt: FormatOpt = "table",
+    query: LakeQuery,
 ) -> None:
     """Measure arrivals and load: new sessions, requests and tokens per second over time.
 
@@ -347,21 +296,22 @@ def load(
     """
     from traceflow.analysis.load import load_overview, load_resolution, load_series
 
-    check_format(fmt)
+    fmt = query.fmt
     res = parse_duration(resolution, "--resolution")
-    con = _connect(data, None, engine, spark_remote)
+    con = query.connect(["requests"])
     _coarsened(res, load_resolution(con, selection, res))
     if series:
-        _print(load_series(con, selection, res), fmt)
+        echo(load_series(con, selection, res), fmt)
         return
     summary = load_overview(con, selection, res)
     if fmt in ("table", "markdown"):
-        _print(_transpose(summary.to_dicts()[0]), fmt)
+        echo(_transpose(summary.to_dicts()[0]), fmt)
         return
-    _print(summary, fmt, single=True)
+    echo(summary, fmt, single=True)
 
 
 @with_selection
+@with_lake_query
 def working_set(
     ttl: TtlOpt = None,
     resolution: ResolutionOpt = "1m",
@@ -371,10 +321,7 @@ def working_set(
     ] = False,
     *,
     selection: Selection,
-    data: DataOpt = None,
-    engine: EngineOpt = "duckdb",
-    spark_remote: SparkRemoteOpt = None,
-    fmt: FormatOpt = "table",
+    query: LakeQuery,
 ) -> None:
     """Measure the live KV working set for a TTL (default 5m) over time.
 
@@ -388,16 +335,16 @@ def working_set(
         working_set_summary,
     )
 
-    check_format(fmt)
+    fmt = query.fmt
     ttls = _ttls(ttl, (DEFAULT_TTL_S,))
     res = parse_duration(resolution, "--resolution")
-    con = _connect(data, None, engine, spark_remote)
+    con = query.connect(["requests"])
     _coarsened(res, working_set_resolution(con, selection, max(ttls), res))
     if series:
-        _print(working_set_series(con, selection, ttls[0], res, kv_bytes_per_token), fmt)
+        echo(working_set_series(con, selection, ttls[0], res, kv_bytes_per_token), fmt)
         return
     summary = working_set_summary(con, selection, ttls, res, kv_bytes_per_token)
-    _print(summary, fmt, single=len(ttls) == 1 and fmt == "json")
+    echo(summary, fmt, single=len(ttls) == 1 and fmt == "json")
 
 
 @with_selection
@@ -430,7 +377,7 @@ def report(
     if fmt == "csv":
         raise UsageError("traceflow report has no csv form; use --format table, markdown or json")
     rep = build_report(
-        _connect(data, ["requests", "events"]),
+        connect(data, ["requests", "events"]),
         selection,
         _ttls(ttl, ()),
         PriceModel.load(prices),
@@ -439,7 +386,7 @@ def report(
         parse_duration(resolution, "--resolution"),
     )
     if fmt == "json":
-        _print_json(rep.as_dict())
+        echo(rep.as_dict(), fmt)
     elif fmt == "markdown":
         typer.echo(render_markdown(rep), nl=False)
     else:
@@ -483,7 +430,7 @@ def query(
     check_format(fmt)
     params = sql.parse_param_options(param)
     sql.load(name)  # an unknown name is a usage error before the lake is opened
-    _print(sql.run(open_lake(data).connect(), name, params), fmt)
+    echo(sql.run(open_lake(data).connect(), name, params), fmt)
 
 
 def queries(fmt: FormatOpt = "table") -> None:
@@ -491,7 +438,7 @@ def queries(fmt: FormatOpt = "table") -> None:
     from traceflow.store import sql
 
     check_format(fmt)
-    _print(sql.listing(), fmt)
+    echo(sql.listing(), fmt)
 
 
 #: The commands of this module, by name (registered by :mod:`traceflow.cli.app`).

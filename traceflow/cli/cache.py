@@ -15,14 +15,16 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from traceflow.cli.options import (
+    ByOpt,
     DataOpt,
-    EngineOpt,
     FormatOpt,
+    LakeQuery,
     PricesOpt,
-    SparkRemoteOpt,
     check_format,
-    connect,
+    echo,
+    echo_sections,
     open_lake,
+    with_lake_query,
     with_selection,
 )
 from traceflow.errors import UsageError
@@ -32,15 +34,6 @@ if TYPE_CHECKING:
 
     from traceflow.store.selection import Selection
 
-MissesByOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--by",
-        help="Group by agent, model, session, day, user, source, project, host, subagent_type, "
-        "attr:NAME (a resource attribute) or tool (the tool whose result a request followed); "
-        "repeatable or comma-separated.",
-    ),
-]
 MissTokensOpt = Annotated[
     int,
     typer.Option("--miss-tokens", help="A cache read this many tokens below the reusable prefix is a miss."),
@@ -53,28 +46,17 @@ CompactionDropOpt = Annotated[
 ]
 
 
-def _echo(value: Any, fmt: str, *, single: bool = False) -> None:
-    from traceflow.output import render, to_json
-
-    if fmt == "json" and not hasattr(value, "columns"):
-        typer.echo(to_json(value))
-    else:
-        typer.echo(render(value, fmt, single=single))
-
-
 @with_selection
+@with_lake_query
 def misses(
-    by: MissesByOpt = None,
+    by: ByOpt = None,
     list_: Annotated[bool, typer.Option("--list", help="One row per miss instead of the counts.")] = False,
     prices: PricesOpt = None,
     miss_tokens: MissTokensOpt = 1024,
     compaction_drop: CompactionDropOpt = 0.5,
     *,
     selection: Selection,
-    data: DataOpt = None,
-    engine: EngineOpt = "duckdb",
-    spark_remote: SparkRemoteOpt = None,
-    fmt: FormatOpt = "table",
+    query: LakeQuery,
 ) -> None:
     """Count cache misses by cause, with the missed tokens and what they cost.
 
@@ -85,9 +67,9 @@ def misses(
     from traceflow.prices import PriceModel
     from traceflow.store.sql import split_by
 
-    check_format(fmt)
+    fmt = query.fmt
     groups = split_by(by)
-    con = connect(data, ["requests", "events"], engine, spark_remote)
+    con = query.connect(["requests", "events"])
     options: dict[str, Any] = {
         "prices": PriceModel.load(prices),
         "miss_tokens": miss_tokens,
@@ -97,20 +79,20 @@ def misses(
         if groups:
             raise UsageError("--list prints one row per miss; it takes no --by")
         frame = m.miss_rows(con, selection, misses_only=True, **options).drop("miss")
-        _echo(frame, fmt)
+        echo(frame, fmt)
         return
     if groups:
         reports = m.miss_groups(con, selection, groups, **options)
         if fmt == "json":
-            _echo(reports, fmt)
+            echo(reports, fmt)
             return
         cols = [*groups, *m.flat(reports[0]).keys()] if reports else [*groups]
         rows = [(*(r[g] for g in groups), *m.flat(r).values()) for r in reports]
-        _echo(Rows(cols, rows), fmt)
+        echo(Rows(cols, rows), fmt)
         return
     report = m.miss_report(con, selection, **options)
     if fmt == "json":
-        _echo(report, fmt)
+        echo(report, fmt)
         return
     requests = report["requests"]
     rows = [
@@ -130,7 +112,7 @@ def misses(
     result = Rows(["cause", "misses", "share_of_requests", "missed_tokens", "cost_usd"], rows)
     if fmt in ("table", "markdown"):
         typer.echo(f"{requests} requests, {report['misses']} misses")
-    _echo(result, fmt)
+    echo(result, fmt)
 
 
 def observed_ttl(
@@ -144,7 +126,7 @@ def observed_ttl(
     con = open_lake(data).connect(["requests", "events"])
     result = ttl_in_force(con, selection, groups, PriceModel.load(prices))
     if fmt == "json":
-        _echo(result, fmt)
+        echo(result, fmt)
         return
     keys = [g for g in groups if g != "day"]
     days = Rows(
@@ -155,7 +137,7 @@ def observed_ttl(
         ],
     )
     if fmt == "csv":
-        _echo(days, fmt)
+        echo(days, fmt)
         return
     changes = Rows(
         [*keys, "day", "from_s", "to_s", "extra_cost_usd"],
@@ -164,16 +146,7 @@ def observed_ttl(
             for c in result["changes"]
         ],
     )
-    out: list[str] = []
-    from traceflow.output import render
-
-    for title, rows in (("TTL in force per UTC day", days), ("Changes", changes)):
-        if fmt == "markdown":
-            out += [f"## {title}", "", render(rows, "markdown"), ""]
-        else:
-            out += [title, "-" * len(title), render(rows, "table"), ""]
-    out += [f"note: {n}" for n in result["notes"]]
-    typer.echo("\n".join(out).rstrip("\n"))
+    echo_sections([("TTL in force per UTC day", days), ("Changes", changes)], fmt, result["notes"])
 
 
 @with_selection
@@ -220,7 +193,7 @@ def check(
     )
     body = result.as_dict()
     if fmt == "json":
-        _echo(body, fmt)
+        echo(body, fmt)
     else:
         from traceflow.output import Rows
 
@@ -231,7 +204,7 @@ def check(
         fired = [f"fired: {f['check']} (threshold {f['threshold']})" for f in result.fired]
         if fmt in ("table", "markdown"):
             typer.echo("\n".join([head, *fired, *(f"note: {n}" for n in result.notes)]))
-        _echo(Rows(["metric", "window", "baseline"], rows), fmt)
+        echo(Rows(["metric", "window", "baseline"], rows), fmt)
     if result.alert:
         if webhook:
             try:

@@ -13,14 +13,16 @@ import typer
 
 from traceflow import __version__
 from traceflow.cli.options import (
+    ByOpt,
     DataOpt,
     EngineOpt,
     FormatOpt,
+    LakeQuery,
     PricesOpt,
     SparkRemoteOpt,
     check_format,
-    connect,
     open_lake,
+    with_lake_query,
     with_selection,
 )
 from traceflow.errors import UsageError
@@ -96,16 +98,9 @@ def import_(
 
 
 @with_selection
+@with_lake_query
 def mix(
-    by: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--by",
-            help="Group by agent, model, session, day, user, source, project, host, subagent_type, "
-            "attr:NAME (a resource attribute) or tool (the tool whose result a request followed); "
-            "repeatable or comma-separated.",
-        ),
-    ] = None,
+    by: ByOpt = None,
     savings: Annotated[
         bool,
         typer.Option(
@@ -116,19 +111,16 @@ def mix(
     prices: PricesOpt = None,
     *,
     selection: Selection,
-    data: DataOpt = None,
-    engine: EngineOpt = "duckdb",
-    spark_remote: SparkRemoteOpt = None,
-    fmt: FormatOpt = "table",
+    query: LakeQuery,
 ) -> None:
     """The token mix: cold input, cache read, cache write and output, their shares and the reuse ratio."""
     from traceflow.analysis.mix import savings_line, token_mix_rows
     from traceflow.output import render
     from traceflow.prices import PriceModel
 
-    check_format(fmt)
+    fmt = query.fmt
     groups = [g for item in (by or []) for g in item.split(",") if g]
-    con = connect(data, ["requests", "events"], engine, spark_remote)
+    con = query.connect(["requests", "events"])
     result = token_mix_rows(con, selection, groups, PriceModel.load(prices))
     typer.echo(render(result, fmt, single=not groups))
     if savings and fmt == "table" and not groups and result.rows:

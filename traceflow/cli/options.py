@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -20,6 +21,9 @@ from traceflow.errors import UsageError
 from traceflow.output import FORMATS
 
 if TYPE_CHECKING:
+    import polars as pl
+
+    from traceflow.output import Rows
     from traceflow.store.lake import Lake
     from traceflow.store.selection import Selection
 
@@ -56,6 +60,15 @@ SparkRemoteOpt = Annotated[
         "default local[*]. The cluster must read the lake at the same path.",
     ),
 ]
+ByOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--by",
+        help="Group by agent, model, session, day, user, source, project, host, subagent_type, "
+        "attr:NAME (a resource attribute) or tool (the tool whose result a request followed); "
+        "repeatable or comma-separated.",
+    ),
+]
 SinceOpt = Annotated[
     str | None, typer.Option(help="Only requests at or after this time (2026-08-01, 2026-08-01T12:00Z, 7d).")
 ]
@@ -79,6 +92,15 @@ SELECTION_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("session", SessionOpt),
     ("user", UserOpt),
     ("source", SourceOpt),
+)
+
+
+#: The options of :class:`LakeQuery`, in the order ``--help`` shows them, with their defaults.
+LAKE_QUERY_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
+    ("data", DataOpt, None),
+    ("engine", EngineOpt, "duckdb"),
+    ("spark_remote", SparkRemoteOpt, None),
+    ("fmt", FormatOpt, "table"),
 )
 
 
@@ -129,6 +151,46 @@ def open_lake(data: Path | None, *, create: bool = False) -> Lake:
     return Lake(root)
 
 
+@dataclass(frozen=True)
+class LakeQuery:
+    """What ``--data``, ``--engine``, ``--spark-remote`` and ``--format`` ask for (see with_lake_query)."""
+
+    data: Path | None
+    engine: str
+    spark_remote: str | None
+    fmt: str
+
+    def connect(self, tables: list[str]) -> Any:
+        """The lake's DuckDB connection over ``tables``, or with ``--engine spark`` a Spark engine."""
+        return connect(self.data, tables, self.engine, self.spark_remote)
+
+
+def echo(value: Any, fmt: str, *, single: bool = False) -> None:
+    """Print ``value`` in ``fmt``: a table (``Rows`` or a frame) rendered, anything else as JSON with json."""
+    from traceflow.output import render, to_json
+
+    if fmt == "json" and not hasattr(value, "columns"):
+        typer.echo(to_json(value))
+    else:
+        typer.echo(render(value, fmt, single=single))
+
+
+def echo_sections(
+    sections: Sequence[tuple[str, Rows | pl.DataFrame]], fmt: str, notes: Sequence[str] = ()
+) -> None:
+    """Several tables under titles (table and markdown formats), then one ``note:`` line per note."""
+    from traceflow.output import render
+
+    out: list[str] = []
+    for title, frame in sections:
+        if fmt == "markdown":
+            out += [f"## {title}", "", render(frame, "markdown"), ""]
+        else:
+            out += [title, "-" * len(title), render(frame, "table"), ""]
+    out += [f"note: {n}" for n in notes]
+    typer.echo("\n".join(out).rstrip("\n"))
+
+
 def build_selection(
     since: str | None = None,
     until: str | None = None,
@@ -155,6 +217,48 @@ def build_selection(
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _resolve(p: inspect.Parameter, namespace: dict[str, Any]) -> Any:
+    """``p``'s annotation evaluated; a name the module imports only for type checking (``Selection``,
+    left for an outer decorator to replace) stays a string."""
+    if not isinstance(p.annotation, str):
+        return p.annotation
+    try:
+        return eval(p.annotation, namespace)
+    except NameError:
+        return p.annotation
+
+
+def _expand(command: F, name: str, options: Sequence[tuple[str, Any, Any]], build: Callable[..., Any]) -> F:
+    """``command`` with its parameter ``name`` replaced by ``options`` (name, annotation, default):
+    typer sees the options there, and the command receives ``build(**their values)`` as ``name``."""
+    sig = inspect.signature(command)
+    if name not in sig.parameters:
+        raise TypeError(f"{command.__name__} has no `{name}` parameter")
+    namespace = command.__globals__
+    params: list[inspect.Parameter] = []
+    for p in sig.parameters.values():
+        if p.name == name:
+            params += [
+                inspect.Parameter(
+                    option, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation
+                )
+                for option, annotation, default in options
+            ]
+        else:
+            params.append(p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=_resolve(p, namespace)))
+    names = [option for option, _, _ in options]
+
+    @functools.wraps(command)
+    def wrapper(**kwargs: Any) -> Any:
+        built = build(**{option: kwargs.pop(option) for option in names})
+        return command(**{name: built}, **kwargs)
+
+    del wrapper.__wrapped__  # typer must see the signature below, not the command's
+    wrapper.__signature__ = sig.replace(parameters=params, return_annotation=None)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in params}
+    return wrapper  # type: ignore[return-value]
+
+
 def with_selection(command: F) -> F:
     """Give ``command`` the seven selection options in place of its ``selection`` parameter.
 
@@ -162,28 +266,19 @@ def with_selection(command: F) -> F:
     ``--help``; typer sees ``--since``, ``--until``, ``--agent``, ``--model``, ``--session``,
     ``--user`` and ``--source`` there instead, and the command receives one :class:`Selection`.
     """
-    sig = inspect.signature(command)
-    if "selection" not in sig.parameters:
-        raise TypeError(f"{command.__name__} has no `selection` parameter")
-    namespace = command.__globals__
-    params: list[inspect.Parameter] = []
-    for p in sig.parameters.values():
-        if p.name == "selection":
-            params += [
-                inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation)
-                for name, annotation in SELECTION_OPTIONS
-            ]
-        else:
-            annotation = eval(p.annotation, namespace) if isinstance(p.annotation, str) else p.annotation
-            params.append(p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=annotation))
-    names = [name for name, _ in SELECTION_OPTIONS]
+    options = [(name, annotation, None) for name, annotation in SELECTION_OPTIONS]
+    return _expand(command, "selection", options, build_selection)
 
-    @functools.wraps(command)
-    def wrapper(**kwargs: Any) -> Any:
-        chosen = build_selection(**{name: kwargs.pop(name) for name in names})
-        return command(selection=chosen, **kwargs)
 
-    del wrapper.__wrapped__  # typer must see the signature below, not the command's
-    wrapper.__signature__ = sig.replace(parameters=params, return_annotation=None)  # type: ignore[attr-defined]
-    wrapper.__annotations__ = {p.name: p.annotation for p in params}
-    return wrapper  # type: ignore[return-value]
+def _lake_query(data: Path | None, engine: str, spark_remote: str | None, fmt: str) -> LakeQuery:
+    return LakeQuery(data, engine, spark_remote, check_format(fmt))
+
+
+def with_lake_query(command: F) -> F:
+    """Give ``command`` ``--data``, ``--engine``, ``--spark-remote`` and ``--format`` in place of its
+    ``query: LakeQuery`` parameter; the command receives one :class:`LakeQuery`, its format checked.
+
+    Under :func:`with_selection` (``@with_selection`` above ``@with_lake_query``) a bad selection is
+    reported before a bad ``--format``.
+    """
+    return _expand(command, "query", LAKE_QUERY_OPTIONS, _lake_query)
