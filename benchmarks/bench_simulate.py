@@ -47,7 +47,7 @@ import numpy as np
 
 from traceflow import native
 from traceflow.kv import simulate as sim
-from traceflow.kv.engines import fast_lru
+from traceflow.kv.engines import Accesses, fast_lru
 from traceflow.kv.geometry import KVSize
 from traceflow.kv.lru import lru_hits, prev_next
 from traceflow.kv.sizing import Tier
@@ -156,7 +156,7 @@ def modes(name: str, trace: BlockTrace, caps: list[int], runs: int, slow_blocks:
 
     def core() -> int:
         links = prev_next(trace.blocks)
-        served = fast_lru(trace, caps, False, 60.0, links).served
+        served = fast_lru(Accesses.of(trace, links), caps, False, 60.0).served
         return int((served > 0).sum())
 
     s, hits = timed(core, runs)

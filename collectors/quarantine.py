@@ -33,6 +33,7 @@ from traceflow.collectors import spool
 from traceflow.collectors.settings import DEFAULT_QUARANTINE_MAX_AGE_DAYS, DEFAULT_QUARANTINE_MAX_BYTES
 from traceflow.otlp import decode as otlp
 from traceflow.otlp.attributes import strip_request_content
+from traceflow.store.lake import fsync_path
 
 _logger = logging.getLogger(__name__)
 
@@ -119,7 +120,7 @@ class Quarantine:
         entry = Entry(ident, reason, signal, len(records), len(data), now, content)
         _write_atomic(self.dir / (ident + WAL_SUFFIX), data)
         _write_atomic(self.dir / (ident + META_SUFFIX), orjson.dumps({**entry.to_dict(), "at": now}))
-        spool.fsync_dir(self.dir)
+        fsync_path(self.dir)
         _logger.error(
             "quarantined %d %s payload(s) as %s (content %s): %s",
             len(records),

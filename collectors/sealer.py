@@ -49,7 +49,7 @@ from traceflow.collectors.quarantine import Quarantine
 from traceflow.otlp import decode as otlp
 from traceflow.rows import Parsed
 from traceflow.schema import TABLES
-from traceflow.store.lake import Lake, frame_from_rows
+from traceflow.store.lake import Lake, frame_from_rows, fsync_path
 
 _logger = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ class Sealer:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, self.state_path)
-        spool.fsync_dir(self.dir)
+        fsync_path(self.dir)
 
     # -- poison segments ------------------------------------------------------------------------
     def _note_attempt(self, paths: list[Path]) -> list[Path]:

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import IO, Literal
 
 from traceflow.config import local_root
+from traceflow.store.lake import fsync_path
 
 _logger = logging.getLogger(__name__)
 
@@ -125,14 +126,6 @@ def collector_dir(data: str | os.PathLike[str], wal_dir: str | os.PathLike[str] 
     return local_root(data) / "v1" / "_state" / "collector"
 
 
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _seq(path: Path) -> int:
     return int(path.name.split(".", 1)[0])
 
@@ -164,7 +157,7 @@ def recover(wal_dir: Path) -> int:
             path.unlink()
         else:
             os.replace(path, path.with_suffix(CLOSED_SUFFIX))
-    fsync_dir(wal_dir)
+    fsync_path(wal_dir)
     return cut
 
 
@@ -354,7 +347,7 @@ class Wal:
         path = self.dir / f"{self._next_seq:020d}{OPEN_SUFFIX}"
         self._next_seq += 1
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
-        fsync_dir(self.dir)  # the new name must survive a crash before anything in it is acked
+        fsync_path(self.dir)  # the new name must survive a crash before anything in it is acked
         self._path = path
         self._size = 0
         self._opened_at = time.monotonic()
@@ -400,7 +393,7 @@ class Wal:
             return
         closed = path.with_suffix(CLOSED_SUFFIX)
         os.replace(path, closed)
-        fsync_dir(self.dir)
+        fsync_path(self.dir)
         self.stats.segments += 1
         if self.on_roll is not None:
             self.on_roll(closed)

@@ -112,3 +112,40 @@ def no_data(title: str, message: str = "No data in this selection") -> alt.TopLe
         .encode(text="message:N")
         .properties(title=title, width=WIDTH, height=80)
     )
+
+
+def bar_histogram(
+    frame: pl.DataFrame,
+    *,
+    title: str,
+    color: str,
+    edges: tuple[str, str],
+    edge_format: str,
+    x: dict[str, Any],
+    count: str,
+    unit: str = "",
+    more_tooltip: tuple[Any, ...] = (),
+) -> alt.TopLevelMixin:
+    """A pre-binned histogram: one bar per row from column ``edges[0]`` to ``edges[1]`` (``x``: the
+    x channel's options), ``count`` high from zero; the tooltip gives the edges (``edge_format``,
+    titled "from"/"to" and ``unit``), the count and ``more_tooltip``."""
+    lo, hi = edges
+    suffix = f" {unit}" if unit else ""
+    return top(
+        alt.Chart(data(frame))
+        .mark_bar(color=color, stroke="white", strokeWidth=0.5)
+        .encode(
+            x=alt.X(f"{lo}:Q", **x),
+            x2=f"{hi}:Q",
+            # bars from zero: y alone with x/x2 would draw thin strips at each count
+            y=alt.Y(f"{count}:Q", title=count, scale=alt.Scale(zero=True)),
+            y2=alt.datum(0),
+            tooltip=[
+                alt.Tooltip(f"{lo}:Q", format=edge_format, title="from" + suffix),
+                alt.Tooltip(f"{hi}:Q", format=edge_format, title="to" + suffix),
+                f"{count}:Q",
+                *more_tooltip,
+            ],
+        )
+        .properties(title=title, width=WIDTH, height=HEIGHT)
+    )

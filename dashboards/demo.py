@@ -115,13 +115,12 @@ def stream_otlp(
     the trace's own spacing in their timestamps (ending now), so gaps and TTLs stay real."""
     import secrets
 
-    from opentelemetry._logs import LogRecord
     from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
     from opentelemetry.sdk._logs import LoggerProvider
     from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
     from opentelemetry.sdk.resources import Resource
 
-    from traceflow.replay.loadgen import CLAUDE_CODE_VERSION, build_records
+    from traceflow.replay.loadgen import CLAUDE_CODE_VERSION, build_records, emit_api_request
 
     offsets_us, records = build_records(frame, secrets.token_hex(6))
     provider = LoggerProvider(
@@ -154,15 +153,7 @@ def stream_otlp(
         attrs["event.timestamp"] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts / 1e9)) + (
             f".{(ts // 1_000_000) % 1000:03d}Z"
         )
-        logger.emit(
-            LogRecord(
-                timestamp=ts,
-                observed_timestamp=ts,
-                body="claude_code.api_request",
-                attributes=attrs,
-                event_name="claude_code.api_request",
-            )
-        )
+        emit_api_request(logger, ts, attrs)
         if progress is not None:
             progress(k + 1, n)
     ok = provider.force_flush(60_000)

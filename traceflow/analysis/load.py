@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from traceflow.store import sql, time_base
+from traceflow.store import time_base
 
 if TYPE_CHECKING:
     import duckdb
@@ -56,14 +56,7 @@ def load_series(
     """One row per bucket of ``resolution_s`` seconds, coarser where the selection's span would pass
     :data:`~traceflow.store.time_base.MAX_BUCKETS` (see :func:`load_resolution`); the columns of
     ``queries/load.sql``. UsageError when the selection mixes time bases."""
-    res = load_resolution(con, selection, resolution_s)
-    block, params = sql.selection_block(selection)
-    return sql.run(
-        con,
-        "load",
-        {**params, "resolution_s": res, "max_buckets": time_base.MAX_BUCKETS},
-        blocks={"selection": block},
-    )
+    return time_base.run_grid(con, "load", selection, load_resolution(con, selection, resolution_s))
 
 
 def load_resolution(
@@ -75,8 +68,7 @@ def load_resolution(
         from traceflow.errors import UsageError
 
         raise UsageError("--resolution must be positive")
-    sources = time_base.require_one(con, selection, "load")
-    return time_base.bounded_resolution(time_base.span_s(sources), resolution_s)
+    return time_base.grid_resolution(con, selection, resolution_s, "load")
 
 
 def load_overview(

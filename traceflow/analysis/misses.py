@@ -59,6 +59,18 @@ def miss_cost(prices: PriceModel, model: str | None, ttl_s: float, missed_tokens
     return missed_tokens * per_in * (prices.write_multiplier(ttl_s) - prices.read_multiplier)
 
 
+def _with_costs(frame: pl.DataFrame, prices: PriceModel | None) -> pl.DataFrame:
+    """``frame`` (``model``, ``ttl_in_force_s``, ``missed_tokens``) with ``cost_usd`` (:func:`miss_cost`)."""
+    import polars as pl
+
+    pm = prices or PriceModel()
+    costs = [
+        miss_cost(pm, m, t, n)
+        for m, t, n in zip(frame["model"], frame["ttl_in_force_s"], frame["missed_tokens"], strict=True)
+    ]
+    return frame.with_columns(pl.Series("cost_usd", costs, dtype=pl.Float64))
+
+
 def miss_rows(
     con: duckdb.DuckDBPyConnection,
     selection: Selection | None = None,
@@ -69,16 +81,9 @@ def miss_rows(
     compaction_drop: float = COMPACTION_DROP,
 ) -> pl.DataFrame:
     """One row per request (``misses_only``: per miss) with ``misses.sql``'s columns and ``cost_usd``."""
-    import polars as pl
-
-    pm = prices or PriceModel()
     wrap = "SELECT * FROM {q} WHERE miss" if misses_only else None
     frame = _run(con, selection, miss_tokens=miss_tokens, compaction_drop=compaction_drop, wrap=wrap)
-    costs = [
-        miss_cost(pm, m, t, n)
-        for m, t, n in zip(frame["model"], frame["ttl_in_force_s"], frame["missed_tokens"], strict=True)
-    ]
-    return frame.with_columns(pl.Series("cost_usd", costs, dtype=pl.Float64))
+    return _with_costs(frame, prices)
 
 
 def miss_counts(
@@ -99,13 +104,9 @@ def miss_counts(
         "count(*) FILTER (WHERE miss)::BIGINT AS misses, sum(missed_tokens)::BIGINT AS missed_tokens "
         f"FROM {{q}} AS m {keys.join} GROUP BY ALL"
     )
-    frame = _run(con, selection, miss_tokens=miss_tokens, compaction_drop=compaction_drop, wrap=wrap)
-    pm = prices or PriceModel()
-    costs = [
-        miss_cost(pm, m, t, n)
-        for m, t, n in zip(frame["model"], frame["ttl_in_force_s"], frame["missed_tokens"], strict=True)
-    ]
-    frame = frame.with_columns(pl.Series("cost_usd", costs, dtype=pl.Float64))
+    frame = _with_costs(
+        _run(con, selection, miss_tokens=miss_tokens, compaction_drop=compaction_drop, wrap=wrap), prices
+    )
     return (
         frame.group_by([*by, "cause"])
         .agg(
@@ -148,10 +149,9 @@ def miss_report(
 ) -> dict[str, Any]:
     """The ``traceflow misses --format json`` object: ``{"requests", "misses", "missed_tokens",
     "by_cause": {cause: {"misses", "missed_tokens", "cost_usd"}}}`` (every cause present)."""
-    counts = miss_counts(
+    return miss_groups(
         con, selection, prices=prices, miss_tokens=miss_tokens, compaction_drop=compaction_drop
-    )
-    return _summary(counts)
+    )[0]
 
 
 def miss_groups(

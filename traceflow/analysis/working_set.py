@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from traceflow.store import sql, time_base
+from traceflow.store import time_base
 from traceflow.units import format_duration
 
 if TYPE_CHECKING:
@@ -68,13 +68,7 @@ def working_set_series(
     if kv_bytes_per_token is not None and kv_bytes_per_token <= 0:
         raise UsageError("--kv-bytes-per-token must be positive")
     res = working_set_resolution(con, selection, ttl_s, resolution_s)
-    block, params = sql.selection_block(selection)
-    frame = sql.run(
-        con,
-        "working_set",
-        {**params, "ttl_s": float(ttl_s), "resolution_s": res, "max_buckets": time_base.MAX_BUCKETS},
-        blocks={"selection": block},
-    )
+    frame = time_base.run_grid(con, "working_set", selection, res, ttl_s=float(ttl_s))
     # Sums of +/- deltas: round away float noise (the values are whole tokens at bucket ends).
     frame = frame.with_columns(
         pl.col("tokens_end").round(0), pl.col("tokens").round(6), pl.col("streams").round(9)
@@ -95,8 +89,7 @@ def working_set_resolution(
 ) -> float:
     """The bucket width :func:`working_set_series` uses: ``resolution_s``, coarsened where the span
     (to the last expiry) would pass the bucket cap. UsageError when the selection mixes time bases."""
-    sources = time_base.require_one(con, selection, "working-set")
-    return time_base.bounded_resolution(time_base.span_s(sources) + ttl_s, resolution_s)
+    return time_base.grid_resolution(con, selection, resolution_s, "working-set", pad_s=ttl_s)
 
 
 def summarise(

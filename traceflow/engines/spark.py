@@ -16,7 +16,6 @@ partition, the same staging, publish and ``deduped`` marker, so DuckDB reads its
 from __future__ import annotations
 
 import contextlib
-import os
 import secrets
 import shutil
 import time
@@ -217,16 +216,7 @@ def compact(spark: SparkSession, lake: Lake, table: str) -> tuple[int, int]:
         raise LakeError(f"the Spark compaction of {table!r} failed: {str(e).splitlines()[0]}") from None
     finally:
         spark.catalog.dropTempView(raw_view)
-    staged = []
-    for part in sorted(out.glob("dt=*")):
-        for i, f in enumerate(sorted(part.glob("*.parquet"))):
-            lake_mod._fsync_path(f)
-            target = f.with_name(f"{time.time_ns()}-{os.getpid()}-compacted-{i}.parquet")
-            f.rename(target)
-            staged.append((target, f"{table}/{part.name}"))
-    published = lake.publish(staged)
-    names = [str(p.relative_to(lake.table_dir(table))) for p in published]
-    lake._write_marker("deduped", table, names)
+    published = lake.publish_compacted(table, out)
     for f in files:
         with contextlib.suppress(FileNotFoundError):
             f.unlink()

@@ -69,24 +69,27 @@ def _served_from_levels(n: int, miss_sets: list[I64]) -> npt.NDArray[np.int8]:
     return served
 
 
-def _links_and_tokens(
-    trace: BlockTrace, links: tuple[I64, I64] | None, tokens: I64 | None
-) -> tuple[I64, I64, I64]:
-    """Previous/next-use positions and tokens per access: the ones given, else computed from ``trace``."""
-    prev, nxt = links if links is not None else prev_next(trace.blocks)
-    return prev, nxt, tokens if tokens is not None else trace.block_tokens()
+@dataclass(frozen=True)
+class Accesses:
+    """A trace's block accesses as the fast engines read them: previous/next-use positions and tokens."""
+
+    trace: BlockTrace
+    prev: I64
+    nxt: I64
+    tok: I64
+
+    @classmethod
+    def of(
+        cls, trace: BlockTrace, links: tuple[I64, I64] | None = None, tokens: I64 | None = None
+    ) -> Accesses:
+        """``trace`` with the links and tokens given, else computed from it."""
+        prev, nxt = links if links is not None else prev_next(trace.blocks)
+        return cls(trace, prev, nxt, tokens if tokens is not None else trace.block_tokens())
 
 
-def fast_lru(
-    trace: BlockTrace,
-    capacities: Sequence[int],
-    inclusive: bool,
-    bucket_s: float,
-    links: tuple[I64, I64] | None = None,
-    tokens: I64 | None = None,
-) -> EngineOutput:
+def fast_lru(acc: Accesses, capacities: Sequence[int], inclusive: bool, bucket_s: float) -> EngineOutput:
     """LRU tiers with promotion on hit, from one reuse-link pass and one pointer loop per tier."""
-    prev, nxt, tok = _links_and_tokens(trace, links, tokens)
+    trace, prev, nxt, tok = acc.trace, acc.prev, acc.nxt, acc.tok
     n = trace.n_blocks
     levels = list(np.cumsum(capacities)) if not inclusive else list(capacities)
     results = [lru_level(prev, nxt, int(c)) for c in levels]
@@ -119,16 +122,9 @@ def fast_lru(
     return EngineOutput(served, written, resident, "lru-fast")
 
 
-def ttl_engine(
-    trace: BlockTrace,
-    ttls: Sequence[float],
-    inclusive: bool,
-    bucket_s: float,
-    links: tuple[I64, I64] | None = None,
-    tokens: I64 | None = None,
-) -> EngineOutput:
+def ttl_engine(acc: Accesses, ttls: Sequence[float], inclusive: bool, bucket_s: float) -> EngineOutput:
     """TTL tiers: a block is served by the tier whose retention window covers its idle time."""
-    prev, nxt, tok = _links_and_tokens(trace, links, tokens)
+    trace, prev, nxt, tok = acc.trace, acc.prev, acc.nxt, acc.tok
     req = trace.request_of_block()
     t_acc = trace.time_s[req]
     n = trace.n_blocks

@@ -68,6 +68,14 @@ def _advance(dead: bytearray, k: int, need: int) -> int:
     return k
 
 
+def _fill(count: int, cap: int, misses: int) -> tuple[int, int]:
+    """``misses`` more blocks in a cache of ``count`` of ``cap``: the new count and how many evict."""
+    if count >= cap:
+        return count, misses
+    count += misses
+    return min(count, cap), max(count - cap, 0)
+
+
 def _miss_run(x: int, k: int, dead: npt.NDArray[np.uint8], rj: I64, cold_cum: I64) -> int:
     """End (exclusive) of the run of long reuses from ``x`` that surely miss, the cache being full.
 
@@ -171,12 +179,7 @@ def lru_level_numpy(prev: I64, nxt: I64, capacity: int) -> tuple[I64, I64]:
         i = x - lo
         c = cold_before[i]
         if c:  # first accesses since the last long reuse: each evicts once the cache is full
-            if count < cap:
-                count += c
-                need = count - cap if count > cap else 0
-                count = min(count, cap)
-            else:
-                need = c
+            count, need = _fill(count, cap, c)
             if need:
                 k = _advance(dead, k, need)
                 t = ev_pos[k - 1] + 1
@@ -194,18 +197,12 @@ def lru_level_numpy(prev: I64, nxt: I64, capacity: int) -> tuple[I64, I64]:
             add_single(x)
             evictions = 1
             x += 1
-        if count < cap:
-            count += evictions
-            need = count - cap if count > cap else 0
-            count = min(count, cap)
-        else:
-            need = evictions
+        count, need = _fill(count, cap, evictions)
         if need:
             k = _advance(dead, k, need)
             t = ev_pos[k - 1] + 1
     if trailing:
-        need = trailing if count >= cap else max(0, count + trailing - cap)
-        k = _advance(dead, k, need)
+        k = _advance(dead, k, _fill(count, cap, trailing)[1])
     alive = np.frombuffer(bytes(dead[:k]), dtype=np.uint8) == 0
     evicted = ev[:k][alive]
     parts = [cold, reuse[np.asarray(single, dtype=np.int64)]]

@@ -33,9 +33,9 @@ import numpy as np
 import numpy.typing as npt
 
 from traceflow.errors import UsageError
-from traceflow.kv.engines import EngineOutput, fast_lru, reference_engine, ttl_engine
+from traceflow.kv.engines import Accesses, EngineOutput, fast_lru, reference_engine, ttl_engine
 from traceflow.kv.geometry import KVSize
-from traceflow.kv.lru import prev_next, stack_distances
+from traceflow.kv.lru import stack_distances
 from traceflow.kv.sizing import DEFAULT_PREFILL_RATE, Tier
 from traceflow.kv.trace import F64, I64, BlockTrace
 
@@ -101,8 +101,8 @@ def simulate(trace: BlockTrace, config: SimConfig) -> SimResult:
         raise UsageError("the model has no KV bytes per token")
     block_bytes = config.block_bytes(trace.block_size)
     caps = _capacities(config.tiers, block_bytes)
-    tok = trace.block_tokens()
-    links = prev_next(trace.blocks)
+    acc = Accesses.of(trace)
+    tok = acc.tok
     if config.policy == "ttl":
         ttls = []
         for t in config.tiers:
@@ -112,9 +112,9 @@ def simulate(trace: BlockTrace, config: SimConfig) -> SimResult:
                     f"--policy ttl needs a TTL for tier {t.name!r}: --ttl 5m or --tier {t.name}=SIZE:ttl=5m"
                 )
             ttls.append(ttl)
-        out = ttl_engine(trace, ttls, config.inclusive, config.bucket_s, links, tok)
+        out = ttl_engine(acc, ttls, config.inclusive, config.bucket_s)
     elif config.policy == "lru" and config.promote and config.engine != "reference":
-        out = fast_lru(trace, caps, config.inclusive, config.bucket_s, links, tok)
+        out = fast_lru(acc, caps, config.inclusive, config.bucket_s)
     else:
         out = reference_engine(
             trace,
@@ -126,7 +126,7 @@ def simulate(trace: BlockTrace, config: SimConfig) -> SimResult:
             config.admit_orphans,
             tok,
         )
-    return _summarise(trace, config, out, links[0], tok, caps)
+    return _summarise(trace, config, out, acc.prev, tok, caps)
 
 
 def _first_in_request(trace: BlockTrace, mask: npt.NDArray[np.bool_], req: I64, local: I64) -> I64:

@@ -78,6 +78,21 @@ def _iso(ns: int) -> str:
     )
 
 
+def emit_api_request(logger: Any, ts: int, attrs: dict[str, Any]) -> None:
+    """Emit one ``claude_code.api_request`` event at ``ts`` (ns) through an OpenTelemetry ``logger``."""
+    from opentelemetry._logs import LogRecord
+
+    logger.emit(
+        LogRecord(
+            timestamp=ts,
+            observed_timestamp=ts,
+            body="claude_code.api_request",
+            attributes=attrs,
+            event_name="claude_code.api_request",
+        )
+    )
+
+
 def build_records(frame: pl.DataFrame, nonce: str) -> tuple[np.ndarray, list[dict[str, Any]]]:
     """(event offsets in µs from the first request's start, attributes) per request, in send order.
 
@@ -155,7 +170,6 @@ def send(
 ) -> dict[str, Any]:
     """Send ``frame``'s requests to an OTLP endpoint; returns a summary."""
     try:
-        from opentelemetry._logs import LogRecord
         from opentelemetry.sdk._logs import LoggerProvider
         from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
         from opentelemetry.sdk.resources import Resource
@@ -204,15 +218,7 @@ def send(
                 sleep(delay)
         ts = base_ns + int(off * 1000 * scale)
         attrs["event.timestamp"] = _iso(ts)
-        logger.emit(
-            LogRecord(
-                timestamp=ts,
-                observed_timestamp=ts,
-                body="claude_code.api_request",
-                attributes=attrs,
-                event_name="claude_code.api_request",
-            )
-        )
+        emit_api_request(logger, ts, attrs)
         if (k + 1) % _FLUSH_EVERY == 0:
             ok = provider.force_flush(int(timeout_s * 1000) * 6) and ok
         if progress is not None and ((k + 1) % 1000 == 0 or k + 1 == n):

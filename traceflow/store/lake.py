@@ -156,7 +156,7 @@ def _partition_values(table: Table, frame: pl.DataFrame) -> pl.Series:
     return frame.select(ts.dt.strftime("%Y-%m-%d").fill_null("unknown").alias("dt")).to_series()
 
 
-def _fsync_path(path: Path) -> None:
+def fsync_path(path: Path) -> None:
     """fsync a directory (making renames into it durable) or a file another process wrote."""
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -170,7 +170,7 @@ def _write_json_durably(path: Path, value: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_bytes(orjson.dumps(value))
-    _fsync_path(tmp)
+    fsync_path(tmp)
     os.replace(tmp, path)
 
 
@@ -292,6 +292,21 @@ class Lake:
             staged += self.write_staged(table, frame)
         return self.publish(staged)
 
+    def publish_compacted(self, table: str, out: Path) -> list[Path]:
+        """Publish the compacted Parquet files under ``out`` (``dt=*/*.parquet``) into ``table`` and
+        mark them deduplicated (a compaction's last step, before it removes the files it read)."""
+        staged = []
+        for part in sorted(out.glob("dt=*")):
+            for i, f in enumerate(sorted(part.glob("*.parquet"))):
+                fsync_path(f)
+                target = f.with_name(f"{time.time_ns()}-{os.getpid()}-compacted-{i}.parquet")
+                f.rename(target)
+                staged.append((target, f"{table}/{part.name}"))
+        published = self.publish(staged)
+        names = [str(p.relative_to(self.table_dir(table))) for p in published]
+        self._write_marker("deduped", table, names)
+        return published
+
     def publish(self, staged: Iterable[tuple[Path, str]]) -> list[Path]:
         """Move staged files into their partitions atomically and make the renames durable.
 
@@ -311,7 +326,7 @@ class Lake:
             published.append(target)
             dirs.add(target_dir)
         for d in dirs:
-            _fsync_path(d)
+            fsync_path(d)
         return published
 
     def _upload(self, staged: Iterable[tuple[Path, str]]) -> list[Path]:
@@ -457,12 +472,12 @@ class Lake:
         if self.url is not None:
             return self._upload_derived(view, gen, out, files, rows)
         for f in out.glob("*.parquet"):
-            _fsync_path(f)
+            fsync_path(f)
         root = self.base / "_derived" / view
         root.mkdir(parents=True, exist_ok=True)
         target = root / gen
         os.replace(out, target)
-        _fsync_path(root)
+        fsync_path(root)
         record = {
             "query": _query_digest(view),
             "requests": sorted(self._rel(REQUESTS.name, f) for f in files),
@@ -580,16 +595,7 @@ class Lake:
             )
         finally:
             con.close()
-        staged = []
-        for part in sorted(out.glob("dt=*")):
-            for i, f in enumerate(sorted(part.glob("*.parquet"))):
-                _fsync_path(f)
-                target = f.with_name(f"{time.time_ns()}-{os.getpid()}-compacted-{i}.parquet")
-                f.rename(target)
-                staged.append((target, f"{table}/{part.name}"))
-        published = self.publish(staged)
-        names = [str(p.relative_to(self.table_dir(table))) for p in published]
-        self._write_marker("deduped", table, names)
+        published = self.publish_compacted(table, out)
         if self.url is not None:
             self.store.delete(files)  # only the files read: those published since stay
         for name in files if self.url is None else ():

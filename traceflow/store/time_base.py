@@ -20,13 +20,14 @@ import datetime as dt
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from traceflow.errors import UsageError
 from traceflow.store import sql
 
 if TYPE_CHECKING:
     import duckdb
+    import polars as pl
 
     from traceflow.store.selection import Selection
 
@@ -172,13 +173,33 @@ def grid_resolution(
     con: duckdb.DuckDBPyConnection,
     selection: Selection | None,
     resolution_s: float,
+    command: str,
     *,
     pad_s: float = 0.0,
-    max_buckets: int = MAX_BUCKETS,
 ) -> float:
     """The bucket width an analysis over ``selection`` uses: ``resolution_s`` unless its grid (the
-    selection's span plus ``pad_s``, e.g. a TTL) would pass ``max_buckets``."""
-    return bounded_resolution(span_s(selection_sources(con, selection)) + pad_s, resolution_s, max_buckets)
+    selection's span plus ``pad_s``, e.g. a TTL) would pass :data:`MAX_BUCKETS`. UsageError (naming
+    ``command``) when the selection mixes time bases."""
+    sources = require_one(con, selection, command)
+    return bounded_resolution(span_s(sources) + pad_s, resolution_s)
+
+
+def run_grid(
+    con: duckdb.DuckDBPyConnection,
+    query: str,
+    selection: Selection | None,
+    resolution_s: float,
+    **params: Any,
+) -> pl.DataFrame:
+    """Run the packaged grid ``query`` over ``selection`` with buckets of ``resolution_s`` (from
+    :func:`grid_resolution`) and at most :data:`MAX_BUCKETS` of them."""
+    block, sel = sql.selection_block(selection)
+    return sql.run(
+        con,
+        query,
+        {**sel, **params, "resolution_s": resolution_s, "max_buckets": MAX_BUCKETS},
+        blocks={"selection": block},
+    )
 
 
 def offset_label(value: dt.datetime) -> str:
