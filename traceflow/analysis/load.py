@@ -64,11 +64,15 @@ def load_resolution(
 ) -> float:
     """The bucket width :func:`load_series` uses: ``resolution_s``, coarsened past the bucket cap.
     UsageError when it is not positive or when the selection mixes time bases."""
+    _check_resolution(resolution_s)
+    return time_base.grid_resolution(con, selection, resolution_s, "load")
+
+
+def _check_resolution(resolution_s: float) -> None:
     if resolution_s <= 0:
         from traceflow.errors import UsageError
 
         raise UsageError("--resolution must be positive")
-    return time_base.grid_resolution(con, selection, resolution_s, "load")
 
 
 def load_overview(
@@ -79,8 +83,12 @@ def load_overview(
 ) -> pl.DataFrame:
     """:func:`load_summary` of :func:`load_series`, with arrivals marked not applicable where they
     are not (:func:`arrivals_note`). UsageError when the selection mixes time bases."""
-    applies, note = arrivals_note(time_base.require_one(con, selection, command))
-    return load_summary(load_series(con, selection, resolution_s), resolution_s, arrivals=applies, note=note)
+    _check_resolution(resolution_s)
+    sources = time_base.require_one(con, selection, command)  # one scan serves the check and the grid
+    applies, note = arrivals_note(sources)
+    res = time_base.bounded_resolution(time_base.span_s(sources), resolution_s)
+    series = time_base.run_grid(con, "load", selection, res)
+    return load_summary(series, res, arrivals=applies, note=note)
 
 
 def arrivals_note(sources: Sequence[time_base.SourceSpan]) -> tuple[bool, str | None]:

@@ -59,15 +59,30 @@ def working_set_series(
 ) -> pl.DataFrame:
     """One row per bucket: ``bucket_start, tokens, tokens_end, streams, streams_end`` (and
     ``bytes, bytes_end`` when ``kv_bytes_per_token`` is given)."""
-    import polars as pl
+    _check(ttl_s, resolution_s, kv_bytes_per_token)
+    res = working_set_resolution(con, selection, ttl_s, resolution_s)
+    return _series(con, selection, ttl_s, res, kv_bytes_per_token)
 
+
+def _check(ttl_s: float, resolution_s: float, kv_bytes_per_token: float | None) -> None:
     from traceflow.errors import UsageError
 
     if ttl_s <= 0 or resolution_s <= 0:
         raise UsageError("the TTL and --resolution must be positive")
     if kv_bytes_per_token is not None and kv_bytes_per_token <= 0:
         raise UsageError("--kv-bytes-per-token must be positive")
-    res = working_set_resolution(con, selection, ttl_s, resolution_s)
+
+
+def _series(
+    con: duckdb.DuckDBPyConnection,
+    selection: Selection | None,
+    ttl_s: float,
+    res: float,
+    kv_bytes_per_token: float | None,
+) -> pl.DataFrame:
+    """The series over buckets of ``res`` seconds, already bounded (:func:`working_set_resolution`)."""
+    import polars as pl
+
     frame = time_base.run_grid(con, "working_set", selection, res, ttl_s=float(ttl_s))
     # Sums of +/- deltas: round away float noise (the values are whole tokens at bucket ends).
     frame = frame.with_columns(
@@ -148,15 +163,15 @@ def working_set_summary(
     """One row per TTL: :data:`SUMMARY_COLUMNS`."""
     import polars as pl
 
-    rows = [
-        summarise(
-            working_set_series(con, selection, t, resolution_s, kv_bytes_per_token),
-            t,
-            resolution_s,
-            kv_bytes_per_token,
+    for t in ttls:
+        _check(t, resolution_s, kv_bytes_per_token)
+    span = time_base.span_s(time_base.require_one(con, selection, "working-set"))  # one scan for all TTLs
+    rows = []
+    for t in ttls:
+        res = time_base.bounded_resolution(span + t, resolution_s)
+        rows.append(
+            summarise(_series(con, selection, t, res, kv_bytes_per_token), t, res, kv_bytes_per_token)
         )
-        for t in ttls
-    ]
     schema: dict[str, Any] = {
         "ttl_s": pl.Float64,
         "ttl": pl.String,

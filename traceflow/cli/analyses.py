@@ -299,11 +299,12 @@ def load(
     fmt = query.fmt
     res = parse_duration(resolution, "--resolution")
     con = query.connect(["requests"])
-    _coarsened(res, load_resolution(con, selection, res))
     if series:
+        _coarsened(res, load_resolution(con, selection, res))
         echo(load_series(con, selection, res), fmt)
         return
     summary = load_overview(con, selection, res)
+    _coarsened(res, float(summary["resolution_s"][0]))
     if fmt in ("table", "markdown"):
         echo(_transpose(summary.to_dicts()[0]), fmt)
         return
@@ -339,11 +340,12 @@ def working_set(
     ttls = _ttls(ttl, (DEFAULT_TTL_S,))
     res = parse_duration(resolution, "--resolution")
     con = query.connect(["requests"])
-    _coarsened(res, working_set_resolution(con, selection, max(ttls), res))
     if series:
+        _coarsened(res, working_set_resolution(con, selection, ttls[0], res))
         echo(working_set_series(con, selection, ttls[0], res, kv_bytes_per_token), fmt)
         return
     summary = working_set_summary(con, selection, ttls, res, kv_bytes_per_token)
+    _coarsened(res, float(summary["resolution_s"].max()))  # type: ignore[arg-type]
     echo(summary, fmt, single=len(ttls) == 1 and fmt == "json")
 
 
