@@ -23,14 +23,7 @@ _NON_INFERENCE_OPS = frozenset(
 
 
 def span_request(
-    m: Mapper,
-    res: Resource,
-    tid: str | None,
-    sid: str | None,
-    start: int,
-    end: int,
-    status: int,
-    a: dict[str, Any],
+    m: Mapper, res: Resource, tid: str | None, sid: str | None, start: int, end: int, a: dict[str, Any]
 ) -> None:
     """The ``requests`` row of a model-call span with GenAI or OpenInference usage, if it is one."""
     gen = (

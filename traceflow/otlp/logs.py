@@ -25,11 +25,11 @@ from traceflow.otlp.attributes import (
     AGENT_NAMES,
     Resource,
     agent_version,
-    family,
     hex_id,
     iso,
     pb_attrs,
     pb_value,
+    scope_groups,
     sessions,
     text,
     user_id,
@@ -41,26 +41,23 @@ from traceflow.rows import stable_id
 def map_logs(msg: Any, *, keep_content: bool = False, source: str = "otlp") -> Mapped:
     """An ``ExportLogsServiceRequest`` -> ``requests`` and ``events`` rows."""
     m = Mapper(keep_content, source)
-    for rl in msg.resource_logs:
-        res = Resource.of(rl.resource)
-        for sl in rl.scope_logs:
-            fam = family(res.service, sl.scope.name)
-            for r in sl.log_records:
-                b = r.body
-                body = b.string_value or pb_value(b)
-                _log(
-                    m,
-                    res,
-                    fam,
-                    r.time_unix_nano,
-                    r.observed_time_unix_nano,
-                    body,
-                    r.event_name,
-                    hex_id(r.trace_id),
-                    hex_id(r.span_id),
-                    pb_attrs(r.attributes),
-                    r,
-                )
+    for res, fam, sl in scope_groups(msg.resource_logs, "scope_logs"):
+        for r in sl.log_records:
+            b = r.body
+            body = b.string_value or pb_value(b)
+            _log(
+                m,
+                res,
+                fam,
+                r.time_unix_nano,
+                r.observed_time_unix_nano,
+                body,
+                r.event_name,
+                hex_id(r.trace_id),
+                hex_id(r.span_id),
+                pb_attrs(r.attributes),
+                r,
+            )
     return m.result()
 
 

@@ -28,7 +28,7 @@ import math
 import time
 from typing import Any
 
-from traceflow.otlp.attributes import AGENT_NAMES, Resource, family, pb_attrs, text
+from traceflow.otlp.attributes import AGENT_NAMES, pb_attrs, scope_groups, text
 from traceflow.otlp.mapper import Mapped, Problems
 from traceflow.rows import Parsed, stable_id
 
@@ -149,105 +149,102 @@ def map_metrics(msg: Any, *, state: MetricState, source: str = "otlp") -> Mapped
     out = Parsed()
     problems = Problems()
     rows = out.metric_points
-    for rm in msg.resource_metrics:
-        res = Resource.of(rm.resource)
-        for sm in rm.scope_metrics:
-            scope = (sm.scope.name, sm.scope.version)
-            fam = family(res.service, sm.scope.name)
-            agent = AGENT_NAMES.get(fam or "") or res.service
-            for metric in sm.metrics:
-                kind = metric.WhichOneof("data")
-                if kind is None:
-                    problems.reject("metric without data (no gauge, sum, histogram or summary)", metric.name)
+    for res, fam, sm in scope_groups(msg.resource_metrics, "scope_metrics"):
+        scope = (sm.scope.name, sm.scope.version)
+        agent = AGENT_NAMES.get(fam or "") or res.service
+        for metric in sm.metrics:
+            kind = metric.WhichOneof("data")
+            if kind is None:
+                problems.reject("metric without data (no gauge, sum, histogram or summary)", metric.name)
+                continue
+            data = getattr(metric, kind)
+            if kind == "gauge":
+                temporality, monotonic = 0, False
+            elif kind == "summary":
+                temporality, monotonic = 2, True
+            else:
+                temporality = data.aggregation_temporality
+                monotonic = data.is_monotonic if kind == "sum" else True
+            for p in data.data_points:
+                attrs = pb_attrs(p.attributes)
+                start = p.start_time_unix_nano
+                t = p.time_unix_nano
+                key = _stream_key(res.attrs, scope, metric.name, attrs)
+                if p.flags & _FLAG_NO_RECORDED_VALUE:
+                    state.forget(key)
                     continue
-                data = getattr(metric, kind)
-                if kind == "gauge":
-                    temporality, monotonic = 0, False
-                elif kind == "summary":
-                    temporality, monotonic = 2, True
-                else:
-                    temporality = data.aggregation_temporality
-                    monotonic = data.is_monotonic if kind == "sum" else True
-                for p in data.data_points:
-                    attrs = pb_attrs(p.attributes)
-                    start = p.start_time_unix_nano
-                    t = p.time_unix_nano
-                    key = _stream_key(res.attrs, scope, metric.name, attrs)
-                    if p.flags & _FLAG_NO_RECORDED_VALUE:
-                        state.forget(key)
+                count: int | None = None
+                extra: dict[str, Any] = {}
+                if kind in ("gauge", "sum"):
+                    value = _point_value(p)
+                    if value is None:
+                        problems.reject("number data point without a value", metric.name)
                         continue
-                    count: int | None = None
-                    extra: dict[str, Any] = {}
-                    if kind in ("gauge", "sum"):
-                        value = _point_value(p)
-                        if value is None:
-                            problems.reject("number data point without a value", metric.name)
-                            continue
+                else:
+                    count = p.count
+                    value = p.sum if kind == "summary" or p.HasField("sum") else None
+                    extra["count"] = count
+                    if value is not None:
+                        extra["sum"] = value
+                    if kind == "histogram":
+                        extra["bucket_counts"] = list(p.bucket_counts)
+                        extra["explicit_bounds"] = list(p.explicit_bounds)
+                    elif kind == "exponential_histogram":
+                        extra["scale"] = p.scale
+                        extra["zero_count"] = p.zero_count
                     else:
-                        count = p.count
-                        value = p.sum if kind == "summary" or p.HasField("sum") else None
-                        extra["count"] = count
-                        if value is not None:
-                            extra["sum"] = value
-                        if kind == "histogram":
-                            extra["bucket_counts"] = list(p.bucket_counts)
-                            extra["explicit_bounds"] = list(p.explicit_bounds)
-                        elif kind == "exponential_histogram":
-                            extra["scale"] = p.scale
-                            extra["zero_count"] = p.zero_count
-                        else:
-                            extra["quantiles"] = [[q.quantile, q.value] for q in p.quantile_values]
-                        if kind != "summary":
-                            if p.HasField("min"):
-                                extra["min"] = p.min
-                            if p.HasField("max"):
-                                extra["max"] = p.max
-                    if kind == "gauge":
-                        delta: float | None = None
-                        temp_name = "gauge"
-                    elif temporality == 1:
-                        delta = value
-                        temp_name = "delta"
-                    elif value is None or not math.isfinite(value):
-                        delta = None
-                        temp_name = "cumulative"
-                    else:
-                        keep, delta = state.cumulative(key, start, t, value, count, monotonic)
-                        temp_name = "cumulative"
-                        if not keep:
-                            problems.dropped += 1
-                            continue
-                    row_attrs = dict(attrs)
-                    row_attrs.update(extra)
-                    if temporality not in (0, 1, 2) or (temporality == 0 and kind != "gauge"):
-                        row_attrs["temporality_unspecified"] = True
-                    if res.attrs:
-                        row_attrs.setdefault("resource", res.attrs)
-                    rows.append(
-                        {
-                            "event_id": stable_id("otlp-metric", key, start, t),
-                            "source": source,
-                            "agent": agent,
-                            "session_id": text(attrs.get("session.id") or res.attrs.get("session.id")),
-                            "user_id": text(attrs.get("user.id") or res.attrs.get("user.id")),
-                            "model": text(
-                                attrs.get("model")
-                                or attrs.get("gen_ai.response.model")
-                                or attrs.get("gen_ai.request.model")
-                            ),
-                            "name": metric.name,
-                            "type": text(
-                                attrs.get("type") or attrs.get("token_type") or attrs.get("gen_ai.token.type")
-                            ),
-                            "unit": metric.unit or None,
-                            "temporality": temp_name,
-                            "start_time": start // 1000 if start else None,
-                            "time": t // 1000 if t else None,
-                            "value": value,
-                            "delta": delta,
-                            "attributes": row_attrs,
-                        }
-                    )
+                        extra["quantiles"] = [[q.quantile, q.value] for q in p.quantile_values]
+                    if kind != "summary":
+                        if p.HasField("min"):
+                            extra["min"] = p.min
+                        if p.HasField("max"):
+                            extra["max"] = p.max
+                if kind == "gauge":
+                    delta: float | None = None
+                    temp_name = "gauge"
+                elif temporality == 1:
+                    delta = value
+                    temp_name = "delta"
+                elif value is None or not math.isfinite(value):
+                    delta = None
+                    temp_name = "cumulative"
+                else:
+                    keep, delta = state.cumulative(key, start, t, value, count, monotonic)
+                    temp_name = "cumulative"
+                    if not keep:
+                        problems.dropped += 1
+                        continue
+                row_attrs = dict(attrs)
+                row_attrs.update(extra)
+                if temporality not in (0, 1, 2) or (temporality == 0 and kind != "gauge"):
+                    row_attrs["temporality_unspecified"] = True
+                if res.attrs:
+                    row_attrs.setdefault("resource", res.attrs)
+                rows.append(
+                    {
+                        "event_id": stable_id("otlp-metric", key, start, t),
+                        "source": source,
+                        "agent": agent,
+                        "session_id": text(attrs.get("session.id") or res.attrs.get("session.id")),
+                        "user_id": text(attrs.get("user.id") or res.attrs.get("user.id")),
+                        "model": text(
+                            attrs.get("model")
+                            or attrs.get("gen_ai.response.model")
+                            or attrs.get("gen_ai.request.model")
+                        ),
+                        "name": metric.name,
+                        "type": text(
+                            attrs.get("type") or attrs.get("token_type") or attrs.get("gen_ai.token.type")
+                        ),
+                        "unit": metric.unit or None,
+                        "temporality": temp_name,
+                        "start_time": start // 1000 if start else None,
+                        "time": t // 1000 if t else None,
+                        "value": value,
+                        "delta": delta,
+                        "attributes": row_attrs,
+                    }
+                )
     state.maybe_expire()
     if problems.dropped:
         problems.warn(f"{problems.dropped} cumulative points dropped as duplicates or out of order")

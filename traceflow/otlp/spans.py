@@ -15,7 +15,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from traceflow.otlp.attributes import AGENT_NAMES, Resource, drop_content, family, hex_id, pb_attrs, text
+from traceflow.otlp.attributes import (
+    AGENT_NAMES,
+    Resource,
+    drop_content,
+    hex_id,
+    pb_attrs,
+    scope_groups,
+    text,
+)
 from traceflow.otlp.claude_code import llm_request_span
 from traceflow.otlp.genai import span_request
 from traceflow.otlp.mapper import Mapped, Mapper
@@ -25,12 +33,9 @@ from traceflow.rows import stable_id
 def map_traces(msg: Any, *, keep_content: bool = False, source: str = "otlp") -> Mapped:
     """An ``ExportTraceServiceRequest`` -> ``spans`` rows, plus ``requests`` for model calls."""
     m = Mapper(keep_content, source)
-    for rs in msg.resource_spans:
-        res = Resource.of(rs.resource)
-        for ss in rs.scope_spans:
-            fam = family(res.service, ss.scope.name)
-            for sp in ss.spans:
-                _span(m, res, fam, sp)
+    for res, fam, ss in scope_groups(msg.resource_spans, "scope_spans"):
+        for sp in ss.spans:
+            _span(m, res, fam, sp)
     return m.result()
 
 
@@ -48,7 +53,7 @@ def _span(m: Mapper, res: Resource, fam_hint: str | None, sp: Any) -> None:
         if name == "claude_code.llm_request":
             llm_request_span(m, res, tid, sid, start, end, status, a)
     elif fam not in ("codex", "gemini"):
-        span_request(m, res, tid, sid, start, end, status, a)
+        span_request(m, res, tid, sid, start, end, a)
     if tid and sid:
         event_id = stable_id("otlp-span", tid, sid)
     else:
