@@ -10,7 +10,7 @@ or let :func:`export_from_server` do it through ``clickhouse-connect`` (``pip in
 clickhouse-connect``), then import the file. Each row is turned back into the OTLP record the
 exporter received (resource and log attributes from the ``Map`` columns, ``EventName``, trace and
 span ids, the nanosecond ``Timestamp``) and mapped exactly as the collectors map OTLP
-(:func:`traceflow.otlp.logs.map_logs`, :func:`traceflow.otlp.spans.map_spans`), with
+(:func:`traceflow.otlp.logs.map_logs`, :func:`traceflow.otlp.spans.map_traces`), with
 ``source = "clickhouse"``: the rows get the same ``event_id`` as the same records received over OTLP.
 
 * The exporter stores every attribute value as a string; the mapping reads token counts and costs
@@ -85,6 +85,27 @@ def _group_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
     )
 
 
+def _scope_group(
+    resource_groups: Any, scopes: str, groups: dict[tuple[Any, ...], Any], row: Mapping[str, Any]
+) -> Any:
+    """The scope group of ``row``'s resource and scope: the ``scopes`` entry (``scope_logs``,
+    ``scope_spans``) of a new entry of ``resource_groups`` at the first row of that resource and scope,
+    kept in ``groups`` for the rows after it. ``ServiceName`` stands in for a missing ``service.name``."""
+    key = _group_key(row)
+    group = groups.get(key)
+    if group is None:
+        rg = resource_groups.add()
+        res = dict(key[0])
+        if row.get("ServiceName") and "service.name" not in res:
+            res["service.name"] = row["ServiceName"]
+        _kvs(rg.resource.attributes, res)
+        rg.schema_url = key[1]
+        group = groups[key] = getattr(rg, scopes).add()
+        group.scope.name, group.scope.version = key[2], key[3]
+        _kvs(group.scope.attributes, _attrs(row.get("ScopeAttributes")))
+    return group
+
+
 def logs_request(rows: list[Mapping[str, Any]]) -> Any:
     """An ``ExportLogsServiceRequest`` holding ``otel_logs`` rows (one resource/scope per group)."""
     from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
@@ -92,19 +113,7 @@ def logs_request(rows: list[Mapping[str, Any]]) -> Any:
     req = ExportLogsServiceRequest()
     groups: dict[tuple[Any, ...], Any] = {}
     for row in rows:
-        key = _group_key(row)
-        sl = groups.get(key)
-        if sl is None:
-            rl = req.resource_logs.add()
-            res = dict(key[0])
-            if row.get("ServiceName") and "service.name" not in res:
-                res["service.name"] = row["ServiceName"]
-            _kvs(rl.resource.attributes, res)
-            rl.schema_url = key[1]
-            sl = groups[key] = rl.scope_logs.add()
-            sl.scope.name, sl.scope.version = key[2], key[3]
-            _kvs(sl.scope.attributes, _attrs(row.get("ScopeAttributes")))
-        r = sl.log_records.add()
+        r = _scope_group(req.resource_logs, "scope_logs", groups, row).log_records.add()
         r.time_unix_nano = _ns(row.get("Timestamp"))
         r.severity_text = row.get("SeverityText") or ""
         r.severity_number = int(row.get("SeverityNumber") or 0)
@@ -123,17 +132,7 @@ def traces_request(rows: list[Mapping[str, Any]]) -> Any:
     req = ExportTraceServiceRequest()
     groups: dict[tuple[Any, ...], Any] = {}
     for row in rows:
-        key = _group_key(row)
-        ss = groups.get(key)
-        if ss is None:
-            rs = req.resource_spans.add()
-            res = dict(key[0])
-            if row.get("ServiceName") and "service.name" not in res:
-                res["service.name"] = row["ServiceName"]
-            _kvs(rs.resource.attributes, res)
-            ss = groups[key] = rs.scope_spans.add()
-            ss.scope.name, ss.scope.version = key[2], key[3]
-        s = ss.spans.add()
+        s = _scope_group(req.resource_spans, "scope_spans", groups, row).spans.add()
         start = _ns(row.get("Timestamp"))
         s.start_time_unix_nano = start
         s.end_time_unix_nano = start + int(row.get("Duration") or 0)
