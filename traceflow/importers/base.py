@@ -10,11 +10,14 @@ whole file each time it changes; the lake's ``event_id`` dedup absorbs the repea
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-from traceflow.rows import Parsed
+import orjson
+
+from traceflow.rows import LineError, Parsed
 
 
 @dataclass
@@ -67,3 +70,18 @@ def iter_lines(data: bytes, first_line: int) -> list[tuple[int, bytes]]:
         if line.strip():
             out.append((first_line + i, line))
     return out
+
+
+def json_records(
+    data: bytes, ctx: FileContext, errors: list[LineError], invalid: str = "invalid JSON ({}); line skipped"
+) -> Iterator[tuple[int, bytes, Any]]:
+    """``(line number, raw line, decoded value)`` for each non-blank line of a JSON-lines chunk; a line
+    that is not JSON becomes an error in ``errors`` (``invalid`` with the decoder's message in ``{}``)."""
+    path = str(ctx.path)
+    for no, line in iter_lines(data, ctx.first_line):
+        try:
+            rec = orjson.loads(line)
+        except orjson.JSONDecodeError as e:
+            errors.append(LineError(path, no, invalid.format(e)))
+            continue
+        yield no, line, rec

@@ -43,7 +43,7 @@ from typing import Any, ClassVar
 import orjson
 
 from traceflow import config
-from traceflow.importers.base import FileContext, iter_lines
+from traceflow.importers.base import FileContext, json_records
 from traceflow.rows import LineError, Parsed, Row, as_int, iso_micros, stable_id
 
 SOURCE = "codex-jsonl"
@@ -137,12 +137,7 @@ class CodexImporter:
         path = str(ctx.path)
         if not st.get("session_id"):
             st["session_id"] = _session_from_path(ctx.path)
-        for line_no, raw in iter_lines(data, ctx.first_line):
-            try:
-                obj = orjson.loads(raw)
-            except orjson.JSONDecodeError as exc:
-                out.errors.append(LineError(path, line_no, f"invalid JSON: {exc}"))
-                continue
+        for line_no, _, obj in json_records(data, ctx, out.errors, "invalid JSON: {}"):
             try:
                 self._line(obj, line_no, st, out)
             except BadLine as exc:

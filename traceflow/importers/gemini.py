@@ -40,7 +40,7 @@ from typing import Any, ClassVar
 import orjson
 
 from traceflow import config
-from traceflow.importers.base import FileContext, iter_lines
+from traceflow.importers.base import FileContext, json_records
 from traceflow.rows import LineError, Parsed, Row, as_int, iso_micros, stable_id
 
 SOURCE = "gemini-jsonl"
@@ -178,12 +178,7 @@ class GeminiImporter:
         if ctx.path.suffix == ".json":
             self._legacy(data, ctx, conv, out)
         else:
-            for line_no, raw in iter_lines(data, ctx.first_line):
-                try:
-                    rec = orjson.loads(raw)
-                except orjson.JSONDecodeError as exc:
-                    out.errors.append(LineError(path, line_no, f"invalid JSON: {exc}"))
-                    continue
+            for line_no, _, rec in json_records(data, ctx, out.errors, "invalid JSON: {}"):
                 try:
                     self._record(rec, line_no, conv)
                 except BadRecord as exc:

@@ -14,9 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
-import orjson
-
-from traceflow.importers.base import FileContext, iter_lines
+from traceflow.importers.base import FileContext, json_records
 from traceflow.rows import LineError, Parsed, Row, as_int, stable_id
 
 #: The absolute time that relative trace timestamps (Mooncake, kv-cache-tester, Bailian, BurstGPT)
@@ -189,18 +187,6 @@ def count(value: str | None, column: str) -> int:
     if number < 0 or number != int(number):
         raise ValueError(f"{column} is not a token count: {value!r}")
     return int(number)
-
-
-def json_records(data: bytes, ctx: FileContext, errors: list[LineError]) -> Iterator[tuple[int, bytes, Any]]:
-    """``(line number, raw line, decoded value)`` for each non-blank line of a JSON-lines chunk."""
-    path = str(ctx.path)
-    for no, line in iter_lines(data, ctx.first_line):
-        try:
-            rec = orjson.loads(line)
-        except orjson.JSONDecodeError as e:
-            errors.append(LineError(path, no, f"invalid JSON ({e}); line skipped"))
-            continue
-        yield no, line, rec
 
 
 class TraceImporter:
