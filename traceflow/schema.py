@@ -56,19 +56,25 @@ def polars_type(duck: str) -> pl.DataType:
     }[duck]
 
 
+#: The first columns of every table: the row's id, the importer or collector and the agent it came from.
+_ORIGIN = {"event_id": "VARCHAR", "source": "VARCHAR", "agent": "VARCHAR"}
+
+#: Requests and events then say whose call they belong to.
+_CALL = {
+    **_ORIGIN,
+    "agent_version": "VARCHAR",
+    "user_id": "VARCHAR",
+    "session_id": "VARCHAR",
+    "parent_session_id": "VARCHAR",
+    "prompt_id": "VARCHAR",
+    "request_id": "VARCHAR",
+}
+
 #: One row per model API call (DESIGN §1).
 REQUESTS = Table(
     name="requests",
     columns={
-        "event_id": "VARCHAR",
-        "source": "VARCHAR",
-        "agent": "VARCHAR",
-        "agent_version": "VARCHAR",
-        "user_id": "VARCHAR",
-        "session_id": "VARCHAR",
-        "parent_session_id": "VARCHAR",
-        "prompt_id": "VARCHAR",
-        "request_id": "VARCHAR",
+        **_CALL,
         "started_at": _TS,
         "ended_at": _TS,
         "duration_ms": "DOUBLE",
@@ -97,15 +103,7 @@ REQUESTS = Table(
 EVENTS = Table(
     name="events",
     columns={
-        "event_id": "VARCHAR",
-        "source": "VARCHAR",
-        "agent": "VARCHAR",
-        "agent_version": "VARCHAR",
-        "user_id": "VARCHAR",
-        "session_id": "VARCHAR",
-        "parent_session_id": "VARCHAR",
-        "prompt_id": "VARCHAR",
-        "request_id": "VARCHAR",
+        **_CALL,
         "name": "VARCHAR",
         "timestamp": _TS,
         "attributes": "VARCHAR",
@@ -120,9 +118,7 @@ EVENTS = Table(
 METRIC_POINTS = Table(
     name="metric_points",
     columns={
-        "event_id": "VARCHAR",
-        "source": "VARCHAR",
-        "agent": "VARCHAR",
+        **_ORIGIN,
         "session_id": "VARCHAR",
         "user_id": "VARCHAR",
         "model": "VARCHAR",
@@ -145,9 +141,7 @@ METRIC_POINTS = Table(
 SPANS = Table(
     name="spans",
     columns={
-        "event_id": "VARCHAR",
-        "source": "VARCHAR",
-        "agent": "VARCHAR",
+        **_ORIGIN,
         "session_id": "VARCHAR",
         "trace_id": "VARCHAR",
         "span_id": "VARCHAR",
