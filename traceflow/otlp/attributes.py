@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import base64
 import math
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -307,13 +306,3 @@ class Resource:
     def of(cls, res_msg: Any) -> Resource:
         attrs = pb_attrs(res_msg.attributes)
         return cls(attrs, text(attrs.get("service.name")), text(attrs.get("service.version")))
-
-
-def scope_groups(resource_groups: Iterable[Any], scopes: str) -> Iterator[tuple[Resource, str | None, Any]]:
-    """``(resource, agent family, scope group)`` for each scope group of an export request:
-    ``scopes`` names the field (``scope_logs``, ``scope_spans``, ``scope_metrics``) of each of
-    ``resource_groups`` (``resource_logs``, ...) that holds them."""
-    for rg in resource_groups:
-        res = Resource.of(rg.resource)
-        for sg in getattr(rg, scopes):
-            yield res, family(res.service, sg.scope.name), sg

@@ -29,12 +29,11 @@ from traceflow.otlp.attributes import (
     iso,
     pb_attrs,
     pb_value,
-    scope_groups,
     sessions,
     text,
     user_id,
 )
-from traceflow.otlp.mapper import Mapped, Mapper
+from traceflow.otlp.mapper import Mapped, Mapper, scope_groups
 from traceflow.rows import stable_id
 
 

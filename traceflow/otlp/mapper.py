@@ -8,10 +8,11 @@ export request; the per-signal walkers (:mod:`traceflow.otlp.logs`, :mod:`tracef
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from traceflow.otlp.attributes import Resource, drop_content
+from traceflow.otlp.attributes import Resource, drop_content, family
 from traceflow.rows import Parsed, Row
 
 
@@ -94,6 +95,16 @@ class Mapper:
 
     def result(self) -> Mapped:
         return self.problems.mapped(self.out)
+
+
+def scope_groups(resource_groups: Iterable[Any], scopes: str) -> Iterator[tuple[Resource, str | None, Any]]:
+    """``(resource, agent family, scope group)`` for each scope group of an export request:
+    ``scopes`` names the field (``scope_logs``, ``scope_spans``, ``scope_metrics``) of each of
+    ``resource_groups`` (``resource_logs``, ...) that holds them."""
+    for rg in resource_groups:
+        res = Resource.of(rg.resource)
+        for sg in getattr(rg, scopes):
+            yield res, family(res.service, sg.scope.name), sg
 
 
 def request_row(

@@ -28,8 +28,8 @@ import math
 import time
 from typing import Any
 
-from traceflow.otlp.attributes import AGENT_NAMES, pb_attrs, scope_groups, text
-from traceflow.otlp.mapper import Mapped, Problems
+from traceflow.otlp.attributes import AGENT_NAMES, pb_attrs, text
+from traceflow.otlp.mapper import Mapped, Problems, scope_groups
 from traceflow.rows import Parsed, stable_id
 
 _TEMPORALITY = {1: "delta", 2: "cumulative"}

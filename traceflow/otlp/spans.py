@@ -15,18 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from traceflow.otlp.attributes import (
-    AGENT_NAMES,
-    Resource,
-    drop_content,
-    hex_id,
-    pb_attrs,
-    scope_groups,
-    text,
-)
+from traceflow.otlp.attributes import AGENT_NAMES, Resource, drop_content, hex_id, pb_attrs, text
 from traceflow.otlp.claude_code import llm_request_span
 from traceflow.otlp.genai import span_request
-from traceflow.otlp.mapper import Mapped, Mapper
+from traceflow.otlp.mapper import Mapped, Mapper, scope_groups
 from traceflow.rows import stable_id
 
 
