@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib.util
 import json
 import os
@@ -188,7 +189,11 @@ def decode_only(payloads: list[bytes], seconds: float) -> float:
 
 # -- server -------------------------------------------------------------------------------------------
 class ServerProc:
-    def __init__(self, data: Path, extra: list[str]) -> None:
+    """``python -m traceflow serve`` on free ports (``extra`` may override them: the last flag wins)."""
+
+    def __init__(
+        self, data: Path | str, extra: list[str], env: dict[str, str] | None = None, log: Path | None = None
+    ) -> None:
         cmd = [
             sys.executable,
             "-m",
@@ -204,16 +209,21 @@ class ServerProc:
             "3600",
             *extra,
         ]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        # stderr to a file when given: an unread pipe fills up and blocks a long-running server
+        with contextlib.ExitStack() as stack:
+            err = stack.enter_context(open(log, "ab")) if log is not None else subprocess.PIPE
+            self.proc = subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=err, env={**os.environ, **env} if env else None
+            )
         assert self.proc.stdout is not None
         ready, _, _ = select.select([self.proc.stdout], [], [], 60)
         line = self.proc.stdout.readline().decode() if ready else ""
         if not line.startswith("traceflow serve:"):
             self.proc.kill()
             raise SystemExit(f"server did not start: {line!r}")
-        parts = dict(p.split(" on ", 1) for p in line.split(": ", 1)[1].split(", ")[:2])
-        self.http = parts["OTLP/HTTP"].removeprefix("http://")
-        self.grpc = parts["OTLP/gRPC"]
+        parts = dict(p.split(" on ", 1) for p in line.split(": ", 1)[1].split(", ") if " on " in p)
+        self.http = parts.get("OTLP/HTTP", "").removeprefix("http://")
+        self.grpc = parts.get("OTLP/gRPC", "")
 
     def pids(self) -> dict[str, int]:
         out = {"server": self.proc.pid}
@@ -307,9 +317,38 @@ class Load:
     throttled: int = 0
     errors: int = 0
     latencies_ms: list[float] = field(default_factory=list)
+    #: with ``retry``, a request that failed (connection lost, 503, UNAVAILABLE) is sent again as it
+    #: was, as the SDKs' exporters do; otherwise the exporter moves on to the next one
+    retry: bool = False
+    #: with ``budget``, each exporter stops after that many acknowledged requests (or the deadline)
+    budget: int | None = None
+    #: when a list, the key of every acknowledged request: its ids are ``request_ids(key, batch)``
+    acked_keys: list[str] | None = None
+    live_acked_records: int = 0  # updated as acknowledgements arrive (for a side thread to watch)
 
 
 TAG = b"TTTTTTTT"  # 8 bytes in every request id of a template batch, replaced per send
+
+
+def templates(batch: int, distinct: int) -> list[bytes]:
+    """``distinct`` batches whose request ids (``req_TTTTTTTT_<j>_<n>``) get a per-send tag."""
+    return [claude_code_batch(batch, TAG.decode() + f"_{j:03d}")[0] for j in range(distinct)]
+
+
+def request_ids(key: str, batch: int) -> list[str]:
+    """The request ids of the acknowledged request ``key`` (an entry of ``Load.acked_keys``)."""
+    return [f"req_{key}_{n}" for n in range(batch)]
+
+
+def _connect(host: str, port: int, deadline: float) -> RawHttp | None:
+    """A connection, retried until the deadline (a collector being restarted refuses for a while)."""
+    while True:
+        try:
+            return RawHttp(host, port)
+        except OSError:
+            if time.perf_counter() >= deadline:
+                return None
+            time.sleep(0.1)
 
 
 def _exporter(
@@ -323,40 +362,66 @@ def _exporter(
     lat: list[float] = []
     acked = 0
     throttled = errors = 0
+    keys: list[str] = []
     i = k
+    body: bytes | None = None
+    key = ""
+
+    def more() -> bool:
+        return time.perf_counter() < deadline and (load.budget is None or len(keys) < load.budget)
+
+    def next_body() -> bytes:
+        nonlocal i, key
+        tag = b"%c%02d%05d" % (ord(load.transport[0]), k, i % 100_000)
+        key = f"{tag.decode()}_{i % len(batches):03d}"
+        out = batches[i % len(batches)].replace(TAG, tag)
+        i += load.exporters
+        return out
+
+    def ok() -> None:
+        nonlocal acked, body
+        acked += load.batch
+        keys.append(key)
+        body = None
+        with lock:
+            load.live_acked_records += load.batch
+
+    def failed() -> None:
+        nonlocal body
+        if not load.retry:
+            body = None
+
     if load.transport == "http":
         host, port = target.rsplit(":", 1)
-        conn = RawHttp(host, int(port))
-        while time.perf_counter() < deadline:
-            body = batches[i % len(batches)].replace(
-                TAG, b"%c%02d%05d" % (ord(load.transport[0]), k, i % 100_000)
-            )
-            i += load.exporters
+        conn = _connect(host, int(port), deadline)
+        while conn is not None and more():
+            body = body or next_body()
             t = time.perf_counter()
             try:
                 status, headers, payload = conn.post("/v1/logs", body)
             except OSError:
                 errors += 1
+                failed()
                 conn.close()
-                conn = RawHttp(host, int(port))
+                conn = _connect(host, int(port), deadline)
                 continue
             lat.append((time.perf_counter() - t) * 1000)
             if status == 200 and payload == b"":
-                acked += load.batch
+                ok()
             elif status in (429, 503):
                 throttled += 1
+                failed()
                 time.sleep(float(headers.get("retry-after") or 1))
             else:
                 errors += 1
-        conn.close()
+                failed()
+        if conn is not None:
+            conn.close()
     else:
         with grpc.insecure_channel(target, options=[("grpc.max_send_message_length", 64 << 20)]) as ch:
             call = ch.unary_unary(LOGS_EXPORT)
-            while time.perf_counter() < deadline:
-                body = batches[i % len(batches)].replace(
-                    TAG, b"%c%02d%05d" % (ord(load.transport[0]), k, i % 100_000)
-                )
-                i += load.exporters
+            while more():
+                body = body or next_body()
                 t = time.perf_counter()
                 try:
                     raw = call(body, timeout=60)
@@ -366,27 +431,44 @@ def _exporter(
                         time.sleep(1)
                     else:
                         errors += 1
+                    failed()
                     continue
                 lat.append((time.perf_counter() - t) * 1000)
                 if raw == b"":
-                    acked += load.batch
+                    ok()
+                else:
+                    failed()
     with lock:
         load.latencies_ms += lat
         load.acked_records += acked
         load.acked_requests += len(lat)
         load.throttled += throttled
         load.errors += errors
+        if load.acked_keys is not None:
+            load.acked_keys += keys
 
 
 def run_load(
-    transport: str, target: str, batches: list[bytes], batch: int, exporters: int, duration: float
+    transport: str,
+    target: str | list[str],
+    batches: list[bytes],
+    batch: int,
+    exporters: int,
+    duration: float,
+    *,
+    load: Load | None = None,
 ) -> Load:
-    load = Load(transport, exporters, batch, duration)
+    """``exporters`` threads for ``duration`` s; exporter k sends to ``target[k % len(target)]``.
+
+    Pass ``load`` for the retry, budget and acknowledged-keys options (see :class:`Load`).
+    """
+    load = load or Load(transport, exporters, batch, duration)
+    targets = [target] if isinstance(target, str) else target
     lock = threading.Lock()
     start = time.perf_counter()
     deadline = start + duration
     threads = [
-        threading.Thread(target=_exporter, args=(load, target, batches, k, deadline, lock))
+        threading.Thread(target=_exporter, args=(load, targets[k % len(targets)], batches, k, deadline, lock))
         for k in range(exporters)
     ]
     for t in threads:
@@ -411,7 +493,7 @@ def bench_transport(transport: str, args: argparse.Namespace, root: Path) -> dic
     try:
         target = server.http if transport == "http" else server.grpc
         # templates whose request ids get a per-send tag: every acknowledged record is distinct
-        batches = [claude_code_batch(args.batch, TAG.decode() + f"_{j:03d}")[0] for j in range(args.distinct)]
+        batches = templates(args.batch, args.distinct)
         pids = server.pids()
         cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
         load = run_load(transport, target, batches, args.batch, args.exporters, args.duration)
@@ -572,7 +654,7 @@ def _serve_and_load(impl: str, args: argparse.Namespace, root: Path, batches: li
 
 def compare_http(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]:
     """``--rounds`` rounds, the servers taking turns within each (a shared machine's load drifts)."""
-    batches = [claude_code_batch(args.batch, TAG.decode() + f"_{j:03d}")[0] for j in range(args.distinct)]
+    batches = templates(args.batch, args.distinct)
     runs: dict[str, list[dict[str, Any]]] = {impl: [] for impl in HTTP_IMPLS}
     for _ in range(args.rounds):
         for impl in HTTP_IMPLS:
