@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from traceflow import config
+from traceflow.dashboards.report_data import DEFAULT_REPORT_OPTIONS
 
 if TYPE_CHECKING:
     import altair as alt
@@ -344,7 +345,7 @@ def _notes(data: ReportData, given_kv: bool) -> list[str]:
 def render_html(
     con: duckdb.DuckDBPyConnection,
     selection: Selection | None = None,
-    options: ReportOptions | None = None,
+    options: ReportOptions = DEFAULT_REPORT_OPTIONS,
     *,
     refresh_s: float | None = None,
     version: str = "",
@@ -365,7 +366,7 @@ def render_html(
         render_text(data.report),
         title=title,
         subtitle=subtitle,
-        notes=_notes(data, options is not None and options.kv_bytes_per_token is not None),
+        notes=_notes(data, options.kv_bytes_per_token is not None),
         refresh_s=refresh_s,
         version=version,
     )
@@ -375,7 +376,7 @@ def render_html(
 def write_report(
     lake: Lake | duckdb.DuckDBPyConnection,
     selection: Selection | None = None,
-    options: ReportOptions | None = None,
+    options: ReportOptions = DEFAULT_REPORT_OPTIONS,
     *,
     html: str | Path | None = None,
     png_dir: str | Path | None = None,
