@@ -70,7 +70,9 @@ def misses(
     fmt = query.fmt
     groups = split_by(by)
     con = query.connect(["requests", "events"])
-    options = m.MissOptions(PriceModel.load(prices), miss_tokens, compaction_drop)
+    options = m.MissOptions(
+        prices=PriceModel.load(prices), miss_tokens=miss_tokens, compaction_drop=compaction_drop
+    )
     if list_:
         if groups:
             raise UsageError("--list prints one row per miss; it takes no --by")
