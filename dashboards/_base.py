@@ -125,11 +125,15 @@ def bar_histogram(
     count: str,
     unit: str = "",
     more_tooltip: tuple[Any, ...] = (),
+    empty: str = "No data in this selection",
 ) -> alt.TopLevelMixin:
     """A pre-binned histogram: one bar per row from column ``edges[0]`` to ``edges[1]`` (``x``: the
     x channel's options), ``count`` high from zero; the tooltip gives the edges (``edge_format``,
-    titled "from"/"to" and ``unit``), the count and ``more_tooltip``."""
+    titled "from"/"to" and ``unit``), the count and ``more_tooltip``. With no rows, a column missing
+    or no counts, the :func:`no_data` placeholder saying ``empty``."""
     lo, hi = edges
+    if is_empty(frame, lo, hi, count) or not frame[count].sum():
+        return no_data(title, empty)
     suffix = f" {unit}" if unit else ""
     return top(
         alt.Chart(data(frame))

@@ -239,6 +239,7 @@ def run_demo(
     """
     from traceflow.analysis.mix import token_mix_rows
     from traceflow.dashboards.render import javascript_bundle, write_report
+    from traceflow.dashboards.report_data import ReportOptions
     from traceflow.replay.synth import generate, preset
     from traceflow.store.lake import Lake
     from traceflow.store.selection import Selection
@@ -307,9 +308,8 @@ def run_demo(
         # time axis, so they show in the per-agent mix and stay in the lake (--data keeps it)
         since = dt.datetime.fromtimestamp(sent["start_ns"] / 1e9 - 60, dt.UTC)
         step(f"running the analyses and writing the report (requests since {since:%H:%M:%S} UTC)")
-        written = write_report(
-            lake, Selection(since=since), html=html, png_dir=png, svg_dir=svg, tiers=DEMO_TIERS
-        )
+        options = ReportOptions(tiers=DEMO_TIERS)
+        written = write_report(lake, Selection(since=since), options, html=html, png_dir=png, svg_dir=svg)
         by_agent = token_mix_rows(lake.connect(["requests"]), None, ["agent"])
     finally:
         if temp is not None:

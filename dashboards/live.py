@@ -51,6 +51,7 @@ def dashboard_app(
     from starlette.routing import Route
 
     from traceflow.dashboards.render import render_html
+    from traceflow.dashboards.report_data import ReportOptions
 
     lock = threading.Lock()
     cache: dict[str, str] = {}
@@ -62,7 +63,7 @@ def dashboard_app(
                 page, _, _ = render_html(
                     lake.connect(),
                     selection,
-                    kv_bytes_per_token=kv_bytes_per_token,
+                    ReportOptions(kv_bytes_per_token=kv_bytes_per_token),
                     refresh_s=refresh_s,
                     version=version,
                     title="traceflow dashboard",

@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from traceflow import config
+from traceflow.dashboards.report_data import DEFAULT_REPORT_OPTIONS
 
 if TYPE_CHECKING:
     import altair as alt
     import duckdb
 
-    from traceflow.dashboards.report_data import ReportData
-    from traceflow.prices import PriceModel
+    from traceflow.dashboards.report_data import ReportData, ReportOptions
     from traceflow.store.lake import Lake
     from traceflow.store.selection import Selection
 
@@ -345,32 +345,18 @@ def _notes(data: ReportData, given_kv: bool) -> list[str]:
 def render_html(
     con: duckdb.DuckDBPyConnection,
     selection: Selection | None = None,
+    options: ReportOptions = DEFAULT_REPORT_OPTIONS,
     *,
-    kv_bytes_per_token: float | None = None,
-    prices: PriceModel | None = None,
-    tiers: Sequence[tuple[str, float]] = (),
     refresh_s: float | None = None,
     version: str = "",
     title: str = "traceflow report",
-    series_since: dt.datetime | None = None,
-    **options: Any,
 ) -> tuple[str, list[tuple[ChartDef, alt.TopLevelMixin]], ReportData]:
-    """Gather, draw and lay out the report; returns the page, its charts and their data.
-
-    ``options`` go to :func:`.report_data.gather` (``ttls``, ``resume_after_s``, ``resolution_s``).
-    """
+    """Gather (:func:`.report_data.gather` with ``options``), draw and lay out the report; returns
+    the page, its charts and their data."""
     from traceflow.analysis.report import headline, render_text
     from traceflow.dashboards.report_data import gather
 
-    data = gather(
-        con,
-        selection,
-        kv_bytes_per_token=kv_bytes_per_token,
-        prices=prices,
-        tiers=tiers,
-        series_since=series_since,
-        **options,
-    )
+    data = gather(con, selection, options)
     charts = build_charts(data)
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     subtitle = f"{data.requests:,} requests · {_describe(selection)} · generated {now}"
@@ -380,7 +366,7 @@ def render_html(
         render_text(data.report),
         title=title,
         subtitle=subtitle,
-        notes=_notes(data, kv_bytes_per_token is not None),
+        notes=_notes(data, options.kv_bytes_per_token is not None),
         refresh_s=refresh_s,
         version=version,
     )
@@ -390,40 +376,24 @@ def render_html(
 def write_report(
     lake: Lake | duckdb.DuckDBPyConnection,
     selection: Selection | None = None,
+    options: ReportOptions = DEFAULT_REPORT_OPTIONS,
     *,
     html: str | Path | None = None,
     png_dir: str | Path | None = None,
     svg_dir: str | Path | None = None,
-    kv_bytes_per_token: float | None = None,
-    prices: PriceModel | None = None,
-    tiers: Sequence[tuple[str, float]] = (),
-    series_since: dt.datetime | None = None,
-    ttls: Sequence[float] = (300.0, 3600.0),
-    resume_after_s: float = 900.0,
-    resolution_s: float | None = None,
 ) -> dict[str, Any]:
     """Write the HTML report and/or one PNG/SVG per chart for ``selection``; returns what was written.
 
-    ``lake`` is a :class:`traceflow.store.lake.Lake` (or an open connection with its views); ``tiers`` are
-    (name, bytes) marks on the hit-ratio chart; ``ttls``, ``resume_after_s`` and ``resolution_s``
-    are those of ``traceflow report`` (the charts coarsen the buckets of long selections).
+    ``lake`` is a :class:`traceflow.store.lake.Lake` (or an open connection with its views);
+    ``options`` are those of ``traceflow report`` (:class:`~traceflow.dashboards.report_data.ReportOptions`;
+    the charts coarsen the buckets of long selections).
     The result (JSON-ready) has ``requests``, ``charts`` (their keys, in order), ``headline``
     (the summary's sentences), and the paths written.
     """
     from traceflow.analysis.report import headline
 
     con = lake.connect() if hasattr(lake, "connect") else lake
-    page, charts, data = render_html(
-        con,
-        selection,
-        kv_bytes_per_token=kv_bytes_per_token,
-        prices=prices,
-        tiers=tiers,
-        series_since=series_since,
-        ttls=ttls,
-        resume_after_s=resume_after_s,
-        resolution_s=resolution_s,
-    )
+    page, charts, data = render_html(con, selection, options)
     written: dict[str, Any] = {
         "requests": data.requests,
         "charts": [c.key for c, _ in charts],

@@ -58,6 +58,31 @@ class ReportData:
     time_base: str = "absolute"
 
 
+@dataclass(frozen=True, kw_only=True)
+class ReportOptions:
+    """What a report takes besides its selection (the options of ``traceflow report``).
+
+    ``kv_bytes_per_token`` turns tokens into bytes (default: MiniMax-M2 at FP8); ``tiers`` are (name,
+    bytes) marks on the hit-ratio chart; ``series_since`` starts the time-series charts (tokens over
+    time, concurrent sessions, working set) later than the selection, e.g. at a live stream when the
+    lake also holds old imports. ``ttls``, ``resume_after_s`` and ``resolution_s`` go to the text
+    summary (:func:`traceflow.analysis.report.build_report`); the charts' buckets are never finer than
+    ``resolution_s`` and never more than :data:`MAX_BUCKETS`.
+    """
+
+    kv_bytes_per_token: float | None = None
+    prices: PriceModel | None = None
+    resolution_s: float | None = None
+    tiers: Sequence[tuple[str, float]] = ()
+    series_since: dt.datetime | None = None
+    ttls: Sequence[float] = (300.0, 3600.0)
+    resume_after_s: float = 900.0
+
+
+#: A report of the selection alone.
+DEFAULT_REPORT_OPTIONS = ReportOptions()
+
+
 def _time_span(con: duckdb.DuckDBPyConnection, where: str, params: list[Any]) -> tuple[int, float]:
     row = con.execute(
         "SELECT count(*)::BIGINT, coalesce(epoch(max(coalesce(ended_at, started_at)))"
@@ -177,9 +202,9 @@ def misses_frame(
     :mod:`traceflow.analysis.misses`)."""
     import polars as pl
 
-    from traceflow.analysis.misses import miss_report
+    from traceflow.analysis.misses import MissOptions, miss_report
 
-    report = miss_report(con, selection, prices=prices)
+    report = miss_report(con, selection, MissOptions(prices=prices))
     return pl.DataFrame(
         [{"cause": cause, **v} for cause, v in report["by_cause"].items()],
         schema={"cause": pl.String, "misses": pl.Int64, "missed_tokens": pl.Int64, "cost_usd": pl.Float64},
@@ -331,23 +356,10 @@ def hit_ratio_frame(
 def gather(
     con: duckdb.DuckDBPyConnection,
     selection: Selection | None = None,
-    *,
-    kv_bytes_per_token: float | None = None,
-    prices: PriceModel | None = None,
-    resolution_s: float | None = None,
-    tiers: Sequence[tuple[str, float]] = (),
-    series_since: dt.datetime | None = None,
-    ttls: Sequence[float] = (300.0, 3600.0),
-    resume_after_s: float = 900.0,
+    options: ReportOptions = DEFAULT_REPORT_OPTIONS,
 ) -> ReportData:
-    """Run the analyses over the selection and aggregate one frame per chart.
-
-    ``series_since`` starts the time-series charts (tokens over time, concurrent sessions, working
-    set) later than the selection, e.g. at a live stream when the lake also holds old imports.
-    ``ttls``, ``resume_after_s`` and ``resolution_s`` go to the text summary
-    (:func:`traceflow.analysis.report.build_report`); the charts' buckets are never finer than
-    ``resolution_s`` and never more than :data:`MAX_BUCKETS`.
-    """
+    """Run the analyses over the selection and aggregate one frame per chart (``options``: see
+    :class:`ReportOptions`)."""
     import polars as pl
 
     from traceflow.analysis.load import load_series
@@ -363,19 +375,19 @@ def gather(
     n, _ = _time_span(con, where, params)
     # the time charts cover one time base (the real telemetry where the selection mixes them)
     series_sel, series_sources, _ = time_base.series_selection(sel, time_base.selection_sources(con, sel))
-    if series_since is not None and (sel.since is None or series_since > sel.since):
-        series_sel = dataclasses.replace(series_sel, since=series_since)
+    if options.series_since is not None and (sel.since is None or options.series_since > sel.since):
+        series_sel = dataclasses.replace(series_sel, since=options.series_since)
     series_n, span = _time_span(con, *series_sel.where())
-    res = max(float(resolution_s or 0.0), pick_resolution(span))
-    kv = float(kv_bytes_per_token or DEFAULT_KV_BYTES_PER_TOKEN)
+    res = max(float(options.resolution_s or 0.0), pick_resolution(span))
+    kv = float(options.kv_bytes_per_token or DEFAULT_KV_BYTES_PER_TOKEN)
     report = build_report(
         con,
         sel,
-        ttls=tuple(ttls),
-        prices=prices,
-        kv_bytes_per_token=kv_bytes_per_token,
-        resume_after_s=resume_after_s,
-        resolution_s=float(resolution_s) if resolution_s else res,
+        ttls=tuple(options.ttls),
+        prices=options.prices,
+        kv_bytes_per_token=options.kv_bytes_per_token,
+        resume_after_s=options.resume_after_s,
+        resolution_s=float(options.resolution_s) if options.resolution_s else res,
     )
     out = ReportData(
         report=report,
@@ -394,19 +406,20 @@ def gather(
     )
     f["reuse_ratio"] = reuse_frame(session_rows(con, sel)) if n else reuse_frame(pl.DataFrame())
     f["gaps"] = report.gap_histogram
-    f["ttl_cost"] = ttl_whatif(con, sel, CURVE_TTLS, prices)
-    f["misses"] = misses_frame(con, sel, prices) if n else pl.DataFrame()
+    f["ttl_cost"] = ttl_whatif(con, sel, CURVE_TTLS, options.prices)
+    f["misses"] = misses_frame(con, sel, options.prices) if n else pl.DataFrame()
     f["context_growth"] = context_frame(con, where, params)
     ws = []
+    given_kv = options.kv_bytes_per_token
     for ttl in (300.0, 3600.0):
-        s = working_set_series(con, series_sel, ttl, res, kv_bytes_per_token) if series_n else pl.DataFrame()
+        s = working_set_series(con, series_sel, ttl, res, given_kv) if series_n else pl.DataFrame()
         if s.height:
             from traceflow.units import format_duration
 
             cols = ["bucket_start", "tokens"] + (["bytes"] if "bytes" in s.columns else [])
             ws.append(s.select(cols).with_columns(pl.lit(f"{format_duration(ttl)} TTL").alias("ttl")))
     f["working_set"] = pl.concat(ws) if ws else pl.DataFrame()
-    f["hit_ratio"] = hit_ratio_frame(con, where, params, kv, tiers)
+    f["hit_ratio"] = hit_ratio_frame(con, where, params, kv, options.tiers)
     f["ttft"] = ttft_frame(con, where, params)
     f["dwpd"] = dwpd_frame(con, where, params, kv)
     return out

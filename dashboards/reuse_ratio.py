@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import altair as alt
 
-from traceflow.dashboards._base import bar_histogram, is_empty, no_data
+from traceflow.dashboards._base import bar_histogram
 
 if TYPE_CHECKING:
     import polars as pl
@@ -18,8 +18,6 @@ TITLE = "Reuse ratio per session"
 
 
 def chart(frame: pl.DataFrame) -> alt.TopLevelMixin:
-    if is_empty(frame, "lo", "hi", "sessions") or not frame["sessions"].sum():
-        return no_data(TITLE)
     return bar_histogram(
         frame,
         title=TITLE,

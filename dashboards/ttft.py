@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import altair as alt
 
-from traceflow.dashboards._base import bar_histogram, is_empty, no_data
+from traceflow.dashboards._base import bar_histogram
 
 if TYPE_CHECKING:
     import polars as pl
@@ -18,8 +18,6 @@ TITLE = "Time to first token"
 
 
 def chart(frame: pl.DataFrame) -> alt.TopLevelMixin:
-    if is_empty(frame, "lo_ms", "hi_ms", "requests") or not frame["requests"].sum():
-        return no_data(TITLE, "No time-to-first-token data in this selection")
     return bar_histogram(
         frame,
         title=TITLE,
@@ -33,4 +31,5 @@ def chart(frame: pl.DataFrame) -> alt.TopLevelMixin:
             "axis": alt.Axis(format="~s", labelOverlap="greedy", labelSeparation=6, labelFlush=True),
         },
         count="requests",
+        empty="No time-to-first-token data in this selection",
     )

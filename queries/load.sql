@@ -6,7 +6,10 @@
 -- A request counts in the bucket where it starts. Requests without tokens are left out. The grid
 -- never passes $max_buckets buckets: a wider one is an error that says to coarsen $resolution_s
 -- (traceflow picks a coarser width itself: traceflow.store.time_base.grid_resolution).
--- DuckDB dialect: epoch_us, generate_series, to_timestamp.
+-- DuckDB dialect: generate_series, to_timestamp.
+-- Reads request_steps (one row per request with tokens; only its times, session and tokens), the
+-- window of steps.sql over the requests from $since to $until; in a bare DuckDB create it first as
+-- steps.sql says, then run this file with its other parameters.
 -- params:  $since TIMESTAMPTZ = NULL    only requests at or after this time
 --          $until TIMESTAMPTZ = NULL    only requests before this time
 --          $resolution_s DOUBLE = 60    bucket width in seconds
@@ -15,26 +18,15 @@
 --          cold_input_tokens_per_s, cache_read_tokens_per_s, cache_write_tokens_per_s,
 --          output_tokens_per_s
 
-WITH sel AS (
-    SELECT *
-    FROM requests
-    WHERE total_tokens > 0 AND coalesce(started_at, ended_at) IS NOT NULL
-      AND /*@selection*/ (CAST($since AS TIMESTAMPTZ) IS NULL OR coalesce(started_at, ended_at) >= CAST($since AS TIMESTAMPTZ))
-      AND (CAST($until AS TIMESTAMPTZ) IS NULL OR coalesce(started_at, ended_at) < CAST($until AS TIMESTAMPTZ)) /*@end*/
-),
-knobs AS (
+WITH knobs AS (
     SELECT CAST($resolution_s AS DOUBLE) AS res_s, CAST($resolution_s AS DOUBLE) * 1e6 AS res_us
 ),
 req AS (
-    SELECT CASE WHEN coalesce(parent_session_id, session_id) IS NOT NULL
-                THEN hash(coalesce(parent_session_id, session_id)) END AS root_key,
-           epoch_us(coalesce(started_at, ended_at)) AS start_us,
-           epoch_us(coalesce(ended_at, started_at)) AS end_us,
-           coalesce(cold_input_tokens, 0) AS cold_input_tokens,
-           coalesce(cache_read_tokens, 0) AS cache_read_tokens,
-           coalesce(cache_write_tokens, 0) AS cache_write_tokens,
-           coalesce(output_tokens, 0) AS output_tokens
-    FROM sel
+    -- the session's key, NULL for a request without a session (request_steps keys it apart)
+    SELECT CASE WHEN root_session_id IS NOT NULL THEN root_key END AS root_key,
+           t_start_us AS start_us, t_end_us AS end_us,
+           cold_input_tokens, cache_read_tokens, cache_write_tokens, output_tokens
+    FROM request_steps
 ),
 agg AS (
     -- one pass, two groupings: each session's span (by_session = 1) and each bucket's totals;

@@ -14,6 +14,7 @@ import pytest
 
 from traceflow.dashboards import render
 from traceflow.dashboards.render import CHARTS
+from traceflow.dashboards.report_data import ReportOptions
 
 T0 = dt.datetime(2026, 8, 1, 12, tzinfo=dt.UTC)
 MIN = dt.timedelta(minutes=1)
@@ -154,9 +155,8 @@ def test_report_data_and_files_from_a_lake(tmp_path: Path) -> None:
 
     lake = Lake(tmp_path / "data")
     lake.append("requests", generate(preset("agentic-coding"), 600, seed=3).lake_frame())
-    written = render.write_report(
-        lake, html=tmp_path / "r.html", svg_dir=tmp_path / "svg", ttls=(300.0, 900.0, 3600.0), resolution_s=60
-    )
+    options = ReportOptions(ttls=(300.0, 900.0, 3600.0), resolution_s=60)
+    written = render.write_report(lake, None, options, html=tmp_path / "r.html", svg_dir=tmp_path / "svg")
     required = [c.key for c in CHARTS if not c.optional]
     assert [k for k in written["charts"] if k in required] == required
     assert written["requests"] > 50 and written["headline"]

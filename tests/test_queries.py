@@ -117,6 +117,7 @@ def test_the_window_is_written_once() -> None:
         "ttl_validation",
         "working_set",
         "misses",
+        "load",
     }
 
 

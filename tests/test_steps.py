@@ -127,7 +127,7 @@ def test_every_per_stream_query_reads_the_stored_steps_like_the_window(lake: Lak
 
     con = fill(lake).connect()
     per_stream = [n for n in sql.names() if sql.reads_steps(sql.load(n))]
-    assert len(per_stream) == 9
+    assert len(per_stream) == 10
     names = [*per_stream, "steps"]
     before = {n: sql.run(con, n) for n in names}
     for n in names:

@@ -20,6 +20,7 @@ multiplier), what writing them again added over reading them.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from traceflow.prices import PriceModel
@@ -40,16 +41,31 @@ MISS_TOKENS = 1024
 COMPACTION_DROP = 0.5
 
 
+@dataclass(frozen=True)
+class MissOptions:
+    """What counts as a miss and what it costs (the options of ``traceflow misses``)."""
+
+    #: The price model of the costs (None: the built-in prices).
+    prices: PriceModel | None = None
+    #: What a request's cache read may fall short of its reusable prefix and still be a hit.
+    miss_tokens: int = MISS_TOKENS
+    #: A context drop (share of the previous request's) that counts as a compaction.
+    compaction_drop: float = COMPACTION_DROP
+
+
+#: The built-in prices and thresholds.
+DEFAULT_MISS_OPTIONS = MissOptions()
+
+
 def _run(
     con: duckdb.DuckDBPyConnection,
     selection: Selection | None,
+    options: MissOptions = DEFAULT_MISS_OPTIONS,
     *,
-    miss_tokens: int,
-    compaction_drop: float,
     wrap: str | None = None,
 ) -> pl.DataFrame:
     block, params = sql.selection_block(selection, "t_start")
-    params = {**params, "miss_tokens": miss_tokens, "compaction_drop": compaction_drop}
+    params = {**params, "miss_tokens": options.miss_tokens, "compaction_drop": options.compaction_drop}
     return sql.run(con, "misses", params, blocks={"filter": block}, wrap=wrap)
 
 
@@ -74,26 +90,20 @@ def _with_costs(frame: pl.DataFrame, prices: PriceModel | None) -> pl.DataFrame:
 def miss_rows(
     con: duckdb.DuckDBPyConnection,
     selection: Selection | None = None,
+    options: MissOptions = DEFAULT_MISS_OPTIONS,
     *,
     misses_only: bool = False,
-    prices: PriceModel | None = None,
-    miss_tokens: int = MISS_TOKENS,
-    compaction_drop: float = COMPACTION_DROP,
 ) -> pl.DataFrame:
     """One row per request (``misses_only``: per miss) with ``misses.sql``'s columns and ``cost_usd``."""
     wrap = "SELECT * FROM {q} WHERE miss" if misses_only else None
-    frame = _run(con, selection, miss_tokens=miss_tokens, compaction_drop=compaction_drop, wrap=wrap)
-    return _with_costs(frame, prices)
+    return _with_costs(_run(con, selection, options, wrap=wrap), options.prices)
 
 
 def miss_counts(
     con: duckdb.DuckDBPyConnection,
     selection: Selection | None = None,
     by: Sequence[str] = (),
-    *,
-    prices: PriceModel | None = None,
-    miss_tokens: int = MISS_TOKENS,
-    compaction_drop: float = COMPACTION_DROP,
+    options: MissOptions = DEFAULT_MISS_OPTIONS,
 ) -> pl.DataFrame:
     """Per group (``by``) and cause (NULL: the hits): requests, misses, missed tokens and their cost."""
     import polars as pl
@@ -104,9 +114,7 @@ def miss_counts(
         "count(*) FILTER (WHERE miss)::BIGINT AS misses, sum(missed_tokens)::BIGINT AS missed_tokens "
         f"FROM {{q}} AS m {keys.join} GROUP BY ALL"
     )
-    frame = _with_costs(
-        _run(con, selection, miss_tokens=miss_tokens, compaction_drop=compaction_drop, wrap=wrap), prices
-    )
+    frame = _with_costs(_run(con, selection, options, wrap=wrap), options.prices)
     return (
         frame.group_by([*by, "cause"])
         .agg(
@@ -142,31 +150,21 @@ def _summary(counts: pl.DataFrame) -> dict[str, Any]:
 def miss_report(
     con: duckdb.DuckDBPyConnection,
     selection: Selection | None = None,
-    *,
-    prices: PriceModel | None = None,
-    miss_tokens: int = MISS_TOKENS,
-    compaction_drop: float = COMPACTION_DROP,
+    options: MissOptions = DEFAULT_MISS_OPTIONS,
 ) -> dict[str, Any]:
     """The ``traceflow misses --format json`` object: ``{"requests", "misses", "missed_tokens",
     "by_cause": {cause: {"misses", "missed_tokens", "cost_usd"}}}`` (every cause present)."""
-    return miss_groups(
-        con, selection, prices=prices, miss_tokens=miss_tokens, compaction_drop=compaction_drop
-    )[0]
+    return miss_groups(con, selection, (), options)[0]
 
 
 def miss_groups(
     con: duckdb.DuckDBPyConnection,
     selection: Selection | None = None,
     by: Sequence[str] = (),
-    *,
-    prices: PriceModel | None = None,
-    miss_tokens: int = MISS_TOKENS,
-    compaction_drop: float = COMPACTION_DROP,
+    options: MissOptions = DEFAULT_MISS_OPTIONS,
 ) -> list[dict[str, Any]]:
     """``traceflow misses --by ... --format json``: per group its keys and :func:`miss_report`'s object."""
-    counts = miss_counts(
-        con, selection, by, prices=prices, miss_tokens=miss_tokens, compaction_drop=compaction_drop
-    )
+    counts = miss_counts(con, selection, by, options)
     if not by:
         return [_summary(counts)]
     out = []

@@ -59,8 +59,6 @@ def _gap_evidence(
     counts = misses._run(
         con,
         selection,
-        miss_tokens=misses.MISS_TOKENS,
-        compaction_drop=misses.COMPACTION_DROP,
         wrap="SELECT "
         + "".join(f"{COLUMNS[k][1]} AS {k}, " for k in keys)
         + "count(*) FILTER (WHERE NOT miss)::BIGINT AS hits, count(*) FILTER (WHERE miss)::BIGINT AS misses "

@@ -395,19 +395,16 @@ def report(
         typer.echo(render_text(rep), nl=False)
     if html or png or svg:
         from traceflow.dashboards.render import write_report
+        from traceflow.dashboards.report_data import ReportOptions
 
-        written = write_report(
-            open_lake(data),
-            selection,
-            html=html,
-            png_dir=png,
-            svg_dir=svg,
+        options = ReportOptions(
             kv_bytes_per_token=kv_bytes_per_token,
             prices=PriceModel.load(prices),
             ttls=_ttls(ttl, ()),
             resume_after_s=parse_duration(resume_after, "--resume-after"),
             resolution_s=parse_duration(resolution, "--resolution"),
         )
+        written = write_report(open_lake(data), selection, options, html=html, png_dir=png, svg_dir=svg)
         paths = [written["html"]] if "html" in written else []
         paths += written.get("png", []) + written.get("svg", [])
         typer.echo(

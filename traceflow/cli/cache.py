@@ -70,19 +70,17 @@ def misses(
     fmt = query.fmt
     groups = split_by(by)
     con = query.connect(["requests", "events"])
-    options: dict[str, Any] = {
-        "prices": PriceModel.load(prices),
-        "miss_tokens": miss_tokens,
-        "compaction_drop": compaction_drop,
-    }
+    options = m.MissOptions(
+        prices=PriceModel.load(prices), miss_tokens=miss_tokens, compaction_drop=compaction_drop
+    )
     if list_:
         if groups:
             raise UsageError("--list prints one row per miss; it takes no --by")
-        frame = m.miss_rows(con, selection, misses_only=True, **options).drop("miss")
+        frame = m.miss_rows(con, selection, options, misses_only=True).drop("miss")
         echo(frame, fmt)
         return
     if groups:
-        reports = m.miss_groups(con, selection, groups, **options)
+        reports = m.miss_groups(con, selection, groups, options)
         if fmt == "json":
             echo(reports, fmt)
             return
@@ -90,7 +88,7 @@ def misses(
         rows = [(*(r[g] for g in groups), *m.flat(r).values()) for r in reports]
         echo(Rows(cols, rows), fmt)
         return
-    report = m.miss_report(con, selection, **options)
+    report = m.miss_report(con, selection, options)
     if fmt == "json":
         echo(report, fmt)
         return
