@@ -44,22 +44,19 @@ SETTINGS: dict[str, str] = {
     "spark.sql.parquet.mergeSchema": "true",
 }
 
-#: The lake's DuckDB column types in Spark SQL.
-_TYPES = {
-    "VARCHAR": "STRING",
-    "BIGINT": "BIGINT",
-    "INTEGER": "INT",
-    "DOUBLE": "DOUBLE",
-    "BOOLEAN": "BOOLEAN",
-    "TIMESTAMPTZ": "TIMESTAMP",
-}
+#: The lake's DuckDB column types that Spark SQL spells otherwise (``BIGINT``, ``DOUBLE`` and
+#: ``BOOLEAN`` are the same in both).
+_RENAMED_TYPES = {"VARCHAR": "STRING", "INTEGER": "INT", "TIMESTAMPTZ": "TIMESTAMP"}
+_SAME_TYPES = frozenset({"BIGINT", "DOUBLE", "BOOLEAN"})
 
 
 def spark_type(duck: str) -> str:
     """The Spark SQL type of a lake column's DuckDB type (``BIGINT[]`` -> ``ARRAY<BIGINT>``)."""
     if duck.endswith("[]"):
         return f"ARRAY<{spark_type(duck[:-2])}>"
-    return _TYPES[duck]
+    if duck in _SAME_TYPES:
+        return duck
+    return _RENAMED_TYPES[duck]
 
 
 def session(

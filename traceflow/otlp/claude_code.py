@@ -32,7 +32,7 @@ from typing import Any
 
 from traceflow.otlp.attributes import Resource, agent_version, num, sessions, text, tok, toks
 from traceflow.otlp.limits import MAX_DURATION_MS, MAX_TOKENS, duration_ms
-from traceflow.otlp.mapper import Mapper, request_row
+from traceflow.otlp.mapper import Mapper, Origin, request_row
 from traceflow.rows import stable_id
 
 _ANTHROPIC_REQUEST = b"\x1fanthropic-request\x1f"  # stable_id's framing of the first two parts
@@ -158,11 +158,8 @@ def llm_request_span(
         dur = (end - start) / 1e6
     sess, parent = sessions(a, session)
     row = request_row(
+        Origin(m.source, "claude-code", agent_version(a, res.version), text(a.get("user.id"))),
         event_id=stable_id("anthropic-request", rid) if rid else stable_id("claude-otlp-span", tid, sid),
-        source=m.source,
-        agent="claude-code",
-        agent_version=agent_version(a, res.version),
-        user_id=text(a.get("user.id")),
         session_id=sess,
         parent_session_id=parent,
         request_id=rid,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from traceflow.otlp.attributes import Resource, agent_version, num, text, toks, user_id
+from traceflow.otlp.attributes import Resource, num, text, toks
 from traceflow.otlp.limits import duration_ms
 from traceflow.otlp.mapper import Mapper, request_row
 from traceflow.rows import stable_id
@@ -43,11 +43,8 @@ def response_completed(
     stamp = a.get("event.timestamp") or t
     m.out.requests.append(
         request_row(
+            m.origin("codex", a, res),
             event_id=stable_id("codex-otlp", session, stamp, (cold, read, write, out, reasoning)),
-            source=m.source,
-            agent="codex",
-            agent_version=agent_version(a, res.version),
-            user_id=user_id(a, res.attrs),
             session_id=session,
             ended_at=ts,
             ttft_ms=duration_ms(num(a.get("ttft_ms"))),

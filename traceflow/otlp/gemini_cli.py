@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from traceflow.otlp.attributes import Resource, agent_version, num, text, toks, user_id
+from traceflow.otlp.attributes import Resource, num, text, toks
 from traceflow.otlp.limits import duration_ms
 from traceflow.otlp.mapper import Mapper, request_row
 from traceflow.rows import stable_id
@@ -40,11 +40,8 @@ def api_response(
     stamp = a.get("event.timestamp") or t
     m.out.requests.append(
         request_row(
+            m.origin("gemini-cli", a, res),
             event_id=stable_id("gemini-otlp", session, prompt, stamp, (cold, read, output, thoughts)),
-            source=m.source,
-            agent="gemini-cli",
-            agent_version=agent_version(a, res.version),
-            user_id=user_id(a, res.attrs),
             session_id=session,
             prompt_id=prompt,
             request_id=text(a.get("gen_ai.response.id")),

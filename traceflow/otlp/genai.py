@@ -13,7 +13,7 @@ from typing import Any
 
 from traceflow.otlp.attributes import Resource, first, num, text, tok, user_id
 from traceflow.otlp.limits import duration_ms
-from traceflow.otlp.mapper import Mapper, request_row
+from traceflow.otlp.mapper import Mapper, Origin, request_row
 from traceflow.rows import stable_id
 
 #: gen_ai.operation.name values whose spans repeat (or lack) the usage of a model call
@@ -88,11 +88,8 @@ def span_request(
     ended = end // 1000 if end else None
     m.out.requests.append(
         request_row(
+            Origin(m.source, res.service, res.version, user_id(a, res.attrs)),
             event_id=stable_id(*key),
-            source=m.source,
-            agent=res.service,
-            agent_version=res.version,
-            user_id=user_id(a, res.attrs),
             session_id=text(session),
             request_id=rid,
             started_at=start // 1000 if start else None,

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
-from traceflow.otlp.attributes import Resource, drop_content, family
+from traceflow.otlp.attributes import Resource, agent_version, drop_content, family, user_id
 from traceflow.rows import Parsed, Row
 
 
@@ -71,6 +71,11 @@ class Mapper:
     out: Parsed = field(default_factory=Parsed)
     problems: Problems = field(default_factory=Problems)
 
+    def origin(self, agent: str, a: dict[str, Any], res: Resource) -> Origin:
+        """The :class:`Origin` of an agent's record: its version from the resource (or
+        ``app.version``) and the first user id the record or its resource names."""
+        return Origin(self.source, agent, agent_version(a, res.version), user_id(a, res.attrs))
+
     def attrs(
         self, a: dict[str, Any], res: Resource, tid: str | None, sid: str | None, prefixed: bool = True
     ) -> dict[str, Any]:
@@ -107,14 +112,21 @@ def scope_groups(resource_groups: Iterable[Any], scopes: str) -> Iterator[tuple[
             yield res, family(res.service, sg.scope.name), sg
 
 
+class Origin(NamedTuple):
+    """Who sent a request: the columns of a ``requests`` row that come from the record's context
+    rather than its token counts (see :meth:`Mapper.origin`)."""
+
+    source: str
+    agent: str | None
+    agent_version: str | None
+    user_id: str | None
+
+
 def request_row(
+    origin: Origin,
     *,
     event_id: str,
-    source: str,
-    agent: str | None,
     attributes: dict[str, Any],
-    agent_version: str | None = None,
-    user_id: str | None = None,
     session_id: str | None = None,
     parent_session_id: str | None = None,
     prompt_id: str | None = None,
@@ -137,10 +149,10 @@ def request_row(
     """A ``requests`` row read off OTLP, in column order; what a mapping does not know stays NULL."""
     return {
         "event_id": event_id,
-        "source": source,
-        "agent": agent,
-        "agent_version": agent_version,
-        "user_id": user_id,
+        "source": origin.source,
+        "agent": origin.agent,
+        "agent_version": origin.agent_version,
+        "user_id": origin.user_id,
         "session_id": session_id,
         "parent_session_id": parent_session_id,
         "prompt_id": prompt_id,
