@@ -6,9 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -238,34 +236,6 @@ def test_processes_give_the_serial_numbers(agentic: BlockTrace) -> None:
     serial = fleet.simulate_fleet(agentic, cfg, 3, "prefix", shared).as_dict()
     procs = fleet.simulate_fleet(agentic, cfg, 3, "prefix", shared, fleet.process_map(2)).as_dict()
     assert same(procs, serial)
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    try:
-        import pyspark  # noqa: F401
-    except ImportError:
-        if os.environ.get("CI"):
-            pytest.fail("pyspark is not installed: .ci/run installs traceflow[spark]")
-        pytest.skip("pyspark is not installed (pip install 'traceflow[spark]')")
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        if os.environ.get("CI"):
-            pytest.fail("no java: .ci/run installs openjdk-17-jre-headless")
-        pytest.skip("Spark needs Java 17")
-    from traceflow.engines.spark import session
-
-    s = session(
-        "local[2]",
-        app_name="traceflow-fleet",
-        conf={
-            "spark.default.parallelism": "2",
-            "spark.driver.memory": "1g",
-            "spark.ui.showConsoleProgress": "false",
-        },
-    )
-    s.sparkContext.setLogLevel("ERROR")
-    yield s
-    s.stop()
 
 
 @pytest.mark.spark
