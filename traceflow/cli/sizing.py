@@ -301,12 +301,6 @@ def simulate(
     fmt: FormatOpt = "table",
 ) -> None:
     """Replay traffic through a KV tier hierarchy (or a fleet of them): hits per tier, recompute, TTFT."""
-    from traceflow.kv import simulate as sim
-    from traceflow.kv.lake_trace import choose_trace
-    from traceflow.kv.sizing import DEFAULT_PREFILL_RATE, parse_tier
-    from traceflow.units import parse_duration
-
-    check_format(fmt)
     fleet = instances != 1 or shared_tier is not None
     if serving is not None:
         if fleet or jobs is not None or engine != "local":
@@ -314,8 +308,16 @@ def simulate(
                 "--serving simulates one box: drop --instances, --shared-tier, --jobs and --engine "
                 "(fleet simulation replays a trace)"
             )
-        _serve(serving, workload, trace, tier, duration, seed, block_size, bucket, per_minute, fmt)
+        _serve(
+            serving, workload, trace, tier, duration, seed, block_size, bucket, per_minute, check_format(fmt)
+        )
         return
+    from traceflow.kv import simulate as sim
+    from traceflow.kv.lake_trace import choose_trace
+    from traceflow.kv.sizing import DEFAULT_PREFILL_RATE, parse_tier
+    from traceflow.units import parse_duration
+
+    check_format(fmt)
     mapper = _fleet_mapper(instances, router, jobs, engine, spark_remote)
     name, kv_size = kv.resolve(selection.models)
     bt = choose_trace(
