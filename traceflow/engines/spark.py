@@ -105,7 +105,7 @@ def map_tasks(fn: Callable[[T], R], items: Sequence[T], remote: str | None = Non
         )
     if not items:
         return []
-    spark = session(remote)
+    spark = session(remote, conf={"spark.ui.showConsoleProgress": "false"})
     results: list[R] = spark.sparkContext.parallelize(list(items), len(items)).map(fn).collect()
     return results
 
