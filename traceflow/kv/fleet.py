@@ -120,11 +120,11 @@ def route(trace: BlockTrace, instances: int, router: str = "session-hash") -> I6
     """The instance (0..``instances``-1) of each request; the rules are in the module docstring."""
     check_fleet(instances, router)
     n = trace.n_requests
-    offs = trace.offsets.tolist()
-    blocks = trace.blocks.tolist()
     out = np.zeros(n, dtype=np.int64)
     if instances == 1:
         return out
+    offs = trace.offsets.tolist()
+    blocks = trace.blocks.tolist()
     if router == "session-hash":
         cache: dict[str, int] = {}
         for r in range(n):
