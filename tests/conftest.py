@@ -7,8 +7,9 @@ import hashlib
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -93,3 +94,38 @@ def cli(lake: Lake) -> Callable[..., tuple[int, str, str]]:
         return result.exit_code, result.stdout, result.stderr
 
     return run
+
+
+def require_pyspark() -> None:
+    """Skip (fail on CI, which installs both) unless pyspark and Java are here."""
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        if os.environ.get("CI"):
+            pytest.fail("pyspark is not installed: .ci/run installs traceflow[spark]")
+        pytest.skip("pyspark is not installed (pip install 'traceflow[spark]')")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        if os.environ.get("CI"):
+            pytest.fail("no java: .ci/run installs openjdk-17-jre-headless")
+        pytest.skip("Spark needs Java 17")
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One Spark local-mode session (``local[2]``) for the whole test run: the JVM starts once."""
+    require_pyspark()
+    from traceflow.engines.spark import session
+
+    s = session(
+        "local[2]",
+        app_name="traceflow-tests",
+        conf={
+            "spark.sql.shuffle.partitions": "2",
+            "spark.default.parallelism": "2",
+            "spark.driver.memory": "1g",
+            "spark.ui.showConsoleProgress": "false",
+        },
+    )
+    s.sparkContext.setLogLevel("ERROR")
+    yield s
+    s.stop()

@@ -12,9 +12,7 @@ installs pyspark and Java (``.ci/run``), where a missing pyspark fails instead o
 
 from __future__ import annotations
 
-import os
-import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,39 +31,6 @@ from traceflow.store.selection import Selection
 pytestmark = pytest.mark.spark
 
 LAKES = ("public", "synthetic", "compacted")
-
-
-def _require_pyspark() -> None:
-    try:
-        import pyspark  # noqa: F401
-    except ImportError:
-        if os.environ.get("CI"):
-            pytest.fail("pyspark is not installed: .ci/run installs traceflow[spark]")
-        pytest.skip("pyspark is not installed (pip install 'traceflow[spark]')")
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        if os.environ.get("CI"):
-            pytest.fail("no java: .ci/run installs openjdk-17-jre-headless")
-        pytest.skip("Spark needs Java 17")
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    _require_pyspark()
-    from traceflow.engines.spark import session
-
-    s = session(
-        "local[2]",
-        app_name="traceflow-conformance",
-        conf={
-            "spark.sql.shuffle.partitions": "2",
-            "spark.default.parallelism": "2",
-            "spark.driver.memory": "1g",
-            "spark.ui.showConsoleProgress": "false",
-        },
-    )
-    s.sparkContext.setLogLevel("ERROR")
-    yield s
-    s.stop()
 
 
 @pytest.fixture(scope="session")

@@ -259,6 +259,14 @@ def _expand(command: F, name: str, options: Sequence[tuple[str, Any, Any]], buil
     return wrapper  # type: ignore[return-value]
 
 
+def with_options(
+    name: str, options: Sequence[tuple[str, Any, Any]], build: Callable[..., Any]
+) -> Callable[[F], F]:
+    """A decorator giving a command ``options`` (name, annotation, default) in place of its ``name``
+    parameter; the command receives ``build(**their values)`` (as :func:`with_selection` does)."""
+    return lambda command: _expand(command, name, options, build)
+
+
 def with_selection(command: F) -> F:
     """Give ``command`` the seven selection options in place of its ``selection`` parameter.
 

@@ -11,12 +11,13 @@ Each command parses its options, calls :mod:`traceflow.kv.models`, :mod:`tracefl
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from traceflow.cli.options import DataOpt, FormatOpt, check_format, open_lake, with_selection
+from traceflow.cli.options import DataOpt, FormatOpt, check_format, open_lake, with_options, with_selection
 from traceflow.errors import UsageError
 from traceflow.kv.sizing import DEFAULT_SSD
 
@@ -51,28 +52,46 @@ TierOpt = Annotated[
 ]
 
 
-def _kv(
-    kv_model: str | None,
-    config: Path | None,
-    dtype: str | None,
-    model_filter: Sequence[str],
-    mtp: bool,
-    swa_uncapped: bool,
-) -> tuple[str, KVSize]:
-    from traceflow.kv import models
+@dataclass(frozen=True)
+class KvChoice:
+    """``--kv-model``, ``--config``, ``--dtype``, ``--mtp`` and ``--swa-uncapped``: the KV geometry."""
 
-    name = kv_model
-    if name is None and config is None:
-        if model_filter and len(model_filter) == 1:
-            name = model_filter[0]
-        else:
-            raise UsageError(
-                "name the model: --kv-model NAME (see `traceflow models`) or --config config.json"
-            )
-    if config is None and name is not None:
-        spec = models.find_model(name)
-        return spec.name, spec.kv(dtype, swa_capped=not swa_uncapped, mtp=mtp)
-    return models.resolve(name, config, dtype, swa_capped=not swa_uncapped, mtp=mtp)
+    kv_model: str | None = None
+    config: Path | None = None
+    dtype: str | None = None
+    mtp: bool = False
+    swa_uncapped: bool = False
+
+    def resolve(self, model_filter: Sequence[str]) -> tuple[str, KVSize]:
+        """The model's name and KV size; a single ``--model`` filter names it when nothing else does."""
+        from traceflow.kv import models
+
+        name = self.kv_model
+        if name is None and self.config is None:
+            if model_filter and len(model_filter) == 1:
+                name = model_filter[0]
+            else:
+                raise UsageError(
+                    "name the model: --kv-model NAME (see `traceflow models`) or --config config.json"
+                )
+        capped = not self.swa_uncapped
+        if self.config is None and name is not None:
+            spec = models.find_model(name)
+            return spec.name, spec.kv(self.dtype, swa_capped=capped, mtp=self.mtp)
+        return models.resolve(name, self.config, self.dtype, swa_capped=capped, mtp=self.mtp)
+
+
+#: The KV-geometry options, as ``size`` and ``simulate`` show them.
+KV_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
+    ("kv_model", KvModelOpt, None),
+    ("config", ConfigOpt, None),
+    ("dtype", DtypeOpt, None),
+    ("mtp", MtpOpt, False),
+    ("swa_uncapped", SwaOpt, False),
+)
+
+#: Gives a command the KV-geometry options in place of its ``kv: KvChoice`` parameter.
+with_kv = with_options("kv", KV_OPTIONS, KvChoice)
 
 
 def _tiers(specs: list[str] | None, default: list[str]) -> tuple[Any, ...]:
@@ -125,12 +144,9 @@ def models(fmt: FormatOpt = "table") -> None:
 
 
 @with_selection
+@with_kv
 def size(
-    kv_model: KvModelOpt = None,
-    config: ConfigOpt = None,
-    dtype: DtypeOpt = None,
-    mtp: MtpOpt = False,
-    swa_uncapped: SwaOpt = False,
+    kv: KvChoice,
     rate: Annotated[
         float | None,
         typer.Option("--rate", help="New KV tokens per second (default: measured from the lake)."),
@@ -174,7 +190,7 @@ def size(
     from traceflow.units import parse_bandwidth, parse_duration, parse_size
 
     check_format(fmt)
-    name, kv = _kv(kv_model, config, dtype, selection.models, mtp, swa_uncapped)
+    name, kv_size = kv.resolve(selection.models)
     source_note = "given"
     if rate is None:
         from traceflow.kv.lake_trace import measured_rates
@@ -183,7 +199,7 @@ def size(
         input_rate = input_rate if input_rate is not None else measured_input
         source_note = f"measured over {span:,.0f} s of the lake's selection"
     report = size_report(
-        kv,
+        kv_size,
         rate,
         [parse_duration(t, "--ttl") for t in (ttl or ["1h"])],
         _tiers(tier, ["gpu=80GB", "dram=1TB"]),
@@ -207,13 +223,10 @@ def size(
 
 
 @with_selection
+@with_kv
 def simulate(
+    kv: KvChoice,
     tier: TierOpt = None,
-    kv_model: KvModelOpt = None,
-    config: ConfigOpt = None,
-    dtype: DtypeOpt = None,
-    mtp: MtpOpt = False,
-    swa_uncapped: SwaOpt = False,
     trace: Annotated[
         Path | None, typer.Option("--trace", help="A Mooncake JSONL trace instead of the lake.")
     ] = None,
@@ -257,39 +270,68 @@ def simulate(
             "batching, queueing, loads; needs --workload agentic-coding.",
         ),
     ] = None,
+    instances: Annotated[
+        int, typer.Option("--instances", help="Serving instances, each with its own --tier hierarchy.")
+    ] = 1,
+    router: Annotated[
+        str, typer.Option(help="How --instances share requests: session-hash or prefix (KV-aware).")
+    ] = "session-hash",
+    shared_tier: Annotated[
+        str | None,
+        typer.Option(
+            "--shared-tier",
+            help="NAME=SIZE[:read=BW][:latency=DUR][:kind=KIND]: an LRU object store the instances share, "
+            "below their own tiers (e.g. obj=100TB:kind=object).",
+        ),
+    ] = None,
+    jobs: Annotated[
+        int | None, typer.Option(help="Processes that run the instances (default: min(instances, CPUs)).")
+    ] = None,
+    engine: Annotated[
+        str,
+        typer.Option("--engine", help="Where the instances run: local (processes) or spark (a task each)."),
+    ] = "local",
+    spark_remote: Annotated[
+        str | None,
+        typer.Option("--spark-remote", help="With --engine spark: a master URL (default local[*])."),
+    ] = None,
     *,
     selection: Selection,
     data: DataOpt = None,
     fmt: FormatOpt = "table",
 ) -> None:
-    """Replay traffic through a KV tier hierarchy: hits per tier, recompute, TTFT, over time, sweep."""
+    """Replay traffic through a KV tier hierarchy (or a fleet of them): hits per tier, recompute, TTFT."""
+    fleet = instances != 1 or shared_tier is not None
+    if serving is not None:
+        if fleet or jobs is not None or engine != "local":
+            raise UsageError(
+                "--serving simulates one box: drop --instances, --shared-tier, --jobs and --engine "
+                "(fleet simulation replays a trace)"
+            )
+        _serve(
+            serving, workload, trace, tier, duration, seed, block_size, bucket, per_minute, check_format(fmt)
+        )
+        return
     from traceflow.kv import simulate as sim
-    from traceflow.kv.sizing import DEFAULT_PREFILL_RATE
-    from traceflow.kv.synthetic import agentic_coding_trace
-    from traceflow.kv.trace import read_mooncake
-    from traceflow.output import render, to_json
+    from traceflow.kv.lake_trace import choose_trace
+    from traceflow.kv.sizing import DEFAULT_PREFILL_RATE, parse_tier
     from traceflow.units import parse_duration
 
     check_format(fmt)
-    if serving is not None:
-        _serve(serving, workload, trace, tier, duration, seed, block_size, bucket, per_minute, fmt)
-        return
-    name, kv = _kv(kv_model, config, dtype, selection.models, mtp, swa_uncapped)
-    if trace is not None and workload is not None:
-        raise UsageError("give --trace FILE or --workload NAME, not both")
-    if workload is not None:
-        if workload != "agentic-coding":
-            raise UsageError(f"--workload {workload!r}: the built-in workload is agentic-coding")
-        bt = agentic_coding_trace(parse_duration(duration, "--duration"), seed, block_size=block_size)
-    elif trace is not None:
-        bt = read_mooncake(trace, block_size)
-    else:
-        from traceflow.kv.lake_trace import lake_trace
-
-        bt = lake_trace(open_lake(data).connect(["requests"]), selection, block_size)
+    mapper = _fleet_mapper(instances, router, jobs, engine, spark_remote)
+    name, kv_size = kv.resolve(selection.models)
+    bt = choose_trace(
+        workload=workload,
+        trace=trace,
+        connect=lambda: open_lake(data).connect(["requests"]),
+        selection=selection,
+        duration_s=parse_duration(duration, "--duration"),
+        seed=seed,
+        block_size=block_size,
+    )
     cfg = sim.SimConfig(
         tiers=_tiers(tier, ["gpu=80GB"]),
-        kv=kv,
+        kv=kv_size,
         policy=policy,
         inclusive=inclusive,
         promote=promote,
@@ -299,20 +341,62 @@ def simulate(
         bucket_s=parse_duration(bucket, "--bucket"),
         ttl_s=parse_duration(ttl, "--ttl") if ttl else None,
     )
-    report = {"model": name, "dtype": kv.dtype, **sim.simulate(bt, cfg).as_dict()}
+    if fleet:
+        from traceflow.kv.fleet import simulate_fleet
+
+        shared = parse_tier(shared_tier) if shared_tier is not None else None
+        result = simulate_fleet(bt, cfg, instances, router, shared, mapper).as_dict()
+    else:
+        result = sim.simulate(bt, cfg).as_dict()
+    report = {"model": name, "dtype": kv_size.dtype, **result}
     if sweep:
         report["sweep"] = sim.sweep(bt, None, cfg.block_bytes(bt.block_size))
+    _print_simulation(report, fmt, per_minute)
+
+
+def _fleet_mapper(
+    instances: int, router: str, jobs: int | None, engine: str, spark_remote: str | None
+) -> Any:
+    """Where ``simulate --instances`` runs its instances (checking the fleet options first)."""
+    from traceflow.kv.fleet import check_fleet, process_map
+
+    check_fleet(instances, router)
+    if jobs is not None and jobs < 1:
+        raise UsageError(f"--jobs {jobs}: give at least 1 process")
+    if engine not in ("local", "spark"):
+        raise UsageError(f"--engine {engine!r}: simulate runs instances on local (processes) or spark")
+    if spark_remote and engine != "spark":
+        raise UsageError("--spark-remote needs --engine spark")
+    if engine == "local":
+        return process_map(jobs)
+    if jobs is not None:
+        raise UsageError("--jobs is for --engine local; Spark runs one task per instance")
+    from traceflow.engines.spark import map_tasks
+
+    return lambda fn, items: map_tasks(fn, items, spark_remote)
+
+
+def _print_simulation(
+    report: dict[str, Any], fmt: str, per_minute: bool, lead: dict[str, Any] | None = None
+) -> None:
+    """The simulate report: JSON, or (``lead``,) the summary, the tiers, the instances, the worst
+    resume, the results over time and the sweep."""
+    from traceflow.output import render, to_json
+
     if fmt == "json":
         typer.echo(to_json(report))
         return
-    parts = [render(_kv_rows(report), fmt), render(_table(report["tiers"]), fmt)]
+    parts = [render(_kv_rows(lead), fmt)] if lead is not None else []
+    parts += [render(_kv_rows(report), fmt), render(_table(report["tiers"]), fmt)]
+    if report.get("per_instance"):
+        parts.append(render(_table(report["per_instance"]), fmt))
     if report.get("worst_resumed"):
         parts.append(
             render(_kv_rows({f"worst_resumed.{k}": v for k, v in report["worst_resumed"].items()}), fmt)
         )
     if per_minute:
         parts.append(render(_table(report["per_minute"]), fmt))
-    if sweep:
+    if report.get("sweep"):
         parts.append(render(_table(report["sweep"]), fmt))
     typer.echo("\n\n".join(parts))
 
@@ -333,7 +417,6 @@ def _serve(
     from traceflow.kv.scheduler import run
     from traceflow.kv.serving import load_serving
     from traceflow.kv.synthetic import agentic_coding_turns
-    from traceflow.output import render, to_json
     from traceflow.units import parse_duration
 
     if trace is not None or workload not in (None, "agentic-coding"):
@@ -343,21 +426,7 @@ def _serve(
     spec = load_serving(serving)
     turns = agentic_coding_turns(parse_duration(duration, "--duration"), seed, block_size=block_size)
     report = run(spec, turns, parse_duration(bucket, "--bucket"))
-    if fmt == "json":
-        typer.echo(to_json(report))
-        return
-    parts = [
-        render(_kv_rows(report["serving"]), fmt),
-        render(_kv_rows(report), fmt),
-        render(_table(report["tiers"]), fmt),
-    ]
-    if report.get("worst_resumed"):
-        parts.append(
-            render(_kv_rows({f"worst_resumed.{k}": v for k, v in report["worst_resumed"].items()}), fmt)
-        )
-    if per_minute:
-        parts.append(render(_table(report["per_minute"]), fmt))
-    typer.echo("\n\n".join(parts))
+    _print_simulation(report, fmt, per_minute, lead=report["serving"])
 
 
 #: The commands of this module, by name (registered by :mod:`traceflow.cli.app`).

@@ -19,8 +19,8 @@ import contextlib
 import secrets
 import shutil
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from traceflow.engines.rewrite import to_spark
 from traceflow.errors import LakeError, QueryError, UsageError
@@ -31,6 +31,9 @@ from traceflow.store.lake import Lake
 if TYPE_CHECKING:
     import polars as pl
     from pyspark.sql import DataFrame, SparkSession
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 #: The pyspark version the conformance suite runs (``pip install 'traceflow[spark]'``).
 SPARK_VERSION = "4.3.0"
@@ -83,6 +86,25 @@ def session(
     for key in ("spark.sql.session.timeZone", "spark.sql.ansi.enabled"):  # a reused session keeps its own
         spark.conf.set(key, SETTINGS[key])
     return spark
+
+
+def map_tasks(fn: Callable[[T], R], items: Sequence[T], remote: str | None = None) -> list[R]:
+    """``[fn(x) for x in items]`` as one Spark task per item (``simulate --instances N --engine spark``).
+
+    ``fn`` must be a module-level function (tasks pickle it by name) whose module the executors can
+    import; results come back in order. Needs a master (``local[*]``, ``spark://``, ``yarn``): Spark
+    Connect has no RDDs.
+    """
+    if remote and remote.startswith("sc://"):
+        raise UsageError(
+            f"--spark-remote {remote}: Spark tasks need a master URL (spark://host:7077, yarn, local[*]); "
+            "Spark Connect cannot run Python tasks"
+        )
+    if not items:
+        return []
+    spark = session(remote, conf={"spark.ui.showConsoleProgress": "false"})
+    results: list[R] = spark.sparkContext.parallelize(list(items), len(items)).map(fn).collect()
+    return results
 
 
 def read_table(spark: SparkSession, lake: Lake, name: str) -> DataFrame:

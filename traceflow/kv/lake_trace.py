@@ -12,6 +12,9 @@ from traceflow.errors import UsageError
 from traceflow.store.selection import REQUEST_TIME
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
     import duckdb
 
     from traceflow.kv.trace import BlockTrace
@@ -77,3 +80,29 @@ def lake_trace(con: duckdb.DuckDBPyConnection, selection: Selection, block_size:
         int(bs),
         [r[4] for r in hashed],
     )
+
+
+def choose_trace(
+    *,
+    workload: str | None,
+    trace: Path | None,
+    connect: Callable[[], duckdb.DuckDBPyConnection],
+    selection: Selection,
+    duration_s: float,
+    seed: int,
+    block_size: int,
+) -> BlockTrace:
+    """What ``simulate`` replays: the built-in ``workload`` (agentic-coding), a Mooncake ``trace``
+    file, else the lake's selection (``connect`` opens it only then)."""
+    from traceflow.kv.synthetic import agentic_coding_trace
+    from traceflow.kv.trace import read_mooncake
+
+    if trace is not None and workload is not None:
+        raise UsageError("give --trace FILE or --workload NAME, not both")
+    if workload is not None:
+        if workload != "agentic-coding":
+            raise UsageError(f"--workload {workload!r}: the built-in workload is agentic-coding")
+        return agentic_coding_trace(duration_s, seed, block_size=block_size)
+    if trace is not None:
+        return read_mooncake(trace, block_size)
+    return lake_trace(connect(), selection, block_size)

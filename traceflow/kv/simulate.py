@@ -140,27 +140,41 @@ def _first_in_request(trace: BlockTrace, mask: npt.NDArray[np.bool_], req: I64, 
     return first
 
 
-def _summarise(
-    trace: BlockTrace, config: SimConfig, out: EngineOutput, prev: I64, tok: I64, caps: list[int]
-) -> SimResult:
-    m = len(config.tiers)
-    b = config.kv.per_token_bytes
+def prefix_hits(
+    trace: BlockTrace, served: I64, tiers: int, tok: I64
+) -> tuple[I64, npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The usable prefix of each request given the 1-based tier serving each access (0 = none): its
+    length in blocks, and the tokens and blocks it takes from each tier (requests × ``tiers``)."""
     req = trace.request_of_block()
     local = trace.local_index()
-    served = out.served.astype(np.int64)
     n_req = trace.n_requests
     first_miss = _first_in_request(trace, served == 0, req, local)
     usable = local < first_miss[req]
-    hit_tokens = np.zeros((n_req, m), dtype=np.int64)
-    hit_blocks = np.zeros((n_req, m), dtype=np.int64)
-    for k in range(m):
+    hit_tokens = np.zeros((n_req, tiers), dtype=np.int64)
+    hit_blocks = np.zeros((n_req, tiers), dtype=np.int64)
+    for k in range(tiers):
         sel = usable & (served == k + 1)
         hit_tokens[:, k] = np.bincount(req[sel], weights=tok[sel], minlength=n_req).astype(np.int64)
         hit_blocks[:, k] = np.bincount(req[sel], minlength=n_req)
-    recomputed = trace.input_tokens - hit_tokens.sum(axis=1)
-    # TTFT
-    bw = np.array([t.read_bytes_per_s for t in config.tiers], dtype=np.float64)
-    lat = np.array([t.latency_s for t in config.tiers], dtype=np.float64)
+    return first_miss, hit_tokens, hit_blocks
+
+
+def request_ttft(
+    trace: BlockTrace,
+    config: SimConfig,
+    tiers: Sequence[Tier],
+    served: I64,
+    first_miss: I64,
+    hit_tokens: npt.NDArray[np.int64],
+    recomputed: I64,
+) -> F64:
+    """Per request, the TTFT of the module's model: ``hit_tokens`` (requests × ``tiers``) loaded at each
+    tier's bandwidth and latency (plus per-session state from the tier of the last usable block,
+    ``served`` being 1-based tiers per access), ``recomputed`` at the prefill rate."""
+    m = len(tiers)
+    b = config.kv.per_token_bytes
+    bw = np.array([t.read_bytes_per_s for t in tiers], dtype=np.float64)
+    lat = np.array([t.latency_s for t in tiers], dtype=np.float64)
     per_byte = np.where(np.isfinite(bw), 1.0 / np.where(np.isfinite(bw), bw, 1.0), 0.0)
     load = (hit_tokens * b) @ per_byte + (hit_tokens > 0) @ lat
     state = config.kv.per_session_bytes
@@ -170,22 +184,34 @@ def _summarise(
         tier_of_last = served[np.minimum(last_idx, max(trace.n_blocks - 1, 0))] - 1
         load = load + np.where(hit_any, state * per_byte[np.clip(tier_of_last, 0, m - 1)], 0.0)
     compute = recomputed / config.prefill_rate
-    ttft = np.maximum(load, compute) if config.overlap else load + compute
+    ttft: F64 = np.maximum(load, compute) if config.overlap else load + compute
+    return ttft
+
+
+def _summarise(
+    trace: BlockTrace, config: SimConfig, out: EngineOutput, prev: I64, tok: I64, caps: list[int]
+) -> SimResult:
+    req = trace.request_of_block()
+    local = trace.local_index()
+    served = out.served.astype(np.int64)
+    first_miss, hit_tokens, hit_blocks = prefix_hits(trace, served, len(config.tiers), tok)
+    recomputed = trace.input_tokens - hit_tokens.sum(axis=1)
+    ttft = request_ttft(trace, config, config.tiers, served, first_miss, hit_tokens, recomputed)
     # resumes: deepest previously seen block of the prefix, and when it was last used
     t_acc = trace.time_s[req]
     first_cold = _first_in_request(trace, prev < 0, req, local)
-    idle = np.full(n_req, np.nan)
+    idle = np.full(trace.n_requests, np.nan)
     seen = first_cold > 0
     deepest = trace.offsets[:-1][seen] + first_cold[seen] - 1
     idle[seen] = trace.time_s[seen] - t_acc[prev[deepest]]
     resumed = seen & (idle >= config.resume_after_s)
-    report = _report(
+    report = build_report(
         trace, config, out, caps, hit_tokens, hit_blocks, recomputed, ttft, idle, resumed, served, tok
     )
     return SimResult(config, trace, out, hit_tokens, hit_blocks, recomputed, ttft, idle, report)
 
 
-def _report(
+def build_report(
     trace: BlockTrace,
     config: SimConfig,
     out: EngineOutput,
@@ -199,6 +225,8 @@ def _report(
     served: I64,
     tok: I64,
 ) -> dict[str, Any]:
+    """The report of :func:`simulate` from its per-request arrays and the engine's output (also what
+    :mod:`traceflow.kv.fleet` builds from a fleet's merged arrays)."""
     b = config.kv.per_token_bytes
     block_bytes = config.block_bytes(trace.block_size)
     n_blocks = trace.n_blocks
