@@ -1,10 +1,13 @@
 """The same numbers on every engine: each packaged query and each analysis on DuckDB (the reference)
 and on Spark local mode (``traceflow.engines.spark``) over the same lakes, and the queries chDB
-(embedded ClickHouse) can run.
+(embedded ClickHouse) can run; ``export`` writes the same bytes from both engines (Spark scans,
+deduplicates and orders the requests, the hash ids are derived in the driver from its frame).
 
 Lakes: the public traces in tests/data (the Mooncake conversation trace and the kv-cache-tester
 sessions), a synthetic lake with duplicates and mixed schemas (tests/conformance_support.py),
-and that lake compacted (DuckDB reads the stored steps and rollup there, Spark the deduplicated base).
+that lake compacted (DuckDB reads the stored steps and rollup there, Spark the deduplicated base),
+and that lake written to the S3 test server (moto): DuckDB and chDB read ``s3://``, Spark a local
+copy of the same objects (S3A needs the hadoop-aws jars, which CI does not download).
 Counts, integer sums, times and strings must be identical, quantiles and other floats equal to 1e-12
 relative (summation order). Spark runs once per session (``local[2]``, 2 shuffle partitions); CI
 installs pyspark and Java (``.ci/run``), where a missing pyspark fails instead of skipping.
@@ -18,6 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pyarrow.parquet as pq
 import pytest
 
@@ -26,6 +30,7 @@ from tests.conftest import TESTDATA
 from traceflow.analysis import gaps, load, misses, mix, sessions, ttl, working_set
 from traceflow.importers import get
 from traceflow.importers.run import run_import
+from traceflow.replay.export import export, manifest_path
 from traceflow.store import sql
 from traceflow.store.lake import Lake
 from traceflow.store.selection import Selection
@@ -170,6 +175,60 @@ def test_duplicates_resolved_alike(engines: Engines, lakes: dict[str, Lake]) -> 
     assert not differences(a, b, ordered=True)
     raw = sum(pq.ParquetFile(f).metadata.num_rows for f in lakes["synthetic"].files("requests"))
     assert raw > a["n"].sum()
+
+
+# -- export ---------------------------------------------------------------------------------------
+
+EXPORTS = {"mooncake": "trace.jsonl", "aiperf": "trace.jsonl", "kvcache-tester": "traces"}
+
+
+def _exported(out: Path) -> dict[str, bytes]:
+    """The bytes of an export (a file, or a directory's files by name)."""
+    files = sorted(out.iterdir()) if out.is_dir() else [out]
+    return {f.name: f.read_bytes() for f in files}
+
+
+def _manifest(out: Path) -> dict[str, Any]:
+    """The export's manifest without its one moment-dependent field (``created_at``)."""
+    manifest = orjson.loads(manifest_path(out).read_bytes())
+    assert manifest.pop("created_at")
+    return dict(manifest)
+
+
+@pytest.mark.parametrize("lake_name", ("public", "synthetic"))
+@pytest.mark.parametrize("fmt", EXPORTS)
+def test_export_is_byte_identical(
+    engines: Engines, lakes: dict[str, Lake], lake_name: str, fmt: str, tmp_path: Path
+) -> None:
+    """The lake scan, dedup and order run on Spark, the hash ids in the driver: the same files."""
+    _, spark = engines.pair(lake_name, lakes[lake_name])
+    by_duck, by_spark = tmp_path / "duck" / EXPORTS[fmt], tmp_path / "spark" / EXPORTS[fmt]
+    export(lakes[lake_name], None, fmt, by_duck)
+    export(spark, None, fmt, by_spark)
+    assert _exported(by_duck) == _exported(by_spark)
+    assert _manifest(by_duck) == _manifest(by_spark)
+
+
+def test_export_command_on_spark(spark: Any, lakes: dict[str, Lake], tmp_path: Path) -> None:
+    """``traceflow export --engine spark`` (the session is the fixture's: getOrCreate) with a
+    selection and --limit writes what the DuckDB default writes."""
+    from typer.testing import CliRunner
+
+    from traceflow.cli.app import app, register_all
+
+    register_all()
+    summaries = []
+    for engine in ("duckdb", "spark"):
+        out = tmp_path / engine / "trace.jsonl"
+        args = ["export", "aiperf", "-o", str(out), "--data", str(lakes["synthetic"].root), "--limit", "300"]
+        result = CliRunner().invoke(app, [*args, "--model", "gpt-5", "--engine", engine, "--format", "json"])
+        assert result.exit_code == 0, result.output
+        summaries.append(
+            {k: v for k, v in orjson.loads(result.stdout).items() if k not in ("output", "manifest")}
+        )
+    spark.conf.set("spark.sql.shuffle.partitions", "2")  # the CLI's session() set its own default
+    assert summaries[0] == summaries[1] and summaries[0]["requests"] == 300
+    assert _exported(tmp_path / "duckdb" / "trace.jsonl") == _exported(tmp_path / "spark" / "trace.jsonl")
 
 
 # -- Spark compaction -------------------------------------------------------------------------------

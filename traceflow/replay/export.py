@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from traceflow.replay.hash_ids import PrefixPlan
     from traceflow.store.lake import Lake
     from traceflow.store.selection import Selection
+    from traceflow.store.sql import Engine
 
 FORMATS: tuple[str, ...] = ("mooncake", "aiperf", "kvcache-tester")
 DEFAULT_BLOCK_SIZE: dict[str, int] = {"mooncake": 512, "aiperf": 512, "kvcache-tester": 64}
@@ -74,7 +75,7 @@ def manifest_path(out: Path) -> Path:
 
 
 def export(
-    source: Lake | duckdb.DuckDBPyConnection,
+    source: Lake | duckdb.DuckDBPyConnection | Engine,
     selection: Selection | None,
     fmt: str,
     out: Path,
@@ -88,7 +89,9 @@ def export(
     """Export the selected requests of a lake to ``out`` in ``fmt``; returns the manifest.
 
     ``source`` is a lake (its own connection is opened, with DuckDB held to ``duckdb_memory`` and
-    spilling to a temporary directory) or an open connection with a ``requests`` view.
+    spilling to a temporary directory), an open connection with a ``requests`` view, or another
+    engine over the lake (``traceflow.engines.spark``): the query runs there, the hash ids and the
+    files are derived here from the frame it returns, so every engine writes the same bytes.
     """
     import tempfile
 
