@@ -139,6 +139,7 @@ class Engines:
         self.spark = spark
         self.current: str | None = None
         self.engine: Any = None
+        self.connections: dict[str, Any] = {}  # one per lake (a connection to S3 lists it: seconds)
 
     def pair(self, name: str, lake: Lake, spark_lake: Lake | None = None) -> tuple[Any, Any]:
         from traceflow.engines.spark import SparkEngine
@@ -146,7 +147,9 @@ class Engines:
         if self.current != name:
             self.engine = SparkEngine(self.spark, spark_lake or lake, ["requests", "events"])
             self.current = name
-        return lake.connect(["requests", "events"]), self.engine
+        if name not in self.connections:
+            self.connections[name] = lake.connect(["requests", "events"])
+        return self.connections[name], self.engine
 
 
 @pytest.fixture(scope="session")
@@ -165,8 +168,8 @@ def _check(reference: Any, other: Any) -> None:
 WINDOW = {"since": "2026-03-01 23:00:00", "until": "2026-03-02 03:00:00"}
 
 
-@pytest.mark.parametrize("lake_name", LAKES)
 @pytest.mark.parametrize("name", sql.names())
+@pytest.mark.parametrize("lake_name", LAKES)  # lake by lake: Spark registers its views once per lake
 def test_query(
     request: pytest.FixtureRequest, engines: Engines, lakes: dict[str, Lake], lake_name: str, name: str
 ) -> None:
@@ -196,8 +199,8 @@ ANALYSES: dict[str, Callable[[Any], Any]] = {
 }
 
 
-@pytest.mark.parametrize("lake_name", LAKES)
 @pytest.mark.parametrize("analysis", ANALYSES)
+@pytest.mark.parametrize("lake_name", LAKES)
 def test_analysis(
     request: pytest.FixtureRequest, engines: Engines, lakes: dict[str, Lake], lake_name: str, analysis: str
 ) -> None:
@@ -244,8 +247,8 @@ def _manifest(out: Path) -> dict[str, Any]:
     return dict(manifest)
 
 
-@pytest.mark.parametrize("lake_name", ("public", "synthetic", "s3"))
 @pytest.mark.parametrize("fmt", EXPORTS)
+@pytest.mark.parametrize("lake_name", ("public", "synthetic", "s3"))
 def test_export_is_byte_identical(
     request: pytest.FixtureRequest,
     engines: Engines,
