@@ -99,13 +99,14 @@ def export(
 
     check_format(fmt)
     with tempfile.TemporaryDirectory(prefix="traceflow-export-") as spill:
+        con: duckdb.DuckDBPyConnection | Engine
         if isinstance(source, Lake):
-            con = source.connect(["requests"])
+            con = own = source.connect(["requests"])
             if duckdb_memory:
-                con.execute(f"SET memory_limit = '{duckdb_memory}'")
-                con.execute(f"SET temp_directory = '{spill}'")
-            con.execute("SET preserve_insertion_order = false")
-            con.execute("SET enable_progress_bar = false")
+                own.execute(f"SET memory_limit = '{duckdb_memory}'")
+                own.execute(f"SET temp_directory = '{spill}'")
+            own.execute("SET preserve_insertion_order = false")
+            own.execute("SET enable_progress_bar = false")
         else:
             con = source
         # a trace has one clock: never real telemetry and relative-time traces on one 56-year axis
@@ -114,7 +115,7 @@ def export(
             con, selection, extras=fmt == "kvcache-tester", limit=limit, keys=fmt == "mooncake"
         )
         if isinstance(source, Lake):
-            con.close()
+            own.close()
     if frame.is_empty():
         raise UsageError(
             "no requests with tokens match the selection; check --since/--until and the filters "
