@@ -35,7 +35,8 @@ _T0 = dt.datetime(2026, 3, 1, 22, 0, tzinfo=dt.UTC)  # near midnight: sessions c
 
 
 def _write_old(lake: Lake, table: str, rows: list[dict[str, Any]], missing: tuple[str, ...]) -> None:
-    """Rows written the way an older schema did: without ``missing``, straight into partition files."""
+    """Rows written the way an older schema did: without ``missing``, one file per partition,
+    published as the lake publishes (a local directory or an ``s3://`` lake)."""
     spec = {"requests": REQUESTS, "events": EVENTS}[table]
     schema = {c: t for c, t in spec.schema.items() if c not in missing}
     frame = pl.DataFrame(
@@ -45,12 +46,13 @@ def _write_old(lake: Lake, table: str, rows: list[dict[str, Any]], missing: tupl
     for (day,), part in frame.with_columns(pl.col(key).dt.strftime("%Y-%m-%d").alias("__dt")).group_by(
         "__dt", maintain_order=True
     ):
-        target = lake.table_dir(table) / f"dt={day}"
-        target.mkdir(parents=True, exist_ok=True)
-        part.drop("__dt").write_parquet(target / f"0-old-{random.getrandbits(32):08x}.parquet")
+        lake.ensure()
+        staged = lake.staging / f"0-old-{random.getrandbits(32):08x}.parquet"
+        part.drop("__dt").write_parquet(staged)
+        lake.publish([(staged, f"{table}/dt={day}")])
 
 
-def synthetic_lake(root: Path, sessions: int = 120, seed: int = 7) -> Lake:
+def synthetic_lake(root: str | Path, sessions: int = 120, seed: int = 7) -> Lake:
     """A lake with what the engines must agree on: sub-agents, requests without a session or a
     prompt id, failed (zero-token) requests, gaps from 0 to days across UTC midnight, compaction events,
     and duplicates: copies in an older schema that are less complete (must lose) and newer copies

@@ -1,10 +1,13 @@
 """The same numbers on every engine: each packaged query and each analysis on DuckDB (the reference)
 and on Spark local mode (``traceflow.engines.spark``) over the same lakes, and the queries chDB
-(embedded ClickHouse) can run.
+(embedded ClickHouse) can run; ``export`` writes the same bytes from both engines (Spark scans,
+deduplicates and orders the requests, the hash ids are derived in the driver from its frame).
 
 Lakes: the public traces in tests/data (the Mooncake conversation trace and the kv-cache-tester
 sessions), a synthetic lake with duplicates and mixed schemas (tests/conformance_support.py),
-and that lake compacted (DuckDB reads the stored steps and rollup there, Spark the deduplicated base).
+that lake compacted (DuckDB reads the stored steps and rollup there, Spark the deduplicated base),
+and that lake written to the S3 test server (moto): DuckDB and chDB read ``s3://``, Spark a local
+copy of the same objects (S3A needs the hadoop-aws jars, which CI does not download).
 Counts, integer sums, times and strings must be identical, quantiles and other floats equal to 1e-12
 relative (summation order). Spark runs once per session (``local[2]``, 2 shuffle partitions); CI
 installs pyspark and Java (``.ci/run``), where a missing pyspark fails instead of skipping.
@@ -12,10 +15,12 @@ installs pyspark and Java (``.ci/run``), where a missing pyspark fails instead o
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pyarrow.parquet as pq
 import pytest
 
@@ -24,13 +29,14 @@ from tests.conftest import TESTDATA
 from traceflow.analysis import gaps, load, misses, mix, sessions, ttl, working_set
 from traceflow.importers import get
 from traceflow.importers.run import run_import
+from traceflow.replay.export import export, manifest_path
 from traceflow.store import sql
 from traceflow.store.lake import Lake
 from traceflow.store.selection import Selection
 
 pytestmark = pytest.mark.spark
 
-LAKES = ("public", "synthetic", "compacted")
+LAKES = ("public", "synthetic", "compacted", "s3")
 
 
 @pytest.fixture(scope="session")
@@ -46,6 +52,51 @@ def lakes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Lake]:
     return {"public": public, "synthetic": synthetic, "compacted": compacted}
 
 
+@pytest.fixture(scope="module")
+def s3_lakes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lake, Lake]]:
+    """The synthetic lake written through the lake's own publishing to ``s3://conformance/lake`` on
+    the S3 test server (moto, 127.0.0.1, a free port), and a local copy of its objects (s3fs) that
+    Spark reads. The AWS variables name the server while this module runs."""
+    pytest.importorskip("s3fs")
+    moto_server = pytest.importorskip("moto.server")
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    env = {
+        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "XDG_STATE_HOME": str(tmp_path_factory.mktemp("s3-state")),
+        "TRACEFLOW_CACHE": "0",
+    }
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in env.items():
+            mp.setenv(key, value)
+        mp.delenv("AWS_PROFILE", raising=False)
+        from traceflow.store.objects import filesystem
+
+        fs = filesystem()
+        fs.mkdir("conformance")  # the bucket
+        lake = synthetic_lake("s3://conformance/lake")
+        copy = Lake(tmp_path_factory.mktemp("s3-copy"))
+        fs.get("conformance/lake/v1", str(copy.base), recursive=True)
+        for table in ("requests", "events"):  # the same objects, by name
+            names = [sorted(lk._rel(table, n) for n in lk.file_names(table)) for lk in (lake, copy)]
+            assert names[0] and names[0] == names[1]
+        yield lake, copy
+    server.stop()
+
+
+def _lakes(request: pytest.FixtureRequest, lakes: dict[str, Lake], name: str) -> tuple[Lake, Lake]:
+    """The lake DuckDB reads and the one Spark reads: the same, except for ``s3`` (Spark reads the
+    local copy: its S3A connector needs the hadoop-aws jars)."""
+    if name == "s3":
+        pair: tuple[Lake, Lake] = request.getfixturevalue("s3_lakes")
+        return pair
+    return lakes[name], lakes[name]
+
+
 class Engines:
     """The DuckDB connection and the Spark engine over one lake (Spark's views are per session, so
     they are registered again when a test moves to another lake)."""
@@ -54,14 +105,17 @@ class Engines:
         self.spark = spark
         self.current: str | None = None
         self.engine: Any = None
+        self.connections: dict[str, Any] = {}  # one per lake (a connection to S3 lists it: seconds)
 
-    def pair(self, name: str, lake: Lake) -> tuple[Any, Any]:
+    def pair(self, name: str, lake: Lake, spark_lake: Lake | None = None) -> tuple[Any, Any]:
         from traceflow.engines.spark import SparkEngine
 
         if self.current != name:
-            self.engine = SparkEngine(self.spark, lake, ["requests", "events"])
+            self.engine = SparkEngine(self.spark, spark_lake or lake, ["requests", "events"])
             self.current = name
-        return lake.connect(["requests", "events"]), self.engine
+        if name not in self.connections:
+            self.connections[name] = lake.connect(["requests", "events"])
+        return self.connections[name], self.engine
 
 
 @pytest.fixture(scope="session")
@@ -80,10 +134,12 @@ def _check(reference: Any, other: Any) -> None:
 WINDOW = {"since": "2026-03-01 23:00:00", "until": "2026-03-02 03:00:00"}
 
 
-@pytest.mark.parametrize("lake_name", LAKES)
 @pytest.mark.parametrize("name", sql.names())
-def test_query(engines: Engines, lakes: dict[str, Lake], lake_name: str, name: str) -> None:
-    con, spark = engines.pair(lake_name, lakes[lake_name])
+@pytest.mark.parametrize("lake_name", LAKES)  # lake by lake: Spark registers its views once per lake
+def test_query(
+    request: pytest.FixtureRequest, engines: Engines, lakes: dict[str, Lake], lake_name: str, name: str
+) -> None:
+    con, spark = engines.pair(lake_name, *_lakes(request, lakes, lake_name))
     _check(sql.run(con, name), sql.run(spark, name))
     if lake_name == "synthetic" and "since" in {p.name for p in sql.load(name).params}:
         _check(sql.run(con, name, WINDOW), sql.run(spark, name, WINDOW))
@@ -109,10 +165,12 @@ ANALYSES: dict[str, Callable[[Any], Any]] = {
 }
 
 
-@pytest.mark.parametrize("lake_name", LAKES)
 @pytest.mark.parametrize("analysis", ANALYSES)
-def test_analysis(engines: Engines, lakes: dict[str, Lake], lake_name: str, analysis: str) -> None:
-    con, spark = engines.pair(lake_name, lakes[lake_name])
+@pytest.mark.parametrize("lake_name", LAKES)
+def test_analysis(
+    request: pytest.FixtureRequest, engines: Engines, lakes: dict[str, Lake], lake_name: str, analysis: str
+) -> None:
+    con, spark = engines.pair(lake_name, *_lakes(request, lakes, lake_name))
     _check(ANALYSES[analysis](con), ANALYSES[analysis](spark))
 
 
@@ -135,6 +193,66 @@ def test_duplicates_resolved_alike(engines: Engines, lakes: dict[str, Lake]) -> 
     assert not differences(a, b, ordered=True)
     raw = sum(pq.ParquetFile(f).metadata.num_rows for f in lakes["synthetic"].files("requests"))
     assert raw > a["n"].sum()
+
+
+# -- export ---------------------------------------------------------------------------------------
+
+EXPORTS = {"mooncake": "trace.jsonl", "aiperf": "trace.jsonl", "kvcache-tester": "traces"}
+
+
+def _exported(out: Path) -> dict[str, bytes]:
+    """The bytes of an export (a file, or a directory's files by name)."""
+    files = sorted(out.iterdir()) if out.is_dir() else [out]
+    return {f.name: f.read_bytes() for f in files}
+
+
+def _manifest(out: Path) -> dict[str, Any]:
+    """The export's manifest without its one moment-dependent field (``created_at``)."""
+    manifest = orjson.loads(manifest_path(out).read_bytes())
+    assert manifest.pop("created_at")
+    return dict(manifest)
+
+
+@pytest.mark.parametrize("fmt", EXPORTS)
+@pytest.mark.parametrize("lake_name", ("public", "synthetic", "s3"))
+def test_export_is_byte_identical(
+    request: pytest.FixtureRequest,
+    engines: Engines,
+    lakes: dict[str, Lake],
+    lake_name: str,
+    fmt: str,
+    tmp_path: Path,
+) -> None:
+    """The lake scan, dedup and order run on Spark, the hash ids in the driver: the same files."""
+    duck_lake, spark_lake = _lakes(request, lakes, lake_name)
+    _, spark = engines.pair(lake_name, duck_lake, spark_lake)
+    by_duck, by_spark = tmp_path / "duck" / EXPORTS[fmt], tmp_path / "spark" / EXPORTS[fmt]
+    export(duck_lake, None, fmt, by_duck)
+    export(spark, None, fmt, by_spark)
+    assert _exported(by_duck) == _exported(by_spark)
+    assert _manifest(by_duck) == _manifest(by_spark)
+
+
+def test_export_command_on_spark(spark: Any, lakes: dict[str, Lake], tmp_path: Path) -> None:
+    """``traceflow export --engine spark`` (the session is the fixture's: getOrCreate) with a
+    selection and --limit writes what the DuckDB default writes."""
+    from typer.testing import CliRunner
+
+    from traceflow.cli.app import app, register_all
+
+    register_all()
+    summaries = []
+    for engine in ("duckdb", "spark"):
+        out = tmp_path / engine / "trace.jsonl"
+        args = ["export", "aiperf", "-o", str(out), "--data", str(lakes["synthetic"].root), "--limit", "300"]
+        result = CliRunner().invoke(app, [*args, "--model", "gpt-5", "--engine", engine, "--format", "json"])
+        assert result.exit_code == 0, result.output
+        summaries.append(
+            {k: v for k, v in orjson.loads(result.stdout).items() if k not in ("output", "manifest")}
+        )
+    spark.conf.set("spark.sql.shuffle.partitions", "2")  # the CLI's session() set its own default
+    assert summaries[0] == summaries[1] and summaries[0]["requests"] == 300
+    assert _exported(tmp_path / "duckdb" / "trace.jsonl") == _exported(tmp_path / "spark" / "trace.jsonl")
 
 
 # -- Spark compaction -------------------------------------------------------------------------------
@@ -160,13 +278,20 @@ def test_spark_compaction_matches_duckdb(spark: Any, tmp_path: Path) -> None:
 # -- chDB (embedded ClickHouse) ----------------------------------------------------------------------
 
 
-def test_chdb_mix_and_gap_quantiles(lakes: dict[str, Lake]) -> None:
-    """chDB reads the lake with the same dedup (``LIMIT 1 BY``) and gives the same mix and exact quantiles."""
+@pytest.mark.parametrize("lake_name", ("synthetic", "s3"))
+def test_chdb_mix(request: pytest.FixtureRequest, lakes: dict[str, Lake], lake_name: str) -> None:
+    """chDB reads the lake (local files, or the S3 test server through its ``s3`` table function)
+    with the same dedup (``LIMIT 1 BY``) and gives the same mix."""
     chdb = pytest.importorskip("chdb")
-    lake = lakes["synthetic"]
+    lake, _ = _lakes(request, lakes, lake_name)
     glob = lake.glob("requests")
+    if lake.url is not None:
+        endpoint = os.environ["AWS_ENDPOINT_URL"]
+        source = f"s3('{endpoint}/{glob[len('s3://') :]}', 'testing', 'testing', 'Parquet')"
+    else:
+        source = f"file('{glob}', Parquet)"
     dedup = (
-        f"SELECT * FROM file('{glob}', Parquet) ORDER BY event_id, "
+        f"SELECT * FROM {source} ORDER BY event_id, "
         "coalesce(cold_input_tokens, 0) + coalesce(cache_read_tokens, 0) + coalesce(cache_write_tokens, 0)"
         " + coalesce(output_tokens, 0) DESC, ingested_at DESC LIMIT 1 BY event_id"
     )

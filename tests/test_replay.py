@@ -280,3 +280,8 @@ def test_export_command(cli: Callable[..., tuple[int, str, str]], lake: Lake, tm
     assert code == 2 and "no requests" in err
     code, _, err = cli("export", "mooncake", "-o", str(out), "--speedup", "0")
     assert code == 2 and "--speedup" in err
+    # the engine options are the analyses' (the Spark run is tests/test_conformance.py)
+    code, _, err = cli("export", "mooncake", "-o", str(out), "--spark-remote", "sc://nowhere:15002")
+    assert code == 2 and "--spark-remote needs --engine spark" in err
+    code, _, err = cli("export", "mooncake", "-o", str(out), "--engine", "polars")
+    assert code == 2 and "choose duckdb or spark" in err

@@ -16,6 +16,7 @@ CASES = [
     ("strftime(t AT TIME ZONE 'UTC', '%Y-%m-%d')", "date_format(t, 'yyyy-MM-dd')"),
     ("SELECT unnest(generate_series(min(b), max(b)))", "SELECT explode(sequence(min(b), max(b)))"),
     ("hash(session_id, parent_session_id)", "xxhash64(session_id, parent_session_id)"),
+    ("json_extract_string(attributes, '$.stop')", "get_json_object(attributes, '$.stop')"),
     ("quantile_cont(gap_s, [0.5, 0.9])", "percentile(gap_s, array(0.5D, 0.9D))"),
     ("THEN error('too many buckets')", "THEN raise_error('too many buckets')"),
     ("q_all[1] AS p50_s", "element_at(q_all, 1) AS p50_s"),

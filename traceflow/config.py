@@ -133,6 +133,19 @@ SETTINGS: tuple[Setting, ...] = (
 
 _BY_NAME = {s.name: s for s in SETTINGS}
 
+#: The variables that choose an object store and its credentials (``s3://`` lakes): botocore reads
+#: them for s3fs; :func:`aws_environment` hands them to engines that must be told (Spark's S3A).
+AWS_VARIABLES = (
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+)
+
 
 def get(name: str, environ: Mapping[str, str] | None = None) -> str | None:
     """The value of setting ``name`` from its environment variable (``environ`` instead of the process
@@ -142,6 +155,12 @@ def get(name: str, environ: Mapping[str, str] | None = None) -> str | None:
     """
     env = os.environ if environ is None else environ
     return env.get(_BY_NAME[name].env) or None
+
+
+def aws_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The :data:`AWS_VARIABLES` that are set (and not empty), from ``environ`` or the process."""
+    env = os.environ if environ is None else environ
+    return {name: env[name] for name in AWS_VARIABLES if env.get(name)}
 
 
 def data_dir(flag: str | Path | None = None) -> Path:

@@ -176,9 +176,9 @@ def compact(
     derived_before = {v: len(lake.fresh_derived(v) or []) for v in DERIVED}
     if engine == "spark":
         from traceflow.engines.spark import compact as spark_compact
-        from traceflow.engines.spark import session
+        from traceflow.engines.spark import lake_session
 
-        spark = session(spark_remote)
+        spark = lake_session(lake, spark_remote)
     elif spark_remote or engine != "duckdb":
         raise UsageError(
             f"--engine {engine!r} --spark-remote {spark_remote!r}: use --engine spark with --spark-remote"

@@ -164,6 +164,13 @@ class LakeQuery:
         """The lake's DuckDB connection over ``tables``, or with ``--engine spark`` a Spark engine."""
         return connect(self.data, tables, self.engine, self.spark_remote)
 
+    def source(self, tables: list[str]) -> Any:
+        """The :class:`Lake` itself on DuckDB (a command that tunes its own connection opens it, as
+        ``export`` does), else what :meth:`connect` gives: the Spark engine over ``tables``."""
+        if self.engine == "duckdb" and not self.spark_remote:
+            return open_lake(self.data)
+        return self.connect(tables)
+
 
 def echo(value: Any, fmt: str, *, single: bool = False) -> None:
     """Print ``value`` in ``fmt``: a table (``Rows`` or a frame) rendered, anything else as JSON with json."""

@@ -12,7 +12,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from traceflow.cli.options import DataOpt, FormatOpt, check_format, open_lake, with_selection
+from traceflow.cli.options import (
+    DataOpt,
+    FormatOpt,
+    LakeQuery,
+    check_format,
+    open_lake,
+    with_lake_query,
+    with_selection,
+)
 from traceflow.errors import UsageError
 from traceflow.units import parse_duration
 
@@ -45,6 +53,7 @@ def _echo(values: dict[str, Any], fmt: str) -> None:
 
 
 @with_selection
+@with_lake_query
 def export_cmd(
     fmt_name: Annotated[str, typer.Argument(metavar="FORMAT", help="mooncake, aiperf or kvcache-tester.")],
     output: Annotated[
@@ -62,23 +71,21 @@ def export_cmd(
     ] = False,
     *,
     selection: Selection,
-    data: DataOpt = None,
-    fmt: FormatOpt = "table",
+    query: LakeQuery,
 ) -> None:
     """Export the selected requests as a replay trace (Mooncake JSONL, AIPerf sessions, kv-cache-tester).
 
     Also writes a manifest beside it (trace.jsonl -> trace.manifest.json): counts, statistics and the
-    command lines that replay it.
+    command lines that replay it. With --engine spark the lake is read on Spark (the same query); the
+    hash ids and the files are derived here from what it returns, identical to DuckDB's.
     """
     from traceflow.replay.export import check_format as check_export_format
     from traceflow.replay.export import export
-
-    check_format(fmt)
-    check_export_format(fmt_name)
     from traceflow.replay.prefix import PrefixOptions
 
+    check_export_format(fmt_name)
     manifest = export(
-        open_lake(data),
+        query.source(["requests"]),
         selection,
         fmt_name,
         output,
@@ -87,7 +94,7 @@ def export_cmd(
         limit=limit,
         options=PrefixOptions(use_measured=not ignore_cache_reads),
     )
-    _echo(_export_summary(manifest, output), fmt)
+    _echo(_export_summary(manifest, output), query.fmt)
 
 
 def _export_summary(manifest: dict[str, Any], output: Path) -> dict[str, Any]:

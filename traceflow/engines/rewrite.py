@@ -12,6 +12,7 @@ each rule a regular expression over the code with comments removed and string li
 - ``strftime(x, '%Y-%m-%d')`` -> ``date_format(x, 'yyyy-MM-dd')``
 - ``unnest(generate_series(a, b))`` -> ``explode(sequence(a, b))``
 - ``hash(`` -> ``xxhash64(`` (64-bit like DuckDB's; Spark's ``hash`` is 32-bit murmur3 and collides)
+- ``json_extract_string(`` -> ``get_json_object(`` (a JSON path's value as text, NULL where absent)
 - ``quantile_cont(x, [p, q])`` -> ``percentile(x, array(p, q))`` (exact, never ``percentile_approx``)
 - ``name[i]`` -> ``element_at(name, i)`` (DuckDB lists are 1-based, Spark's ``[]`` is 0-based)
 - ``1.5`` -> ``1.5D`` (a decimal literal is DECIMAL in Spark: its averages would round)
@@ -70,6 +71,7 @@ RULES: tuple[Rule, ...] = (
     _rule("strftime", r"\bstrftime\s*\(", "date_format("),
     _rule("generate_series", r"\bunnest\s*\(\s*generate_series\s*\(", "explode(sequence("),
     _rule("hash", r"(?<![\w.])hash\s*\(", "xxhash64("),
+    _rule("json_extract_string", r"\bjson_extract_string\s*\(", "get_json_object("),
     _rule("quantile_cont", r"\bquantile_cont\s*\(", "percentile("),
     _rule("error", r"(?<![\w.])error\s*\(", "raise_error("),
     _rule("list index", r"\b([A-Za-z_]\w*)\[\s*(\d+)\s*\]", r"element_at(\1, \2)"),

@@ -6,8 +6,12 @@ Parquet files as the embedded DuckDB, through views that keep one row per ``even
 exactly as :meth:`traceflow.store.lake.Lake.view_sql` chooses it, so both engines give the same
 numbers (``tests/test_conformance.py``). The master is ``local[*]`` unless ``--spark-remote`` names a
 cluster (``spark://host:7077``, ``yarn``, ...) or a Spark Connect server (``sc://host:15002``); a
-remote cluster must see the lake at the same path (a shared filesystem, or ``s3a://`` with the
-hadoop-aws jars on the cluster).
+remote cluster must see the lake at the same path (a shared filesystem, or an object store).
+
+An ``s3://bucket/prefix`` lake is read as ``s3a://bucket/prefix/...`` (:func:`spark_path`) with the
+``spark.hadoop.fs.s3a.*`` settings that the AWS variables give (:func:`s3a_conf`: endpoint,
+path-style access, region, credentials); Spark needs the hadoop-aws jars for that
+(``--packages org.apache.hadoop:hadoop-aws:<Spark's Hadoop version>``, :data:`HADOOP_AWS`).
 
 :func:`compact` is ``traceflow compact`` as a Spark job: the same global dedup, one file per ``dt``
 partition, the same staging, publish and ``deduped`` marker, so DuckDB reads its output as a base.
@@ -22,6 +26,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from traceflow import config
 from traceflow.engines.rewrite import to_spark
 from traceflow.errors import LakeError, QueryError, UsageError
 from traceflow.schema import REQUESTS, TABLES
@@ -37,6 +42,11 @@ R = TypeVar("R")
 
 #: The pyspark version the conformance suite runs (``pip install 'traceflow[spark]'``).
 SPARK_VERSION = "4.3.0"
+
+#: The hadoop-aws package for ``s3a://`` (its version must be the Hadoop of the pyspark jars: 3.5.0 in
+#: pyspark 4.3.0's ``jars/hadoop-client-api-*.jar``).
+HADOOP_AWS = "org.apache.hadoop:hadoop-aws:3.5.0"
+_S3A = "spark.hadoop.fs.s3a."
 
 #: Session settings every traceflow Spark session gets (``UTC`` is what makes days agree).
 SETTINGS: dict[str, str] = {
@@ -107,11 +117,57 @@ def map_tasks(fn: Callable[[T], R], items: Sequence[T], remote: str | None = Non
     return results
 
 
+def spark_path(name: str) -> str:
+    """The path Spark reads a lake file at: ``s3://b/k`` -> ``s3a://b/k`` (Hadoop's S3 connector);
+    local paths as they are."""
+    return "s3a://" + name[len("s3://") :] if name.startswith("s3://") else name
+
+
+def s3a_conf(aws: Mapping[str, str]) -> dict[str, str]:
+    """The ``spark.hadoop.fs.s3a.*`` settings for the store the AWS variables ``aws`` name
+    (:func:`traceflow.config.aws_environment`), as s3fs reads the same variables for DuckDB.
+
+    An endpoint (``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL``: MinIO, Ceph, a test server) gets
+    path-style access (its buckets are no DNS names) and SSL as its scheme says; keys become the
+    simple (with ``AWS_SESSION_TOKEN`` the temporary) credentials provider; ``AWS_PROFILE`` alone the
+    SDK's profile provider. Without any, S3A's default chain (environment, instance role) applies.
+    """
+    conf: dict[str, str] = {}
+    endpoint = aws.get("AWS_ENDPOINT_URL_S3") or aws.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        conf[_S3A + "endpoint"] = endpoint
+        conf[_S3A + "path.style.access"] = "true"
+        conf[_S3A + "connection.ssl.enabled"] = "false" if endpoint.startswith("http://") else "true"
+    region = aws.get("AWS_REGION") or aws.get("AWS_DEFAULT_REGION")
+    if region:
+        conf[_S3A + "endpoint.region"] = region
+    key, secret, token = (
+        aws.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+    )
+    if key and secret:
+        conf[_S3A + "access.key"] = key
+        conf[_S3A + "secret.key"] = secret
+        provider = "TemporaryAWSCredentialsProvider" if token else "SimpleAWSCredentialsProvider"
+        conf[_S3A + "aws.credentials.provider"] = f"org.apache.hadoop.fs.s3a.{provider}"
+        if token:
+            conf[_S3A + "session.token"] = token
+    elif aws.get("AWS_PROFILE"):
+        conf[_S3A + "aws.credentials.provider"] = (
+            "software.amazon.awssdk.auth.credentials.ProfileCredentialsProvider"
+        )
+    return conf
+
+
+def lake_session(lake: Lake, remote: str | None = None) -> SparkSession:
+    """:func:`session` for ``lake``: with the S3A settings from the AWS variables for an ``s3://`` lake."""
+    return session(remote, conf=s3a_conf(config.aws_environment()) if lake.url is not None else None)
+
+
 def read_table(spark: SparkSession, lake: Lake, name: str) -> DataFrame:
     """The table's published files with exactly its columns and types (a column an older file lacks
     is NULL), not yet deduplicated."""
     spec = TABLES[name]
-    files = [str(f) for f in lake.files(name)]
+    files = [spark_path(f) for f in lake.file_names(name)]
     if not files:
         nulls = ", ".join(f"CAST(NULL AS {spark_type(t)}) AS {c}" for c, t in spec.columns.items())
         return spark.sql(f"SELECT {nulls} WHERE false")
@@ -137,8 +193,8 @@ def register(spark: SparkSession, lake: Lake, tables: Iterable[str] | None = Non
     for name in names:
         raw_view = f"_traceflow_raw_{name}"
         read_table(spark, lake, name).createOrReplaceTempView(raw_view)
-        files = set(lake.files(name))
-        deduped = bool(files) and files <= lake.deduped_files(name)
+        files = set(lake.file_names(name))
+        deduped = bool(files) and files <= lake._deduped(name)
         body = f"SELECT * FROM {raw_view}" if deduped else dedup_sql(name, raw_view)
         extra = ""
         if name == REQUESTS.name:
@@ -202,7 +258,7 @@ class SparkEngine:
 
 def connect(lake: Lake, tables: Iterable[str] | None = None, remote: str | None = None) -> SparkEngine:
     """A :class:`SparkEngine` over ``lake`` on a new or running session."""
-    return SparkEngine(session(remote), lake, tables)
+    return SparkEngine(lake_session(lake, remote), lake, tables)
 
 
 def compact(spark: SparkSession, lake: Lake, table: str) -> tuple[int, int]:
@@ -214,9 +270,9 @@ def compact(spark: SparkSession, lake: Lake, table: str) -> tuple[int, int]:
     views are stored by DuckDB afterwards (:meth:`Lake.materialise_derived`), as ``compact`` does.
     """
     spec = TABLES[table]
-    files = lake.files(table)
-    one_per_partition = len(files) == len({f.parent for f in files})
-    if not files or (one_per_partition and set(files) <= lake.deduped_files(table)):
+    files = lake.file_names(table)
+    one_per_partition = len(files) == len({f.rsplit("/", 1)[0] for f in files})
+    if not files or (one_per_partition and set(files) <= lake._deduped(table)):
         return len(files), len(files)
     lake.ensure()
     out = lake.staging / f"compact-spark-{time.time_ns()}-{secrets.token_hex(4)}"
@@ -236,12 +292,7 @@ def compact(spark: SparkSession, lake: Lake, table: str) -> tuple[int, int]:
     finally:
         spark.catalog.dropTempView(raw_view)
     published = lake.publish_compacted(table, out)
-    for f in files:
-        with contextlib.suppress(FileNotFoundError):
-            f.unlink()
-    for d in {f.parent for f in files}:
-        with contextlib.suppress(OSError):
-            d.rmdir()
+    lake.remove_compacted(files)
     shutil.rmtree(out, ignore_errors=True)
     if table == REQUESTS.name:
         lake.materialise_derived()

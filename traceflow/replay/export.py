@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from traceflow.replay.hash_ids import PrefixPlan
     from traceflow.store.lake import Lake
     from traceflow.store.selection import Selection
+    from traceflow.store.sql import Engine
 
 FORMATS: tuple[str, ...] = ("mooncake", "aiperf", "kvcache-tester")
 DEFAULT_BLOCK_SIZE: dict[str, int] = {"mooncake": 512, "aiperf": 512, "kvcache-tester": 64}
@@ -74,7 +75,7 @@ def manifest_path(out: Path) -> Path:
 
 
 def export(
-    source: Lake | duckdb.DuckDBPyConnection,
+    source: Lake | duckdb.DuckDBPyConnection | Engine,
     selection: Selection | None,
     fmt: str,
     out: Path,
@@ -88,7 +89,9 @@ def export(
     """Export the selected requests of a lake to ``out`` in ``fmt``; returns the manifest.
 
     ``source`` is a lake (its own connection is opened, with DuckDB held to ``duckdb_memory`` and
-    spilling to a temporary directory) or an open connection with a ``requests`` view.
+    spilling to a temporary directory), an open connection with a ``requests`` view, or another
+    engine over the lake (``traceflow.engines.spark``): the query runs there, the hash ids and the
+    files are derived here from the frame it returns, so every engine writes the same bytes.
     """
     import tempfile
 
@@ -96,13 +99,14 @@ def export(
 
     check_format(fmt)
     with tempfile.TemporaryDirectory(prefix="traceflow-export-") as spill:
+        con: duckdb.DuckDBPyConnection | Engine
         if isinstance(source, Lake):
-            con = source.connect(["requests"])
+            con = own = source.connect(["requests"])
             if duckdb_memory:
-                con.execute(f"SET memory_limit = '{duckdb_memory}'")
-                con.execute(f"SET temp_directory = '{spill}'")
-            con.execute("SET preserve_insertion_order = false")
-            con.execute("SET enable_progress_bar = false")
+                own.execute(f"SET memory_limit = '{duckdb_memory}'")
+                own.execute(f"SET temp_directory = '{spill}'")
+            own.execute("SET preserve_insertion_order = false")
+            own.execute("SET enable_progress_bar = false")
         else:
             con = source
         # a trace has one clock: never real telemetry and relative-time traces on one 56-year axis
@@ -111,7 +115,7 @@ def export(
             con, selection, extras=fmt == "kvcache-tester", limit=limit, keys=fmt == "mooncake"
         )
         if isinstance(source, Lake):
-            con.close()
+            own.close()
     if frame.is_empty():
         raise UsageError(
             "no requests with tokens match the selection; check --since/--until and the filters "

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     import polars as pl
 
     from traceflow.store.selection import Selection
+    from traceflow.store.sql import Engine
 
 #: Attributes extracted for the kv-cache-tester export (JSON path -> column).
 EXTRA_ATTRIBUTES = {
@@ -53,8 +54,8 @@ def requests_sql(
     sql = f"""
         SELECT {ident}
           epoch_us({REQUEST_TIME}) AS t_us,
-          epoch_us(coalesce(ended_at, CASE WHEN duration_ms IS NOT NULL
-              THEN started_at + to_microseconds(CAST(round(duration_ms * 1000) AS BIGINT)) END)) AS end_us,
+          coalesce(epoch_us(ended_at),
+                   epoch_us(started_at) + CAST(round(duration_ms * 1000) AS BIGINT)) AS end_us,
           CAST(context_tokens AS BIGINT) AS ctx,
           CAST(coalesce(output_tokens, 0) AS BIGINT) AS out,
           CAST(cache_read_tokens AS BIGINT) AS read,
@@ -78,7 +79,7 @@ def requests_sql(
 
 
 def load_requests(
-    con: duckdb.DuckDBPyConnection,
+    con: duckdb.DuckDBPyConnection | Engine,
     selection: Selection | None = None,
     *,
     extras: bool = False,

@@ -596,18 +596,26 @@ class Lake:
         finally:
             con.close()
         published = self.publish_compacted(table, out)
-        if self.url is not None:
-            self.store.delete(files)  # only the files read: those published since stay
-        for name in files if self.url is None else ():
-            with contextlib.suppress(FileNotFoundError):
-                Path(name).unlink()
-        for d in {Path(f).parent for f in files} if self.url is None else ():
-            with contextlib.suppress(OSError):
-                d.rmdir()  # a partition whose rows all moved elsewhere
+        self.remove_compacted(files)
         shutil.rmtree(out, ignore_errors=True)
         if table == REQUESTS.name:
             self.materialise_derived()
         return len(files), len(published)
+
+    def remove_compacted(self, files: Iterable[str]) -> None:
+        """Remove the published ``files`` (:meth:`file_names`) a compaction read, once their rows are
+        published again: only those files (what was published since stays), and a local partition
+        left empty."""
+        names = list(files)
+        if self.url is not None:
+            self.store.delete(names)
+            return
+        for name in names:
+            with contextlib.suppress(FileNotFoundError):
+                Path(name).unlink()
+        for d in {Path(f).parent for f in names}:
+            with contextlib.suppress(OSError):
+                d.rmdir()  # a partition whose rows all moved elsewhere
 
     def clean_staging(self, older_than_s: float = 3600) -> int:
         """Remove staging files left by crashed writers (never the ones being written now)."""

@@ -19,21 +19,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from traceflow import config
 from traceflow.errors import LakeError
 
 #: s3fs instances per process: one connection pool per endpoint and credentials.
 _FILESYSTEMS: dict[str, Any] = {}
-#: The variables that choose the store and the credentials (botocore reads them).
-_AWS_VARIABLES = (
-    "AWS_ENDPOINT_URL",
-    "AWS_ENDPOINT_URL_S3",
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_SESSION_TOKEN",
-    "AWS_PROFILE",
-    "AWS_REGION",
-    "AWS_DEFAULT_REGION",
-)
 
 
 def filesystem() -> Any:
@@ -44,7 +34,8 @@ def filesystem() -> Any:
         raise LakeError(
             "an s3:// data location needs s3fs: pip install 'traceflow[s3]' (or pip install s3fs)"
         ) from None
-    key = "\0".join(os.environ.get(k, "") for k in _AWS_VARIABLES)
+    aws = config.aws_environment()
+    key = "\0".join(aws.get(k, "") for k in config.AWS_VARIABLES)
     fs = _FILESYSTEMS.get(key)
     if fs is None or _FILESYSTEMS.get("pid") != os.getpid():
         _FILESYSTEMS.clear()

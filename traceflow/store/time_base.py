@@ -115,7 +115,7 @@ def mixed_message(sources: Sequence[SourceSpan], command: str) -> str:
 
 
 def require_one(
-    con: duckdb.DuckDBPyConnection, selection: Selection | None, command: str
+    con: duckdb.DuckDBPyConnection | sql.Engine, selection: Selection | None, command: str
 ) -> list[SourceSpan]:
     """The selection's sources; UsageError (naming ``--source``) when they mix time bases."""
     sources = selection_sources(con, selection)
