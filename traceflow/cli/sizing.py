@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from traceflow.kv.geometry import KVSize
+    from traceflow.kv.simulate import SimConfig
     from traceflow.store.selection import Selection
 
 KvModelOpt = Annotated[
@@ -92,6 +93,72 @@ KV_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
 
 #: Gives a command the KV-geometry options in place of its ``kv: KvChoice`` parameter.
 with_kv = with_options("kv", KV_OPTIONS, KvChoice)
+
+PolicyOpt = Annotated[str, typer.Option(help="lru, prefix-lru (evict chain tails first) or ttl.")]
+SimTtlOpt = Annotated[str | None, typer.Option("--ttl", help="TTL for tiers without :ttl= (policy ttl).")]
+InclusiveOpt = Annotated[
+    bool, typer.Option("--inclusive/--exclusive", help="Write-through copies in every tier, or one copy.")
+]
+PromoteOpt = Annotated[bool, typer.Option("--promote/--no-promote", help="Move lower-tier hits to the top.")]
+PrefillRateOpt = Annotated[
+    float | None, typer.Option("--prefill-rate", help="Tokens/s recomputed on a miss (default 9,209).")
+]
+OverlapOpt = Annotated[bool, typer.Option(help="TTFT = max(load, compute) instead of their sum.")]
+ResumeAfterOpt = Annotated[str, typer.Option("--resume-after", help="Idle time that makes a resume.")]
+BucketOpt = Annotated[str, typer.Option(help="Width of the results-over-time buckets.")]
+
+
+@dataclass(frozen=True)
+class SimChoice:
+    """``--tier``, ``--policy``, ``--ttl``, ``--inclusive``, ``--promote``, ``--prefill-rate``,
+    ``--overlap``, ``--resume-after`` and ``--bucket``: the tier hierarchy a simulation replays through."""
+
+    tier: list[str] | None = None
+    policy: str = "lru"
+    ttl: str | None = None
+    inclusive: bool = False
+    promote: bool = True
+    prefill_rate: float | None = None
+    overlap: bool = False
+    resume_after: str = "15m"
+    bucket: str = "1m"
+
+    def config(self, kv_size: KVSize) -> SimConfig:
+        """The :class:`~traceflow.kv.simulate.SimConfig` for a model of ``kv_size`` (one ``gpu=80GB``
+        tier when no ``--tier`` is given)."""
+        from traceflow.kv.simulate import SimConfig
+        from traceflow.kv.sizing import DEFAULT_PREFILL_RATE
+        from traceflow.units import parse_duration
+
+        return SimConfig(
+            tiers=_tiers(self.tier, ["gpu=80GB"]),
+            kv=kv_size,
+            policy=self.policy,
+            inclusive=self.inclusive,
+            promote=self.promote,
+            prefill_rate=self.prefill_rate or DEFAULT_PREFILL_RATE,
+            overlap=self.overlap,
+            resume_after_s=parse_duration(self.resume_after, "--resume-after"),
+            bucket_s=parse_duration(self.bucket, "--bucket"),
+            ttl_s=parse_duration(self.ttl, "--ttl") if self.ttl else None,
+        )
+
+
+#: The options of :class:`SimChoice`, as ``simulate`` shows them, with their defaults.
+SIM_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
+    ("tier", TierOpt, None),
+    ("policy", PolicyOpt, "lru"),
+    ("ttl", SimTtlOpt, None),
+    ("inclusive", InclusiveOpt, False),
+    ("promote", PromoteOpt, True),
+    ("prefill_rate", PrefillRateOpt, None),
+    ("overlap", OverlapOpt, False),
+    ("resume_after", ResumeAfterOpt, "15m"),
+    ("bucket", BucketOpt, "1m"),
+)
+
+#: Gives a command the tier-hierarchy options in place of its ``sim: SimChoice`` parameter.
+with_sim_config = with_options("sim", SIM_OPTIONS, SimChoice)
 
 
 def _tiers(specs: list[str] | None, default: list[str]) -> tuple[Any, ...]:
@@ -224,9 +291,10 @@ def size(
 
 @with_selection
 @with_kv
+@with_sim_config
 def simulate(
     kv: KvChoice,
-    tier: TierOpt = None,
+    sim: SimChoice,
     trace: Annotated[
         Path | None, typer.Option("--trace", help="A Mooncake JSONL trace instead of the lake.")
     ] = None,
@@ -238,24 +306,6 @@ def simulate(
     block_size: Annotated[
         int, typer.Option("--block-size", help="Tokens per block where the trace has none.")
     ] = 512,
-    policy: Annotated[str, typer.Option(help="lru, prefix-lru (evict chain tails first) or ttl.")] = "lru",
-    ttl: Annotated[
-        str | None, typer.Option("--ttl", help="TTL for tiers without :ttl= (policy ttl).")
-    ] = None,
-    inclusive: Annotated[
-        bool, typer.Option("--inclusive/--exclusive", help="Write-through copies in every tier, or one copy.")
-    ] = False,
-    promote: Annotated[
-        bool, typer.Option("--promote/--no-promote", help="Move lower-tier hits to the top.")
-    ] = True,
-    prefill_rate: Annotated[
-        float | None, typer.Option("--prefill-rate", help="Tokens/s recomputed on a miss (default 9,209).")
-    ] = None,
-    overlap: Annotated[bool, typer.Option(help="TTFT = max(load, compute) instead of their sum.")] = False,
-    resume_after: Annotated[
-        str, typer.Option("--resume-after", help="Idle time that makes a resume.")
-    ] = "15m",
-    bucket: Annotated[str, typer.Option(help="Width of the results-over-time buckets.")] = "1m",
     sweep: Annotated[
         bool, typer.Option("--sweep", help="Add the LRU hit-ratio-versus-capacity curve.")
     ] = False,
@@ -308,13 +358,11 @@ def simulate(
                 "--serving simulates one box: drop --instances, --shared-tier, --jobs and --engine "
                 "(fleet simulation replays a trace)"
             )
-        _serve(
-            serving, workload, trace, tier, duration, seed, block_size, bucket, per_minute, check_format(fmt)
-        )
+        _serve(serving, workload, trace, sim, duration, seed, block_size, per_minute, check_format(fmt))
         return
-    from traceflow.kv import simulate as sim
+    from traceflow.kv import simulate as kv_simulate
     from traceflow.kv.lake_trace import choose_trace
-    from traceflow.kv.sizing import DEFAULT_PREFILL_RATE, parse_tier
+    from traceflow.kv.sizing import parse_tier
     from traceflow.units import parse_duration
 
     check_format(fmt)
@@ -329,28 +377,17 @@ def simulate(
         seed=seed,
         block_size=block_size,
     )
-    cfg = sim.SimConfig(
-        tiers=_tiers(tier, ["gpu=80GB"]),
-        kv=kv_size,
-        policy=policy,
-        inclusive=inclusive,
-        promote=promote,
-        prefill_rate=prefill_rate or DEFAULT_PREFILL_RATE,
-        overlap=overlap,
-        resume_after_s=parse_duration(resume_after, "--resume-after"),
-        bucket_s=parse_duration(bucket, "--bucket"),
-        ttl_s=parse_duration(ttl, "--ttl") if ttl else None,
-    )
+    cfg = sim.config(kv_size)
     if fleet:
         from traceflow.kv.fleet import simulate_fleet
 
         shared = parse_tier(shared_tier) if shared_tier is not None else None
         result = simulate_fleet(bt, cfg, instances, router, shared, mapper).as_dict()
     else:
-        result = sim.simulate(bt, cfg).as_dict()
+        result = kv_simulate.simulate(bt, cfg).as_dict()
     report = {"model": name, "dtype": kv_size.dtype, **result}
     if sweep:
-        report["sweep"] = sim.sweep(bt, None, cfg.block_bytes(bt.block_size))
+        report["sweep"] = kv_simulate.sweep(bt, None, cfg.block_bytes(bt.block_size))
     _print_simulation(report, fmt, per_minute)
 
 
@@ -405,11 +442,10 @@ def _serve(
     serving: str,
     workload: str | None,
     trace: Path | None,
-    tier: list[str] | None,
+    sim: SimChoice,
     duration: str,
     seed: int,
     block_size: int,
-    bucket: str,
     per_minute: bool,
     fmt: str,
 ) -> None:
@@ -421,11 +457,11 @@ def _serve(
 
     if trace is not None or workload not in (None, "agentic-coding"):
         raise UsageError("--serving replays sessions with their answers: use --workload agentic-coding")
-    if tier:
+    if sim.tier:
         raise UsageError('--serving takes its tiers from the box spec (its "tiers" list), not --tier')
     spec = load_serving(serving)
     turns = agentic_coding_turns(parse_duration(duration, "--duration"), seed, block_size=block_size)
-    report = run(spec, turns, parse_duration(bucket, "--bucket"))
+    report = run(spec, turns, parse_duration(sim.bucket, "--bucket"))
     _print_simulation(report, fmt, per_minute, lead=report["serving"])
 
 
