@@ -291,9 +291,4 @@ def compact(spark: SparkSession, lake: Lake, table: str) -> tuple[int, int]:
         raise LakeError(f"the Spark compaction of {table!r} failed: {str(e).splitlines()[0]}") from None
     finally:
         spark.catalog.dropTempView(raw_view)
-    published = lake.publish_compacted(table, out)
-    lake.remove_compacted(files)
-    shutil.rmtree(out, ignore_errors=True)
-    if table == REQUESTS.name:
-        lake.materialise_derived()
-    return len(files), len(published)
+    return lake.finish_compaction(table, out, files)

@@ -595,6 +595,12 @@ class Lake:
             )
         finally:
             con.close()
+        return self.finish_compaction(table, out, files)
+
+    def finish_compaction(self, table: str, out: Path, files: list[str]) -> tuple[int, int]:
+        """The end of a compaction on any engine: publish the deduplicated partitions written to the
+        staging directory ``out`` (:meth:`publish_compacted`), remove the ``files`` they replace, and
+        store the derived views again after ``requests``. Returns (files before, files after)."""
         published = self.publish_compacted(table, out)
         self.remove_compacted(files)
         shutil.rmtree(out, ignore_errors=True)
