@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from traceflow import config
-from traceflow.engines.spark import HADOOP_AWS, s3a_conf, spark_path
+from traceflow.engines.spark import HADOOP_AWS, local_defaults, s3a_conf, spark_path
 
 S3A = "spark.hadoop.fs.s3a."
 
@@ -102,3 +102,8 @@ def test_an_s3_lake_is_read_through_s3a(monkeypatch: pytest.MonkeyPatch) -> None
     spark = type("FakeSpark", (), {"read": reader})()
     read_table(spark, lake, "requests")
     assert reader.paths == ["s3a://bucket/prefix/v1/requests/dt=2026-03-01/1.parquet"]
+
+
+def test_local_driver_memory_comes_from_its_setting() -> None:
+    assert local_defaults({})["spark.driver.memory"] == "2g"
+    assert local_defaults({"TRACEFLOW_SPARK_DRIVER_MEMORY": "8g"})["spark.driver.memory"] == "8g"

@@ -129,6 +129,13 @@ SETTINGS: tuple[Setting, ...] = (
         "30",
         "Days a quarantined payload is kept (`traceflow quarantine list` shows them).",
     ),
+    Setting(
+        "spark_driver_memory",
+        "TRACEFLOW_SPARK_DRIVER_MEMORY",
+        "2g",
+        "Heap of the Spark driver that `--engine spark` starts in local mode, where the tasks run: exact "
+        "quantiles over one group of N distinct values need about 0.5 KB x N (8g for 10 M gaps).",
+    ),
 )
 
 _BY_NAME = {s.name: s for s in SETTINGS}

@@ -72,6 +72,15 @@ def spark_type(duck: str) -> str:
     return _RENAMED_TYPES[duck]
 
 
+def local_defaults(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What a session started here (not Spark Connect) gets unless the caller's ``conf`` says otherwise:
+    the driver heap (``TRACEFLOW_SPARK_DRIVER_MEMORY``, 2g) and a shuffle width for a few cores."""
+    return {
+        "spark.driver.memory": config.get("spark_driver_memory", environ) or "2g",
+        "spark.sql.shuffle.partitions": "8",
+    }
+
+
 def session(
     remote: str | None = None, *, app_name: str = "traceflow", conf: Mapping[str, str] | None = None
 ) -> SparkSession:
@@ -88,7 +97,7 @@ def session(
         builder = builder.remote(remote)
     else:
         builder = builder.master(remote or "local[*]")
-        for key, value in {"spark.driver.memory": "2g", "spark.sql.shuffle.partitions": "8"}.items():
+        for key, value in local_defaults().items():
             builder = builder.config(key, value)
     for key, value in {**SETTINGS, **(conf or {})}.items():
         builder = builder.config(key, value)
