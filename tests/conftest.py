@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import os
@@ -129,3 +130,31 @@ def spark() -> Iterator[Any]:
     s.sparkContext.setLogLevel("ERROR")
     yield s
     s.stop()
+
+
+@contextlib.contextmanager
+def s3_test_server(state: Path) -> Iterator[dict[str, str]]:
+    """moto's S3 server on 127.0.0.1 (a free port), with the AWS variables naming it, the machine-local
+    state under ``state`` and the result cache off while the block runs; yields those variables.
+    moto and s3fs are test dependencies (``.[test]``): a missing one fails, it does not skip."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    env = {
+        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "XDG_STATE_HOME": str(state),
+        "TRACEFLOW_CACHE": "0",
+    }
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            for key, value in env.items():
+                mp.setenv(key, value)
+            mp.delenv("AWS_PROFILE", raising=False)
+            yield env
+    finally:
+        server.stop()

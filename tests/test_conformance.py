@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.conformance_support import differences, same_object, synthetic_lake
-from tests.conftest import TESTDATA
+from tests.conftest import TESTDATA, s3_test_server
 from traceflow.analysis import gaps, load, misses, mix, sessions, ttl, working_set
 from traceflow.importers import get
 from traceflow.importers.run import run_import
@@ -57,23 +57,7 @@ def s3_lakes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lake, L
     """The synthetic lake written through the lake's own publishing to ``s3://conformance/lake`` on
     the S3 test server (moto, 127.0.0.1, a free port), and a local copy of its objects (s3fs) that
     Spark reads. The AWS variables name the server while this module runs."""
-    pytest.importorskip("s3fs")
-    moto_server = pytest.importorskip("moto.server")
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    env = {
-        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "XDG_STATE_HOME": str(tmp_path_factory.mktemp("s3-state")),
-        "TRACEFLOW_CACHE": "0",
-    }
-    with pytest.MonkeyPatch.context() as mp:
-        for key, value in env.items():
-            mp.setenv(key, value)
-        mp.delenv("AWS_PROFILE", raising=False)
+    with s3_test_server(tmp_path_factory.mktemp("s3-state")):
         from traceflow.store.objects import filesystem
 
         fs = filesystem()
@@ -85,7 +69,6 @@ def s3_lakes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lake, L
             names = [sorted(lk._rel(table, n) for n in lk.file_names(table)) for lk in (lake, copy)]
             assert names[0] and names[0] == names[1]
         yield lake, copy
-    server.stop()
 
 
 def _lakes(request: pytest.FixtureRequest, lakes: dict[str, Lake], name: str) -> tuple[Lake, Lake]:
@@ -282,7 +265,8 @@ def test_spark_compaction_matches_duckdb(spark: Any, tmp_path: Path) -> None:
 def test_chdb_mix(request: pytest.FixtureRequest, lakes: dict[str, Lake], lake_name: str) -> None:
     """chDB reads the lake (local files, or the S3 test server through its ``s3`` table function)
     with the same dedup (``LIMIT 1 BY``) and gives the same mix."""
-    chdb = pytest.importorskip("chdb")
+    import chdb  # a test dependency (.[test]): missing fails, not skips
+
     lake, _ = _lakes(request, lakes, lake_name)
     glob = lake.glob("requests")
     if lake.url is not None:

@@ -8,15 +8,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import pytest
+import chdb.session as chdb_session  # a test dependency (.[test]): missing fails, not skips
 
 from tests.collectors_support import api_request_logs
 from traceflow.importers.clickhouse_otel import IMPORTER, logs_request
 from traceflow.importers.run import run_import
 from traceflow.otlp.logs import map_logs
 from traceflow.store.lake import Lake, to_micros
-
-chdb_session = pytest.importorskip("chdb.session")
 
 #: The exporter's ``otel_logs`` DDL (exporter/clickhouseexporter/internal/sqltemplates/logs_table.sql,
 #: with its database, table, engine and TTL placeholders filled in).

@@ -19,34 +19,16 @@ import orjson
 import pytest
 
 from tests.collectors_support import Server, api_request_logs, wait_for
-from tests.conftest import TESTDATA
+from tests.conftest import TESTDATA, s3_test_server
 from traceflow.store.lake import Lake
-
-pytest.importorskip("s3fs")
-moto_server = pytest.importorskip("moto.server")
 
 PB = {"Content-Type": "application/x-protobuf"}
 
 
 @pytest.fixture(scope="module")
 def s3_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    env = {
-        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "XDG_STATE_HOME": str(tmp_path_factory.mktemp("state")),
-    }
-    with pytest.MonkeyPatch.context() as mp:
-        for k, v in env.items():
-            mp.setenv(k, v)
-        mp.delenv("AWS_PROFILE", raising=False)
-        mp.setenv("TRACEFLOW_CACHE", "0")
+    with s3_test_server(tmp_path_factory.mktemp("state")):
         yield {**os.environ}
-    server.stop()
 
 
 @pytest.fixture
