@@ -158,3 +158,21 @@ def s3_test_server(state: Path) -> Iterator[dict[str, str]]:
             yield env
     finally:
         server.stop()
+
+
+@pytest.fixture(params=["jit", "numpy"])
+def lru_engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a test with the numba kernels (traceflow.kv.lru_jit) and with the numpy/Python path
+    (``TRACEFLOW_NATIVE=0``); where numba is required (CI) a missing one fails."""
+    from traceflow import native
+
+    if request.param == "numpy":
+        monkeypatch.setenv("TRACEFLOW_NATIVE", "0")
+    else:
+        monkeypatch.delenv("TRACEFLOW_NATIVE", raising=False)
+        if not native.jit_available():
+            if os.environ.get("TRACEFLOW_REQUIRE_NATIVE") == "1":
+                raise RuntimeError("numba is not installed; pip install -e '.[test]' installs it")
+            pytest.skip("numba is not installed")
+    assert native.jit_enabled() == (request.param == "jit")
+    return str(request.param)

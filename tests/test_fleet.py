@@ -74,7 +74,7 @@ def test_session_hash_without_sessions_hashes_the_root_block() -> None:
     assert assign == expect
 
 
-def test_prefix_router_follows_the_longest_remembered_prefix_else_the_least_loaded() -> None:
+def test_prefix_router_follows_the_longest_remembered_prefix_else_the_least_loaded(lru_engine: str) -> None:
     # worked by hand: r0 -> 0 (nothing known, all idle); r1 -> 1 (least loaded: 0 has 8 tokens);
     # r2 shares [1, 2] with r0 -> 0; r3 shares [10] with r1 -> 1; r4 knows nothing: loads are
     # 0: 8 + 12 = 20, 1: 8 + 8 = 16 -> 1; r5 matches [1, 2, 3] (last routed to 0) -> 0;
@@ -89,6 +89,30 @@ def test_prefix_router_follows_the_longest_remembered_prefix_else_the_least_load
     # a shared root (block 1 in every request) keeps everything on the instance that first had it
     shared = BlockTrace.from_requests(range(4), [8] * 4, [[1, 2], [1, 3], [1, 4], [1, 5]], 4)
     assert fleet.route(shared, 3, "prefix").tolist() == [0, 0, 0, 0]
+
+
+@pytest.mark.parametrize("instances", [2, 3, 5])
+def test_compiled_prefix_router_routes_as_the_python_one(
+    agentic: BlockTrace, instances: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from traceflow import native
+
+    if not native.jit_enabled():
+        pytest.skip("numba kernels off (not installed, or TRACEFLOW_NATIVE=0)")
+    rng = np.random.default_rng(instances)
+    chains = [rng.integers(0, 40, rng.integers(0, 6)).tolist() for _ in range(400)]
+    tokens = rng.integers(1, 100, 400).tolist()
+    small = BlockTrace.from_requests(range(400), tokens, chains, 4)
+    sparse = BlockTrace.from_requests(range(400), tokens, [[b * 10**12 - 7 for b in c] for c in chains], 4)
+    traces = (agentic, small, sparse)  # sparse: ids far apart and negative, relabelled before the kernel
+    compiled = [fleet.route(t, instances, "prefix") for t in traces]
+    monkeypatch.setenv("TRACEFLOW_NATIVE", "0")
+    assert not native.jit_enabled()
+    python = [fleet.route(t, instances, "prefix") for t in traces]
+    assert compiled[1].tolist() == compiled[2].tolist()  # the same chains under other names
+    for c, p in zip(compiled, python, strict=True):
+        assert c.tolist() == p.tolist()
+    assert len(set(compiled[0].tolist())) == instances  # every instance got work
 
 
 def test_bad_fleet_options_are_usage_errors(agentic: BlockTrace) -> None:

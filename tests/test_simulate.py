@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
@@ -28,21 +27,6 @@ from traceflow.store.lake import Lake
 Cli = Callable[..., tuple[int, str, str]]
 ONE = KVSize(per_token_bytes=1)  # 1 byte per token: tier bytes = tokens
 MOONCAKE = "mooncake_conversation_trace.jsonl"
-
-
-@pytest.fixture(params=["jit", "numpy"])
-def lru_engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Run a test with the numba kernels (traceflow.kv.lru_jit) and with the numpy/Python path."""
-    if request.param == "numpy":
-        monkeypatch.setenv("TRACEFLOW_NATIVE", "0")
-    else:
-        monkeypatch.delenv("TRACEFLOW_NATIVE", raising=False)
-        if not native.jit_available():
-            if os.environ.get("TRACEFLOW_REQUIRE_NATIVE") == "1":
-                raise RuntimeError("numba is not installed; pip install -e '.[test]' installs it")
-            pytest.skip("numba is not installed")
-    assert native.jit_enabled() == (request.param == "jit")
-    return str(request.param)
 
 
 def tiers(*blocks: int, block_size: int = 512) -> tuple[Tier, ...]:

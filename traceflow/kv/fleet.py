@@ -14,7 +14,9 @@ Routing (:func:`route`, one serial pass in time order)
                     (k = 0) it goes to the least-loaded instance: fewest input tokens routed so far,
                     ties to the lowest index. Then all its blocks remember its instance. There is no
                     load cap: a prefix every session shares (a common system prompt) sends everything
-                    to one instance, which ``imbalance`` shows.
+                    to one instance, which ``imbalance`` shows. Compiled by numba where it is
+                    installed (:func:`traceflow.kv.lru_jit.route_prefix`; ``TRACEFLOW_NATIVE=0``
+                    runs the same rule in Python).
 
 Instances
   Instance ``i`` replays its requests (global order kept) through the full ``--tier`` list of the
@@ -51,6 +53,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from traceflow import native
 from traceflow.errors import UsageError
 from traceflow.kv.engines import Accesses, EngineOutput, fast_lru
 from traceflow.kv.simulate import SimConfig, build_report, prefix_hits, request_ttft, simulate
@@ -123,6 +126,14 @@ def route(trace: BlockTrace, instances: int, router: str = "session-hash") -> I6
     out = np.zeros(n, dtype=np.int64)
     if instances == 1:
         return out
+    if router == "prefix" and native.jit_enabled():
+        from traceflow.kv import lru_jit
+
+        dense, n_ids = _dense_ids(trace.blocks)
+        routed: I64 = lru_jit.route_prefix(
+            trace.offsets.astype(np.int64), dense, trace.input_tokens.astype(np.int64), instances, n_ids
+        )
+        return routed
     offs = trace.offsets.tolist()
     blocks = trace.blocks.tolist()
     if router == "session-hash":
@@ -148,6 +159,18 @@ def route(trace: BlockTrace, instances: int, router: str = "session-hash") -> I6
         load[i] += tokens[r]
         out[r] = i
     return out
+
+
+def _dense_ids(blocks: I64) -> tuple[I64, int]:
+    """Block ids as indices ``0..n-1`` of an array: as they are where they already are small
+    non-negative numbers (the synthetic and lake traces), else relabelled in sorted order."""
+    if len(blocks) == 0:
+        return blocks.astype(np.int64), 0
+    lo, hi = int(blocks.min()), int(blocks.max())
+    if lo >= 0 and hi < 4 * len(blocks) + 1024:
+        return blocks.astype(np.int64), hi + 1
+    ids, dense = np.unique(blocks, return_inverse=True)
+    return dense.astype(np.int64), len(ids)
 
 
 def _part(trace: BlockTrace, idx: I64) -> BlockTrace:

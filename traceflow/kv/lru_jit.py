@@ -76,3 +76,31 @@ def level(prev: I64, nxt: I64, capacity: int) -> tuple[I64, I64]:
         n_ev += 1
         t = j + 1
     return misses[:n_miss].copy(), evicted[:n_ev].copy()
+
+
+@numba.njit(cache=True, nogil=True)
+def route_prefix(offsets: I64, blocks: I64, tokens: I64, instances: int, n_ids: int) -> I64:
+    """:func:`traceflow.kv.fleet.route`'s ``prefix`` rule over ``blocks`` relabelled ``0..n_ids-1``:
+    the instance that last took the deepest block of a request's longest remembered prefix, else the
+    one with the fewest routed tokens (ties to the lowest index); then its blocks remember it."""
+    n = len(offsets) - 1
+    owner = np.full(n_ids, -1, dtype=np.int64)
+    load = np.zeros(instances, dtype=np.int64)
+    out = np.zeros(n, dtype=np.int64)
+    for r in range(n):
+        lo, hi = offsets[r], offsets[r + 1]
+        k = lo
+        while k < hi and owner[blocks[k]] >= 0:
+            k += 1
+        if k > lo:
+            i = owner[blocks[k - 1]]
+        else:
+            i = 0
+            for j in range(1, instances):
+                if load[j] < load[i]:
+                    i = j
+        for b in range(lo, hi):
+            owner[blocks[b]] = i
+        load[i] += tokens[r]
+        out[r] = i
+    return out
