@@ -56,6 +56,8 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 
+from traceflow.collectors.settings import ReadyLine, serve_argv
+
 LOGS_EXPORT = "/opentelemetry.proto.collector.logs.v1.LogsService/Export"
 
 
@@ -194,21 +196,7 @@ class ServerProc:
     def __init__(
         self, data: Path | str, extra: list[str], env: dict[str, str] | None = None, log: Path | None = None
     ) -> None:
-        cmd = [
-            sys.executable,
-            "-m",
-            "traceflow",
-            "serve",
-            "--data",
-            str(data),
-            "--http-port",
-            "0",
-            "--grpc-port",
-            "0",
-            "--summary-interval",
-            "3600",
-            *extra,
-        ]
+        cmd = serve_argv(data, "--summary-interval", "3600", *extra)
         # stderr to a file when given: an unread pipe fills up and blocks a long-running server
         with contextlib.ExitStack() as stack:
             err = stack.enter_context(open(log, "ab")) if log is not None else subprocess.PIPE
@@ -218,12 +206,12 @@ class ServerProc:
         assert self.proc.stdout is not None
         ready, _, _ = select.select([self.proc.stdout], [], [], 60)
         line = self.proc.stdout.readline().decode() if ready else ""
-        if not line.startswith("traceflow serve:"):
+        bound = ReadyLine.parse(line)
+        if bound is None:
             self.proc.kill()
             raise SystemExit(f"server did not start: {line!r}")
-        parts = dict(p.split(" on ", 1) for p in line.split(": ", 1)[1].split(", ") if " on " in p)
-        self.http = parts.get("OTLP/HTTP", "").removeprefix("http://")
-        self.grpc = parts.get("OTLP/gRPC", "")
+        self.http = bound.http_url.removeprefix("http://")
+        self.grpc = bound.grpc_target
 
     def pids(self) -> dict[str, int]:
         out = {"server": self.proc.pid}

@@ -46,6 +46,7 @@ from traceflow.collectors.settings import (
     DEFAULT_MAX_INFLIGHT_BYTES,
     DEFAULT_ROLL_INTERVAL_S,
     DEFAULT_SUMMARY_INTERVAL_S,
+    READY_PREFIX,
     ServeConfig,
 )
 
@@ -343,7 +344,7 @@ class Runner:
             parts.append(
                 f"OTLP/gRPC on {_host_port(cfg.host, self.grpc_port)}{' (TLS)' if cfg.tls_cert else ''}"
             )
-        return f"traceflow serve: {', '.join(parts)}, data {cfg.data}"
+        return f"{READY_PREFIX}{', '.join(parts)}, data {cfg.data}"
 
     async def _summaries(self, core: Ingest) -> None:
         while True:

@@ -6,6 +6,7 @@ The environment variables behind some of them are read by :mod:`traceflow.config
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,3 +41,54 @@ class ServeConfig:
     summary_interval_s: float = DEFAULT_SUMMARY_INTERVAL_S
     roll_interval_s: float = DEFAULT_ROLL_INTERVAL_S
     segment_bytes: int = DEFAULT_SEGMENT_BYTES
+
+
+#: How the line ``traceflow serve`` prints on standard output once it listens starts; the rest is
+#: ``OTLP/HTTP on URL, OTLP/gRPC on HOST:PORT[ (TLS)], data DATA`` (:class:`ReadyLine`).
+READY_PREFIX = "traceflow serve: "
+
+
+def serve_argv(data: Path | str, *extra: str) -> list[str]:
+    """The command line of ``python -m traceflow serve`` on free ports for ``data``: read the ports
+    it bound from its ready line (:class:`ReadyLine`). ``extra`` flags come last, so they win."""
+    return [
+        sys.executable,
+        "-m",
+        "traceflow",
+        "serve",
+        "--data",
+        str(data),
+        "--http-port",
+        "0",
+        "--grpc-port",
+        "0",
+        *extra,
+    ]
+
+
+@dataclass(frozen=True)
+class ReadyLine:
+    """What a collector's ready line says it listens on (``""`` for a transport that is off)."""
+
+    http_url: str  # http(s)://HOST:PORT
+    grpc_target: str  # HOST:PORT
+
+    @classmethod
+    def parse(cls, line: str) -> ReadyLine | None:
+        """The addresses in ``line``; None when it is not a ready line (the collector failed).
+
+        >>> ReadyLine.parse("traceflow serve: OTLP/HTTP on https://127.0.0.1:4318, "
+        ...                 "OTLP/gRPC on 127.0.0.1:4317 (TLS), data /tmp/lake")
+        ReadyLine(http_url='https://127.0.0.1:4318', grpc_target='127.0.0.1:4317')
+        >>> ReadyLine.parse("Traceback (most recent call last):") is None
+        True
+        """
+        if not line.startswith(READY_PREFIX):
+            return None
+        http = grpc = ""
+        for part in line.removeprefix(READY_PREFIX).strip().split(", "):
+            if part.startswith("OTLP/HTTP on "):
+                http = part.removeprefix("OTLP/HTTP on ")
+            elif part.startswith("OTLP/gRPC on "):
+                grpc = part.removeprefix("OTLP/gRPC on ").split(" ")[0]
+        return cls(http, grpc)

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -22,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from traceflow.collectors.settings import ReadyLine, serve_argv
 from traceflow.errors import TraceflowError, UsageError
 
 if TYPE_CHECKING:
@@ -54,22 +53,7 @@ def examples_dir() -> Path | None:
 
 def start_collector(data: Path, timeout_s: float = 30.0) -> tuple[subprocess.Popen[str], str]:
     """Start ``python -m traceflow serve`` on a free loopback port; (process, OTLP/HTTP URL)."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "traceflow",
-        "serve",
-        "--host",
-        "127.0.0.1",
-        "--data",
-        str(data),
-        "--http-port",
-        "0",
-        "--grpc-port",
-        "0",
-        "--summary-interval",
-        "3600",
-    ]
+    cmd = serve_argv(data, "--host", "127.0.0.1", "--summary-interval", "3600")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     lines: list[str] = []
 
@@ -82,9 +66,9 @@ def start_collector(data: Path, timeout_s: float = 30.0) -> tuple[subprocess.Pop
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for line in lines:
-            m = re.search(r"OTLP/HTTP on (http://[^\s,]+)", line)
-            if m:
-                return proc, m.group(1)
+            ready = ReadyLine.parse(line)
+            if ready is not None and ready.http_url:
+                return proc, ready.http_url
         if proc.poll() is not None:
             raise TraceflowError(f"the collector exited with status {proc.returncode} before it was ready")
         time.sleep(0.05)

@@ -19,7 +19,6 @@ import os
 import select
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from traceflow.collectors.settings import ReadyLine, serve_argv
 from traceflow.store.lake import Lake
 
 CLAUDE_VERSION = "2.1.332"
@@ -104,18 +104,7 @@ class Collector:
         self.exit_code: int | None = None
 
     def start(self, timeout_s: float = 60.0) -> Collector:
-        cmd = [
-            sys.executable,
-            "-m",
-            "traceflow",
-            "serve",
-            "--data",
-            str(self.data),
-            "--http-port",
-            "0",
-            "--grpc-port",
-            "0",
-        ]
+        cmd = serve_argv(self.data)
         with open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL)
         assert self.proc.stdout is not None
@@ -128,16 +117,13 @@ class Collector:
                 break
             if self.proc.poll() is not None:
                 break
-        if not line.startswith(b"traceflow serve:"):
+        bound = ReadyLine.parse(line.decode())
+        if bound is None:
             self.kill()
             raise RuntimeError(f"the collector did not start: {line!r}\n{self.stderr_tail()}")
         self.ready_line = line.decode().strip()
-        for part in self.ready_line.removeprefix("traceflow serve:").split(","):
-            part = part.strip()
-            if part.startswith("OTLP/HTTP on "):
-                self.http_url = part.removeprefix("OTLP/HTTP on ").split()[0]
-            elif part.startswith("OTLP/gRPC on "):
-                self.grpc_url = "http://" + part.removeprefix("OTLP/gRPC on ").split()[0]
+        self.http_url = bound.http_url
+        self.grpc_url = "http://" + bound.grpc_target if bound.grpc_target else ""
         if not (self.http_url and self.grpc_url):
             self.kill()
             raise RuntimeError(f"cannot read the bound ports from the ready line {self.ready_line!r}")

@@ -6,7 +6,6 @@ import os
 import select
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -22,6 +21,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 
 from tests.conftest import TESTDATA
+from traceflow.collectors.settings import ReadyLine, serve_argv
 from traceflow.store.lake import Lake
 
 CAPTURES = TESTDATA / "claude-code-otlp"
@@ -122,19 +122,7 @@ class Server:
         self.grpc_target = ""
 
     def start(self, timeout_s: float = 30.0) -> Server:
-        cmd = [
-            sys.executable,
-            "-m",
-            "traceflow",
-            "serve",
-            "--data",
-            str(self.data),
-            "--http-port",
-            "0",
-            "--grpc-port",
-            "0",
-            *self.args,
-        ]
+        cmd = serve_argv(self.data, *self.args)
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env)
         assert self.proc.stdout is not None
         deadline = time.monotonic() + timeout_s
@@ -146,15 +134,12 @@ class Server:
                 break
             if self.proc.poll() is not None:
                 break
-        if not line.startswith(b"traceflow serve:"):
+        bound = ReadyLine.parse(line.decode())
+        if bound is None:
             self.kill()
             raise RuntimeError(f"server did not start: {line!r} {self.stderr()}")
         self.ready_line = line.decode().strip()
-        for part in self.ready_line.split(", "):
-            if "OTLP/HTTP on " in part:
-                self.http_url = part.split("OTLP/HTTP on ", 1)[1]
-            elif "OTLP/gRPC on " in part:
-                self.grpc_target = part.split("OTLP/gRPC on ", 1)[1].split(" ")[0]
+        self.http_url, self.grpc_target = bound.http_url, bound.grpc_target
         return self
 
     def stderr(self) -> str:
