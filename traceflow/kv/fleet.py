@@ -173,12 +173,11 @@ def _dense_ids(blocks: I64) -> tuple[I64, int]:
     return dense.astype(np.int64), len(ids)
 
 
-def _part(trace: BlockTrace, idx: I64) -> BlockTrace:
-    """Requests ``idx`` of ``trace`` between two empty requests at the trace's first and last times."""
+def _part(trace: BlockTrace, idx: I64, pos: I64) -> BlockTrace:
+    """Requests ``idx`` of ``trace`` (their accesses at ``pos``, :func:`_positions`) between two empty
+    requests at the trace's first and last times."""
     counts = trace.counts()[idx]
-    starts = trace.offsets[:-1][idx]
     offsets = np.concatenate(([0, 0], np.cumsum(counts), [int(counts.sum())])).astype(np.int64)
-    pos = np.repeat(starts - offsets[1:-2], counts) + np.arange(int(counts.sum()), dtype=np.int64)
     t = trace.time_s
     session = ("", *(trace.session[i] for i in idx.tolist()), "") if trace.session is not None else None
     return BlockTrace(
@@ -203,7 +202,7 @@ def _positions(trace: BlockTrace, idx: I64) -> I64:
 def run_instance(task: Task) -> InstanceResult:
     """Simulate one instance (module level, so processes and Spark tasks can pickle it)."""
     part, config = task
-    res = simulate(part, config)
+    res = simulate(part, config, with_report=False)  # the fleet reports once, over all requests
     inner = slice(1, part.n_requests - 1)
     return InstanceResult(
         res.output.served,
@@ -251,7 +250,8 @@ def simulate_fleet(
             raise UsageError(f"--shared-tier {shared.name!r}: give it a name no --tier uses")
     assign = route(trace, instances, router)
     groups = [np.flatnonzero(assign == i) for i in range(instances)]
-    tasks = [(_part(trace, g), config) for g in groups]
+    positions = [_positions(trace, g) for g in groups]
+    tasks = [(_part(trace, g, pos), config) for g, pos in zip(groups, positions, strict=True)]
     results = (mapper or serial_map)(run_instance, tasks)
     m = len(config.tiers)
     n = trace.n_requests
@@ -261,8 +261,8 @@ def simulate_fleet(
     recomputed = np.zeros(n, dtype=np.int64)
     ttft = np.zeros(n, dtype=np.float64)
     idle = np.full(n, np.nan)
-    for g, res in zip(groups, results, strict=True):
-        served[_positions(trace, g)] = res.served
+    for g, pos, res in zip(groups, positions, results, strict=True):
+        served[pos] = res.served
         hit_tokens[g], hit_blocks[g], recomputed[g] = res.hit_tokens, res.hit_blocks, res.recomputed
         ttft[g], idle[g] = res.ttft, res.idle
     written = np.sum([r.written_tokens for r in results], axis=0).astype(np.int64)

@@ -89,8 +89,9 @@ def _capacities(tiers: Sequence[Tier], block_bytes: float) -> list[int]:
     return [t.capacity_blocks(block_bytes) for t in tiers]
 
 
-def simulate(trace: BlockTrace, config: SimConfig) -> SimResult:
-    """Run ``trace`` through the tier hierarchy of ``config``."""
+def simulate(trace: BlockTrace, config: SimConfig, *, with_report: bool = True) -> SimResult:
+    """Run ``trace`` through the tier hierarchy of ``config``. ``with_report=False`` leaves the report
+    empty, for callers that build their own from the per-request arrays (a fleet's instances)."""
     if config.policy not in POLICIES:
         raise UsageError(f"--policy {config.policy!r}: choose one of {', '.join(POLICIES)}")
     if not config.tiers:
@@ -126,7 +127,7 @@ def simulate(trace: BlockTrace, config: SimConfig) -> SimResult:
             config.admit_orphans,
             tok,
         )
-    return _summarise(trace, config, out, acc.prev, tok, caps)
+    return _summarise(trace, config, out, acc.prev, tok, caps, with_report)
 
 
 def _first_in_request(trace: BlockTrace, mask: npt.NDArray[np.bool_], req: I64, local: I64) -> I64:
@@ -189,7 +190,13 @@ def request_ttft(
 
 
 def _summarise(
-    trace: BlockTrace, config: SimConfig, out: EngineOutput, prev: I64, tok: I64, caps: list[int]
+    trace: BlockTrace,
+    config: SimConfig,
+    out: EngineOutput,
+    prev: I64,
+    tok: I64,
+    caps: list[int],
+    with_report: bool = True,
 ) -> SimResult:
     req = trace.request_of_block()
     local = trace.local_index()
@@ -205,8 +212,12 @@ def _summarise(
     deepest = trace.offsets[:-1][seen] + first_cold[seen] - 1
     idle[seen] = trace.time_s[seen] - t_acc[prev[deepest]]
     resumed = seen & (idle >= config.resume_after_s)
-    report = build_report(
-        trace, config, out, caps, hit_tokens, hit_blocks, recomputed, ttft, idle, resumed, served, tok
+    report = (
+        build_report(
+            trace, config, out, caps, hit_tokens, hit_blocks, recomputed, ttft, idle, resumed, served, tok
+        )
+        if with_report
+        else {}
     )
     return SimResult(config, trace, out, hit_tokens, hit_blocks, recomputed, ttft, idle, report)
 
