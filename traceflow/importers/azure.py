@@ -66,7 +66,6 @@ def datetime_micros(value: str) -> int:
 
 class AzureImporter(TraceImporter):
     name: ClassVar[str] = "azure"
-    source: ClassVar[str] = "azure"
     suffixes: ClassVar[tuple[str, ...]] = (".csv",)
     label: ClassVar[str] = "an Azure trace"
 

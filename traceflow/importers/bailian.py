@@ -26,33 +26,19 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from traceflow.importers.base import FileContext
-from traceflow.importers.traces import (
-    RELATIVE_EPOCH_US,
-    TraceImporter,
-    hashed_request,
-    json_object,
-    numeric_timestamp,
-    required_int,
-    seconds_to_micros,
-    token_lengths,
-)
-from traceflow.rows import Row
-
-BLOCK_SIZE = 16
+from traceflow.importers.traces import HashedBlockImporter, required_int
 
 
-class BailianImporter(TraceImporter):
+class BailianImporter(HashedBlockImporter):
     name: ClassVar[str] = "bailian"
-    source: ClassVar[str] = "bailian"
     label: ClassVar[str] = "a Bailian"
+    block_size: ClassVar[int] = 16
+    timestamp_us: ClassVar[int] = 1_000_000  # seconds from the trace start
 
-    def row(self, rec: Any, key: str, no: int, ctx: FileContext) -> Row:
-        rec = json_object(rec)
+    def ids(self, rec: dict[str, Any], ctx: FileContext) -> tuple[dict[str, str | None], dict[str, Any]]:
         chat = required_int(rec, "chat_id")
         parent_raw = rec.get("parent_chat_id")
         parent = -1 if parent_raw is None else int(parent_raw)
-        ts = numeric_timestamp(rec)
-        lengths = token_lengths(rec)
         roots = ctx.state.get("roots")  # chat id -> root of its chain, carried to the next import
         if not isinstance(roots, dict):
             roots = ctx.state["roots"] = {}
@@ -61,16 +47,7 @@ class BailianImporter(TraceImporter):
         stem = ctx.path.stem
         extra: dict[str, Any] = {"parent_chat_id": parent}
         extra.update({name: rec[name] for name in ("type", "turn") if rec.get(name) is not None})
-        return hashed_request(
-            self.source,
-            key,
-            no,
-            ids={"session_id": f"{stem}:{root}", "prompt_id": f"{stem}:{chat}", "request_id": str(chat)},
-            started_at=RELATIVE_EPOCH_US + seconds_to_micros(ts),
-            lengths=lengths,
-            extra=extra,
-            block_size=BLOCK_SIZE,
-        )
+        return {"session_id": f"{stem}:{root}", "prompt_id": f"{stem}:{chat}", "request_id": str(chat)}, extra
 
 
 IMPORTER = BailianImporter()

@@ -49,7 +49,6 @@ def _seconds(value: str | None, column: str) -> float:
 
 class BurstGPTImporter(TraceImporter):
     name: ClassVar[str] = "burstgpt"
-    source: ClassVar[str] = "burstgpt"
     suffixes: ClassVar[tuple[str, ...]] = (".csv",)
     label: ClassVar[str] = "a BurstGPT"
 

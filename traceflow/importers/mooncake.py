@@ -6,10 +6,11 @@ One JSON object per line (REPLAY_FORMATS_AND_TRACES §1)::
 
 Mapping to ``requests``:
 
-* ``started_at`` = :data:`RELATIVE_EPOCH_US` + ``timestamp`` ms. The released traces count
-  milliseconds from the trace start, so their requests fall on 1970-01-01 from 00:00 on; analyses use
-  only differences. A file with absolute epoch-ms timestamps (traceflow's own ``mooncake-flat``
-  export) lands on its true dates. There is no latency: ``ended_at`` and ``duration_ms`` are NULL.
+* ``started_at`` = :data:`~traceflow.importers.traces.RELATIVE_EPOCH_US` + ``timestamp`` ms. The
+  released traces count milliseconds from the trace start, so their requests fall on 1970-01-01 from
+  00:00 on; analyses use only differences. A file with absolute epoch-ms timestamps (traceflow's own
+  ``mooncake-flat`` export) lands on its true dates. There is no latency: ``ended_at`` and
+  ``duration_ms`` are NULL.
 * ``cold_input_tokens`` = ``input_length`` (the whole prompt); ``cache_read_tokens`` =
   ``cache_write_tokens`` = 0. The trace reports no cache outcome: its reuse structure is in
   ``hash_ids`` (512-token prefix blocks, ``block_size`` = 512, ``len == ceil(input_length/512)``),
@@ -27,40 +28,20 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from traceflow.importers.base import FileContext
-from traceflow.importers.traces import (
-    RELATIVE_EPOCH_US,
-    TraceImporter,
-    hashed_request,
-    json_object,
-    numeric_timestamp,
-    token_lengths,
-)
-from traceflow.rows import Row
-
-BLOCK_SIZE = 512
+from traceflow.importers.traces import HashedBlockImporter
 
 
-class MooncakeImporter(TraceImporter):
+class MooncakeImporter(HashedBlockImporter):
     name: ClassVar[str] = "mooncake"
-    source: ClassVar[str] = "mooncake"
     label: ClassVar[str] = "a Mooncake"
+    block_size: ClassVar[int] = 512
+    timestamp_us: ClassVar[int] = 1_000  # milliseconds from the trace start
+    timestamp_note: ClassVar[str] = " (delay-only rows are not supported)"
 
-    def row(self, rec: Any, key: str, no: int, ctx: FileContext) -> Row:
-        rec = json_object(rec)
-        ts = numeric_timestamp(rec, " (delay-only rows are not supported)")
-        lengths = token_lengths(rec)
-        extra = {name: rec[name] for name in ("priority", "delay", "extra") if name in rec}
+    def ids(self, rec: dict[str, Any], ctx: FileContext) -> tuple[dict[str, str | None], dict[str, Any]]:
         session = rec.get("session_id")
-        return hashed_request(
-            self.source,
-            key,
-            no,
-            ids={"session_id": str(session) if session is not None else None},
-            started_at=RELATIVE_EPOCH_US + round(ts * 1000),
-            lengths=lengths,
-            extra=extra,
-            block_size=BLOCK_SIZE,
-        )
+        extra: dict[str, Any] = {name: rec[name] for name in ("priority", "delay", "extra") if name in rec}
+        return {"session_id": str(session) if session is not None else None}, extra
 
 
 IMPORTER = MooncakeImporter()

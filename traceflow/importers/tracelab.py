@@ -88,7 +88,6 @@ def timing(events: list[dict[str, Any]]) -> tuple[int | None, int | None, int | 
 
 class TraceLabImporter(TraceImporter):
     name: ClassVar[str] = "tracelab"
-    source: ClassVar[str] = SOURCE
     label: ClassVar[str] = "a TraceLab round"
 
     def row(self, rec: Any, key: str, no: int, ctx: FileContext) -> Row:

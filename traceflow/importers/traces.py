@@ -1,7 +1,8 @@
 """What the public-trace importers share (Mooncake, Bailian, Azure, BurstGPT; kv-cache-tester uses
 the helpers): finding files, a file's identity, relative time bases, record readers for JSON lines
-and CSV, and :class:`TraceImporter`, the base that turns each record into one request row and each
-bad record into a ``path:line`` error.
+and CSV, :class:`TraceImporter`, the base that turns each record into one request row and each
+bad record into a ``path:line`` error, and :class:`HashedBlockImporter`, the base of the traces whose
+reuse lives in block hash ids (Mooncake, Bailian).
 """
 
 from __future__ import annotations
@@ -62,63 +63,6 @@ def required_int(rec: dict[str, Any], key: str) -> int:
     if value < 0:
         raise ValueError(f"negative {key}")
     return value
-
-
-def json_object(rec: Any) -> dict[str, Any]:
-    """``rec`` when it is a JSON object; ValueError for anything else."""
-    if not isinstance(rec, dict):
-        raise ValueError("not a JSON object")
-    return rec
-
-
-def numeric_timestamp(rec: dict[str, Any], note: str = "") -> float:
-    """The record's numeric ``timestamp``; ValueError (with ``note`` appended) when absent or not a number."""
-    ts = rec.get("timestamp")
-    if isinstance(ts, bool) or not isinstance(ts, int | float):
-        raise ValueError(f"missing or non-numeric timestamp{note}")
-    return ts
-
-
-def token_lengths(rec: dict[str, Any]) -> tuple[int, int, list[int] | None]:
-    """``input_length``, ``output_length`` and the optional ``hash_ids`` of a hashed-block trace record."""
-    inp = required_int(rec, "input_length")
-    outp = required_int(rec, "output_length")
-    hashes = int_list(rec["hash_ids"]) if rec.get("hash_ids") is not None else None
-    return inp, outp, hashes
-
-
-def hashed_request(
-    source: str,
-    key: str,
-    no: int,
-    *,
-    ids: dict[str, str | None],
-    started_at: int,
-    lengths: tuple[int, int, list[int] | None],
-    extra: dict[str, Any],
-    block_size: int,
-) -> Row:
-    """The request row of one hashed-block trace record (Mooncake, Bailian): the whole prompt is cold
-    input, the reuse lives in ``hash_ids`` (comparable within the file: ``attributes.hash_scope``).
-
-    ``ids`` are the row's ``session_id`` and any other id columns, in column order; ``extra`` goes to
-    ``attributes`` after ``file`` and ``hash_scope``.
-    """
-    inp, outp, hashes = lengths
-    return {
-        "event_id": stable_id(source, key, no),
-        "source": source,
-        **ids,
-        "started_at": started_at,
-        "cold_input_tokens": inp,
-        "cache_read_tokens": 0,
-        "cache_write_tokens": 0,
-        "output_tokens": outp,
-        "attributes": {"file": key.split("#", 1)[0], "hash_scope": f"{source}:{key}", **extra},
-        "seq": no,
-        "hash_ids": hashes,
-        "block_size": block_size if hashes is not None else None,
-    }
 
 
 def norm(name: str) -> str:
@@ -194,12 +138,18 @@ class TraceImporter:
     request row (:meth:`row`); a record :meth:`row` cannot read is reported and skipped."""
 
     name: ClassVar[str]
+    #: The rows' ``source``: the importer's name unless a subclass sets another.
     source: ClassVar[str]
     whole_file: ClassVar[bool] = False
     #: File name endings :meth:`discover` takes, and what a record is called in error messages
     #: ("not {label} record": "a Mooncake", "an Azure trace").
     suffixes: ClassVar[tuple[str, ...]] = (".jsonl",)
     label: ClassVar[str]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__ and "source" not in cls.__dict__:
+            cls.source = cls.name
 
     def default_paths(self) -> list[Path]:
         return []
@@ -234,3 +184,49 @@ class TraceImporter:
             out.requests.append(row)
             out.events.extend(events)
         return out
+
+
+class HashedBlockImporter(TraceImporter):
+    """A hashed-block trace (Mooncake, Bailian): one JSON object per request with a numeric
+    ``timestamp`` from the trace start, ``input_length``, ``output_length`` and optional ``hash_ids``.
+
+    The whole prompt is cold input; the reuse lives in ``hash_ids`` (blocks of :attr:`block_size`
+    tokens, comparable within the file: ``attributes.hash_scope``). A subclass says what its
+    timestamps count (:attr:`timestamp_us`) and which ids and attributes a record carries (:meth:`ids`).
+    """
+
+    block_size: ClassVar[int]
+    #: Microseconds per unit of ``timestamp`` (1,000 for milliseconds, 1,000,000 for seconds).
+    timestamp_us: ClassVar[int]
+    #: Appended to the error for a record without a numeric ``timestamp``.
+    timestamp_note: ClassVar[str] = ""
+
+    def ids(self, rec: dict[str, Any], ctx: FileContext) -> tuple[dict[str, str | None], dict[str, Any]]:
+        """The row's ``session_id`` and other id columns (in column order), and what goes to
+        ``attributes`` after ``file`` and ``hash_scope``."""
+        raise NotImplementedError
+
+    def row(self, rec: Any, key: str, no: int, ctx: FileContext) -> Row:
+        if not isinstance(rec, dict):
+            raise ValueError("not a JSON object")
+        ts = rec.get("timestamp")
+        if isinstance(ts, bool) or not isinstance(ts, int | float):
+            raise ValueError(f"missing or non-numeric timestamp{self.timestamp_note}")
+        inp = required_int(rec, "input_length")
+        outp = required_int(rec, "output_length")
+        hashes = int_list(rec["hash_ids"]) if rec.get("hash_ids") is not None else None
+        ids, extra = self.ids(rec, ctx)
+        return {
+            "event_id": stable_id(self.source, key, no),
+            "source": self.source,
+            **ids,
+            "started_at": RELATIVE_EPOCH_US + round(ts * self.timestamp_us),
+            "cold_input_tokens": inp,
+            "cache_read_tokens": 0,
+            "cache_write_tokens": 0,
+            "output_tokens": outp,
+            "attributes": {"file": key.split("#", 1)[0], "hash_scope": f"{self.source}:{key}", **extra},
+            "seq": no,
+            "hash_ids": hashes,
+            "block_size": self.block_size if hashes is not None else None,
+        }
