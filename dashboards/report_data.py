@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from traceflow.schema import TOKEN_KINDS
+
 if TYPE_CHECKING:
     import duckdb
     import polars as pl
@@ -158,7 +160,7 @@ def mix_frame(con: duckdb.DuckDBPyConnection, selection: Selection | None) -> pl
 def tokens_frame(series: pl.DataFrame) -> pl.DataFrame:
     import polars as pl
 
-    cols = [f"{k}_tokens_per_s" for k in ("cold_input", "cache_read", "cache_write", "output")]
+    cols = [f"{k}_per_s" for k in TOKEN_KINDS]
     if series.height == 0:
         return pl.DataFrame(
             schema={"bucket_start": pl.Datetime("us", "UTC"), "kind": pl.String, "tokens_per_s": pl.Float64}

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from traceflow.schema import TOKEN_KINDS
 from traceflow.store import time_base
 
 if TYPE_CHECKING:
@@ -33,8 +34,6 @@ if TYPE_CHECKING:
 
     from traceflow.store.selection import Selection
 
-DEFAULT_RESOLUTION_S = 60.0
-TOKEN_KINDS = ("cold_input", "cache_read", "cache_write", "output")
 #: Summary keys that are None ("not applicable") where arrivals do not apply (:func:`arrivals_note`).
 NOT_APPLICABLE = (
     "new_sessions_per_min",
@@ -51,7 +50,7 @@ NOT_APPLICABLE = (
 def load_series(
     con: duckdb.DuckDBPyConnection,
     selection: Selection | None = None,
-    resolution_s: float = DEFAULT_RESOLUTION_S,
+    resolution_s: float = time_base.DEFAULT_RESOLUTION_S,
 ) -> pl.DataFrame:
     """One row per bucket of ``resolution_s`` seconds, coarser where the selection's span would pass
     :data:`~traceflow.store.time_base.MAX_BUCKETS` (see :func:`load_resolution`); the columns of
@@ -60,7 +59,9 @@ def load_series(
 
 
 def load_resolution(
-    con: duckdb.DuckDBPyConnection, selection: Selection | None, resolution_s: float = DEFAULT_RESOLUTION_S
+    con: duckdb.DuckDBPyConnection,
+    selection: Selection | None,
+    resolution_s: float = time_base.DEFAULT_RESOLUTION_S,
 ) -> float:
     """The bucket width :func:`load_series` uses: ``resolution_s``, coarsened past the bucket cap.
     UsageError when it is not positive or when the selection mixes time bases."""
@@ -78,7 +79,7 @@ def _check_resolution(resolution_s: float) -> None:
 def load_overview(
     con: duckdb.DuckDBPyConnection,
     selection: Selection | None = None,
-    resolution_s: float = DEFAULT_RESOLUTION_S,
+    resolution_s: float = time_base.DEFAULT_RESOLUTION_S,
     command: str = "load",
 ) -> pl.DataFrame:
     """:func:`load_summary` of :func:`load_series`, with arrivals marked not applicable where they
@@ -230,7 +231,7 @@ def local_dispersion(counts: Sequence[float], window: int) -> float | None:
 
 def load_summary(
     series: pl.DataFrame,
-    resolution_s: float = DEFAULT_RESOLUTION_S,
+    resolution_s: float = time_base.DEFAULT_RESOLUTION_S,
     *,
     arrivals: bool = True,
     note: str | None = None,
@@ -266,7 +267,7 @@ def load_summary(
         row[f"{name}_mean"] = float(series[col].mean()) if series.height else None  # type: ignore[arg-type]
         row[f"{name}_peak"] = series[col].max() if series.height else None
     for kind in TOKEN_KINDS:
-        col = f"{kind}_tokens_per_s"
+        col = f"{kind}_per_s"
         row[f"{col}_mean"] = float(series[col].mean()) if series.height else None  # type: ignore[arg-type]
         row[f"{col}_peak"] = float(series[col].max()) if series.height else None  # type: ignore[arg-type]
     if not arrivals:

@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from traceflow.store.selection import Selection
 
 DEFAULT_TTL_S = 300.0
-DEFAULT_RESOLUTION_S = 60.0
 
 #: Columns of :func:`working_set_summary` (JSON keys are a contract).
 SUMMARY_COLUMNS = (
@@ -54,7 +53,7 @@ def working_set_series(
     con: duckdb.DuckDBPyConnection,
     selection: Selection | None = None,
     ttl_s: float = DEFAULT_TTL_S,
-    resolution_s: float = DEFAULT_RESOLUTION_S,
+    resolution_s: float = time_base.DEFAULT_RESOLUTION_S,
     kv_bytes_per_token: float | None = None,
 ) -> pl.DataFrame:
     """One row per bucket: ``bucket_start, tokens, tokens_end, streams, streams_end`` (and
@@ -100,7 +99,7 @@ def working_set_resolution(
     con: duckdb.DuckDBPyConnection,
     selection: Selection | None,
     ttl_s: float = DEFAULT_TTL_S,
-    resolution_s: float = DEFAULT_RESOLUTION_S,
+    resolution_s: float = time_base.DEFAULT_RESOLUTION_S,
 ) -> float:
     """The bucket width :func:`working_set_series` uses: ``resolution_s``, coarsened where the span
     (to the last expiry) would pass the bucket cap. UsageError when the selection mixes time bases."""
@@ -157,7 +156,7 @@ def working_set_summary(
     con: duckdb.DuckDBPyConnection,
     selection: Selection | None = None,
     ttls: Sequence[float] = (DEFAULT_TTL_S,),
-    resolution_s: float = DEFAULT_RESOLUTION_S,
+    resolution_s: float = time_base.DEFAULT_RESOLUTION_S,
     kv_bytes_per_token: float | None = None,
 ) -> pl.DataFrame:
     """One row per TTL: :data:`SUMMARY_COLUMNS`."""

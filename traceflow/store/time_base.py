@@ -38,6 +38,8 @@ RELATIVE_SOURCES = frozenset({"mooncake", "kvcache-tester", "bailian", "burstgpt
 #: Sources whose sessions each count time from their own zero (every session starts at t = 0), so
 #: session starts are not arrivals: an arrival rate or Poisson test over them means nothing.
 ALIGNED_START_SOURCES = frozenset({"kvcache-tester"})
+#: The bucket width of a time grid (``load``, ``working-set``) unless asked otherwise: one minute.
+DEFAULT_RESOLUTION_S = 60.0
 #: The most buckets an analysis's time grid gets (69 days at one minute); coarser past that.
 MAX_BUCKETS = 100_000
 #: Bucket widths a coarsened grid takes (seconds); past a day, whole days.
