@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import shutil
+import tomllib
 from collections.abc import Callable
+from dataclasses import asdict, fields
 from pathlib import Path
 
 import pytest
 
-from traceflow.errors import UsageError
+from traceflow.errors import TraceflowError, UsageError
 from traceflow.kv import geometry, models, sizing
 from traceflow.store.lake import Lake
 
@@ -188,6 +192,71 @@ def test_prices_override_and_reject_unknown_keys(tmp_path: Path) -> None:
         sizing.Prices.load(path)
 
 
+# ---------------------------------------------------------------------------------- §8 default prices
+
+REPO = Path(__file__).resolve().parents[1]
+
+#: The default planning prices as README.md's ``traceflow size`` table publishes them (KV_TIER_SIZING.md
+#: §8): the golden values, written here, not read from the code or the packaged file.
+PUBLISHED_PRICES: dict[str, str | float] = {
+    "date": "2026-02",
+    "source": "KV_TIER_SIZING.md §8 planning assumptions (TrendForce-cited press, AWS list prices)",
+    "dram_usd_per_gb": 10.0,
+    "ssd_usd_per_tb": 250.0,
+    "hdd_usd_per_tb": 20.0,
+    "object_usd_per_gb_month": 0.023,
+    "gpu_usd_per_hour": 3.0,
+    "gpu_hbm_gb": 80.0,
+    "amortization_months": 36.0,
+    "power_usd_per_month": 0.0,
+}
+
+
+def test_readme_publishes_the_default_prices() -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### `traceflow size`", 1)[1].split("\n### ", 1)[0]
+    table = section.split("| key | default | what it prices |", 1)[1].split("\n\n", 1)[0]
+    rows = dict(re.findall(r"^\| `(\w+)` \| ([^|]+?) \|", table, flags=re.M))
+    published = {k: (v if k in ("date", "source") else float(v)) for k, v in rows.items()}
+    assert published == PUBLISHED_PRICES
+
+
+def test_packaged_prices_file_gives_every_field_with_the_published_values() -> None:
+    raw = json.loads(sizing.PRICES_FILE.read_text(encoding="utf-8"))
+    assert list(raw) == [f.name for f in fields(sizing.Prices)]
+    assert raw == PUBLISHED_PRICES
+    assert asdict(sizing.Prices.default()) == PUBLISHED_PRICES
+    assert sizing.Prices.load(None) == sizing.Prices.default()
+    assert sizing.Prices.default() is sizing.Prices.default()  # read once
+
+
+def test_packaged_prices_are_package_data() -> None:
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    assert "prices.json" in pyproject["tool"]["setuptools"]["package-data"]["traceflow.kv"]
+    assert sizing.PRICES_FILE.parent == Path(sizing.__file__).parent
+
+
+def test_a_copy_of_the_packaged_file_is_a_prices_file(tmp_path: Path) -> None:
+    path = tmp_path / "prices.json"
+    shutil.copy(sizing.PRICES_FILE, path)
+    assert sizing.Prices.load(path) == sizing.Prices.default()
+    edited = json.loads(path.read_text(encoding="utf-8")) | {"date": "2026-09", "ssd_usd_per_tb": 300}
+    path.write_text(json.dumps(edited, ensure_ascii=False), encoding="utf-8")
+    assert asdict(sizing.Prices.load(path)) == PUBLISHED_PRICES | {"date": "2026-09", "ssd_usd_per_tb": 300.0}
+
+
+def test_packaged_prices_missing_a_key_fail_naming_the_file_and_the_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broken = tmp_path / "prices.json"
+    broken.write_text(json.dumps({k: v for k, v in PUBLISHED_PRICES.items() if k != "gpu_hbm_gb"}))
+    monkeypatch.setattr(sizing, "PRICES_FILE", broken)
+    with pytest.raises(TraceflowError, match=rf"{re.escape(str(broken))}: .*\['gpu_hbm_gb'\]"):
+        sizing.Prices.default()
+    with pytest.raises(TraceflowError, match="gpu_hbm_gb"):
+        sizing.Prices.load(None)
+
+
 # ------------------------------------------------------------------------------------------------ CLI
 
 
@@ -308,3 +377,18 @@ def test_size_and_the_report_assume_one_ssd_array(cli: Cli, lake: Lake) -> None:
     assert f"{ssd.drives} drives of {ssd.drive_bytes / 1e12:g} TB in {ssd.raid}" in note
     assert f"rated {ssd.rated_dwpd:g} DWPD" in note
     assert isinstance(frame, pl.DataFrame)
+
+
+def test_size_prices_file_overrides_only_its_keys(cli: Cli, tmp_path: Path) -> None:
+    path = tmp_path / "prices.json"
+    path.write_text(json.dumps({"date": "2026-09", "dram_usd_per_gb": 12, "ssd_usd_per_tb": 300}))
+    args = ("size", "--kv-model", "MiniMax-M2", "--rate", "4200", "--tier", "dram=1TB", "--format", "json")
+    code, out, err = cli(*args, "--prices", str(path))
+    assert code == 0, err
+    report = json.loads(out)
+    changed = {"date": "2026-09", "dram_usd_per_gb": 12.0, "ssd_usd_per_tb": 300.0}
+    assert report["prices"] == PUBLISHED_PRICES | changed
+    assert report["tiers"][0]["cost_usd_per_month"] == pytest.approx(1_000 * 12 / 36)
+    code, out, err = cli(*args)
+    assert code == 0, err
+    assert json.loads(out)["prices"] == PUBLISHED_PRICES

@@ -244,7 +244,11 @@ def size(
     ] = None,
     sessions: Annotated[int, typer.Option(help="Sessions held at once (adds per-session state).")] = 0,
     prices: Annotated[
-        Path | None, typer.Option("--prices", help="JSON file overriding the dated prices.")
+        Path | None,
+        typer.Option(
+            "--prices",
+            help="JSON file overriding the dated prices (start from a copy of traceflow/kv/prices.json).",
+        ),
     ] = None,
     *,
     selection: Selection,

@@ -18,6 +18,7 @@ Units (``traceflow.units``): GB/TB are 10^9/10^12 bytes (storage vendors, DWPD);
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -25,7 +26,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from traceflow.errors import UsageError
+from traceflow.errors import TraceflowError, UsageError
 from traceflow.kv.geometry import KVSize
 from traceflow.units import parse_bandwidth, parse_duration, parse_size
 
@@ -292,48 +293,96 @@ def ttft_seconds(
 # ------------------------------------------------------------------------------------------ prices
 
 
+#: The shipped planning prices: the same JSON that ``--prices FILE`` reads, with every key given.
+PRICES_FILE = Path(__file__).with_name("prices.json")
+
+
 @dataclass(frozen=True)
 class Prices:
-    """Dated planning prices (KV_TIER_SIZING §8; ASSUMPTIONS, override with ``--prices FILE``)."""
+    """Dated planning prices (KV_TIER_SIZING §8; ASSUMPTIONS, override with ``--prices FILE``).
 
-    date: str = "2026-02"
-    source: str = "KV_TIER_SIZING.md §8 planning assumptions (TrendForce-cited press, AWS list prices)"
-    dram_usd_per_gb: float = 10.0
-    ssd_usd_per_tb: float = 250.0
-    hdd_usd_per_tb: float = 20.0
-    object_usd_per_gb_month: float = 0.023
-    gpu_usd_per_hour: float = 3.0
-    gpu_hbm_gb: float = 80.0
-    amortization_months: float = 36.0
-    power_usd_per_month: float = 0.0
+    The defaults are data, :data:`PRICES_FILE` (``traceflow/kv/prices.json``), read by :meth:`default`.
+    A ``--prices`` file is JSON with any of these keys, replacing just those; copying the shipped file is
+    the way to start one. Owned media (DRAM, SSD, HDD) is bought once and amortised over
+    ``amortization_months``; HBM is priced as its share of GPU-hours; object storage is rented.
+
+    >>> Prices.default().dram_usd_per_gb
+    10.0
+    """
+
+    date: str
+    """When the prices were gathered (``YYYY-MM``); reported with the costs (``prices`` in the output)."""
+    source: str
+    """Where the prices come from."""
+    dram_usd_per_gb: float
+    """Server DRAM, USD per GB (10^9 bytes), bought."""
+    ssd_usd_per_tb: float
+    """Enterprise NVMe flash, USD per TB (10^12 bytes), bought; also prices SSD wear."""
+    hdd_usd_per_tb: float
+    """Nearline HDD, USD per TB, bought."""
+    object_usd_per_gb_month: float
+    """Object storage, USD per GB-month, rented."""
+    gpu_usd_per_hour: float
+    """One GPU, USD per hour; an HBM tier costs its share of ``gpu_hbm_gb`` of it."""
+    gpu_hbm_gb: float
+    """HBM per GPU, GB."""
+    amortization_months: float
+    """Months over which bought media is paid off."""
+    power_usd_per_month: float
+    """Power and hosting, USD per month, added to the total."""
+
+    @classmethod
+    def default(cls) -> Prices:
+        """The shipped planning prices, from :data:`PRICES_FILE` (read once)."""
+        return _packaged_prices(PRICES_FILE)
 
     @classmethod
     def load(cls, path: str | Path | None) -> Prices:
         """Defaults, with any keys of a JSON file (``--prices``) replacing them."""
         if path is None:
-            return cls()
+            return cls.default()
         try:
-            data = json.loads(Path(path).read_text())
-        except (OSError, json.JSONDecodeError) as e:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
             raise UsageError(f"--prices {path}: cannot read it as JSON ({e})") from None
         return cls.from_mapping(data, str(path))
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], where: str = "prices") -> Prices:
-        known = {f.name for f in fields(cls)}
-        unknown = set(data) - known
-        if unknown:
-            raise UsageError(
-                f"{where}: unknown price key(s) {sorted(unknown)}; known: {', '.join(sorted(known))}"
-            )
-        values: dict[str, Any] = {k: (v if k in ("date", "source") else float(v)) for k, v in data.items()}
-        return replace(cls(), **values)
+        """Defaults, with the keys of ``data`` replacing them (``where`` names the source in errors)."""
+        return replace(cls.default(), **_price_values(data, where))
+
+
+def _price_values(data: Mapping[str, Any], where: str) -> dict[str, Any]:
+    known = {f.name for f in fields(Prices)}
+    unknown = set(data) - known
+    if unknown:
+        raise UsageError(
+            f"{where}: unknown price key(s) {sorted(unknown)}; known: {', '.join(sorted(known))}"
+        )
+    return {k: (v if k in ("date", "source") else float(v)) for k, v in data.items()}
+
+
+@functools.cache
+def _packaged_prices(path: Path) -> Prices:
+    """Every :class:`Prices` field from ``path``; a missing key is a broken install, not a default."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise TraceflowError(f"{path}: cannot read the shipped prices ({e}); reinstall traceflow") from None
+    missing = [f.name for f in fields(Prices) if f.name not in data]
+    if missing:
+        raise TraceflowError(
+            f"{path}: the shipped prices lack key(s) {missing}; every Prices field must be given there "
+            "(reinstall traceflow, or restore the file from the repository)"
+        )
+    return Prices(**_price_values(data, str(path)))
 
 
 def tier_cost_per_month(tier: Tier, prices: Prices) -> float:
     """USD per month for a tier's capacity (owned media amortised; HBM as a share of GPU-hours).
 
-    >>> round(tier_cost_per_month(parse_tier("dram=1TB"), Prices()), 2)
+    >>> round(tier_cost_per_month(parse_tier("dram=1TB"), Prices.default()), 2)
     277.78
     """
     if math.isinf(tier.capacity_bytes):
