@@ -294,6 +294,39 @@ def test_the_selection_options_come_where_the_command_declares_them() -> None:
         assert params[start + 7] == "data", name
 
 
+def _commands_with_format() -> dict[str, bool]:
+    """The commands that take ``--format``, each with whether it takes ``--data``."""
+    import typer.main
+
+    from traceflow.cli.app import app, register_all
+
+    register_all()
+    commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+    return {
+        name: any(p.name == "data" for p in command.params)
+        for name, command in commands.items()
+        if any("--format" in getattr(p, "opts", ()) for p in command.params)
+    }
+
+
+def test_many_commands_take_the_shared_format_option() -> None:
+    # the parametrised test below must not pass by finding no command
+    assert {"mix", "gaps", "sessions", "report", "export", "size", "check", "queries"} <= set(
+        _commands_with_format()
+    )
+
+
+@pytest.mark.parametrize("command, data", _commands_with_format().items())
+def test_every_format_option_refuses_an_unknown_format_before_doing_anything(
+    cli: Cli, command: str, data: bool
+) -> None:
+    # no lake at --data: a command that got past option parsing would complain about the lake instead
+    lake = ("--data", "/nonexistent/lake") if data else ()
+    code, out, err = cli(command, "--format", "yaml", *lake, data=False)
+    assert code == 2, (command, out, err)
+    assert "--format 'yaml' is not one of: table, json, csv, markdown" in err + out, (command, err, out)
+
+
 def test_only_config_reads_the_environment() -> None:
     import re
 

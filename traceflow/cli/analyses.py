@@ -17,7 +17,6 @@ from traceflow.cli.options import (
     FormatOpt,
     LakeQuery,
     PricesOpt,
-    check_format,
     connect,
     echo,
     echo_sections,
@@ -375,7 +374,6 @@ def report(
     from traceflow.analysis.report import build_report, render_markdown, render_text
     from traceflow.prices import PriceModel
 
-    check_format(fmt)
     if fmt == "csv":
         raise UsageError("traceflow report has no csv form; use --format table, markdown or json")
     rep = build_report(
@@ -426,7 +424,6 @@ def query(
     """Run a packaged query from queries/ with its $parameters."""
     from traceflow.store import sql
 
-    check_format(fmt)
     params = sql.parse_param_options(param)
     sql.load(name)  # an unknown name is a usage error before the lake is opened
     echo(sql.run(open_lake(data).connect(), name, params), fmt)
@@ -436,7 +433,6 @@ def queries(fmt: FormatOpt = "table") -> None:
     """List the packaged queries with what they answer, their parameters and columns."""
     from traceflow.store import sql
 
-    check_format(fmt)
     echo(sql.listing(), fmt)
 
 

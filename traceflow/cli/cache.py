@@ -20,7 +20,6 @@ from traceflow.cli.options import (
     FormatOpt,
     LakeQuery,
     PricesOpt,
-    check_format,
     echo,
     echo_sections,
     open_lake,
@@ -180,7 +179,6 @@ def check(
     from traceflow.analysis import health
     from traceflow.errors import TraceflowError
 
-    check_format(fmt)
     con = open_lake(data).connect(["requests", "events"])
     result = health.check(
         con,

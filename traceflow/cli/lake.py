@@ -20,7 +20,6 @@ from traceflow.cli.options import (
     LakeQuery,
     PricesOpt,
     SparkRemoteOpt,
-    check_format,
     open_lake,
     with_lake_query,
     with_selection,
@@ -77,7 +76,6 @@ def import_(
     from traceflow.importers.run import run_import
     from traceflow.output import to_json
 
-    check_format(fmt)
     importer = importers.get(source)
     lake = open_lake(data, create=True)
     progress = _Progress(f"importing {source}", enabled=fmt != "json")
@@ -137,7 +135,6 @@ def sql(
     from traceflow.output import render
     from traceflow.store.user_sql import run_sql
 
-    check_format(fmt)
     if (query is None) == (file is None):
         raise UsageError('give either a query ("SELECT ...") or --file q.sql, not both or neither')
     text = query if query is not None else _read_sql_file(file)  # type: ignore[arg-type]
@@ -170,7 +167,6 @@ def compact(
     from traceflow.schema import TABLES
     from traceflow.store.lake import DERIVED
 
-    check_format(fmt)
     lake = open_lake(data)
     rows = []
     derived_before = {v: len(lake.fresh_derived(v) or []) for v in DERIVED}

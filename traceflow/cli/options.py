@@ -42,7 +42,20 @@ PricesOpt = Annotated[
         "--prices", help="JSON/TOML price file overriding the built-in prices (see traceflow.prices)."
     ),
 ]
-FormatOpt = Annotated[str, typer.Option("--format", "-f", help="table, json, csv or markdown.")]
+
+
+def check_format(fmt: str) -> str:
+    """``fmt`` if it is one of :data:`FORMATS`, else a usage error."""
+    if fmt not in FORMATS:
+        raise UsageError(f"--format {fmt!r} is not one of: {', '.join(FORMATS)}")
+    return fmt
+
+
+#: ``--format``, checked while the options are parsed (:func:`check_format`).
+FormatOpt = Annotated[
+    str, typer.Option("--format", "-f", help="table, json, csv or markdown.", callback=check_format)
+]
+
 EngineOpt = Annotated[
     str,
     typer.Option(
@@ -102,13 +115,6 @@ LAKE_QUERY_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
     ("spark_remote", SparkRemoteOpt, None),
     ("fmt", FormatOpt, "table"),
 )
-
-
-def check_format(fmt: str) -> str:
-    """``fmt`` if it is one of :data:`FORMATS`, else a usage error."""
-    if fmt not in FORMATS:
-        raise UsageError(f"--format {fmt!r} is not one of: {', '.join(FORMATS)}")
-    return fmt
 
 
 def connect(
@@ -285,15 +291,9 @@ def with_selection(command: F) -> F:
     return _expand(command, "selection", options, build_selection)
 
 
-def _lake_query(data: Path | None, engine: str, spark_remote: str | None, fmt: str) -> LakeQuery:
-    return LakeQuery(data, engine, spark_remote, check_format(fmt))
-
-
 def with_lake_query(command: F) -> F:
     """Give ``command`` ``--data``, ``--engine``, ``--spark-remote`` and ``--format`` in place of its
-    ``query: LakeQuery`` parameter; the command receives one :class:`LakeQuery`, its format checked.
-
-    Under :func:`with_selection` (``@with_selection`` above ``@with_lake_query``) a bad selection is
-    reported before a bad ``--format``.
+    ``query: LakeQuery`` parameter; the command receives one :class:`LakeQuery` (its format checked by
+    :data:`FormatOpt`).
     """
-    return _expand(command, "query", LAKE_QUERY_OPTIONS, _lake_query)
+    return _expand(command, "query", LAKE_QUERY_OPTIONS, LakeQuery)

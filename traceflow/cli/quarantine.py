@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from traceflow.cli.options import DataOpt, FormatOpt, check_format
+from traceflow.cli.options import DataOpt, FormatOpt
 from traceflow.errors import UsageError
 
 if TYPE_CHECKING:
@@ -37,7 +37,6 @@ def quarantine(
     from traceflow.collectors.quarantine import Quarantine
     from traceflow.output import render
 
-    check_format(fmt)
     if action not in ACTIONS:
         raise UsageError(f"unknown action {action!r}; use one of: {', '.join(ACTIONS)}")
     store = Quarantine.of(config.data_dir(data))

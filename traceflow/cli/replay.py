@@ -16,7 +16,6 @@ from traceflow.cli.options import (
     DataOpt,
     FormatOpt,
     LakeQuery,
-    check_format,
     open_lake,
     with_lake_query,
     with_selection,
@@ -132,7 +131,6 @@ def fit(
     from traceflow.replay.fit import fit as fit_profile
     from traceflow.replay.workload import dump_profile
 
-    check_format(fmt)
     con = open_lake(data).connect(["requests"])
     profile = fit_profile(
         con, selection, idle_threshold_s=parse_duration(idle_after, "--idle-after"), name=name
@@ -232,7 +230,6 @@ def synth(
     Into the lake (source synthetic), to an export format, or as live OTLP telemetry (--send URL, the
     load generator).
     """
-    check_format(fmt)
     if export_fmt is not None and output is None:
         raise UsageError("--export FORMAT needs -o FILE")
     if output is not None and export_fmt is None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from traceflow.cli.options import DataOpt, FormatOpt, check_format, open_lake, with_options, with_selection
+from traceflow.cli.options import DataOpt, FormatOpt, open_lake, with_options, with_selection
 from traceflow.errors import UsageError
 from traceflow.kv.sizing import DEFAULT_SSD
 
@@ -206,7 +206,6 @@ def models(fmt: FormatOpt = "table") -> None:
     from traceflow.kv.models import catalogue_rows
     from traceflow.output import render
 
-    check_format(fmt)
     typer.echo(render(_table(catalogue_rows()), fmt))
 
 
@@ -260,7 +259,6 @@ def size(
     from traceflow.output import render, to_json
     from traceflow.units import parse_bandwidth, parse_duration, parse_size
 
-    check_format(fmt)
     name, kv_size = kv.resolve(selection.models)
     source_note = "given"
     if rate is None:
@@ -362,14 +360,13 @@ def simulate(
                 "--serving simulates one box: drop --instances, --shared-tier, --jobs and --engine "
                 "(fleet simulation replays a trace)"
             )
-        _serve(serving, workload, trace, sim, duration, seed, block_size, per_minute, check_format(fmt))
+        _serve(serving, workload, trace, sim, duration, seed, block_size, per_minute, fmt)
         return
     from traceflow.kv import simulate as kv_simulate
     from traceflow.kv.lake_trace import choose_trace
     from traceflow.kv.sizing import parse_tier
     from traceflow.units import parse_duration
 
-    check_format(fmt)
     mapper = _fleet_mapper(instances, router, jobs, engine, spark_remote)
     name, kv_size = kv.resolve(selection.models)
     bt = choose_trace(
