@@ -491,6 +491,26 @@ def test_genai_span_older_cache_creation_name() -> None:
     assert [m.parsed.requests[0][c] for c in KINDS] == [250, 600, 150, 5]
 
 
+def test_genai_span_cache_write_is_clamped_to_what_the_read_leaves() -> None:
+    # 1000 in, 800 read, 300 written: only 200 are left for the write, so nothing is cold and the
+    # kinds still add up to the input (the write used to stay 300, counting 1100 tokens of context).
+    m = span_request(
+        {
+            "gen_ai.usage.input_tokens": iv(1000),
+            "gen_ai.usage.cache_read.input_tokens": iv(800),
+            "gen_ai.usage.cache_write.input_tokens": iv(300),
+            "gen_ai.usage.output_tokens": iv(7),
+        }
+    )
+    (r,) = m.parsed.requests
+    assert [r[c] for c in KINDS] == [0, 800, 200, 7]
+
+
+def test_genai_span_without_cache_attributes_keeps_them_null() -> None:
+    m = span_request({"gen_ai.usage.input_tokens": iv(1000), "gen_ai.usage.output_tokens": iv(7)})
+    assert [m.parsed.requests[0][c] for c in KINDS] == [1000, None, None, 7]
+
+
 def test_legacy_underscore_keys_of_an_anthropic_span_are_exclusive() -> None:
     m = span_request(
         {

@@ -10,9 +10,60 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 Row = dict[str, Any]
+
+
+class Tokens(NamedTuple):
+    """The four token kinds of one request, exclusive of each other (DESIGN: ``context_tokens =
+    cold_input + cache_read + cache_write``); None is a count the record does not give.
+
+    Agents that report an input count *including* the cached tokens (OpenAI, Gemini, OTel GenAI)
+    are split with :func:`split_inclusive`; Anthropic's counts are already exclusive.
+    """
+
+    cold_input: int | None = None
+    cache_read: int | None = None
+    cache_write: int | None = None
+    output: int | None = None
+
+    def columns(self) -> dict[str, int | None]:
+        """The ``requests`` columns of these counts, in table order.
+
+        >>> Tokens(7, 3, 0, 5).columns()
+        {'cold_input_tokens': 7, 'cache_read_tokens': 3, 'cache_write_tokens': 0, 'output_tokens': 5}
+        """
+        return {
+            "cold_input_tokens": self.cold_input,
+            "cache_read_tokens": self.cache_read,
+            "cache_write_tokens": self.cache_write,
+            "output_tokens": self.output,
+        }
+
+
+def split_inclusive(
+    input: int, cached: int | None, written: int | None = 0, output: int | None = None
+) -> Tokens:
+    """Split an ``input`` count that includes the cache reads (``cached``) and writes (``written``)
+    into the exclusive :class:`Tokens`: the read is clamped to the input, the write to what the read
+    leaves, and the rest is cold, so ``cold_input + cache_read + cache_write == input`` always.
+    Counts are non-negative (callers clamp what agents send); a ``cached`` or ``written`` of None
+    (the record does not say) stays None and counts as 0.
+
+    >>> split_inclusive(100, 30, 20, 5)
+    Tokens(cold_input=50, cache_read=30, cache_write=20, output=5)
+    >>> split_inclusive(100, 150, 20)  # more cached than input: all of it is a read
+    Tokens(cold_input=0, cache_read=100, cache_write=0, output=None)
+    >>> split_inclusive(100, 70, 50)  # the write gets what the read leaves
+    Tokens(cold_input=0, cache_read=70, cache_write=30, output=None)
+    >>> split_inclusive(100, None, None, 8)
+    Tokens(cold_input=100, cache_read=None, cache_write=None, output=8)
+    """
+    read = None if cached is None else min(cached, input)
+    left = input - (read or 0)
+    write = None if written is None else min(written, left)
+    return Tokens(left - (write or 0), read, write, output)
 
 
 @dataclass

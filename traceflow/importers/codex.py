@@ -44,7 +44,7 @@ import orjson
 
 from traceflow import config
 from traceflow.importers.base import FileContext, json_records
-from traceflow.rows import LineError, Parsed, Row, as_int, iso_micros, stable_id
+from traceflow.rows import LineError, Parsed, Row, as_int, iso_micros, split_inclusive, stable_id
 
 SOURCE = "codex-jsonl"
 AGENT = "codex"
@@ -318,9 +318,7 @@ class CodexImporter:
         d_reason = max(0, _get(delta, "reasoning_output_tokens"))
         if d_in == 0 and d_cached == 0 and d_write == 0 and d_out == 0 and d_reason == 0:
             return  # a re-emit with an unchanged total, or an all-zero event
-        read = min(d_cached, d_in)
-        write = min(d_write, d_in - read)
-        cold = d_in - read - write
+        tokens = split_inclusive(d_in, d_cached, d_write, d_out)
 
         model = p.get("model") or info.get("model") or st.get("model")
         model = model if isinstance(model, str) and model else None
@@ -344,10 +342,7 @@ class CodexImporter:
                 "event_id": event_id,
                 "ended_at": ended,
                 "model": model,
-                "cold_input_tokens": cold,
-                "cache_read_tokens": read,
-                "cache_write_tokens": write,
-                "output_tokens": d_out,
+                **tokens.columns(),
                 "reasoning_tokens": d_reason,
                 "attributes": attrs,
             }

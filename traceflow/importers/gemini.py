@@ -41,7 +41,7 @@ import orjson
 
 from traceflow import config
 from traceflow.importers.base import FileContext, json_records
-from traceflow.rows import LineError, Parsed, Row, as_int, iso_micros, stable_id
+from traceflow.rows import LineError, Parsed, Row, as_int, iso_micros, split_inclusive, stable_id
 
 SOURCE = "gemini-jsonl"
 AGENT = "gemini-cli"
@@ -314,7 +314,7 @@ class GeminiImporter:
         thoughts = max(0, _num(t, "thoughts") or 0)
         if inp == 0 and cached == 0 and output == 0 and thoughts == 0:
             return None
-        read = min(cached, inp)
+        tokens = split_inclusive(inp, cached, 0, output + thoughts)
         if cached > inp:
             attrs["cache_read_clamped_from"] = cached
         tool = _num(t, "tool")
@@ -331,10 +331,7 @@ class GeminiImporter:
                 "prompt_id": msg.prompt_id,
                 "ended_at": msg.ts,
                 "model": msg.model,
-                "cold_input_tokens": inp - read,
-                "cache_read_tokens": read,
-                "cache_write_tokens": 0,
-                "output_tokens": output + thoughts,
+                **tokens.columns(),
                 "reasoning_tokens": thoughts,
                 "attributes": attrs,
             }

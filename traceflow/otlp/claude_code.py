@@ -33,7 +33,7 @@ from typing import Any
 from traceflow.otlp.attributes import Resource, agent_version, num, sessions, text, tok, toks
 from traceflow.otlp.limits import MAX_DURATION_MS, MAX_TOKENS, duration_ms
 from traceflow.otlp.mapper import Mapper, Origin, request_row
-from traceflow.rows import stable_id
+from traceflow.rows import Tokens, stable_id
 
 _ANTHROPIC_REQUEST = b"\x1fanthropic-request\x1f"  # stable_id's framing of the first two parts
 
@@ -168,10 +168,7 @@ def llm_request_span(
         duration_ms=dur,
         ttft_ms=duration_ms(num(a.get("ttft_ms"))),
         model=model,
-        cold_input_tokens=cold,
-        cache_read_tokens=read,
-        cache_write_tokens=write,
-        output_tokens=out,
+        tokens=Tokens(cold, read, write, out),
         attributes=m.span_request_attrs(a, res, tid, sid),
     )
     row["ingested_at"] = ended  # loses to the api_request / transcript copy (see module doc)

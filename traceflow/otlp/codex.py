@@ -14,7 +14,7 @@ from typing import Any
 from traceflow.otlp.attributes import Resource, num, text, toks
 from traceflow.otlp.limits import duration_ms
 from traceflow.otlp.mapper import Mapper, request_row
-from traceflow.rows import stable_id
+from traceflow.rows import split_inclusive, stable_id
 
 
 def response_completed(
@@ -35,24 +35,18 @@ def response_completed(
         return
     if inp is None and out is None:
         return  # the token-less duplicate of the completed record
-    inp = inp or 0
-    read = min(cached or 0, inp)
-    write = min(cw or 0, inp - read)
-    cold = inp - read - write
+    tokens = split_inclusive(inp or 0, cached or 0, cw or 0, out)
     session = text(a.get("conversation.id"))
     stamp = a.get("event.timestamp") or t
     m.out.requests.append(
         request_row(
             m.origin("codex", a, res),
-            event_id=stable_id("codex-otlp", session, stamp, (cold, read, write, out, reasoning)),
+            event_id=stable_id("codex-otlp", session, stamp, (*tokens, reasoning)),
             session_id=session,
             ended_at=ts,
             ttft_ms=duration_ms(num(a.get("ttft_ms"))),
             model=text(a.get("model") or a.get("slug")),
-            cold_input_tokens=cold,
-            cache_read_tokens=read,
-            cache_write_tokens=write,
-            output_tokens=out,
+            tokens=tokens,
             reasoning_tokens=reasoning,
             attributes=m.attrs(a, res, tid, sid),
         )

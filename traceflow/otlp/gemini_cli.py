@@ -13,7 +13,7 @@ from typing import Any
 from traceflow.otlp.attributes import Resource, num, text, toks
 from traceflow.otlp.limits import duration_ms
 from traceflow.otlp.mapper import Mapper, request_row
-from traceflow.rows import stable_id
+from traceflow.rows import split_inclusive, stable_id
 
 
 def api_response(
@@ -30,10 +30,7 @@ def api_response(
         return True
     if inp is None and out is None:
         return False  # no usage (an error response): keep it as an event
-    inp = inp or 0
-    read = min(cached or 0, inp)
-    cold = inp - read
-    output = (out or 0) + (thoughts or 0)
+    tokens = split_inclusive(inp or 0, cached or 0, None, (out or 0) + (thoughts or 0))
     session = text(a.get("session.id"))
     prompt = text(a.get("prompt_id"))
     dur = duration_ms(num(a.get("duration_ms")))
@@ -41,7 +38,13 @@ def api_response(
     m.out.requests.append(
         request_row(
             m.origin("gemini-cli", a, res),
-            event_id=stable_id("gemini-otlp", session, prompt, stamp, (cold, read, output, thoughts)),
+            event_id=stable_id(
+                "gemini-otlp",
+                session,
+                prompt,
+                stamp,
+                (tokens.cold_input, tokens.cache_read, tokens.output, thoughts),
+            ),
             session_id=session,
             prompt_id=prompt,
             request_id=text(a.get("gen_ai.response.id")),
@@ -49,9 +52,7 @@ def api_response(
             ended_at=ts,
             duration_ms=dur,
             model=text(a.get("model")),
-            cold_input_tokens=cold,
-            cache_read_tokens=read,
-            output_tokens=output,
+            tokens=tokens,
             reasoning_tokens=thoughts,
             attributes=m.attrs(a, res, tid, sid),
         )

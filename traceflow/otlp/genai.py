@@ -4,7 +4,8 @@ OTel GenAI ``gen_ai.usage.*`` (inclusive input, cache read and ``cache_write`` /
 ``cache_creation`` subsets, reasoning) and OpenInference ``llm.token_count.*``. Legacy underscore
 keys (``gen_ai.usage.cache_read_input_tokens``...) are read as exclusive for Anthropic or when input
 < read + write. Agent/tool/workflow spans (``invoke_agent``...) that repeat their children's usage
-are not requests. All counts are clamped with ``max(0, ...)``.
+are not requests. All counts are clamped with ``max(0, ...)``, and an inclusive input is split
+with :func:`~traceflow.rows.split_inclusive` (read clamped to the input, write to what the read leaves).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 from traceflow.otlp.attributes import Resource, first, num, text, tok, user_id
 from traceflow.otlp.limits import duration_ms
 from traceflow.otlp.mapper import Mapper, Origin, request_row
-from traceflow.rows import stable_id
+from traceflow.rows import Tokens, split_inclusive, stable_id
 
 #: gen_ai.operation.name values whose spans repeat (or lack) the usage of a model call
 _NON_INFERENCE_OPS = frozenset(
@@ -78,13 +79,9 @@ def span_request(
     except ValueError as e:
         m.problems.warn("span usage attribute that is not a number", str(e))
         return
-    if exclusive or inp is None:
-        cold = inp
-    else:
-        read_c = min(read or 0, inp)
-        cold = max(0, inp - read_c - (write or 0))
-        if read is not None:
-            read = read_c
+    tokens = (
+        Tokens(inp, read, write, out) if exclusive or inp is None else split_inclusive(inp, read, write, out)
+    )
     ended = end // 1000 if end else None
     m.out.requests.append(
         request_row(
@@ -97,10 +94,7 @@ def span_request(
             duration_ms=(end - start) / 1e6 if start and end else None,
             ttft_ms=ttft,
             model=text(model),
-            cold_input_tokens=cold,
-            cache_read_tokens=read,
-            cache_write_tokens=write,
-            output_tokens=out,
+            tokens=tokens,
             reasoning_tokens=reasoning,
             cost_usd=num(a.get("llm.cost.total")),
             attributes=m.span_request_attrs(a, res, tid, sid),

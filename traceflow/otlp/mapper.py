@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from traceflow.otlp.attributes import Resource, agent_version, drop_content, family, user_id
-from traceflow.rows import Parsed, Row
+from traceflow.rows import Parsed, Row, Tokens
 
 
 @dataclass
@@ -122,6 +122,9 @@ class Origin(NamedTuple):
     user_id: str | None
 
 
+_NO_TOKENS = Tokens()
+
+
 def request_row(
     origin: Origin,
     *,
@@ -136,17 +139,16 @@ def request_row(
     duration_ms: float | None = None,
     ttft_ms: float | None = None,
     model: str | None = None,
-    cold_input_tokens: int | None = None,
-    cache_read_tokens: int | None = None,
-    cache_write_tokens: int | None = None,
+    tokens: Tokens | None = None,
     cache_write_5m_tokens: int | None = None,
     cache_write_1h_tokens: int | None = None,
-    output_tokens: int | None = None,
     reasoning_tokens: int | None = None,
     cost_usd: float | None = None,
     seq: int | None = None,
 ) -> Row:
-    """A ``requests`` row read off OTLP, in column order; what a mapping does not know stays NULL."""
+    """A ``requests`` row read off OTLP, in column order; what a mapping does not know stays NULL
+    (``tokens`` None: none of the four token kinds)."""
+    t = tokens or _NO_TOKENS
     return {
         "event_id": event_id,
         "source": origin.source,
@@ -162,12 +164,12 @@ def request_row(
         "duration_ms": duration_ms,
         "ttft_ms": ttft_ms,
         "model": model,
-        "cold_input_tokens": cold_input_tokens,
-        "cache_read_tokens": cache_read_tokens,
-        "cache_write_tokens": cache_write_tokens,
+        "cold_input_tokens": t.cold_input,
+        "cache_read_tokens": t.cache_read,
+        "cache_write_tokens": t.cache_write,
         "cache_write_5m_tokens": cache_write_5m_tokens,
         "cache_write_1h_tokens": cache_write_1h_tokens,
-        "output_tokens": output_tokens,
+        "output_tokens": t.output,
         "reasoning_tokens": reasoning_tokens,
         "cost_usd": cost_usd,
         "attributes": attributes,
