@@ -4,9 +4,10 @@
     python benchmarks/bench_mixed_lake.py [--work /tmp/tfbench/mixed] [--json out.json]
 
 The lake holds the repository's test data (``tests/data``, unpacked as the tests do): the Claude Code
-transcripts and OTLP captures (``claude-code-otlp``, ``agent-examples``; real telemetry, 2026), the
-36 kv-cache-tester sessions (``weka_cc_traces``; relative, every session from t = 0) and the Mooncake
-conversation trace (relative, no sessions). `load` and `working-set` refuse the whole lake (it mixes
+transcripts and OTLP captures (``claude-code-otlp``; real telemetry, 2026), the hand-written agent
+examples (the packaged ``traceflow/examples`` and ``agent-examples``), the 36 kv-cache-tester sessions
+(``weka_cc_traces``; relative, every session from t = 0) and the Mooncake conversation trace
+(relative, no sessions). `load` and `working-set` refuse the whole lake (it mixes
 time bases), so they are run per time base with ``--source``; the report runs over the whole lake
 (its time sections keep to the real telemetry). Targets: `report --html` under 2 GB and 2 minutes;
 `load`, `working-set` under 2 GB.
@@ -39,12 +40,12 @@ def _env() -> dict[str, str]:
 def build(lake: Path) -> dict[str, int]:
     """Import the test data into ``lake``; the requests per source."""
     sys.path.insert(0, str(REPO))
-    from tests.conftest import TESTDATA
+    from tests.conftest import EXAMPLES, TESTDATA
 
     transcripts = sorted(str(p) for p in (TESTDATA / "claude-code-otlp").rglob("transcripts/*.jsonl"))
     steps = [
-        ("claude-code", *transcripts, str(TESTDATA / "agent-examples" / "claude-transcript.jsonl")),
-        ("otlp-json", str(TESTDATA / "claude-code-otlp"), str(TESTDATA / "agent-examples")),
+        ("claude-code", *transcripts, str(EXAMPLES / "claude-transcript.jsonl")),
+        ("otlp-json", str(TESTDATA / "claude-code-otlp"), str(EXAMPLES), str(TESTDATA / "agent-examples")),
         ("kvcache-tester", str(TESTDATA / "weka_cc_traces")),
         ("mooncake", str(TESTDATA / "mooncake_conversation_trace.jsonl")),
     ]

@@ -43,8 +43,8 @@ DEMO_TIERS: tuple[tuple[str, float], ...] = (("HBM 141 GB", 141e9), ("+ DRAM 1 T
 
 def examples_dir() -> Path | None:
     """The example agent logs installed with traceflow (``traceflow/examples``: small hand-written
-    Claude Code, Codex and Gemini CLI logs, copies of ``tests/data/agent-examples``); None when this
-    install lacks them."""
+    Claude Code, Codex and Gemini CLI logs, which the tests read too; their expected rows are in
+    ``tests/data/agent-examples/README.md``); None when this install lacks them."""
     import traceflow
 
     path = Path(traceflow.__file__).parent / "examples"

@@ -1,4 +1,5 @@
-"""Fixtures for every test: the test data (``tests/data``), a fresh lake, and the CLI in-process."""
+"""Fixtures for every test: the test data (``tests/data``, and the packaged agent examples), a fresh
+lake, and the CLI in-process."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from traceflow.dashboards.demo import examples_dir
 from traceflow.store.lake import Lake
 
 REPO = Path(__file__).resolve().parents[1]
@@ -59,6 +61,23 @@ def unpack_test_data(stored: Path = STORED) -> Path:
 
 #: The folder the tests read their data from (``tests/data``, unpacked).
 TESTDATA = unpack_test_data()
+
+
+def packaged_examples() -> Path:
+    """The example agent logs packaged with traceflow (``traceflow/examples``), found as ``traceflow
+    demo`` finds them. The tests read them there, not a copy in ``tests/data``; their expected rows are
+    in ``tests/data/agent-examples/README.md``."""
+    path = examples_dir()
+    if path is None:
+        raise RuntimeError(
+            "traceflow/examples is missing: install traceflow from the repository (pip install -e .)"
+        )
+    return path
+
+
+#: The packaged example agent logs (``traceflow/examples``: claude-transcript.jsonl, codex-rollout.jsonl,
+#: gemini-chat.jsonl and the three ``*-otlp-logs.json``). The tests only read them.
+EXAMPLES = packaged_examples()
 
 
 @pytest.fixture

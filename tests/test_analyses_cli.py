@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import TESTDATA
+from tests.conftest import EXAMPLES, TESTDATA
 from tests.test_analyses import fill
 from traceflow import importers
 from traceflow.analysis import gaps, sessions, ttl
@@ -186,7 +186,7 @@ def test_empty_lake(lake: Lake, cli: Cli) -> None:
 
 
 def test_claude_transcript_gap_and_ttl_validation(lake: Lake) -> None:
-    run_import(lake, importers.get("claude-code"), [TESTDATA / "agent-examples" / "claude-transcript.jsonl"])
+    run_import(lake, importers.get("claude-code"), [EXAMPLES / "claude-transcript.jsonl"])
     con = lake.connect()
     rows = gaps.gap_rows(con).select("gap_s", "kind").rows()
     assert rows == [(0.6, "agent"), (441.0, "human")]  # README: 10:07:30 - 10:00:09

@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import TESTDATA
+from tests.conftest import EXAMPLES, TESTDATA
 from traceflow.importers import claude_code, claude_code_frames
 from traceflow.importers import run as importing
 from traceflow.importers.base import FileContext, finish
@@ -34,8 +34,6 @@ from traceflow.schema import EVENTS, REQUESTS, polars_type
 from traceflow.store.lake import Lake, frame_from_rows
 
 CLAUDE = claude_code.IMPORTER
-
-_EXAMPLES = TESTDATA
 
 
 def _parse(
@@ -63,8 +61,8 @@ def _parse(
 
 
 def _real_files() -> list[Path]:
-    files = sorted((_EXAMPLES / "claude-code-otlp").glob("*/transcripts/**/*.jsonl"))
-    return [*files, _EXAMPLES / "agent-examples" / "claude-transcript.jsonl"]
+    files = sorted((TESTDATA / "claude-code-otlp").glob("*/transcripts/**/*.jsonl"))
+    return [*files, EXAMPLES / "claude-transcript.jsonl"]
 
 
 def _real_lines() -> list[bytes]:
@@ -353,8 +351,8 @@ def test_plan_resolves_paths_as_path_resolve(tmp_path: Path) -> None:
     assert {r["head"] for r in result.records.values()} == {importing._head(real / "a.jsonl", 3)}
 
 
-def test_events_frame_equals_frame_from_rows(testdata: Path) -> None:
-    data = (testdata / "agent-examples" / "claude-transcript.jsonl").read_bytes()
+def test_events_frame_equals_frame_from_rows() -> None:
+    data = (EXAMPLES / "claude-transcript.jsonl").read_bytes()
     parsed = CLAUDE.parse(data, FileContext(path=Path("/x/s.jsonl")))
     assert parsed.events
     fast = claude_code_frames.events_frame(parsed.events).drop("ingested_at")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TESTDATA
+from tests.conftest import EXAMPLES
 from traceflow.analysis.mix import COLUMNS, SAVINGS
 from traceflow.store.lake import Lake
 
@@ -192,7 +192,7 @@ def test_console_script_and_module_entry_point(filled: Lake) -> None:
 def test_console_script_exit_codes(tmp_path: Path) -> None:
     env = {**os.environ, "TRACEFLOW_DATA": str(tmp_path / "data")}
     bad = tmp_path / "bad.jsonl"
-    good = (TESTDATA / "agent-examples" / "claude-transcript.jsonl").read_text()
+    good = (EXAMPLES / "claude-transcript.jsonl").read_text()
     bad.write_text(good + "garbage\n")  # a bad line among good ones: skipped, exit 3
     run = subprocess.run(
         [sys.executable, "-m", "traceflow", "import", "claude-code", str(bad)],

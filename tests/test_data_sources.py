@@ -1,5 +1,6 @@
 """``tests/data/SOURCES.md`` stays true: every row's size and checksum match its file or folder, every
-file in ``tests/data`` has a row, and the demo's packaged examples equal the test copies.
+file in ``tests/data`` and in ``traceflow/examples`` (the packaged agent logs, which the tests read in
+place) has a row, and ``tests/data`` holds no second copy of a packaged example.
 
 Checksums are computed here with ``hashlib`` and ``gzip`` as SOURCES.md describes them (of the unpacked
 content; a folder's is the sha256 of its sorted ``sha256sum`` listing), independent of conftest's copy.
@@ -14,9 +15,12 @@ from pathlib import Path
 
 import pytest
 
-STORED = Path(__file__).resolve().parent / "data"
+REPO = Path(__file__).resolve().parents[1]
+STORED = REPO / "tests" / "data"
 SOURCES = STORED / "SOURCES.md"
-PACKAGED_EXAMPLES = Path(__file__).resolve().parents[1] / "traceflow" / "examples"
+#: The packaged examples' rows name them from the repository root (``traceflow/examples/NAME``).
+PACKAGED = "traceflow/examples/"
+PACKAGED_EXAMPLES = REPO / PACKAGED
 
 ROW = re.compile(r"^\| `([^`]+)` \|.*\| ([\d,]+) \| ([0-9a-f]{64}) \|$")
 LISTED = re.compile(r"^([0-9a-f]{64})  (\S+)$")
@@ -63,14 +67,14 @@ def test_sources_lists_the_data() -> None:
 @pytest.mark.parametrize("name", sorted(ROWS))
 def test_row_matches_its_file_or_folder(name: str) -> None:
     size, digest = ROWS[name]
-    path = STORED / name
+    path = REPO / name if name.startswith(PACKAGED) else STORED / name
     if name.endswith("/"):
         assert path.is_dir(), f"{name} is not a folder in tests/data"
         items = listing(path)
         got_size = sum(len(data) for _, data in items)
         got_digest = hashlib.sha256(sha256sum_text(items).encode()).hexdigest()
     else:
-        assert path.is_file(), f"{name} is not a file in tests/data"
+        assert path.is_file(), f"{name} is not a file in tests/data or traceflow/examples"
         data = content(path)
         got_size, got_digest = len(data), hashlib.sha256(data).hexdigest()
     assert (got_size, got_digest) == (size, digest), f"SOURCES.md is out of date for {name}"
@@ -99,17 +103,26 @@ def test_per_file_checksums_of_the_kv_cache_tester_traces() -> None:
     assert block == sha256sum_text(got)
 
 
-def test_the_packaged_demo_examples_equal_the_test_copies() -> None:
-    packaged = sorted(PACKAGED_EXAMPLES.iterdir())
-    assert [p.name for p in packaged] == sorted(
-        [
-            "claude-otlp-logs.json",
-            "claude-transcript.jsonl",
-            "codex-otlp-logs.json",
-            "codex-rollout.jsonl",
-            "gemini-chat.jsonl",
-            "gemini-otlp-logs.json",
-        ]
-    )
-    for path in packaged:
-        assert path.read_bytes() == (STORED / "agent-examples" / path.name).read_bytes(), path.name
+def test_every_packaged_example_has_a_row() -> None:
+    packaged = sorted(p.name for p in PACKAGED_EXAMPLES.iterdir())
+    assert packaged == [
+        "claude-otlp-logs.json",
+        "claude-transcript.jsonl",
+        "codex-otlp-logs.json",
+        "codex-rollout.jsonl",
+        "gemini-chat.jsonl",
+        "gemini-otlp-logs.json",
+    ]
+    assert sorted(name for name in ROWS if name.startswith(PACKAGED)) == [PACKAGED + n for n in packaged]
+
+
+def test_tests_data_holds_no_copy_of_a_packaged_example() -> None:
+    """The packaged examples are the one copy: the tests read them in ``traceflow/examples``."""
+    packaged = {p.read_bytes(): p.name for p in PACKAGED_EXAMPLES.iterdir()}
+    sizes = {len(data) for data in packaged}
+    copies = [
+        f"{path.relative_to(STORED).as_posix()} (= {packaged[path.read_bytes()]})"
+        for path in sorted(STORED.rglob("*"))
+        if path.is_file() and path.stat().st_size in sizes and path.read_bytes() in packaged
+    ]
+    assert copies == [], "read traceflow/examples (tests.conftest.EXAMPLES) instead of a copy in tests/data"

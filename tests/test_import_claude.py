@@ -11,7 +11,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import TESTDATA
+from tests.conftest import EXAMPLES
 from traceflow.importers import get
 from traceflow.importers.run import run_import
 from traceflow.store.lake import Lake
@@ -40,9 +40,9 @@ def totals(lake: Lake) -> tuple[int, ...]:
     return tuple(int(v) for v in row)
 
 
-def test_hand_built_transcript_gives_the_documented_rows(testdata: Path, lake: Lake) -> None:
-    # Expected values: tests/data/agent-examples/README.md, "claude-transcript.jsonl".
-    run_import(lake, CLAUDE, [testdata / "agent-examples" / "claude-transcript.jsonl"])
+def test_hand_built_transcript_gives_the_documented_rows(lake: Lake) -> None:
+    # Expected values: tests/data/agent-examples/README.md, "claude-transcript.jsonl" (traceflow/examples).
+    run_import(lake, CLAUDE, [EXAMPLES / "claude-transcript.jsonl"])
     got = rows(
         lake,
         "SELECT request_id, cold_input_tokens, cache_read_tokens, cache_write_tokens, "
@@ -127,8 +127,8 @@ def test_reimport_adds_nothing(testdata: Path, lake: Lake) -> None:
     assert len(lake.files("requests")) == files_before
 
 
-def test_growing_file_imports_only_new_requests(testdata: Path, lake: Lake, tmp_path: Path) -> None:
-    src = (testdata / "agent-examples" / "claude-transcript.jsonl").read_bytes()
+def test_growing_file_imports_only_new_requests(lake: Lake, tmp_path: Path) -> None:
+    src = (EXAMPLES / "claude-transcript.jsonl").read_bytes()
     lines = src.splitlines(keepends=True)
     target = tmp_path / "logs" / "s.jsonl"
     target.parent.mkdir()
@@ -144,9 +144,9 @@ def test_growing_file_imports_only_new_requests(testdata: Path, lake: Lake, tmp_
 
 
 def test_malformed_lines_are_reported_and_skipped(
-    testdata: Path, lake: Lake, tmp_path: Path, cli: Callable[..., tuple[int, str, str]]
+    lake: Lake, tmp_path: Path, cli: Callable[..., tuple[int, str, str]]
 ) -> None:
-    lines = (testdata / "agent-examples" / "claude-transcript.jsonl").read_text().splitlines()
+    lines = (EXAMPLES / "claude-transcript.jsonl").read_text().splitlines()
     lines.insert(3, '{"type":"assistant","message":{"usage": {broken')
     lines.insert(6, "not json at all")
     bad = tmp_path / "bad.jsonl"
@@ -159,9 +159,9 @@ def test_malformed_lines_are_reported_and_skipped(
 
 
 def test_every_kind_of_malformed_line_is_reported_with_its_place(
-    testdata: Path, lake: Lake, tmp_path: Path, cli: Callable[..., tuple[int, str, str]]
+    lake: Lake, tmp_path: Path, cli: Callable[..., tuple[int, str, str]]
 ) -> None:
-    good = (testdata / "agent-examples" / "claude-transcript.jsonl").read_bytes().splitlines()
+    good = (EXAMPLES / "claude-transcript.jsonl").read_bytes().splitlines()
     assistant = next(ln for ln in good if b'"type":"assistant"' in ln)
     user = json.loads(next(ln for ln in good if b'"type":"user"' in ln))
     wrong_type = json.loads(assistant)
@@ -202,13 +202,11 @@ def test_missing_path_is_a_clear_error(cli: Callable[..., tuple[int, str, str]])
     assert "/no/such/dir does not exist" in err
 
 
-def test_default_location_follows_claude_config_dir(
-    testdata: Path, lake: Lake, tmp_path: Path, monkeypatch: object
-) -> None:
+def test_default_location_follows_claude_config_dir(lake: Lake, tmp_path: Path, monkeypatch: object) -> None:
     home = tmp_path / "claude-home"
     proj = home / "projects" / "-home-u-proj"
     proj.mkdir(parents=True)
-    shutil.copy(testdata / "agent-examples" / "claude-transcript.jsonl", proj / "s.jsonl")
+    shutil.copy(EXAMPLES / "claude-transcript.jsonl", proj / "s.jsonl")
     monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(home))  # type: ignore[attr-defined]
     summary = run_import(lake, CLAUDE)
     assert summary.rows["requests"] == 3
@@ -216,7 +214,7 @@ def test_default_location_follows_claude_config_dir(
 
 # -- properties -------------------------------------------------------------------------------
 
-_EXAMPLE = TESTDATA / "agent-examples" / "claude-transcript.jsonl"
+_EXAMPLE = EXAMPLES / "claude-transcript.jsonl"
 
 
 def _assistant_lines() -> list[str]:

@@ -1,6 +1,7 @@
 """Codex rollout importer: fixture rows, incremental imports, fork replay, bad lines, properties.
 
-Expected numbers come from tests/data/agent-examples/README.md (codex-rollout.jsonl), not from the code.
+Expected numbers come from tests/data/agent-examples/README.md (codex-rollout.jsonl, packaged in
+traceflow/examples), not from the code.
 """
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import TESTDATA
+from tests.conftest import EXAMPLES
 from traceflow.importers.base import FileContext
 from traceflow.importers.codex import IMPORTER, CodexImporter
 from traceflow.rows import Parsed, Row, iso_micros, stable_id
 
-FIXTURE = TESTDATA / "agent-examples" / "codex-rollout.jsonl"
+FIXTURE = EXAMPLES / "codex-rollout.jsonl"
 SESSION = "019a9776-0a34-7842-8627-112b63d66e90"
 TOKENS = ("cold_input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")
 

@@ -1,6 +1,7 @@
 """Gemini CLI chat-recording importer: fixture rows, growing files, rewrites, bad lines, properties.
 
-Expected numbers come from tests/data/agent-examples/README.md (gemini-chat.jsonl), not from the code.
+Expected numbers come from tests/data/agent-examples/README.md (gemini-chat.jsonl, packaged in
+traceflow/examples), not from the code.
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import TESTDATA
+from tests.conftest import EXAMPLES
 from traceflow.importers.base import FileContext
 from traceflow.importers.gemini import IMPORTER, GeminiImporter
 from traceflow.rows import Parsed, Row, iso_micros, stable_id
 
-FIXTURE = TESTDATA / "agent-examples" / "gemini-chat.jsonl"
+FIXTURE = EXAMPLES / "gemini-chat.jsonl"
 SESSION = "c1d2e3f4-0000-4000-8000-000000000003"
 TOKENS = ("cold_input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")
 

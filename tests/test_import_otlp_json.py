@@ -1,6 +1,7 @@
 """The otlp-json importer: files of OTLP/JSON export requests (Collector file exporter, captures).
 
-Expected numbers: tests/data/agent-examples/README.md and the fake API's formula in
+Expected numbers: tests/data/agent-examples/README.md (the files: traceflow/examples and
+tests/data/agent-examples) and the fake API's formula in
 reference/CLAUDE_CODE_REAL_CLIENT.md (request k: input 11+100(k-1), output 22+100(k-1),
 cache creation 333+100(k-1), cache read 4444+100(k-1)).
 """
@@ -13,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from tests.conftest import EXAMPLES
 from traceflow.importers import get
 from traceflow.importers.base import FileContext
 from traceflow.importers.otlp_json import IMPORTER, OtlpJsonImporter
@@ -41,8 +43,9 @@ def test_registered_under_its_cli_name() -> None:
 
 
 def test_agent_example_fixtures(testdata: Path, lake: Lake) -> None:
-    examples = testdata / "agent-examples"
-    summary = run_import(lake, IMPORTER, [examples])  # discover picks the *otlp* JSON files only
+    # the packaged logs and the metric streams beside the expected rows; discover picks the *otlp*
+    # JSON files only
+    summary = run_import(lake, IMPORTER, [EXAMPLES, testdata / "agent-examples"])
     assert not summary.errors
     got = rows(
         lake,
@@ -115,22 +118,21 @@ def test_pretty_printed_and_concatenated_requests(testdata: Path, tmp_path: Path
     assert rows(lake, "SELECT count(*) AS n FROM requests")[0]["n"] == 2
 
 
-def test_bad_lines_are_reported_and_the_rest_is_imported(testdata: Path, tmp_path: Path, lake: Lake) -> None:
-    examples = testdata / "agent-examples"
-    bad_types = json.loads((examples / "claude-otlp-logs.json").read_text())
+def test_bad_lines_are_reported_and_the_rest_is_imported(tmp_path: Path, lake: Lake) -> None:
+    bad_types = json.loads((EXAMPLES / "claude-otlp-logs.json").read_text())
     bad_types["resourceLogs"][0]["scopeLogs"][0]["logRecords"][0]["timeUnixNano"] = "soon"
-    bad_tokens = json.loads((examples / "claude-otlp-logs.json").read_text())
+    bad_tokens = json.loads((EXAMPLES / "claude-otlp-logs.json").read_text())
     for kv in bad_tokens["resourceLogs"][0]["scopeLogs"][0]["logRecords"][2]["attributes"]:
         if kv["key"] == "output_tokens":
             kv["value"] = {"stringValue": "twelve"}
     lines = [
-        compact(examples / "codex-otlp-logs.json"),  # 1
+        compact(EXAMPLES / "codex-otlp-logs.json"),  # 1
         b'{"resourceLogs": [ truncated',  # 2
         b"",  # 3
         b'{"hello": "world"}',  # 4
         orjson.dumps(bad_types),  # 5
         orjson.dumps(bad_tokens),  # 6: one record rejected, the others kept
-        compact(examples / "gemini-otlp-logs.json"),  # 7
+        compact(EXAMPLES / "gemini-otlp-logs.json"),  # 7
         b"{}",  # 8: an empty request
     ]
     f = tmp_path / "export.jsonl"

@@ -19,7 +19,7 @@ import orjson
 import pytest
 
 from tests.collectors_support import Server, api_request_logs, wait_for
-from tests.conftest import TESTDATA, s3_test_server
+from tests.conftest import EXAMPLES, TESTDATA, s3_test_server
 from traceflow.store.lake import Lake
 
 PB = {"Content-Type": "application/x-protobuf"}
@@ -75,7 +75,7 @@ def test_import_compact_and_mix_on_s3_match_local_disk(
 ) -> None:
     local = str(tmp_path / "local")
     trace = str(TESTDATA / "mooncake_conversation_trace.jsonl")
-    otlp = str(TESTDATA / "agent-examples" / "claude-otlp-logs.json")
+    otlp = str(EXAMPLES / "claude-otlp-logs.json")
     for data in (local, bucket):
         _traceflow(s3_env, "import", "mooncake", trace, "--data", data)
         _traceflow(s3_env, "import", "otlp-json", otlp, "--data", data)
@@ -107,7 +107,7 @@ def test_import_compact_and_mix_on_s3_match_local_disk(
         s3_env,
         "import",
         "otlp-json",
-        str(TESTDATA / "agent-examples" / "codex-otlp-logs.json"),
+        str(EXAMPLES / "codex-otlp-logs.json"),
         "--data",
         bucket,
     )

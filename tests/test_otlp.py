@@ -1,6 +1,7 @@
 """OTLP decoding and mapping (traceflow.otlp.decode): the hand-built fixtures, the real Claude Code captures.
 
-Expected numbers come from tests/data/agent-examples/README.md, from the fake API's formula in
+Expected numbers come from tests/data/agent-examples/README.md (the files: traceflow/examples and
+tests/data/agent-examples), from the fake API's formula in
 reference/CLAUDE_CODE_REAL_CLIENT.md ("Fake API driver markers": request k has input 11+100(k-1),
 output 22+100(k-1), cache creation 333+100(k-1) = 5m 300+100(k-1) + 1h 33, cache read
 4444+100(k-1)), and from the derivation rules of AGENT_TELEMETRY_SCHEMAS §6.4 worked by hand.
@@ -26,6 +27,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
+from tests.conftest import EXAMPLES
 from traceflow.errors import DecodeError
 from traceflow.otlp import decode as otlp
 from traceflow.rows import iso_micros, stable_id
@@ -55,7 +57,10 @@ KINDS = ("cold_input_tokens", "cache_read_tokens", "cache_write_tokens", "output
 
 # -- helpers ------------------------------------------------------------------------------------------
 def fixture(testdata: Path, name: str) -> tuple[otlp.Signal, bytes]:
-    body = (testdata / "agent-examples" / name).read_bytes()
+    """A hand-written OTLP/JSON file: a packaged example log (``traceflow/examples``) or one of the
+    metric streams kept in ``tests/data/agent-examples``."""
+    path = EXAMPLES / name
+    body = (path if path.is_file() else testdata / "agent-examples" / name).read_bytes()
     signal = otlp.signal_of_json(orjson.loads(body))
     assert signal is not None
     return signal, body
@@ -268,8 +273,8 @@ def test_same_record_twice_gives_the_same_event_ids(testdata: Path, name: str) -
     assert len(ids) == len(set(ids))
 
 
-def test_a_record_with_unreadable_tokens_is_rejected_not_raised(testdata: Path) -> None:
-    doc = orjson.loads((testdata / "agent-examples" / "claude-otlp-logs.json").read_bytes())
+def test_a_record_with_unreadable_tokens_is_rejected_not_raised() -> None:
+    doc = orjson.loads((EXAMPLES / "claude-otlp-logs.json").read_bytes())
     attrs = doc["resourceLogs"][0]["scopeLogs"][0]["logRecords"][2]["attributes"]
     for kv in attrs:
         if kv["key"] == "input_tokens":

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import EXAMPLES
 from traceflow.store import sql
 from traceflow.store.lake import STEPS_VIEW, Lake
 
@@ -93,11 +94,11 @@ def test_stored_steps_answer_like_the_window(weka_lake: None, lake: Lake, cli: C
     assert stored == requests > 2000
 
 
-def test_stale_steps_are_not_used(weka_lake: None, lake: Lake, cli: Cli, testdata: Path) -> None:
+def test_stale_steps_are_not_used(weka_lake: None, lake: Lake, cli: Cli) -> None:
     assert cli("compact")[0] == 0
     assert _materialised(lake)
     _, gaps_before, _ = cli("gaps", "--format", "json")
-    code, _, err = cli("import", "claude-code", str(testdata / "agent-examples" / "claude-transcript.jsonl"))
+    code, _, err = cli("import", "claude-code", str(EXAMPLES / "claude-transcript.jsonl"))
     assert code == 0, err
     assert not _materialised(lake)  # a new file: the window runs again
     _, gaps_after, _ = cli("gaps", "--format", "json")

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TESTDATA
+from tests.conftest import EXAMPLES, TESTDATA
 
-TRANSCRIPT = TESTDATA / "agent-examples" / "claude-transcript.jsonl"
+TRANSCRIPT = EXAMPLES / "claude-transcript.jsonl"
 
 
 def traceflow(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
