@@ -59,7 +59,9 @@ stream AS (
         coalesce(output_tokens, 0) AS output_tokens,
         row_number() OVER w AS position,
         lag(t_end_us) OVER w AS prev_end_us,
-        lead(t_end_us) OVER w AS next_end_us,
+        -- next_end_us: when a later request of the stream has first ended (the next request's end,
+        -- unless a request after it ended sooner); NULL for the stream's last request
+        min(t_end_us) OVER later AS next_end_us,
         lag(prompt_key) OVER w AS prev_prompt_key,
         lag(context_tokens) OVER w AS prev_context_tokens,
         lag(coalesce(output_tokens, 0)) OVER w AS prev_output_tokens,
@@ -69,7 +71,8 @@ stream AS (
         lag(cache_write_5m_tokens) OVER w AS prev_cache_write_5m_tokens,
         lag(cache_write_1h_tokens) OVER w AS prev_cache_write_1h_tokens
     FROM keyed
-    WINDOW w AS (PARTITION BY stream_key ORDER BY t_start_us, seq)
+    WINDOW w AS (PARTITION BY stream_key ORDER BY t_start_us, seq),
+           later AS (PARTITION BY stream_key ORDER BY t_start_us, seq ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING)
 ),
 steps AS (
     -- gap_s: idle seconds since the previous request of the stream ended (NULL for its first request)

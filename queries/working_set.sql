@@ -1,6 +1,7 @@
 -- working_set: the live KV working set over time: at time t, the sum of context_tokens of the
 -- streams (sessions; a sub-agent counts apart) whose last request ended within $ttl_s before t. A
--- request's context counts from its end until the TTL runs out or the stream's next request ends.
+-- request's context counts from its end until the TTL runs out or a later request of the stream
+-- ends (the next one, or one after it that ended sooner: a stream holds one context at a time).
 -- One row per bucket of $resolution_s seconds from the first to the last change: tokens and streams
 -- are averages over the bucket, tokens_end and streams_end the values at its end. Multiply by the
 -- model's KV bytes per token for bytes. The grid never passes $max_buckets buckets: a wider one is
@@ -19,7 +20,8 @@ WITH knobs AS (
     SELECT CAST($ttl_s AS DOUBLE) * 1e6 AS ttl_us, CAST($resolution_s AS DOUBLE) * 1e6 AS res_us
 ),
 held AS (
-    -- a request's context is held from its end until the TTL runs out or the stream's next request ends
+    -- a request's context is held from its end until the TTL runs out or a later request of the
+    -- stream ends (next_end_us: the first such end)
     SELECT s.t_end_us AS t0,
            least(s.t_end_us + k.ttl_us, coalesce(s.next_end_us, s.t_end_us + k.ttl_us)) AS t1,
            s.context_tokens AS tokens

@@ -1,0 +1,251 @@
+"""Golden recounts: the analyses on real traces against the DESIGN §3 definitions, recomputed here in
+plain Python straight from the raw files (json/csv parsing of the source file, never the lake or
+traceflow's own functions) and compared exactly or to a stated float tolerance.
+
+The traces: the 36 real Claude Code sessions of kv-cache-tester (``tests/data/weka_cc_traces``) and the
+Azure 2023 code trace (``tests/data/SOURCES.md``). What the recounts take from the importers' documented
+mappings (``traceflow/importers/kvcache_tester.py``, ``azure.py``): a kv-cache-tester request starts at
+``t`` (a sub-agent's at its entry's ``t`` plus its own), rounded to the microsecond, and ends
+``api_time`` later (at its start where ``api_time`` is missing); a sub-agent is a stream of its own in
+the session; a main request without ``tool_result`` in its ``input_types`` starts a new prompt (a
+user turn), every other request continues the prompt before it; ``in`` is the whole prompt (the
+context). An Azure request starts at ``TIMESTAMP`` (UTC) and its ``ContextTokens`` are cold input.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import json
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import TESTDATA
+from traceflow import importers
+from traceflow.analysis import gaps, ttl, working_set
+from traceflow.importers.run import run_import
+from traceflow.store.lake import Lake
+
+pytestmark = pytest.mark.realdata
+
+WEKA = TESTDATA / "weka_cc_traces"
+AZURE = TESTDATA / "AzureLLMInferenceTrace_code_2023.csv"
+
+#: Anthropic's published base prices (USD per million tokens, input/output; anthropic.com/pricing) of
+#: the models in the 36 sessions, and the published cache multipliers: read 0.1x, write 1.25x (5 min)
+#: and 2x (1 h) the base input price.
+PUBLISHED_PRICES = {
+    "claude-opus-4-5-20251101": (5.0, 25.0),
+    "claude-opus-4-6": (5.0, 25.0),
+    "claude-opus-4-1-20250805": (15.0, 75.0),
+    "claude-sonnet-4-5-20250929": (3.0, 15.0),
+    "claude-sonnet-4-20250514": (3.0, 15.0),
+    "claude-haiku-4-5-20251001": (1.0, 5.0),
+}
+READ_X, WRITE_X = 0.1, {300.0: 1.25, 3600.0: 2.0}
+
+
+@dataclass
+class Req:
+    start_us: int
+    end_us: int
+    context: int
+    output: int
+    model: str
+    new_prompt: bool  # starts a user turn (main stream, no tool_result in input_types)
+    hashes: list[int]
+
+
+@dataclass
+class Stream:
+    session: str  # the trace id (sub-agents fold into it)
+    main: bool
+    reqs: list[Req]  # in stream order: start time, then file order
+
+
+def _req(rec: dict[str, Any], base_t: float, new_prompt: bool) -> Req:
+    start = round((base_t + rec["t"]) * 1_000_000)
+    api = rec.get("api_time")
+    end = start + round(api * 1_000_000) if api is not None else start
+    return Req(start, end, rec["in"], rec["out"], rec["model"], new_prompt, rec.get("hash_ids") or [])
+
+
+def weka_streams(folder: Path = WEKA) -> list[Stream]:
+    """Every stream of every trace file, straight from the JSON."""
+    out: list[Stream] = []
+    for f in sorted(folder.glob("*.json")):
+        doc = json.loads(f.read_bytes())
+        trace = doc.get("id") or f.stem
+        main: list[Req] = []
+        for rec in doc["requests"]:
+            if rec.get("type") == "subagent":
+                subs = [_req(s, rec["t"], False) for s in rec["requests"]]
+                out.append(Stream(trace, False, sorted(subs, key=lambda r: r.start_us)))
+            else:
+                main.append(_req(rec, 0.0, "tool_result" not in (rec.get("input_types") or [])))
+        out.append(Stream(trace, True, sorted(main, key=lambda r: r.start_us)))
+    return out
+
+
+def idle_gap_s(prev: Req, cur: Req) -> float:
+    return max(0, cur.start_us - prev.end_us) / 1e6
+
+
+def quantile(values: list[float], q: float) -> float:
+    """Linear interpolation between the order statistics (DuckDB's quantile_cont, numpy's default)."""
+    xs = sorted(values)
+    pos = q * (len(xs) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+@pytest.fixture(scope="module")
+def weka(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, list[Stream]]:
+    lake = Lake(tmp_path_factory.mktemp("golden-weka") / "data")
+    summary = run_import(lake, importers.get("kvcache-tester"), [WEKA])
+    assert summary.skipped == 0
+    return lake.connect(), weka_streams()
+
+
+# ---------------------------------------------------------------------------------------------
+# gaps: human vs agent
+
+
+def test_gaps_by_kind_match_the_raw_files(weka: tuple[Any, list[Stream]]) -> None:
+    """DESIGN §3 inter-turn gap: ``started_at(n) - ended_at(n-1)``, clamped at 0, within a stream;
+    agent when the request continues the previous request's prompt (a tool loop), human when it starts
+    a new one. Reading for kv-cache-tester (no prompt ids): a main request without ``tool_result``
+    starts a new prompt; a sub-agent's requests all continue the prompt that spawned it, so its gaps
+    are agent gaps, and its first request has no gap (it is its own stream)."""
+    con, streams = weka
+    by_kind: dict[str, list[float]] = {"human": [], "agent": []}
+    for s in streams:
+        for prev, cur in itertools.pairwise(s.reqs):
+            by_kind["human" if cur.new_prompt else "agent"].append(idle_gap_s(prev, cur))
+    g = gaps.gap_summary(con, ttls=(300.0, 3600.0)).to_dicts()[0]
+    assert (g["human_gaps"], g["agent_gaps"], g["unknown_gaps"]) == (253, 1697, 0)
+    for kind, xs in by_kind.items():
+        assert g[f"{kind}_gaps"] == len(xs)
+        for q, col in ((0.5, "p50_s"), (0.9, "p90_s"), (0.99, "p99_s")):
+            assert g[f"{kind}_{col}"] == pytest.approx(quantile(xs, q), abs=1e-6), (kind, col)
+        assert g[f"{kind}_mean_s"] == pytest.approx(statistics.fmean(xs), rel=1e-12)
+        for t in (300, 3600):
+            share = sum(x > t for x in xs) / len(xs)
+            assert g[f"{kind}_share_over_{t}"] == pytest.approx(share, rel=1e-12), (kind, t)
+    # human gaps (the user thinking) are longer than the tool loops'
+    assert statistics.median(by_kind["human"]) > 4 * statistics.median(by_kind["agent"])
+
+
+# ---------------------------------------------------------------------------------------------
+# TTL what-if
+
+
+def test_ttl_whatif_tokens_and_costs_match_the_raw_files(weka: tuple[Any, list[Stream]]) -> None:
+    """DESIGN §3 TTL what-if: under TTL T a request whose idle gap exceeds T writes its prefix again,
+    otherwise reads it; a stream's first request writes its whole context. Reading (as
+    ``traceflow/analysis/ttl.py`` states it): the prefix is the previous request's context plus its
+    output, at most this request's context; every non-read context token is written at the TTL's write
+    price (no separate cold input). Costs at Anthropic's published prices and multipliers; the best
+    TTL is the cheaper of 5 min and 1 h."""
+    con, streams = weka
+    rows = {r["ttl_s"]: r for r in ttl.ttl_whatif(con, ttls=(60.0, 300.0, 1800.0, 3600.0)).to_dicts()}
+    costs = {}
+    for t in (60.0, 300.0, 1800.0, 3600.0):
+        n = expired = ctx = rewrite = read = write = out = 0
+        cost = 0.0
+        for s in streams:
+            for i, cur in enumerate(s.reqs):
+                prefix, is_expired = 0, False
+                if i:
+                    prev = s.reqs[i - 1]
+                    prefix = min(prev.context + prev.output, cur.context)
+                    is_expired = idle_gap_s(prev, cur) > t
+                r = 0 if is_expired else prefix
+                n += 1
+                expired += is_expired
+                ctx += cur.context
+                rewrite += prefix if is_expired else 0
+                read += r
+                write += cur.context - r
+                out += cur.output
+                if t in WRITE_X:
+                    p_in, p_out = PUBLISHED_PRICES[cur.model]
+                    w = WRITE_X[t]
+                    cost += (r * READ_X * p_in + (cur.context - r) * w * p_in + cur.output * p_out) / 1e6
+        got = rows[t]
+        assert (got["requests"], got["expired_requests"], got["context_tokens"]) == (n, expired, ctx), t
+        assert (got["rewrite_tokens"], got["read_tokens"], got["write_tokens"]) == (rewrite, read, write), t
+        assert got["output_tokens"] == out
+        assert got["share_requests_expired"] == pytest.approx(expired / n, rel=1e-12)
+        assert got["share_tokens_rewritten"] == pytest.approx(rewrite / ctx, rel=1e-12)
+        if t in WRITE_X:
+            assert got["cost_usd"] == pytest.approx(cost, rel=1e-9), t
+            costs[t] = cost
+    assert rows[300.0]["expired_requests"] == 115 and rows[3600.0]["expired_requests"] == 9
+    best = min(costs, key=lambda k: costs[k])
+    both = {r["ttl_s"]: r for r in ttl.ttl_whatif(con).to_dicts()}
+    assert [t for t, r in both.items() if r["best"]] == [best] == [3600.0]
+
+
+# ---------------------------------------------------------------------------------------------
+# KV working set
+
+
+def _held(s: Stream, x: int, ttl_us: int) -> int:
+    """The context stream ``s`` holds at time ``x`` (microseconds): that of its latest request (in
+    stream order) that has ended by ``x``, while ``x`` is less than ``ttl_us`` after that end."""
+    last = None
+    for r in s.reqs:
+        if r.end_us <= x:
+            last = r
+    return last.context if last is not None and x < last.end_us + ttl_us else 0
+
+
+def test_working_set_matches_the_raw_files(weka: tuple[Any, list[Stream]]) -> None:
+    """DESIGN §3 KV working set: at time t, the sum of ``context_tokens`` of the sessions whose last
+    request ended within T before t. Readings (those of ``traceflow/analysis/working_set.py``): a
+    sub-agent is a stream of its own (its own cache prefix); "last request" is the stream's latest
+    request in stream order that has ended by t (where a request without ``api_time`` ends at its
+    start before its predecessor does, as in trace_0527, it is that later request's context that
+    counts); held on [end, end + T). Each bucket's ``tokens`` is the exact time average of that step
+    function over the bucket (integrated here segment by segment); ``tokens_end`` is its value just
+    before the bucket's end; the grid runs from the first request's end to the last expiry."""
+    con, streams = weka
+    ttl_s, res_s = 300.0, 60.0
+    ttl_us, res_us = round(ttl_s * 1e6), round(res_s * 1e6)
+    area: dict[int, float] = {}
+    stream_area: dict[int, float] = {}
+    first, last = math.inf, -math.inf
+    for s in streams:
+        points = sorted({r.end_us for r in s.reqs} | {r.end_us + ttl_us for r in s.reqs})
+        for a, b in itertools.pairwise(points):
+            held = _held(s, a, ttl_us)  # constant on [a, b): nothing changes between the points
+            if not held:
+                continue
+            first, last = min(first, a), max(last, b)
+            for bucket in range(a // res_us, (b - 1) // res_us + 1):
+                lo, hi = max(a, bucket * res_us), min(b, (bucket + 1) * res_us)
+                area[bucket] = area.get(bucket, 0.0) + held * (hi - lo)
+                stream_area[bucket] = stream_area.get(bucket, 0.0) + (hi - lo)
+    buckets = range(int(first // res_us), int(last // res_us) + 1)
+    tokens = [area.get(b, 0.0) / res_us for b in buckets]
+    series = working_set.working_set_series(con, ttl_s=ttl_s, resolution_s=res_s)
+    assert series.height == len(buckets)
+    assert series["bucket_start"][0] == dt.datetime.fromtimestamp(buckets[0] * res_s, dt.UTC)
+    assert series["tokens"].to_list() == pytest.approx(tokens, abs=1e-5)
+    assert series["streams"].to_list() == pytest.approx([stream_area.get(b, 0.0) / res_us for b in buckets])
+    ends = [sum(_held(s, (b + 1) * res_us - 1, ttl_us) for s in streams) for b in buckets]
+    assert series["tokens_end"].to_list() == ends
+    streams_end = [sum(_held(s, (b + 1) * res_us - 1, ttl_us) > 0 for s in streams) for b in buckets]
+    assert series["streams_end"].to_list() == streams_end
+    summary = working_set.working_set_summary(con, ttls=(ttl_s,), resolution_s=res_s).to_dicts()[0]
+    assert summary["peak_tokens"] == pytest.approx(max(tokens), abs=1e-5)
+    assert summary["mean_tokens"] == pytest.approx(statistics.fmean(tokens), rel=1e-9)
+    assert summary["p50_tokens"] == pytest.approx(quantile(tokens, 0.5), abs=1e-5)
+    assert summary["p95_tokens"] == pytest.approx(quantile(tokens, 0.95), abs=1e-5)
