@@ -27,7 +27,7 @@ import pytest
 
 from tests.conftest import TESTDATA
 from traceflow import importers
-from traceflow.analysis import gaps, ttl, working_set
+from traceflow.analysis import gaps, misses, ttl, working_set
 from traceflow.importers.run import run_import
 from traceflow.store.lake import Lake
 
@@ -249,3 +249,70 @@ def test_working_set_matches_the_raw_files(weka: tuple[Any, list[Stream]]) -> No
     assert summary["mean_tokens"] == pytest.approx(statistics.fmean(tokens), rel=1e-9)
     assert summary["p50_tokens"] == pytest.approx(quantile(tokens, 0.5), abs=1e-5)
     assert summary["p95_tokens"] == pytest.approx(quantile(tokens, 0.95), abs=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# cache misses and their causes
+
+
+def test_misses_and_causes_match_the_raw_files(weka: tuple[Any, list[Stream]]) -> None:
+    """DESIGN §3 cache misses: a request misses when it is the first of its stream or its cache read
+    falls more than 1,024 tokens below its reusable prefix (the smaller of the previous request's
+    prompt and its own); cause, first match wins: first_request, model_switch, compaction (context
+    below half the previous; the traces have no compaction events), ttl_expired (gap above 300 s: the
+    traces have no 1-hour writes), unexplained; missed tokens = reusable prefix - cache read. The cache
+    read is the importer's documented derivation: the leading run of the request's hash ids already
+    seen in an earlier request of the trace (in start order, file order on ties), times 64."""
+    con, _ = weka
+    by_id: dict[int, int] = {}  # id(request) -> its cache read
+    streams: list[list[Req]] = []
+    for f in sorted(WEKA.glob("*.json")):
+        doc = json.loads(f.read_bytes())
+        flat: list[Req] = []  # every request of the trace in file order (a sub-agent's at its entry)
+        mains: list[Req] = []
+        for rec in doc["requests"]:
+            if rec.get("type") == "subagent":
+                sub = [_req(s, rec["t"], False) for s in rec["requests"]]
+                flat += sub
+                streams.append(sub)
+            else:
+                mains.append(_req(rec, 0.0, False))
+                flat.append(mains[-1])
+        streams.append(mains)
+        seen: set[int] = set()
+        for r in sorted(flat, key=lambda r: r.start_us):
+            hit = 0
+            for h in r.hashes:
+                if h not in seen:
+                    break
+                hit += 1
+            seen.update(r.hashes)
+            by_id[id(r)] = min(r.context, hit * 64)
+    causes: dict[str, int] = {}
+    missed = 0
+    for s in streams:
+        reqs = sorted(s, key=lambda r: r.start_us)
+        for i, cur in enumerate(reqs):
+            if i == 0:
+                causes["first_request"] = causes.get("first_request", 0) + 1
+                continue
+            prev = reqs[i - 1]
+            reusable = min(prev.context, cur.context)
+            if by_id[id(cur)] >= reusable - 1024:
+                continue
+            missed += reusable - by_id[id(cur)]
+            if cur.model != prev.model:
+                cause = "model_switch"
+            elif cur.context < 0.5 * prev.context:
+                cause = "compaction"
+            elif idle_gap_s(prev, cur) > 300:
+                cause = "ttl_expired"
+            else:
+                cause = "unexplained"
+            causes[cause] = causes.get(cause, 0) + 1
+    rows = misses.miss_rows(con, misses_only=True)
+    got: dict[str, int] = {}
+    for c in rows["cause"].to_list():
+        got[c] = got.get(c, 0) + 1
+    assert got == causes
+    assert int(rows["missed_tokens"].sum()) == missed
