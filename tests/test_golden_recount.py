@@ -27,7 +27,7 @@ import pytest
 
 from tests.conftest import TESTDATA
 from traceflow import importers
-from traceflow.analysis import gaps, misses, ttl, working_set
+from traceflow.analysis import gaps, misses, sessions, ttl, working_set
 from traceflow.importers.run import run_import
 from traceflow.store.lake import Lake
 
@@ -316,3 +316,96 @@ def test_misses_and_causes_match_the_raw_files(weka: tuple[Any, list[Stream]]) -
         got[c] = got.get(c, 0) + 1
     assert got == causes
     assert int(rows["missed_tokens"].sum()) == missed
+
+
+# ---------------------------------------------------------------------------------------------
+# sessions
+
+
+def test_sessions_match_the_raw_files(weka: tuple[Any, list[Stream]]) -> None:
+    """DESIGN §3 sessions, per the header of ``queries/sessions.sql`` and the README: a session folds
+    its sub-agents in (a kv-cache-tester trace); requests and duration (first start to last end)
+    count every stream, the context figures, turns, growth, drops and resumes the main stream only.
+    turns: changes of ``prompt_id`` along the main stream (the importer's documented prompt: a main
+    request without ``tool_result`` starts one, in file order); growth: the sum of the context
+    increases; a context drop: a context below half the previous one (the traces have no compaction
+    events, so compactions = drops); a resume: an idle gap of at least 900 s, reloading its prefix
+    (the previous context plus output, at most its own context). The summary's quantiles are
+    DuckDB's ``quantile_cont`` (linear); ``growth_per_turn_mean`` is token-weighted."""
+    con, _ = weka
+    expected: dict[str, dict[str, Any]] = {}
+    for f in sorted(WEKA.glob("*.json")):
+        doc = json.loads(f.read_bytes())
+        main: list[tuple[Req, int, int]] = []  # (request, its prompt, file order)
+        subs: list[list[Req]] = []
+        prompt: int | None = None
+        for i, rec in enumerate(doc["requests"]):
+            if rec.get("type") == "subagent":
+                subs.append([_req(s, rec["t"], False) for s in rec["requests"]])
+                continue
+            if prompt is None or "tool_result" not in (rec.get("input_types") or []):
+                prompt = i
+            main.append((_req(rec, 0.0, False), prompt, i))
+        main.sort(key=lambda m: (m[0].start_us, m[2]))
+        reqs = [m[0] for m in main]
+        every = reqs + [r for s in subs for r in s]
+        assert all(r.context + r.output > 0 for r in every)  # no request without tokens to leave out
+        steps = list(itertools.pairwise(reqs))
+        resumed = [(a, b) for a, b in steps if idle_gap_s(a, b) >= 900]
+        drops = sum(b.context < 0.5 * a.context for a, b in steps)
+        turns = sum(k == 0 or m[1] != main[k - 1][1] for k, m in enumerate(main))
+        expected[doc.get("id") or f.stem] = {
+            "requests": len(every),
+            "turns": turns,
+            "subagents": len(subs),
+            "subagent_requests": sum(map(len, subs)),
+            "duration_s": (max(r.end_us for r in every) - min(r.start_us for r in every)) / 1e6,
+            "context_start": reqs[0].context,
+            "context_end": reqs[-1].context,
+            "context_max": max(r.context for r in reqs),
+            "growth_tokens": sum(max(0, b.context - a.context) for a, b in steps),
+            "context_drops": drops,
+            "compaction_events": 0,
+            "compactions": drops,
+            "resumes": len(resumed),
+            "resume_reload_tokens": sum(min(a.context + a.output, b.context) for a, b in resumed),
+            "output_tokens": sum(r.output for r in every),
+            "context_tokens": sum(r.context for r in every),
+        }
+    rows = sessions.sessions(con).to_dicts()
+    got = {r["root_session_id"]: r for r in rows}
+    assert set(got) == set(expected)
+    for sid, want in expected.items():
+        row = got[sid]
+        have = {k: row[k] for k in want if k not in ("duration_s", "context_tokens")}
+        have["context_tokens"] = (
+            row["cold_input_tokens"] + row["cache_read_tokens"] + row["cache_write_tokens"]
+        )
+        assert row["duration_s"] == pytest.approx(want["duration_s"], abs=1e-6), sid
+        assert have == {k: v for k, v in want.items() if k != "duration_s"}, sid
+    s = sessions.session_summary(con).to_dicts()[0]
+    e = list(expected.values())
+    totals = {k: sum(x[k] for x in e) for k in ("requests", "turns", "subagents", "compactions", "resumes")}
+    assert {k: s[k] for k in totals} == totals == {
+        "requests": 2014, "turns": 289, "subagents": 28, "compactions": 7, "resumes": 36,
+    }  # fmt: skip
+    assert s["sessions"] == 36 and s["sessions_with_subagents"] == sum(x["subagents"] > 0 for x in e) == 9
+    assert s["sessions_with_resume"] == sum(x["resumes"] > 0 for x in e)
+    assert s["sessions_with_compaction"] == sum(x["compactions"] > 0 for x in e)
+    assert s["resume_reload_tokens"] == sum(x["resume_reload_tokens"] for x in e)
+    assert s["context_max"] == max(x["context_max"] for x in e)
+    for col, key, q in (
+        ("requests_p50", "requests", 0.5),
+        ("turns_p50", "turns", 0.5),
+        ("duration_p50_s", "duration_s", 0.5),
+        ("duration_p90_s", "duration_s", 0.9),
+        ("context_start_p50", "context_start", 0.5),
+        ("context_end_p50", "context_end", 0.5),
+        ("context_end_p90", "context_end", 0.9),
+    ):
+        assert s[col] == pytest.approx(quantile([x[key] for x in e], q), abs=1e-6), col
+    assert s["duration_mean_s"] == pytest.approx(statistics.fmean(x["duration_s"] for x in e), rel=1e-12)
+    per_turn = [x["growth_tokens"] / x["turns"] for x in e]
+    assert s["growth_per_turn_p50"] == pytest.approx(quantile(per_turn, 0.5), rel=1e-12)
+    growth = sum(x["growth_tokens"] for x in e) / sum(x["turns"] for x in e)
+    assert s["growth_per_turn_mean"] == pytest.approx(growth, rel=1e-12)
