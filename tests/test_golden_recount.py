@@ -14,6 +14,7 @@ context). An Azure request starts at ``TIMESTAMP`` (UTC) and its ``ContextTokens
 
 from __future__ import annotations
 
+import csv
 import datetime as dt
 import itertools
 import json
@@ -27,7 +28,7 @@ import pytest
 
 from tests.conftest import TESTDATA
 from traceflow import importers
-from traceflow.analysis import gaps, misses, sessions, ttl, working_set
+from traceflow.analysis import gaps, load, misses, sessions, ttl, working_set
 from traceflow.importers.run import run_import
 from traceflow.store.lake import Lake
 
@@ -409,3 +410,111 @@ def test_sessions_match_the_raw_files(weka: tuple[Any, list[Stream]]) -> None:
     assert s["growth_per_turn_p50"] == pytest.approx(quantile(per_turn, 0.5), rel=1e-12)
     growth = sum(x["growth_tokens"] for x in e) / sum(x["turns"] for x in e)
     assert s["growth_per_turn_mean"] == pytest.approx(growth, rel=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# arrivals and load
+
+
+def chi2_sf(x: float, dof: int) -> float:
+    """P(X > x) for X chi-squared with an integer ``dof``: the closed forms of Abramowitz & Stegun
+    26.4.4-26.4.5 (a Poisson sum; erfc plus half-integer terms for odd ``dof``), summed in log space."""
+    h = x / 2
+    if h <= 0:
+        return 1.0
+    if dof % 2 == 0:
+        logs = [-h + j * math.log(h) - math.lgamma(j + 1) for j in range(dof // 2)]
+        head = 0.0
+    else:
+        logs = [-h + (j + 0.5) * math.log(h) - math.lgamma(j + 1.5) for j in range((dof - 1) // 2)]
+        head = math.erfc(math.sqrt(h))
+    if not logs:
+        return head
+    top = max(logs)
+    return head + math.exp(top) * math.fsum(math.exp(v - top) for v in logs)
+
+
+def dispersion_test(counts: list[int]) -> tuple[float, float, float]:
+    """(index of dispersion, chi-squared, two-sided p-value) of counts per bucket: sample variance
+    over mean, ``(n - 1)`` times it, against chi-squared with ``n - 1`` degrees of freedom."""
+    n = len(counts)
+    index = statistics.variance(counts) / statistics.fmean(counts)
+    chi2 = (n - 1) * index
+    sf = chi2_sf(chi2, n - 1)
+    return index, chi2, min(1.0, 2 * min(sf, 1 - sf))
+
+
+def within_windows(counts: list[int], window: int) -> float:
+    """The index of dispersion within consecutive windows of ``window`` buckets from the grid's first
+    (those with at least two buckets and some arrivals), pooled: the windows' squared deviations
+    from their own means over their degrees of freedom, divided by their counts' mean."""
+    chunks = [c for i in range(0, len(counts), window) if len(c := counts[i : i + window]) > 1 and sum(c)]
+    dev = sum(sum((x - statistics.fmean(c)) ** 2 for x in c) for c in chunks)
+    return dev / sum(len(c) - 1 for c in chunks) / (sum(map(sum, chunks)) / sum(map(len, chunks)))
+
+
+def azure_requests() -> list[tuple[int, int, int]]:
+    """(start µs, ContextTokens, GeneratedTokens) per line of the Azure CSV: ``TIMESTAMP`` as UTC,
+    its 7 fractional digits rounded half up to the microsecond."""
+    out = []
+    with AZURE.open(newline="") as f:
+        for rec in csv.DictReader(f):
+            whole, _, frac = rec["TIMESTAMP"].partition(".")
+            second = dt.datetime.strptime(whole, "%Y-%m-%d %H:%M:%S").replace(tzinfo=dt.UTC)
+            tenths = int(frac.ljust(7, "0")[:7])  # units of 100 ns
+            us = int(second.timestamp()) * 1_000_000 + (tenths + 5) // 10
+            out.append((us, int(rec["ContextTokens"]), int(rec["GeneratedTokens"])))
+    return out
+
+
+def test_load_on_azure_matches_the_raw_csv(tmp_path: Path) -> None:
+    """DESIGN §3 arrivals and load, per ``queries/load.sql``: one row per bucket from the first
+    request's to the last's, a request counted in the bucket where it starts, tokens per second =
+    the bucket's tokens / its width; the summary's means and peaks are over the buckets. The Azure
+    trace has no sessions, so the arrival figures are not applicable (null, with a note); the
+    dispersion test of ``traceflow.analysis.load`` is recounted on its requests per minute and per
+    second instead (the p-value by hand from the chi-squared closed forms, no scipy)."""
+    lake = Lake(tmp_path / "data")
+    assert run_import(lake, importers.get("azure"), [AZURE]).skipped == 0
+    con = lake.connect()
+    reqs = azure_requests()
+    assert len(reqs) == 8819 and all(c + o > 0 for _, c, o in reqs)  # none left out for no tokens
+    for res_s in (60, 1):
+        res_us = res_s * 1_000_000
+        per: dict[int, list[int]] = {}
+        for us, cold, out in reqs:
+            acc = per.setdefault(us // res_us, [0, 0, 0])
+            acc[0] += 1
+            acc[1] += cold
+            acc[2] += out
+        grid = [per.get(b, [0, 0, 0]) for b in range(min(per), max(per) + 1)]
+        series = load.load_series(con, resolution_s=float(res_s))
+        assert series.height == len(grid) == {60: 58, 1: 3437}[res_s]
+        assert series["bucket_start"][0] == dt.datetime.fromtimestamp(min(per) * res_s, dt.UTC)
+        assert series["requests"].to_list() == [g[0] for g in grid]
+        assert series["cold_input_tokens_per_s"].to_list() == pytest.approx([g[1] / res_s for g in grid])
+        assert series["output_tokens_per_s"].to_list() == pytest.approx([g[2] / res_s for g in grid])
+        assert series["cache_read_tokens_per_s"].sum() == series["cache_write_tokens_per_s"].sum() == 0
+        assert series["new_sessions"].sum() == series["active_sessions"].sum() == 0
+
+        counts = [g[0] for g in grid]
+        index, chi2, p = dispersion_test(counts)
+        d = load.dispersion(counts)
+        assert d.index == pytest.approx(index, rel=1e-12) and d.chi2 == pytest.approx(chi2, rel=1e-12)
+        assert d.p_value == pytest.approx(p, abs=1e-9) and d.poisson is (p >= 0.05)
+        per_hour = max(2, round(3600 / res_s))
+        local = load.local_dispersion(counts, per_hour)
+        assert local == pytest.approx(within_windows(counts, per_hour), rel=1e-12)
+        assert index > 1  # bursty: requests do not arrive as a Poisson process
+
+        s = load.load_overview(con, resolution_s=float(res_s)).to_dicts()[0]
+        assert (s["resolution_s"], s["buckets"], s["span_s"]) == (res_s, len(grid), len(grid) * res_s)
+        assert s["requests"] == len(reqs) and s["sessions"] is None
+        assert all(s[k] is None for k in load.NOT_APPLICABLE)
+        assert (
+            s["note"]
+            == "not applicable: no request in the selection has a session id (azure: 8,819 requests)"
+        )
+        for key, i in (("requests_per_s", 0), ("cold_input_tokens_per_s", 1), ("output_tokens_per_s", 2)):
+            assert s[f"{key}_mean"] == pytest.approx(statistics.fmean(g[i] / res_s for g in grid), rel=1e-12)
+            assert s[f"{key}_peak"] == pytest.approx(max(g[i] / res_s for g in grid), rel=1e-12)
