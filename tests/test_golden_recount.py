@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import TESTDATA
+from tests.conftest import EXAMPLES, TESTDATA
 from traceflow import importers
-from traceflow.analysis import gaps, load, misses, sessions, ttl, working_set
+from traceflow.analysis import gaps, load, misses, mix, sessions, ttl, working_set
 from traceflow.importers.run import run_import
 from traceflow.store.lake import Lake
 
@@ -518,3 +518,172 @@ def test_load_on_azure_matches_the_raw_csv(tmp_path: Path) -> None:
         for key, i in (("requests_per_s", 0), ("cold_input_tokens_per_s", 1), ("output_tokens_per_s", 2)):
             assert s[f"{key}_mean"] == pytest.approx(statistics.fmean(g[i] / res_s for g in grid), rel=1e-12)
             assert s[f"{key}_peak"] == pytest.approx(max(g[i] / res_s for g in grid), rel=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# token mix by day and by model (Claude Code: transcripts and OTLP)
+
+CAPTURES = TESTDATA / "claude-code-otlp"
+
+
+@dataclass
+class Copy:
+    """One representation of a Claude Code request: an OTLP event or span, or a transcript's kept line."""
+
+    origin: str  # event, span, transcript
+    tokens: tuple[int, int, int, int]  # cold, read, write, output
+    model: str
+    start_us: int
+    end_us: int
+    session: str
+
+
+def _attrs(items: list[dict[str, Any]] | None) -> dict[str, Any]:
+    return {a["key"]: next(iter(a["value"].values())) if a["value"] else None for a in items or []}
+
+
+def _documents(path: Path) -> list[dict[str, Any]]:
+    text = path.read_text()
+    try:
+        return [json.loads(text)]
+    except json.JSONDecodeError:
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def otlp_copies(path: Path, out: dict[str, list[Copy]]) -> None:
+    """The ``api_request`` events and ``claude_code.llm_request`` spans of an OTLP/JSON file, by
+    request id (an event without one is a request of its own): cold = ``input_tokens``, read =
+    ``cache_read_tokens``, write = ``cache_creation_tokens``
+    (the 5m + 1h sum where it is 0 and they are not), the event ending at ``timeUnixNano`` and
+    starting ``duration_ms`` before; a span without tokens (a failed call) is no copy."""
+    keys = ("input_tokens", "cache_read_tokens", "cache_creation_tokens", "output_tokens")
+    for doc in _documents(path):
+        for rl in doc.get("resourceLogs", []):
+            for sl in rl["scopeLogs"]:
+                for rec in sl["logRecords"]:
+                    a = _attrs(rec["attributes"])
+                    if a.get("event.name") != "api_request":
+                        continue
+                    cold, read, write, output = (int(a.get(k) or 0) for k in keys)
+                    if not write:
+                        write = int(a.get("cache_creation_5m_tokens") or 0) + int(
+                            a.get("cache_creation_1h_tokens") or 0
+                        )
+                    end = int(rec["timeUnixNano"]) // 1000
+                    start = end - round(float(a.get("duration_ms") or 0) * 1000)
+                    copy = Copy("event", (cold, read, write, output), a["model"], start, end, a["session.id"])
+                    # without a request id the event is a request of its own
+                    out.setdefault(a.get("request_id") or f"{path}:{rec['timeUnixNano']}", []).append(copy)
+        for rs in doc.get("resourceSpans", []):
+            for ss in rs["scopeSpans"]:
+                for span in ss["spans"]:
+                    a = _attrs(span["attributes"])
+                    toks = tuple(int(a.get(k) or 0) for k in keys)
+                    if span["name"] != "claude_code.llm_request" or not sum(toks):
+                        continue
+                    start, end = int(span["startTimeUnixNano"]) // 1000, int(span["endTimeUnixNano"]) // 1000
+                    copy = Copy("span", toks, a.get("model"), start, end, a["session.id"])  # type: ignore[arg-type]
+                    out.setdefault(a["request_id"], []).append(copy)
+
+
+def transcript_copies(path: Path, out: dict[str, list[Copy]]) -> None:
+    """The requests of a Claude Code transcript, by ``requestId``: one per request, its most complete
+    block line (largest token total, then the last written); ``<synthetic>`` lines are no requests;
+    the cache write is the 5m + 1h breakdown where present and not 0, else
+    ``cache_creation_input_tokens``; it starts at the user line that triggered it, ends at the kept
+    line's write time."""
+    kept: dict[str, Copy] = {}
+    trigger: int | None = None
+    for line in path.read_text().splitlines():
+        rec = json.loads(line)
+        ts = rec.get("timestamp")
+        us = round(dt.datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp() * 1e6) if ts else None
+        if rec.get("type") == "user":
+            trigger = us
+        msg = rec.get("message")
+        if rec.get("type") != "assistant" or msg.get("model") == "<synthetic>" or "usage" not in msg:
+            continue
+        u = msg["usage"]
+        breakdown = u.get("cache_creation") or {}
+        write = (breakdown.get("ephemeral_5m_input_tokens") or 0) + (
+            breakdown.get("ephemeral_1h_input_tokens") or 0
+        )
+        toks = (
+            u.get("input_tokens") or 0,
+            u.get("cache_read_input_tokens") or 0,
+            write or u.get("cache_creation_input_tokens") or 0,
+            u.get("output_tokens") or 0,
+        )
+        key = rec.get("requestId") or msg["id"]
+        assert us is not None
+        first = kept.get(key)
+        start = first.start_us if first else min(us, trigger) if trigger is not None else us
+        if first is None or sum(toks) >= sum(first.tokens):
+            kept[key] = Copy("transcript", toks, msg["model"], start, us, rec["sessionId"])
+    for key, copy in kept.items():
+        out.setdefault(key, []).append(copy)
+
+
+def kept_copy(copies: list[Copy]) -> Copy:
+    """The copy the lake keeps (DESIGN §1: a request counts once): the most complete, and among equally
+    complete ones not the span (stored as the oldest). The test's data has no other tie that matters."""
+    best = max(sum(c.tokens) for c in copies)
+    top = [c for c in copies if sum(c.tokens) == best]
+    top = [c for c in top if c.origin != "span"] or top
+    assert len({(c.tokens, c.model) for c in top}) == 1, top
+    return top[0]
+
+
+@pytest.mark.parametrize("run", ["json-full", "v2.1.197-json-full"])
+def test_mix_by_day_and_model_match_the_raw_files(tmp_path: Path, run: str) -> None:
+    """DESIGN §3 token mix (totals per kind, shares of the four, reuse ratio = read / context) by UTC
+    day of the request's start and by model, over the packaged Claude Code examples (a transcript and
+    OTLP logs, 2026-03-30 and 2026-08-29) and one real capture (OTLP logs and traces, and the
+    transcripts of the same requests, 2026-11-29): each request counted once however many copies
+    (transcript block lines, OTLP event, beta span) arrived. Then again once the lake is compacted
+    (``mix`` sums the stored rollup). One capture per lake: the fake API numbers its request ids the
+    same way in every run."""
+    copies: dict[str, list[Copy]] = {}
+    folder = CAPTURES / run
+    otlp_copies(EXAMPLES / "claude-otlp-logs.json", copies)
+    for p in sorted((folder / "otlp").glob("*.json")):
+        if not p.name.endswith(".meta.json"):
+            otlp_copies(p, copies)
+    for p in [EXAMPLES / "claude-transcript.jsonl", *sorted((folder / "transcripts").rglob("*.jsonl"))]:
+        transcript_copies(p, copies)
+    want: dict[str, dict[Any, list[int]]] = {"day": {}, "model": {}}
+    for cs in copies.values():
+        c = kept_copy(cs)
+        day = dt.datetime.fromtimestamp(c.start_us / 1e6, dt.UTC).strftime("%Y-%m-%d")
+        for by, key in (("day", day), ("model", c.model)):
+            acc = want[by].setdefault(key, [0, 0, 0, 0, 0])
+            acc[0] += 1
+            for i, n in enumerate(c.tokens):
+                acc[i + 1] += n
+    assert sorted(want["day"]) == ["2026-03-30", "2026-08-29", "2026-11-29"]
+    assert want["day"]["2026-11-29"][0] == 20  # the capture's 20 answered requests, each once
+
+    lake = Lake(tmp_path / "data")
+    run_import(lake, importers.get("otlp-json"), [EXAMPLES / "claude-otlp-logs.json", folder / "otlp"])
+    run_import(
+        lake, importers.get("claude-code"), [EXAMPLES / "claude-transcript.jsonl", folder / "transcripts"]
+    )
+    kinds = ("cold_input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")
+    for compacted in (False, True):
+        if compacted:
+            lake.compact("requests")
+            lake.materialise_derived()
+        con = lake.connect()
+        for by, groups_ in want.items():
+            rows = {r[by]: r for r in mix.token_mix(con, by=[by]).to_dicts()}
+            assert {k: [r["requests"], *(r[c] for c in kinds)] for k, r in rows.items()} == groups_, (
+                by,
+                compacted,
+            )
+            for key, (_, cold, read, write, output) in groups_.items():
+                r, total = rows[key], cold + read + write + output
+                assert r["total_tokens"] == total
+                assert r["share_cache_read"] == pytest.approx(read / total, rel=1e-12)
+                assert r["share_output"] == pytest.approx(output / total, rel=1e-12)
+                ctx = cold + read + write
+                assert r["reuse_ratio"] == (pytest.approx(read / ctx, rel=1e-12) if ctx else None)
