@@ -687,3 +687,47 @@ def test_mix_by_day_and_model_match_the_raw_files(tmp_path: Path, run: str) -> N
                 assert r["share_output"] == pytest.approx(output / total, rel=1e-12)
                 ctx = cold + read + write
                 assert r["reuse_ratio"] == (pytest.approx(read / ctx, rel=1e-12) if ctx else None)
+
+
+def test_load_arrivals_on_a_claude_code_capture_match_the_raw_payloads(tmp_path: Path) -> None:
+    """DESIGN §3 arrivals, per ``queries/load.sql``, on real telemetry with sessions (the ``json-full``
+    capture's OTLP payloads, one-second buckets): a session (sub-agents fold in: Claude Code sends
+    theirs under the parent's ``session.id``) arrives in the bucket of its first request's start and is
+    open through the bucket of its last request's end; the summary's dispersion test is recounted by
+    hand on the new sessions per bucket (index, chi-squared, two-sided p-value), and the rate per
+    minute is their mean per bucket x 60 / width."""
+    folder = CAPTURES / "json-full" / "otlp"
+    copies: dict[str, list[Copy]] = {}
+    for p in sorted(folder.glob("*.json")):
+        if not p.name.endswith(".meta.json"):
+            otlp_copies(p, copies)
+    kept = [kept_copy(cs) for cs in copies.values()]
+    res = 1_000_000
+    spans: dict[str, list[int]] = {}
+    per: dict[int, int] = {}
+    for c in kept:
+        per[c.start_us // res] = per.get(c.start_us // res, 0) + 1
+        s = spans.setdefault(c.session, [c.start_us, c.end_us])
+        s[0], s[1] = min(s[0], c.start_us), max(s[1], c.end_us)
+    buckets = range(min(per), max(per) + 1)
+    new = [sum(s[0] // res == b for s in spans.values()) for b in buckets]
+    active = [sum(s[0] // res <= b <= s[1] // res for s in spans.values()) for b in buckets]
+
+    lake = Lake(tmp_path / "data")
+    run_import(lake, importers.get("otlp-json"), [folder])
+    con = lake.connect()
+    series = load.load_series(con, resolution_s=1.0)
+    assert series["requests"].to_list() == [per.get(b, 0) for b in buckets]
+    assert series["new_sessions"].to_list() == new and sum(new) == len(spans) == 6
+    assert series["active_sessions"].to_list() == active
+    s = load.load_overview(con, resolution_s=1.0).to_dicts()[0]
+    index, chi2, p = dispersion_test(new)
+    assert s["sessions"] == len(spans) and s["note"] is None
+    assert s["new_sessions_per_min"] == pytest.approx(statistics.fmean(new) * 60, rel=1e-12)
+    assert s["index_of_dispersion"] == pytest.approx(index, rel=1e-12)
+    assert s["chi2"] == pytest.approx(chi2, rel=1e-12)
+    assert s["p_value"] == pytest.approx(p, rel=1e-9) and s["poisson"] is (p >= 0.05)
+    assert 0.01 < p < 1  # a p-value far from 0 and 1: the test is exercised
+    assert s["index_of_dispersion_within_hour"] == pytest.approx(within_windows(new, 3600), rel=1e-12)
+    assert s["active_sessions_mean"] == pytest.approx(statistics.fmean(active), rel=1e-12)
+    assert s["active_sessions_peak"] == max(active)
