@@ -10,6 +10,9 @@ mappings (``traceflow/importers/kvcache_tester.py``, ``azure.py``): a kv-cache-t
 the session; a main request without ``tool_result`` in its ``input_types`` starts a new prompt (a
 user turn), every other request continues the prompt before it; ``in`` is the whole prompt (the
 context). An Azure request starts at ``TIMESTAMP`` (UTC) and its ``ContextTokens`` are cold input.
+The Claude Code captures (``tests/data/claude-code-otlp``) and the packaged examples are read per
+``traceflow/importers/claude_code.py`` and ``traceflow/otlp/claude_code.py`` (see :func:`otlp_copies`,
+:func:`transcript_copies`, :func:`kept_copy`).
 """
 
 from __future__ import annotations
