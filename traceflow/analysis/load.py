@@ -6,8 +6,9 @@ The Poisson check is the index-of-dispersion test: for counts ``x_1..x_n`` per b
 variance / mean`` is 1 for a Poisson process, and ``(n - 1) * D`` follows a chi-squared law with
 ``n - 1`` degrees of freedom; the two-sided p-value says how surprising ``D`` is. Real traffic has a
 daily rhythm (a Poisson process whose rate changes), which alone makes ``D`` exceed 1, so the
-summary also gives the index *within each hour* (each hour's minutes against that hour's mean),
-which is near 1 when arrivals are Poisson at a slowly varying rate.
+summary also gives the index *within each hour*: the buckets cut into consecutive hour-long windows
+from the first bucket (not clock hours), each bucket against its window's mean, pooled; it is near 1
+when arrivals are Poisson at a slowly varying rate.
 
 Only requests with a session id make sessions (a sessionless trace such as Mooncake has requests and
 tokens per second but no sessions), and the series needs one time base: a selection that mixes real
