@@ -104,3 +104,53 @@ def test_sql_file_missing_or_a_directory(tmp_path: Path) -> None:
     assert_refused(run, "nope.sql does not exist", ".sql file")
     run = traceflow("sql", "--file", str(tmp_path), tmp_path=tmp_path)
     assert_refused(run, "is a directory", ".sql file")
+
+
+@pytest.fixture
+def lake(tmp_path: Path) -> Path:
+    """The default lake of :func:`traceflow` (``TRACEFLOW_DATA``), holding one Claude Code session."""
+    run = traceflow("import", "claude-code", str(TRANSCRIPT), tmp_path=tmp_path)
+    assert run.returncode == 0, run.stderr
+    return tmp_path / "lake"
+
+
+#: Commands that write one file, with ``{out}`` where its path goes.
+FILE_WRITERS = {
+    "export": ["export", "mooncake", "-o", "{out}"],
+    "synth": ["synth", "--duration", "5m", "--export", "aiperf", "-o", "{out}"],
+    "fit": ["fit", "-o", "{out}"],
+    "snapshot": ["snapshot", "{out}"],
+    "report": ["report", "--html", "{out}"],
+}
+
+
+def _leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
+
+
+@pytest.mark.parametrize("command", FILE_WRITERS)
+def test_an_output_file_that_is_a_directory(tmp_path: Path, lake: Path, command: str) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    run = traceflow(*(a.replace("{out}", str(out)) for a in FILE_WRITERS[command]), tmp_path=tmp_path)
+    assert_refused(run, f"{out} is a directory", str(out / ""))
+    assert _leftovers(tmp_path) == [] and list(out.iterdir()) == []  # no temporary file beside it
+
+
+@pytest.mark.parametrize("command", FILE_WRITERS)
+def test_an_output_file_whose_folder_cannot_be_made(tmp_path: Path, lake: Path, command: str) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    out = blocker / "sub" / "out.x"
+    run = traceflow(*(a.replace("{out}", str(out)) for a in FILE_WRITERS[command]), tmp_path=tmp_path)
+    assert_refused(run, f"cannot create the folder {blocker / 'sub'}", "writable")
+    assert _leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("option", ["--png", "--svg"])
+def test_a_chart_folder_that_is_a_file(tmp_path: Path, lake: Path, option: str) -> None:
+    path = tmp_path / "charts.txt"
+    path.write_text("keep me")
+    run = traceflow("report", option, str(path), tmp_path=tmp_path)
+    assert_refused(run, f"{option} {path} is a file", "folder")
+    assert path.read_text() == "keep me"
