@@ -154,3 +154,29 @@ def test_a_chart_folder_that_is_a_file(tmp_path: Path, lake: Path, option: str) 
     run = traceflow("report", option, str(path), tmp_path=tmp_path)
     assert_refused(run, f"{option} {path} is a file", "folder")
     assert path.read_text() == "keep me"
+
+
+@pytest.fixture
+def not_utf8(tmp_path: Path) -> Path:
+    path = tmp_path / "latin1.json"
+    path.write_bytes(b'{"name": "caf\xe9"}')
+    return path
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["ttl", "--prices", "{path}"],
+        ["size", "--config", "{path}", "--rate", "1"],
+        ["synth", "--profile", "{path}", "--duration", "5m"],
+    ],
+    ids=["prices", "config", "profile"],
+)
+def test_an_input_file_that_is_not_utf8_or_a_directory(
+    tmp_path: Path, lake: Path, not_utf8: Path, args: list[str]
+) -> None:
+    option = args[1]
+    run = traceflow(*(a.replace("{path}", str(not_utf8)) for a in args), tmp_path=tmp_path)
+    assert_refused(run, f"{option} {not_utf8}", "UTF-8")
+    run = traceflow(*(a.replace("{path}", str(tmp_path)) for a in args), tmp_path=tmp_path)
+    assert_refused(run, f"{option} {tmp_path} is a directory")
