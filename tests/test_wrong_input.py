@@ -180,3 +180,33 @@ def test_an_input_file_that_is_not_utf8_or_a_directory(
     assert_refused(run, f"{option} {not_utf8}", "UTF-8")
     run = traceflow(*(a.replace("{path}", str(tmp_path)) for a in args), tmp_path=tmp_path)
     assert_refused(run, f"{option} {tmp_path} is a directory")
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--rated-dwpd", "0"], ["--rated-dwpd 0", "positive"]),
+        (["--warranty-years", "0"], ["--warranty-years 0", "positive"]),
+        (["--waf", "0"], ["--waf 0", "positive"]),
+        (["--drive-size", "0"], ["--drive-size 0", "positive"]),
+        (["--sessions", "-1"], ["--sessions -1", "0 or more"]),
+        (["--input-rate", "-1"], ["--input-rate -1", "0 or more"]),
+        (["--rate", "-5"], ["--rate -5", "0 or more"]),
+    ],
+)
+def test_size_numbers_out_of_range(tmp_path: Path, args: list[str], words: list[str]) -> None:
+    run = traceflow("size", "--kv-model", "Llama-3.1-8B", "--rate", "100", *args, tmp_path=tmp_path)
+    assert_refused(run, *words)
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--block-size", "0"], ["--block-size 0", "at least 1"]),
+        (["--prefill-rate", "0"], ["--prefill-rate 0", "positive"]),
+        (["--prefill-rate", "-5"], ["--prefill-rate -5", "positive"]),
+    ],
+)
+def test_simulate_numbers_out_of_range(tmp_path: Path, args: list[str], words: list[str]) -> None:
+    base = ["simulate", "--kv-model", "Llama-3.1-8B", "--workload", "agentic-coding", "--duration", "1m"]
+    assert_refused(traceflow(*base, *args, tmp_path=tmp_path), *words)
