@@ -210,3 +210,21 @@ def test_size_numbers_out_of_range(tmp_path: Path, args: list[str], words: list[
 def test_simulate_numbers_out_of_range(tmp_path: Path, args: list[str], words: list[str]) -> None:
     base = ["simulate", "--kv-model", "Llama-3.1-8B", "--workload", "agentic-coding", "--duration", "1m"]
     assert_refused(traceflow(*base, *args, tmp_path=tmp_path), *words)
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["sessions", "--list", "--limit", "-1"], ["--limit -1", "at least 1"]),
+        (["sessions", "--list", "--limit", "0"], ["--limit 0", "at least 1"]),
+        (["misses", "--miss-tokens", "-1"], ["--miss-tokens -1", "0 or more"]),
+        (["misses", "--compaction-drop", "-1"], ["--compaction-drop -1", "between 0 and 1"]),
+        (["synth", "--duration", "5m", "--limit", "0"], ["--limit 0", "at least 1"]),
+        (["synth", "--duration", "5m", "--limit", "-1"], ["--limit -1", "at least 1"]),
+        (["mix", "--since", "2026-02-01", "--until", "2026-01-01"], ["--since", "--until", "before"]),
+    ],
+)
+def test_numbers_and_windows_that_select_nothing(
+    tmp_path: Path, lake: Path, args: list[str], words: list[str]
+) -> None:
+    assert_refused(traceflow(*args, tmp_path=tmp_path), *words)
