@@ -228,3 +228,17 @@ def test_numbers_and_windows_that_select_nothing(
     tmp_path: Path, lake: Path, args: list[str], words: list[str]
 ) -> None:
     assert_refused(traceflow(*args, tmp_path=tmp_path), *words)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["serve", "--http-port", "99999", "--grpc-port", "-1"],
+        ["serve", "--http-port", "-1", "--grpc-port", "70000"],
+        ["dashboard", "--port", "99999"],
+        ["dashboard", "--port", "-5"],
+    ],
+)
+def test_a_port_out_of_range(tmp_path: Path, lake: Path, args: list[str]) -> None:
+    port = args[args.index("--grpc-port" if args[-1] == "70000" else args[1]) + 1]
+    assert_refused(traceflow(*args, tmp_path=tmp_path), port, "65535")
