@@ -95,6 +95,8 @@ def serve_dashboard(
 
     import uvicorn
 
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--port {port} is not a port; give 1-65535, or 0 for a free one")
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:

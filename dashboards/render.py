@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from traceflow import config
 from traceflow.dashboards.report_data import DEFAULT_REPORT_OPTIONS
+from traceflow.paths import output_file, output_folder
 
 if TYPE_CHECKING:
     import altair as alt
@@ -392,6 +393,10 @@ def write_report(
     """
     from traceflow.analysis.report import headline
 
+    # the paths first: a directory given for the HTML file fails before the charts are drawn
+    html_path = output_file(Path(html), "--html") if html is not None else None
+    png_path = output_folder(Path(png_dir), "--png") if png_dir is not None else None
+    svg_path = output_folder(Path(svg_dir), "--svg") if svg_dir is not None else None
     con = lake.connect() if hasattr(lake, "connect") else lake
     page, charts, data = render_html(con, selection, options)
     written: dict[str, Any] = {
@@ -399,16 +404,17 @@ def write_report(
         "charts": [c.key for c, _ in charts],
         "headline": headline(data.report),
     }
-    if html is not None:
-        path = Path(html)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(page, encoding="utf-8")
-        os.replace(tmp, path)
-        written["html"] = str(path)
-        written["html_bytes"] = path.stat().st_size
-    if png_dir is not None:
-        written["png"] = [str(p) for p in write_images(charts, Path(png_dir), "png")]
-    if svg_dir is not None:
-        written["svg"] = [str(p) for p in write_images(charts, Path(svg_dir), "svg")]
+    if html_path is not None:
+        tmp = html_path.with_name(f".{html_path.name}.{os.getpid()}.tmp")
+        try:
+            tmp.write_text(page, encoding="utf-8")
+            os.replace(tmp, html_path)
+        finally:
+            tmp.unlink(missing_ok=True)  # a failed write leaves no partial file behind
+        written["html"] = str(html_path)
+        written["html_bytes"] = html_path.stat().st_size
+    if png_path is not None:
+        written["png"] = [str(p) for p in write_images(charts, png_path, "png")]
+    if svg_path is not None:
+        written["svg"] = [str(p) for p in write_images(charts, svg_path, "svg")]
     return written

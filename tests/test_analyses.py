@@ -486,7 +486,10 @@ def test_price_file_errors(tmp_path: Path) -> None:
     bad.write_text("{not json")
     with pytest.raises(UsageError, match="not valid JSON"):
         PriceModel.load(bad)
-    with pytest.raises(UsageError, match="cannot read"):
+    bad.write_text("[1, 2]")
+    with pytest.raises(UsageError, match="holds a list; write one object"):
+        PriceModel.load(bad)
+    with pytest.raises(UsageError, match=r"missing\.json: no such file"):
         PriceModel.load(tmp_path / "missing.json")
 
 

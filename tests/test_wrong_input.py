@@ -104,3 +104,141 @@ def test_sql_file_missing_or_a_directory(tmp_path: Path) -> None:
     assert_refused(run, "nope.sql does not exist", ".sql file")
     run = traceflow("sql", "--file", str(tmp_path), tmp_path=tmp_path)
     assert_refused(run, "is a directory", ".sql file")
+
+
+@pytest.fixture
+def lake(tmp_path: Path) -> Path:
+    """The default lake of :func:`traceflow` (``TRACEFLOW_DATA``), holding one Claude Code session."""
+    run = traceflow("import", "claude-code", str(TRANSCRIPT), tmp_path=tmp_path)
+    assert run.returncode == 0, run.stderr
+    return tmp_path / "lake"
+
+
+#: Commands that write one file, with ``{out}`` where its path goes.
+FILE_WRITERS = {
+    "export": ["export", "mooncake", "-o", "{out}"],
+    "synth": ["synth", "--duration", "5m", "--export", "aiperf", "-o", "{out}"],
+    "fit": ["fit", "-o", "{out}"],
+    "snapshot": ["snapshot", "{out}"],
+    "report": ["report", "--html", "{out}"],
+}
+
+
+def _leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
+
+
+@pytest.mark.parametrize("command", FILE_WRITERS)
+def test_an_output_file_that_is_a_directory(tmp_path: Path, lake: Path, command: str) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    run = traceflow(*(a.replace("{out}", str(out)) for a in FILE_WRITERS[command]), tmp_path=tmp_path)
+    assert_refused(run, f"{out} is a directory", str(out / ""))
+    assert _leftovers(tmp_path) == [] and list(out.iterdir()) == []  # no temporary file beside it
+
+
+@pytest.mark.parametrize("command", FILE_WRITERS)
+def test_an_output_file_whose_folder_cannot_be_made(tmp_path: Path, lake: Path, command: str) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    out = blocker / "sub" / "out.x"
+    run = traceflow(*(a.replace("{out}", str(out)) for a in FILE_WRITERS[command]), tmp_path=tmp_path)
+    assert_refused(run, f"cannot create the folder {blocker / 'sub'}", "writable")
+    assert _leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("option", ["--png", "--svg"])
+def test_a_chart_folder_that_is_a_file(tmp_path: Path, lake: Path, option: str) -> None:
+    path = tmp_path / "charts.txt"
+    path.write_text("keep me")
+    run = traceflow("report", option, str(path), tmp_path=tmp_path)
+    assert_refused(run, f"{option} {path} is a file", "folder")
+    assert path.read_text() == "keep me"
+
+
+@pytest.fixture
+def not_utf8(tmp_path: Path) -> Path:
+    path = tmp_path / "latin1.json"
+    path.write_bytes(b'{"name": "caf\xe9"}')
+    return path
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["ttl", "--prices", "{path}"],
+        ["size", "--config", "{path}", "--rate", "1"],
+        ["synth", "--profile", "{path}", "--duration", "5m"],
+    ],
+    ids=["prices", "config", "profile"],
+)
+def test_an_input_file_that_is_not_utf8_or_a_directory(
+    tmp_path: Path, lake: Path, not_utf8: Path, args: list[str]
+) -> None:
+    option = args[1]
+    run = traceflow(*(a.replace("{path}", str(not_utf8)) for a in args), tmp_path=tmp_path)
+    assert_refused(run, f"{option} {not_utf8}", "UTF-8")
+    run = traceflow(*(a.replace("{path}", str(tmp_path)) for a in args), tmp_path=tmp_path)
+    assert_refused(run, f"{option} {tmp_path} is a directory")
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--rated-dwpd", "0"], ["--rated-dwpd 0", "positive"]),
+        (["--warranty-years", "0"], ["--warranty-years 0", "positive"]),
+        (["--waf", "0"], ["--waf 0", "positive"]),
+        (["--drive-size", "0"], ["--drive-size 0", "positive"]),
+        (["--sessions", "-1"], ["--sessions -1", "0 or more"]),
+        (["--input-rate", "-1"], ["--input-rate -1", "0 or more"]),
+        (["--rate", "-5"], ["--rate -5", "0 or more"]),
+    ],
+)
+def test_size_numbers_out_of_range(tmp_path: Path, args: list[str], words: list[str]) -> None:
+    run = traceflow("size", "--kv-model", "Llama-3.1-8B", "--rate", "100", *args, tmp_path=tmp_path)
+    assert_refused(run, *words)
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--block-size", "0"], ["--block-size 0", "at least 1"]),
+        (["--prefill-rate", "0"], ["--prefill-rate 0", "positive"]),
+        (["--prefill-rate", "-5"], ["--prefill-rate -5", "positive"]),
+    ],
+)
+def test_simulate_numbers_out_of_range(tmp_path: Path, args: list[str], words: list[str]) -> None:
+    base = ["simulate", "--kv-model", "Llama-3.1-8B", "--workload", "agentic-coding", "--duration", "1m"]
+    assert_refused(traceflow(*base, *args, tmp_path=tmp_path), *words)
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["sessions", "--list", "--limit", "-1"], ["--limit -1", "at least 1"]),
+        (["sessions", "--list", "--limit", "0"], ["--limit 0", "at least 1"]),
+        (["misses", "--miss-tokens", "-1"], ["--miss-tokens -1", "0 or more"]),
+        (["misses", "--compaction-drop", "-1"], ["--compaction-drop -1", "between 0 and 1"]),
+        (["synth", "--duration", "5m", "--limit", "0"], ["--limit 0", "at least 1"]),
+        (["synth", "--duration", "5m", "--limit", "-1"], ["--limit -1", "at least 1"]),
+        (["mix", "--since", "2026-02-01", "--until", "2026-01-01"], ["--since", "--until", "before"]),
+    ],
+)
+def test_numbers_and_windows_that_select_nothing(
+    tmp_path: Path, lake: Path, args: list[str], words: list[str]
+) -> None:
+    assert_refused(traceflow(*args, tmp_path=tmp_path), *words)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["serve", "--http-port", "99999", "--grpc-port", "-1"],
+        ["serve", "--http-port", "-1", "--grpc-port", "70000"],
+        ["dashboard", "--port", "99999"],
+        ["dashboard", "--port", "-5"],
+    ],
+)
+def test_a_port_out_of_range(tmp_path: Path, lake: Path, args: list[str]) -> None:
+    port = args[args.index("--grpc-port" if args[-1] == "70000" else args[1]) + 1]
+    assert_refused(traceflow(*args, tmp_path=tmp_path), port, "65535")

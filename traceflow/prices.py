@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from traceflow.errors import UsageError
+from traceflow.paths import read_text
 
 #: Date of the built-in list prices (anthropic.com/pricing).
 DEFAULT_AS_OF = "2025-11-24"
@@ -122,16 +123,15 @@ class PriceModel:
         if path is None:
             return base
         p = Path(path).expanduser()
-        try:
-            text = p.read_text()
-        except OSError as e:
-            raise UsageError(f"cannot read the price file {p}: {e.strerror}") from None
+        text = read_text(p, "--prices", "a JSON or TOML price file (see traceflow.prices)")
         try:
             data = tomllib.loads(text) if p.suffix == ".toml" else json.loads(text)
         except (ValueError, tomllib.TOMLDecodeError) as e:
             raise UsageError(
                 f"the price file {p} is not valid {'TOML' if p.suffix == '.toml' else 'JSON'}: {e}"
             ) from None
+        if not isinstance(data, dict):
+            raise UsageError(f"the price file {p} holds a {type(data).__name__}; write one object of prices")
         return base.merged(data, str(p))
 
     def merged(self, data: Mapping[str, Any], where: str = "prices") -> PriceModel:

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from traceflow.errors import UsageError
 from traceflow.prices import PriceModel
 from traceflow.store import groups, sql
 
@@ -51,6 +52,16 @@ class MissOptions:
     miss_tokens: int = MISS_TOKENS
     #: A context drop (share of the previous request's) that counts as a compaction.
     compaction_drop: float = COMPACTION_DROP
+
+    def __post_init__(self) -> None:
+        if self.miss_tokens < 0:
+            raise UsageError(
+                f"--miss-tokens {self.miss_tokens} must be 0 or more (tokens a read may fall short)"
+            )
+        if not 0 < self.compaction_drop < 1:
+            raise UsageError(
+                f"--compaction-drop {self.compaction_drop} must be between 0 and 1 (a share of the context)"
+            )
 
 
 #: The built-in prices and thresholds.

@@ -95,6 +95,10 @@ def sessions(
     limit: int | None = None,
 ) -> pl.DataFrame:
     """One row per session (the columns of ``queries/sessions.sql``), by start time."""
+    if limit is not None and limit < 1:
+        from traceflow.errors import UsageError
+
+        raise UsageError(f"--limit {limit} must be at least 1 (or leave it out for every session)")
     blocks, params = _params(selection, resume_after_s, compaction_drop)
     blocks["order"] = ""
     wrap = "SELECT * FROM {q} AS s ORDER BY started_at, root_session_id" + (

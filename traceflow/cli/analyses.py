@@ -372,10 +372,15 @@ def report(
     working set.
     """
     from traceflow.analysis.report import build_report, render_markdown, render_text
+    from traceflow.paths import output_file, output_folder
     from traceflow.prices import PriceModel
 
     if fmt == "csv":
         raise UsageError("traceflow report has no csv form; use --format table, markdown or json")
+    # the output paths first: a bad one fails before anything is printed
+    html = output_file(html, "--html") if html is not None else None
+    png = output_folder(png, "--png") if png is not None else None
+    svg = output_folder(svg, "--svg") if svg is not None else None
     rep = build_report(
         connect(data, ["requests", "events"]),
         selection,

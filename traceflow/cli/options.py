@@ -216,9 +216,16 @@ def build_selection(
     """The :class:`Selection` the seven selection options describe."""
     from traceflow.store.selection import Selection, parse_time
 
+    start = parse_time(since, "--since") if since else None
+    end = parse_time(until, "--until") if until else None
+    if start is not None and end is not None and start >= end:
+        raise UsageError(
+            f"--since {since} is not before --until {until}, so nothing is selected; swap them or "
+            "widen the window"
+        )
     return Selection(
-        since=parse_time(since, "--since") if since else None,
-        until=parse_time(until, "--until") if until else None,
+        since=start,
+        until=end,
         agents=tuple(agent or ()),
         models=tuple(model or ()),
         sessions=tuple(session or ()),

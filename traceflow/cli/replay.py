@@ -128,9 +128,11 @@ def fit(
     fmt: FormatOpt = "table",
 ) -> None:
     """Fit a workload profile (arrivals, turns, appended/output tokens, think time, pauses, context cap)."""
+    from traceflow.paths import output_file
     from traceflow.replay.fit import fit as fit_profile
     from traceflow.replay.workload import dump_profile
 
+    output = output_file(output, "-o")
     con = open_lake(data).connect(["requests"])
     profile = fit_profile(
         con, selection, idle_threshold_s=parse_duration(idle_after, "--idle-after"), name=name
@@ -246,8 +248,11 @@ def synth(
         raise UsageError("--captured replays the lake's requests; it takes no --profile or --preset")
     if export_fmt is not None:
         from traceflow.replay.export import check_format as check_export_format
+        from traceflow.replay.export import check_output
 
         check_export_format(export_fmt)
+        assert output is not None
+        output = check_output(output, export_fmt)
 
     if captured:
         from traceflow.replay.requests import load_requests

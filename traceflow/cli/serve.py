@@ -39,6 +39,14 @@ def _size(value: str, option: str) -> int:
     return int(parse_size(value, option))
 
 
+def _port(value: int, option: str) -> int:
+    """``value`` if it is a TCP port, 0 (a free one) or negative (off); above 65535 is refused rather
+    than wrapped round to another port by the socket layer."""
+    if value > 65535:
+        raise UsageError(f"{option} {value} is not a port; give 1-65535, 0 for a free one, or -1 for off")
+    return value
+
+
 def serve(
     host: Annotated[
         str | None,
@@ -121,8 +129,8 @@ def serve(
         data=config.data_location(data),
         wal_dir=wal_dir,
         host=_setting(host, "host", s.DEFAULT_HOST, str),
-        http_port=_setting(http_port, "http_port", s.DEFAULT_HTTP_PORT, int),
-        grpc_port=_setting(grpc_port, "grpc_port", s.DEFAULT_GRPC_PORT, int),
+        http_port=_port(_setting(http_port, "http_port", s.DEFAULT_HTTP_PORT, int), "--http-port"),
+        grpc_port=_port(_setting(grpc_port, "grpc_port", s.DEFAULT_GRPC_PORT, int), "--grpc-port"),
         token=_setting(token, "token", None, str),
         tls_cert=tls_cert,
         tls_key=tls_key,

@@ -136,7 +136,7 @@ class SimChoice:
             policy=self.policy,
             inclusive=self.inclusive,
             promote=self.promote,
-            prefill_rate=self.prefill_rate or DEFAULT_PREFILL_RATE,
+            prefill_rate=DEFAULT_PREFILL_RATE if self.prefill_rate is None else self.prefill_rate,
             overlap=self.overlap,
             resume_after_s=parse_duration(self.resume_after, "--resume-after"),
             bucket_s=parse_duration(self.bucket, "--bucket"),
@@ -353,6 +353,8 @@ def simulate(
     fmt: FormatOpt = "table",
 ) -> None:
     """Replay traffic through a KV tier hierarchy (or a fleet of them): hits per tier, recompute, TTFT."""
+    if block_size < 1:
+        raise UsageError(f"--block-size {block_size} must be at least 1 token")
     fleet = instances != 1 or shared_tier is not None
     if serving is not None:
         if fleet or jobs is not None or engine != "local":

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from traceflow.errors import UsageError
+from traceflow.paths import read_text
 
 #: Bytes per element of each dtype name (``--dtype``); ``fp8_ds_mla`` is vLLM's packed MLA fp8 cache.
 DTYPE_BYTES: dict[str, int] = {
@@ -301,9 +302,7 @@ def load_config(path: str | Path) -> dict[str, Any]:
     """Read a Hugging Face ``config.json``."""
     p = Path(path)
     try:
-        data = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise UsageError(f"--config {p}: no such file") from None
+        data = json.loads(read_text(p, "--config", "a Hugging Face config.json"))
     except json.JSONDecodeError as e:
         raise UsageError(f"--config {p} is not JSON: {e}") from None
     if not isinstance(data, dict):

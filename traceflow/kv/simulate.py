@@ -59,6 +59,10 @@ class SimConfig:
     ttl_s: float | None = None  # for tiers without their own ttl under the ttl policy
     engine: str = "auto"  # auto | reference
 
+    def __post_init__(self) -> None:
+        if not (self.prefill_rate > 0 and math.isfinite(self.prefill_rate)):
+            raise UsageError(f"--prefill-rate {self.prefill_rate:g} must be a positive number of tokens/s")
+
     def block_bytes(self, block_size: int) -> int:
         return block_size * self.kv.per_token_bytes
 

@@ -416,6 +416,16 @@ class SsdArray:
     warranty_years: float = 5.0
     waf: float = 1.0
 
+    def __post_init__(self) -> None:
+        for option, value in (
+            ("--drive-size", self.drive_bytes),
+            ("--rated-dwpd", self.rated_dwpd),
+            ("--warranty-years", self.warranty_years),
+            ("--waf", self.waf),
+        ):
+            if not (value > 0 and math.isfinite(value)):
+                raise UsageError(f"{option} {value:g} must be a positive number")
+
 
 #: The SSD array assumed where none is given: ``traceflow size`` option defaults and the report's SSD chart.
 DEFAULT_SSD = SsdArray()
@@ -438,8 +448,13 @@ def size_report(
     """Everything ``traceflow size`` prints, as a dict with stable keys."""
     b = kv.per_token_bytes
     input_rate = input_rate_tok_s if input_rate_tok_s is not None else rate_tok_s
-    if rate_tok_s < 0 or b <= 0:
-        raise UsageError("the token rate must be ≥ 0 and the model must have KV bytes per token > 0")
+    for option, value in (("--rate", rate_tok_s), ("--input-rate", input_rate), ("--sessions", sessions)):
+        if not (value >= 0 and math.isfinite(value)):
+            raise UsageError(f"{option} {value:g} must be 0 or more")
+    if b <= 0:
+        raise UsageError(
+            f"{model or 'the model'} has no KV bytes per token; pick another --kv-model or --config"
+        )
     footprints = [
         {
             "ttl_s": t,

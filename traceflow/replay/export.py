@@ -37,6 +37,7 @@ import orjson
 
 from traceflow import __version__
 from traceflow.errors import UsageError
+from traceflow.paths import output_file, output_folder
 from traceflow.replay.aiperf import write_aiperf
 from traceflow.replay.kvcache_tester import write_kvcache_tester
 from traceflow.replay.mooncake import write_mooncake
@@ -65,6 +66,11 @@ def check_format(fmt: str) -> str:
     if fmt not in FORMATS:
         raise UsageError(f"export format {fmt!r} is not one of: {', '.join(FORMATS)}")
     return fmt
+
+
+def check_output(out: Path, fmt: str) -> Path:
+    """``out`` (``-o``) once ``fmt`` can be written there: a folder for kvcache-tester, else a file."""
+    return output_folder(out, "-o") if fmt == "kvcache-tester" else output_file(out, "-o")
 
 
 def manifest_path(out: Path) -> Path:
@@ -98,6 +104,7 @@ def export(
     from traceflow.store.lake import Lake
 
     check_format(fmt)
+    out = check_output(out, fmt)
     with tempfile.TemporaryDirectory(prefix="traceflow-export-") as spill:
         con: duckdb.DuckDBPyConnection | Engine
         if isinstance(source, Lake):
@@ -144,6 +151,7 @@ def export_frame(
 ) -> dict[str, Any]:
     """Write ``frame`` (shaped as :func:`traceflow.replay.requests.load_requests` returns it) to ``out``."""
     check_format(fmt)
+    out = check_output(out, fmt)
     if not (speedup > 0 and math.isfinite(speedup)):
         raise UsageError(f"--speedup {speedup} must be a positive number")
     bs = block_size or DEFAULT_BLOCK_SIZE[fmt]
@@ -153,7 +161,6 @@ def export_frame(
     if fmt == "kvcache-tester":
         written = write_kvcache_tester(frame, plan, out, speedup)
     else:
-        out.parent.mkdir(parents=True, exist_ok=True)
         written = (write_mooncake if fmt == "mooncake" else write_aiperf)(frame, plan, out, speedup)
     manifest = _manifest(frame, plan, fmt, out, bs, speedup, source or {}, written)
     mpath = manifest_path(out)

@@ -72,6 +72,8 @@ def generate(
         raise UsageError("--duration must be positive")
     if not (rate_scale > 0 and math.isfinite(rate_scale)):
         raise UsageError(f"--rate-scale {rate_scale} must be a positive number")
+    if max_requests is not None and max_requests < 1:
+        raise UsageError(f"--limit {max_requests} must be at least 1")
     rng = np.random.default_rng(seed)
     lam = float(prof["arrival"]["sessions_per_min"]) / 60.0 * rate_scale  # sessions per second
     cv = float(prof["arrival"].get("cv") or 1.0)

@@ -33,6 +33,7 @@ import numpy as np
 import orjson
 
 from traceflow.errors import UsageError
+from traceflow.paths import read_text
 from traceflow.replay.arrays import F64
 from traceflow.replay.writing import atomic_write
 
@@ -106,12 +107,10 @@ def dist_median(dist: Dist | None, samples: int = 200_000) -> float | None:
 
 
 def load_profile(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        raise UsageError(f"--profile {path}: no such file (write one with `traceflow fit -o {path}`)")
     try:
-        doc = orjson.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise UsageError(
-            f"--profile {path}: no such file (write one with `traceflow fit -o {path}`)"
-        ) from None
+        doc = orjson.loads(read_text(path, "--profile", "a profile written by `traceflow fit`"))
     except orjson.JSONDecodeError as e:
         raise UsageError(f"--profile {path} is not JSON: {e}") from None
     return validate_profile(doc, str(path))

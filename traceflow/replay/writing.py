@@ -29,11 +29,15 @@ def times_ms(frame: pl.DataFrame, speedup: float) -> I64:
 
 @contextmanager
 def atomic_file(path: Path) -> Iterator[IO[bytes]]:
-    """A binary file written beside ``path`` (``.NAME.tmp``) that replaces ``path`` once complete."""
+    """A binary file written beside ``path`` (``.NAME.tmp``) that replaces ``path`` once complete; on
+    an error the temporary file is removed and ``path`` is left as it was."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as fh:
-        yield fh
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as fh:
+            yield fh
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)  # a failed write leaves no partial file behind
 
 
 def atomic_write(path: Path, data: bytes) -> None:

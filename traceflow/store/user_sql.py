@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     import polars as pl
 
 from traceflow.errors import QueryError, UsageError
+from traceflow.paths import output_file
 from traceflow.schema import TABLES
 from traceflow.store.lake import Lake
 from traceflow.store.sql import query_frame
@@ -54,22 +55,30 @@ def run_sql(lake: Lake, text: str, params: dict[str, object] | None = None) -> p
 
 def snapshot(lake: Lake, out: Path) -> dict[str, int]:
     """Materialise every view as a table in a new DuckDB file at ``out``; returns row counts."""
-    out = out.expanduser()
+    out = output_file(out, "snapshot")
     tmp = out.with_name(out.name + ".tmp")
     tmp.unlink(missing_ok=True)
     con = lake.connect()
     counts: dict[str, int] = {}
     try:
-        con.execute(f"ATTACH '{tmp}' AS snap")
+        con.execute("ATTACH " + _sql_string(str(tmp)) + " AS snap")
         for name in TABLES:
             con.execute(f"CREATE TABLE snap.{name} AS SELECT * FROM {name}")
             row = con.execute(f"SELECT count(*) FROM snap.{name}").fetchone()
             counts[name] = int(row[0]) if row else 0
         con.execute("DETACH snap")
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a failed snapshot leaves no partial file behind
+        raise
     finally:
         con.close()
     tmp.replace(out)
     return counts
+
+
+def _sql_string(text: str) -> str:
+    """``text`` as a SQL string literal (a path with a quote in it stays one path)."""
+    return "'" + text.replace("'", "''") + "'"
 
 
 __all__ = ["describe_views", "run_sql", "snapshot"]
