@@ -130,8 +130,9 @@ def test_interpolation_is_duckdbs_fused_multiply_add() -> None:
     assert unfused > 0  # the draws do tell the fused form from the unfused one
 
 
-def test_by_rank_equals_quantile_cont_on_adversarial_values() -> None:
-    con = _connect()
+def adversarial_rows() -> list[tuple[Any, ...]]:
+    """(grp, kind, x, i) rows: 4000 random ones over :data:`ADVERSARIAL` and wide lognormal values, in
+    three groups, and small groups (one value, two, NaN, only NULLs, equal values, extremes)."""
     rng = random.Random(1)
     rows = []
     for _ in range(4000):
@@ -150,7 +151,12 @@ def test_by_rank_equals_quantile_cont_on_adversarial_values() -> None:
     rows += [("nulls", "human", None, None), ("same", "human", 3.0, 3), ("same", "human", 3.0, 3)]
     rows += [("huge", "human", 1.7976931348623157e308, 2**62), ("huge", "human", -1.7976931348623157e308, 0)]
     rows += [("tiny", "human", 5e-324, 1), ("tiny", "human", 1e-323, 1), ("tiny", "agent", -5e-324, 1)]
-    _table(con, rows)
+    return rows
+
+
+def test_by_rank_equals_quantile_cont_on_adversarial_values() -> None:
+    con = _connect()
+    _table(con, adversarial_rows())
     assert _compare(con, KEYS, COLUMNS, "(SELECT * FROM t)") == 10
     assert _compare(con, Keys("", "", ""), COLUMNS, "(SELECT * FROM t)") == 1
 
