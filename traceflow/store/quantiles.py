@@ -122,7 +122,10 @@ def _by_rank(keys: Keys, columns: Sequence[Column]) -> str:
     h = "CAST(_n._n - 1 AS DOUBLE) * _p._p"
     group_plain = "GROUP BY ALL" if ks else ""
     ctes = [
-        f"_src AS (SELECT {src_keys}g.* FROM {{q}} AS g {keys.join})",
+        # random() keeps _src one relation on Spark (it inlines a deterministic CTE at each of its
+        # references, which would run the per-row query once per pass): computed once, its rows
+        # shuffled to disk and read by both passes and the other aggregates
+        f"_src AS (SELECT {src_keys}g.*, random() AS _once FROM {{q}} AS g {keys.join})",
         # every (row, quantile) pair whose value counts: the value as a DOUBLE (DuckDB interpolates
         # integers as doubles too) and its histogram bucket
         f"_vals AS (SELECT {kl}_spec, _x, {bucket_sql('_x')} AS _bucket FROM ("
