@@ -134,7 +134,7 @@ def adversarial_rows() -> list[tuple[Any, ...]]:
     """(grp, kind, x, i) rows: 4000 random ones over :data:`ADVERSARIAL` and wide lognormal values, in
     three groups, and small groups (one value, two, NaN, only NULLs, equal values, extremes)."""
     rng = random.Random(1)
-    rows = []
+    rows: list[tuple[Any, ...]] = []
     for _ in range(4000):
         r = rng.random()
         x = rng.choice(ADVERSARIAL) if r < 0.3 else (rng.lognormvariate(0, 6) * rng.choice([1, -1]))

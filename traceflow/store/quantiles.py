@@ -65,7 +65,7 @@ class Quantile:
 
 
 #: A column of :func:`grouped_sql`: its name and an aggregate expression or a :class:`Quantile`.
-Column = tuple[str, "str | Quantile"]
+Column = tuple[str, str | Quantile]
 
 
 def _literal(p: float) -> str:
