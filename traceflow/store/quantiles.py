@@ -17,16 +17,18 @@ shuffle, a grouped count or a sorted window (all of which spill to disk):
    running sum in value order, give the value at each rank;
 4. DuckDB's interpolation (``InterpolateOperator`` for doubles, which integers are cast to first:
    ``lo * (1 - d) + hi * d`` with ``d = h - floor(h)``; ``lo`` itself when ``floor(h) = ceil(h)``).
-   DuckDB's builds compile that sum as a fused multiply-add, ``fma(lo, 1 - d, hi * d)`` (one
-   rounding; ``tests/test_quantiles.py`` checks it against the installed DuckDB), so the SQL calls
+   The DuckDB wheel (2.0.1, x86-64) computes that sum as a fused multiply-add, its compiler having
+   contracted it: ``fma(lo, 1 - d, hi * d)``, one rounding
+   (``tests/test_quantiles.py`` checks that against the installed DuckDB), so the SQL calls
    ``fma``: Java's ``Math.fma`` on Spark (the ``fma`` rule of :mod:`traceflow.engines.rewrite`); DuckDB
    has no ``fma``, so the tests register one. The result is bit-identical (a zero's sign aside:
    ``-0.0`` and ``0.0`` are one value here, and either may be DuckDB's).
 
 No step holds a group's values in memory at once: the largest state is the sort of one bucket's
-distinct values (a window, which spills), not the whole group. The SQL is DuckDB's dialect
-(:func:`traceflow.engines.rewrite.to_spark` translates it), so the tests also run it on DuckDB and
-compare it with ``quantile_cont`` (``tests/test_quantiles.py``).
+distinct values (a window, which spills), not the whole group. The per-row query is computed once
+(on Spark, a shuffle to disk that each pass reads), the other aggregates from it too. The SQL is
+DuckDB's dialect (:func:`traceflow.engines.rewrite.to_spark` translates it), so the tests also run it
+on DuckDB and compare it with ``quantile_cont`` (``tests/test_quantiles.py``).
 """
 
 from __future__ import annotations
