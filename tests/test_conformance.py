@@ -158,12 +158,48 @@ def test_analysis(
 
 
 def test_quantiles_are_exact(engines: Engines, lakes: dict[str, Lake]) -> None:
-    """Spark's ``percentile`` (not ``percentile_approx``) gives DuckDB's ``quantile_cont`` exactly."""
+    """The quantiles Spark computes by rank (``traceflow.store.quantiles``, not ``percentile``) are
+    DuckDB's ``quantile_cont`` bit for bit, grouped or not."""
     con, spark = engines.pair("synthetic", lakes["synthetic"])
-    cols = ["p50_s", "p90_s", "p99_s", "human_p50_s", "agent_p99_s"]
-    a = gaps.gap_summary(con).select(cols).row(0)
-    b = gaps.gap_summary(spark).select(cols).row(0)
+    cols = ["p50_s", "p90_s", "p99_s", "human_p50_s", "human_p90_s", "agent_p99_s"]
+    for by in ((), ("kind", "day")):
+        a = gaps.gap_summary(con, by=by).select([*by, *cols]).rows()
+        b = gaps.gap_summary(spark, by=by).select([*by, *cols]).rows()
+        assert a == b
+    scols = ["day", "requests_p50", "duration_p90_s", "context_end_p90", "growth_per_turn_p50"]
+    a = sessions.session_summary(con, None, ("day",)).select(scols).rows()
+    b = sessions.session_summary(spark, None, ("day",)).select(scols).rows()
     assert a == b
+
+
+def test_quantiles_by_rank_on_adversarial_values(spark: Any) -> None:
+    """The rank SQL on Spark against DuckDB's quantile_cont over extremes, subnormals, infinities,
+    NaN, repeated values and groups of one and two values, bit for bit (zeros' signs aside)."""
+    import duckdb
+
+    from tests.test_quantiles import COLUMNS, KEYS, _bits, adversarial_rows
+    from traceflow.engines.rewrite import to_spark
+    from traceflow.store.groups import Keys
+    from traceflow.store.quantiles import grouped_sql
+
+    rows = adversarial_rows()
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (grp VARCHAR, kind VARCHAR, x DOUBLE, i BIGINT)")
+    con.executemany("INSERT INTO t VALUES (?, ?, ?, ?)", rows)
+    frame = spark.createDataFrame(rows, "grp STRING, kind STRING, x DOUBLE, i BIGINT")
+    frame.createOrReplaceTempView("adversarial_t")
+    try:
+        for keys in (KEYS, Keys("", "", "")):
+            want = con.sql(grouped_sql(keys, COLUMNS).replace("{q}", "(SELECT * FROM t)")).fetchall()
+            text = to_spark(
+                grouped_sql(keys, COLUMNS, by_rank=True).replace("{q}", "(SELECT * FROM adversarial_t)")
+            )
+            got = [tuple(r) for r in spark.sql(text).collect()]
+            assert len(got) == len(want)
+            for w, g in zip(want, got, strict=True):
+                assert _bits(list(g)) == _bits(list(w)), (w, g)
+    finally:
+        spark.catalog.dropTempView("adversarial_t")
 
 
 def test_duplicates_resolved_alike(engines: Engines, lakes: dict[str, Lake]) -> None:

@@ -133,8 +133,8 @@ SETTINGS: tuple[Setting, ...] = (
         "spark_driver_memory",
         "TRACEFLOW_SPARK_DRIVER_MEMORY",
         "2g",
-        "Heap of the Spark driver that `--engine spark` starts in local mode, where the tasks run: exact "
-        "quantiles over one group of N distinct values need about 0.5 KB x N (8g for 10 M gaps).",
+        "Heap of the Spark driver that `--engine spark` starts in local mode, where the tasks run (the "
+        "gap and session reports over 10 M requests ran in 1g).",
     ),
 )
 

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from traceflow.store import groups, sql
+from traceflow.store.quantiles import Column, Quantile, grouped_sql
 from traceflow.units import format_duration
 
 if TYPE_CHECKING:
@@ -102,25 +103,28 @@ def gap_summary(
     kind: 1 human, 2 agent, 3 unknown) to count, computed in the same pass.
     """
     keys = groups.row_keys(by, kind=True)
-    qs = ", ".join(f"{q}" for q in QUANTILES)
-    parts = [
-        "count(*)::BIGINT AS gaps",
-        "count(*) FILTER (WHERE kind = 'human')::BIGINT AS human_gaps",
-        "count(*) FILTER (WHERE kind = 'agent')::BIGINT AS agent_gaps",
-        "count(*) FILTER (WHERE kind = 'unknown')::BIGINT AS unknown_gaps",
-        f"quantile_cont(gap_s, [{qs}]) AS q_all",
-        "avg(gap_s) AS mean_s",
-        "max(gap_s) AS max_s",
+    by_rank = isinstance(con, sql.Engine)  # another engine (Spark): quantiles by rank, store.quantiles
+    columns: list[Column] = [
+        ("gaps", "count(*)::BIGINT"),
+        ("human_gaps", "count(*) FILTER (WHERE kind = 'human')::BIGINT"),
+        ("agent_gaps", "count(*) FILTER (WHERE kind = 'agent')::BIGINT"),
+        ("unknown_gaps", "count(*) FILTER (WHERE kind = 'unknown')::BIGINT"),
+        ("q_all", Quantile("gap_s", QUANTILES)),
+        ("mean_s", "avg(gap_s)"),
+        ("max_s", "max(gap_s)"),
     ]
-    parts += [
-        f"avg(CASE WHEN gap_s > {float(t)!r} THEN 1.0 ELSE 0.0 END) AS share_over_{_ttl_key(t)}" for t in ttls
+    columns += [
+        (f"share_over_{_ttl_key(t)}", f"avg(CASE WHEN gap_s > {float(t)!r} THEN 1.0 ELSE 0.0 END)")
+        for t in ttls
     ]
     for kind in KINDS:
-        parts.append(f"quantile_cont(gap_s, [{qs}]) FILTER (WHERE kind = '{kind}') AS q_{kind}")
-        parts.append(f"avg(gap_s) FILTER (WHERE kind = '{kind}') AS {kind}_mean_s")
-        parts += [
-            f"avg(CASE WHEN gap_s > {float(t)!r} THEN 1.0 ELSE 0.0 END) FILTER (WHERE kind = '{kind}')"
-            f" AS {kind}_share_over_{_ttl_key(t)}"
+        columns.append((f"q_{kind}", Quantile("gap_s", QUANTILES, f"kind = '{kind}'")))
+        columns.append((f"{kind}_mean_s", f"avg(gap_s) FILTER (WHERE kind = '{kind}')"))
+        columns += [
+            (
+                f"{kind}_share_over_{_ttl_key(t)}",
+                f"avg(CASE WHEN gap_s > {float(t)!r} THEN 1.0 ELSE 0.0 END) FILTER (WHERE kind = '{kind}')",
+            )
             for t in ttls
         ]
     blocks, params = _selection(selection)
@@ -133,8 +137,8 @@ def gap_summary(
         histogram and not by and (isinstance(con, sql.Engine) or sql.uses_stored_steps(con, blocks, params))
     )
     if histogram and not separate:
-        parts.append(f"histogram({_HIST_KEY}) AS hist")
-    inner = f"SELECT {keys.select}{', '.join(parts)} FROM {{q}} AS g {keys.join} {keys.group}"
+        columns.append(("hist", f"histogram({_HIST_KEY})"))
+    inner = grouped_sql(keys, columns, by_rank=by_rank)
     outer_cols = [groups.ident(b) for b in by] + [
         "gaps",
         "human_gaps",

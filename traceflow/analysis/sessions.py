@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from traceflow.store import groups, sql
+from traceflow.store.quantiles import Column, Quantile, grouped_sql
 
 if TYPE_CHECKING:
     import duckdb
@@ -29,25 +30,27 @@ if TYPE_CHECKING:
 DEFAULT_RESUME_AFTER_S = 900.0
 DEFAULT_COMPACTION_DROP = 0.5
 
-#: Aggregate columns of :func:`session_summary` after the ``by`` columns (JSON keys are a contract).
-SUMMARY: tuple[tuple[str, str], ...] = (
+#: Aggregate columns of :func:`session_summary` after the ``by`` columns (JSON keys are a contract);
+#: the quantiles are DuckDB's ``quantile_cont``, on another engine computed by rank
+#: (:mod:`traceflow.store.quantiles`).
+SUMMARY: tuple[Column, ...] = (
     ("sessions", "count(*)::BIGINT"),
     ("requests", "sum(requests)::BIGINT"),
     ("turns", "sum(turns)::BIGINT"),
     ("subagents", "sum(subagents)::BIGINT"),
     ("sessions_with_subagents", "count(*) FILTER (WHERE subagents > 0)::BIGINT"),
-    ("requests_p50", "quantile_cont(requests, 0.5)"),
+    ("requests_p50", Quantile("requests", 0.5)),
     ("requests_mean", "avg(requests)"),
-    ("turns_p50", "quantile_cont(turns, 0.5)"),
+    ("turns_p50", Quantile("turns", 0.5)),
     ("turns_mean", "avg(turns)"),
-    ("duration_p50_s", "quantile_cont(duration_s, 0.5)"),
-    ("duration_p90_s", "quantile_cont(duration_s, 0.9)"),
+    ("duration_p50_s", Quantile("duration_s", 0.5)),
+    ("duration_p90_s", Quantile("duration_s", 0.9)),
     ("duration_mean_s", "avg(duration_s)"),
-    ("context_start_p50", "quantile_cont(context_start, 0.5)"),
-    ("context_end_p50", "quantile_cont(context_end, 0.5)"),
-    ("context_end_p90", "quantile_cont(context_end, 0.9)"),
+    ("context_start_p50", Quantile("context_start", 0.5)),
+    ("context_end_p50", Quantile("context_end", 0.5)),
+    ("context_end_p90", Quantile("context_end", 0.9)),
     ("context_max", "max(context_max)"),
-    ("growth_per_turn_p50", "quantile_cont(growth_per_turn, 0.5)"),
+    ("growth_per_turn_p50", Quantile("growth_per_turn", 0.5)),
     ("growth_per_turn_mean", "sum(growth_tokens) / nullif(sum(turns), 0)::DOUBLE"),
     ("compactions", "sum(compactions)::BIGINT"),
     ("sessions_with_compaction", "count(*) FILTER (WHERE compactions > 0)::BIGINT"),
@@ -119,8 +122,7 @@ def session_summary(
     keys = groups.row_keys(by, sessions=True)
     blocks, params = _params(selection, resume_after_s, compaction_drop)
     blocks["order"] = ""
-    aggs = ", ".join(f"{expr} AS {name}" for name, expr in SUMMARY)
-    wrap = f"SELECT {keys.select}{aggs} FROM {{q}} AS s {keys.join} {keys.group}"
+    wrap = grouped_sql(keys, SUMMARY, by_rank=isinstance(con, sql.Engine))
     frame = sql.run(con, "sessions", params, blocks=blocks, wrap=wrap)
     return _with_sessionless(con, frame, selection, list(by))
 

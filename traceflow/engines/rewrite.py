@@ -13,7 +13,13 @@ each rule a regular expression over the code with comments removed and string li
 - ``unnest(generate_series(a, b))`` -> ``explode(sequence(a, b))``
 - ``hash(`` -> ``xxhash64(`` (64-bit like DuckDB's; Spark's ``hash`` is 32-bit murmur3 and collides)
 - ``json_extract_string(`` -> ``get_json_object(`` (a JSON path's value as text, NULL where absent)
-- ``quantile_cont(x, [p, q])`` -> ``percentile(x, array(p, q))`` (exact, never ``percentile_approx``)
+- ``quantile_cont(x, [p, q])`` -> ``percentile(x, array(p, q))`` (exact, never ``percentile_approx``;
+  but ``percentile`` keeps every distinct value of a group in one task's memory and interpolates with
+  other roundings than DuckDB, so the analyses do not send ``quantile_cont`` to Spark: they compute
+  their quantiles by rank, :mod:`traceflow.store.quantiles`, in bounded memory and bit-identically)
+- ``fma(a, b, c)`` -> ``java_method('java.lang.Math', 'fma', a, b, c)`` (``a * b + c`` rounded once,
+  as text: the caller casts it to DOUBLE; DuckDB has no ``fma``, :mod:`traceflow.store.quantiles`
+  needs it on Spark only)
 - ``name[i]`` -> ``element_at(name, i)`` (DuckDB lists are 1-based, Spark's ``[]`` is 0-based)
 - ``1.5`` -> ``1.5D`` (a decimal literal is DECIMAL in Spark: its averages would round)
 - ``LIMIT CAST(x AS BIGINT)`` -> ``LIMIT CAST(x AS INT)``
@@ -73,6 +79,7 @@ RULES: tuple[Rule, ...] = (
     _rule("hash", r"(?<![\w.])hash\s*\(", "xxhash64("),
     _rule("json_extract_string", r"\bjson_extract_string\s*\(", "get_json_object("),
     _rule("quantile_cont", r"\bquantile_cont\s*\(", "percentile("),
+    _rule("fma", r"(?<![\w.])fma\s*\(", "java_method('java.lang.Math', 'fma', "),
     _rule("error", r"(?<![\w.])error\s*\(", "raise_error("),
     _rule("list index", r"\b([A-Za-z_]\w*)\[\s*(\d+)\s*\]", r"element_at(\1, \2)"),
     _rule("list literal", r"(?<![\w\])\s])(\s*)\[([^\[\]]*)\]", r"\1array(\2)"),

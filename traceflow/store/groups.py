@@ -118,12 +118,15 @@ class Keys:
 
     ``select``: ``"expr AS name, ..., "`` (empty without names); ``join``: a ``LEFT JOIN`` of the
     attribution values (empty when no attribution name is asked for); ``group``: ``GROUP BY 1, 2
-    ORDER BY 1, 2`` (empty without names).
+    ORDER BY 1, 2`` (empty without names); ``names`` and ``exprs``: each name and its ``expr``, in
+    order (for a query that groups in steps, :mod:`traceflow.store.quantiles`).
     """
 
     select: str
     join: str
     group: str
+    names: tuple[str, ...] = ()
+    exprs: tuple[str, ...] = ()
 
 
 def check(by: Sequence[str], allowed: Sequence[str]) -> None:
@@ -215,7 +218,8 @@ def _keys(by: Sequence[str], expr: dict[str, str], on: str, tool_join: str) -> K
     if TOOL in by:
         join += " " + tool_join
     positions = ", ".join(str(i + 1) for i in range(len(by)))
-    return Keys(select, join, f"GROUP BY {positions} ORDER BY {positions}")
+    group = f"GROUP BY {positions} ORDER BY {positions}"
+    return Keys(select, join, group, tuple(by), tuple(expr[b] for b in by))
 
 
 def request_keys(by: Sequence[str], table: str = "r") -> Keys:
