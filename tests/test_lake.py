@@ -101,6 +101,20 @@ def test_snapshot_writes_a_standalone_duckdb_file(lake: Lake, tmp_path: Path) ->
     assert con.execute("SELECT sum(output_tokens)::BIGINT FROM requests").fetchone() == (5,)
 
 
+def test_a_data_dir_with_a_quote_in_its_name_works_end_to_end(tmp_path: Path) -> None:
+    # every path the lake writes into its SQL is a string literal: an apostrophe must not end it
+    lake = Lake(tmp_path / "bob's lake")
+    for i in range(3):
+        lake.append("requests", [req(f"e{i}", i + 1), req("dup", 7 + i)])
+    assert count(lake) == 4
+    assert lake.compact("requests") == (3, 1)
+    lake.materialise_derived()
+    assert count(lake) == 4
+    assert count(lake, "request_rollup") == 1
+    counts = snapshot(lake, tmp_path / "it's a snapshot.duckdb")
+    assert counts["requests"] == 4
+
+
 def test_unwritable_data_dir_is_a_clear_error(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")

@@ -45,6 +45,7 @@ from traceflow.replay.prefix import PrefixOptions, derive
 from traceflow.replay.requests import load_requests
 from traceflow.replay.writing import atomic_write
 from traceflow.store import time_base
+from traceflow.store.sql import sql_string
 
 if TYPE_CHECKING:
     import duckdb
@@ -111,7 +112,7 @@ def export(
             con = own = source.connect(["requests"])
             if duckdb_memory:
                 own.execute(f"SET memory_limit = '{duckdb_memory}'")
-                own.execute(f"SET temp_directory = '{spill}'")
+                own.execute(f"SET temp_directory = {sql_string(spill)}")
             own.execute("SET preserve_insertion_order = false")
             own.execute("SET enable_progress_bar = false")
         else:

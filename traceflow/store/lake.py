@@ -50,7 +50,7 @@ import orjson
 from traceflow import config
 from traceflow.errors import LakeError
 from traceflow.schema import LAKE_VERSION, REQUESTS, TABLES, Table, polars_type
-from traceflow.store.sql import MATERIALISED, STEPS
+from traceflow.store.sql import MATERIALISED, STEPS, sql_string
 from traceflow.store.sql import load as load_query
 
 if TYPE_CHECKING:
@@ -350,7 +350,7 @@ class Lake:
 
         con = duckdb.connect(":memory:")
         con.execute("SET TimeZone = 'UTC'")
-        con.execute(f"SET temp_directory = '{self.base / '_tmp'}'")  # spills stay in the data dir
+        con.execute(f"SET temp_directory = {sql_string(self.base / '_tmp')}")  # spills stay in the data dir
         self._register(con)
         limit = config.get("memory_limit")
         if limit:
@@ -431,7 +431,7 @@ class Lake:
     def derived_view_sql(self, view: str, files: list[str] | None = None) -> str:
         """A derived view: its stored ``files`` (see :meth:`fresh_derived`), else its query."""
         if files:
-            listing = ", ".join(f"'{p}'" for p in files)
+            listing = ", ".join(sql_string(p) for p in files)
             body = f"SELECT * FROM read_parquet([{listing}], hive_partitioning = false)"
         else:
             body = _derived_sql(view)
@@ -464,7 +464,7 @@ class Lake:
             # LZ4 with Parquet v2 encodings (delta for sorted integers) reads about twice as fast
             # as zstd here; these files are derived, so read speed beats size
             rows = con.execute(
-                f"COPY ({_derived_sql(view)}) TO '{out}' "
+                f"COPY ({_derived_sql(view)}) TO {sql_string(out)} "
                 "(FORMAT parquet, COMPRESSION lz4_raw, PARQUET_VERSION V2, PER_THREAD_OUTPUT true)"
             ).fetchall()
         finally:
@@ -531,7 +531,7 @@ class Lake:
         order = _DEDUP_ORDER.get(name, "ingested_at DESC")
 
         def read(paths: list[str]) -> str:
-            listing = ", ".join(f"'{p}'" for p in paths)
+            listing = ", ".join(sql_string(p) for p in paths)
             return f"read_parquet([{listing}], union_by_name = true, hive_partitioning = false)"
 
         window = f"QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY {order}) = 1"
@@ -576,7 +576,7 @@ class Lake:
             return len(files), len(files)
         self.ensure()
         out = self.staging / f"compact-{time.time_ns()}-{secrets.token_hex(4)}"
-        listing = ", ".join(f"'{f}'" for f in files)
+        listing = ", ".join(sql_string(f) for f in files)
         cols = ", ".join(spec.columns)
         day = " , ".join(spec.partition_by)
         order = _DEDUP_ORDER.get(table, "ingested_at DESC")
@@ -591,7 +591,7 @@ class Lake:
                 f"'unknown') AS dt FROM read_parquet([{listing}], union_by_name = true, "
                 f"hive_partitioning = false) "
                 f"QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY {order}) = 1) "
-                f"TO '{out}' (FORMAT parquet, PARTITION_BY (dt), COMPRESSION zstd)"
+                f"TO {sql_string(out)} (FORMAT parquet, PARTITION_BY (dt), COMPRESSION zstd)"
             )
         finally:
             con.close()

@@ -256,6 +256,15 @@ def run(
 MATERIALISED = "materialised"
 
 
+def sql_string(text: object) -> str:
+    """``text`` (a path, say) as a SQL string literal: a quote in it stays part of the string.
+
+    >>> sql_string("/data/bob's lake")
+    "'/data/bob''s lake'"
+    """
+    return "'" + str(text).replace("'", "''") + "'"
+
+
 def query_frame(
     con: duckdb.DuckDBPyConnection | Engine,
     sql: str,

@@ -14,7 +14,7 @@ from traceflow.errors import QueryError, UsageError
 from traceflow.paths import output_file
 from traceflow.schema import TABLES
 from traceflow.store.lake import Lake
-from traceflow.store.sql import query_frame
+from traceflow.store.sql import query_frame, sql_string
 
 _READ_ONLY = {"SELECT", "EXPLAIN"}
 
@@ -61,7 +61,7 @@ def snapshot(lake: Lake, out: Path) -> dict[str, int]:
     con = lake.connect()
     counts: dict[str, int] = {}
     try:
-        con.execute("ATTACH " + _sql_string(str(tmp)) + " AS snap")
+        con.execute(f"ATTACH {sql_string(tmp)} AS snap")
         for name in TABLES:
             con.execute(f"CREATE TABLE snap.{name} AS SELECT * FROM {name}")
             row = con.execute(f"SELECT count(*) FROM snap.{name}").fetchone()
@@ -74,11 +74,6 @@ def snapshot(lake: Lake, out: Path) -> dict[str, int]:
         con.close()
     tmp.replace(out)
     return counts
-
-
-def _sql_string(text: str) -> str:
-    """``text`` as a SQL string literal (a path with a quote in it stays one path)."""
-    return "'" + text.replace("'", "''") + "'"
 
 
 __all__ = ["describe_views", "run_sql", "snapshot"]
