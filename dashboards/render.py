@@ -11,7 +11,6 @@ import datetime as dt
 import html as html_mod
 import importlib
 import json
-import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from traceflow import config
 from traceflow.dashboards.report_data import DEFAULT_REPORT_OPTIONS
 from traceflow.paths import output_file, output_folder
+from traceflow.replay.writing import atomic_write
 
 if TYPE_CHECKING:
     import altair as alt
@@ -182,9 +182,7 @@ def _bundle() -> str:
     bundle: str = vlc.javascript_bundle(None, version)  # type: ignore[arg-type]  # None: the default snippet
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(bundle, encoding="utf-8")
-        os.replace(tmp, path)
+        atomic_write(path, bundle.encode("utf-8"))
     except OSError:
         pass
     return bundle
@@ -405,12 +403,7 @@ def write_report(
         "headline": headline(data.report),
     }
     if html_path is not None:
-        tmp = html_path.with_name(f".{html_path.name}.{os.getpid()}.tmp")
-        try:
-            tmp.write_text(page, encoding="utf-8")
-            os.replace(tmp, html_path)
-        finally:
-            tmp.unlink(missing_ok=True)  # a failed write leaves no partial file behind
+        atomic_write(html_path, page.encode("utf-8"))  # a failed write leaves no partial file behind
         written["html"] = str(html_path)
         written["html_bytes"] = html_path.stat().st_size
     if png_path is not None:

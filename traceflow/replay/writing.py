@@ -29,9 +29,10 @@ def times_ms(frame: pl.DataFrame, speedup: float) -> I64:
 
 @contextmanager
 def atomic_file(path: Path) -> Iterator[IO[bytes]]:
-    """A binary file written beside ``path`` (``.NAME.tmp``) that replaces ``path`` once complete; on
-    an error the temporary file is removed and ``path`` is left as it was."""
-    tmp = path.with_name(f".{path.name}.tmp")
+    """A binary file written beside ``path`` (``.NAME.PID.tmp``, so two processes writing one path
+    never share it) that replaces ``path`` once complete; on an error the temporary file is removed
+    and ``path`` is left as it was."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as fh:
             yield fh
