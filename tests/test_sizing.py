@@ -190,6 +190,14 @@ def test_prices_override_and_reject_unknown_keys(tmp_path: Path) -> None:
     path.write_text(json.dumps({"dram": 5}))
     with pytest.raises(UsageError, match="unknown price key"):
         sizing.Prices.load(path)
+    path.write_text("[5]")
+    with pytest.raises(UsageError, match="holds a list; write one object of prices"):
+        sizing.Prices.load(path)
+    path.write_bytes(b'{"date": "\xe9t\xe9"}')
+    with pytest.raises(UsageError, match="is not UTF-8 text"):
+        sizing.Prices.load(path)
+    with pytest.raises(UsageError, match="is a directory"):
+        sizing.Prices.load(tmp_path)
 
 
 # ---------------------------------------------------------------------------------- §8 default prices

@@ -28,6 +28,7 @@ from typing import Any
 
 from traceflow.errors import TraceflowError, UsageError
 from traceflow.kv.geometry import KVSize
+from traceflow.paths import read_text
 from traceflow.units import parse_bandwidth, parse_duration, parse_size
 
 SECONDS_PER_DAY = 86_400
@@ -341,10 +342,15 @@ class Prices:
         """Defaults, with any keys of a JSON file (``--prices``) replacing them."""
         if path is None:
             return cls.default()
+        text = read_text(
+            Path(path), "--prices", "a JSON price file (start from a copy of traceflow/kv/prices.json)"
+        )
         try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
             raise UsageError(f"--prices {path}: cannot read it as JSON ({e})") from None
+        if not isinstance(data, dict):
+            raise UsageError(f"--prices {path} holds a {type(data).__name__}; write one object of prices")
         return cls.from_mapping(data, str(path))
 
     @classmethod
