@@ -418,6 +418,35 @@ def test_check_fires_on_a_designed_drop_and_posts_the_alert(
     assert code == 4 and "not delivered" in err
 
 
+def test_check_alerts_on_a_silent_window_after_a_week_of_traffic(
+    lake: Lake, tmp_path: Path, cli: Cli, receiver: tuple[str, list[tuple[str, bytes]]]
+) -> None:
+    """A dead collector: the baseline week has 21 requests, the window day none (and then fewer than
+    ``--min-requests``); that is an alert, not "ok"."""
+    _health_lake(tmp_path / "logs", lake, drop=False)
+    url, bodies = receiver
+    silent = ("--since", "2026-03-11", "--until", "2026-03-12")  # the day after the last request
+    code, out, err = cli("check", *silent, "--baseline-days", "8", "--format", "json", "--webhook", url)
+    assert code == ALERT_EXIT == 4, err
+    got = json.loads(out)
+    assert got["status"] == "alert"
+    assert got["window"]["requests"] == 0 and got["baseline"]["requests"] == 24
+    assert [f["check"] for f in got["fired"]] == ["silence"]
+    fired = got["fired"][0]
+    assert fired["window_requests"] == 0 and fired["baseline_requests"] == 24 and fired["threshold"] == 1
+    assert "no requests" in fired["reason"]
+    assert len(bodies) == 1 and json.loads(bodies[0][1]) == got
+    code, out, _ = cli("check", *silent, "--baseline-days", "8")
+    assert code == 4 and "cache health: alert" in out and "silence" in out
+    # the healthy window day has 3 requests: fewer than --min-requests 4 is an alert, 3 is not
+    code, out, _ = cli("check", *WINDOW_ARGS, "--format", "json", "--min-requests", "4")
+    assert code == 4 and [f["check"] for f in json.loads(out)["fired"]] == ["silence"]
+    code, out, _ = cli("check", *WINDOW_ARGS, "--format", "json", "--min-requests", "3")
+    assert code == 0 and json.loads(out)["fired"] == []
+    code, _, err = cli("check", *WINDOW_ARGS, "--min-requests", "-1")
+    assert code == 2 and "--min-requests" in err
+
+
 def test_check_without_baseline_says_so(lake: Lake, cli: Cli) -> None:
     code, out, err = cli("check", "--format", "json")
     assert code == 0, err

@@ -1,15 +1,18 @@
 """Cache health (DESIGN §3): a window's prompt-cache reuse against a baseline, for alerts from cron.
 
-Two checks, each comparing the window (default: the last whole UTC day) with the baseline (default:
+Three checks, each comparing the window (default: the last whole UTC day) with the baseline (default:
 the 7 days before the window):
 
 * ``reuse_drop``: the token-weighted reuse ratio (cache read / (cold + read + write), as in ``mix``)
   fell by more than ``max_drop`` relative to the baseline's (0.25: from 0.80 to below 0.60);
 * ``unexplained_misses``: the share of requests that were misses with cause ``unexplained``
   (:mod:`traceflow.analysis.misses`) rose by more than ``max_unexplained_rise`` (absolute: 0.05 is
-  five points) over the baseline's.
+  five points) over the baseline's;
+* ``silence``: the window holds fewer than ``min_requests`` requests (default 1: none at all) while the
+  baseline had traffic -- a dead collector, an expired key, an agent that stopped sending.
 
-A check needs requests in both periods; without them it does not fire and the result says so.
+The two ratio checks need requests in both periods; without them they do not fire and the result says
+so. ``silence`` needs only a baseline with requests.
 :data:`ALERT_EXIT` is the exit status of ``traceflow check`` when a check fired.
 """
 
@@ -36,6 +39,8 @@ ALERT_EXIT = 4
 MAX_DROP = 0.25
 #: Default largest rise (absolute share of requests) of unexplained misses that is still healthy.
 MAX_UNEXPLAINED_RISE = 0.05
+#: Default least number of requests in the window (with a baseline that had traffic).
+MIN_REQUESTS = 1
 #: Default baseline length, in days before the window.
 BASELINE_DAYS = 7
 
@@ -73,6 +78,7 @@ class Health:
     baseline: dict[str, Any]
     max_drop: float
     max_unexplained_rise: float
+    min_requests: int
     fired: list[dict[str, Any]]
     notes: list[str]
 
@@ -87,7 +93,11 @@ class Health:
             "fired": self.fired,
             "window": self.window,
             "baseline": self.baseline,
-            "thresholds": {"max_drop": self.max_drop, "max_unexplained_rise": self.max_unexplained_rise},
+            "thresholds": {
+                "max_drop": self.max_drop,
+                "max_unexplained_rise": self.max_unexplained_rise,
+                "min_requests": self.min_requests,
+            },
             "notes": self.notes,
         }
 
@@ -99,6 +109,7 @@ def check(
     baseline_days: float = BASELINE_DAYS,
     max_drop: float = MAX_DROP,
     max_unexplained_rise: float = MAX_UNEXPLAINED_RISE,
+    min_requests: int = MIN_REQUESTS,
     now: dt.datetime | None = None,
 ) -> Health:
     """Compare the selection's window (default :func:`default_window`) with the ``baseline_days``
@@ -109,6 +120,8 @@ def check(
         raise UsageError("--max-unexplained-rise must be 0 or more")
     if baseline_days <= 0:
         raise UsageError("--baseline-days must be positive")
+    if min_requests < 0:
+        raise UsageError(f"--min-requests {min_requests} must be 0 or more (0 turns the silence check off)")
     sel = selection or Selection()
     since, until = sel.since, sel.until
     if since is None and until is None:
@@ -125,9 +138,11 @@ def check(
     fired: list[dict[str, Any]] = []
     notes: list[str] = []
     w, b = window["reuse_ratio"], baseline["reuse_ratio"]
+    if window["requests"] < min_requests and baseline["requests"]:
+        fired.append(_silence(window["requests"], baseline["requests"], baseline_days, min_requests))
     empty = [name for name, p in (("window", window), ("baseline", baseline)) if not p["requests"]]
     if empty:
-        notes.append(f"no requests in the {' or '.join(empty)}: nothing to compare, no check fired")
+        notes.append(f"no requests in the {' or '.join(empty)}: nothing to compare, the ratio checks did not fire")
     elif w is None or b is None:
         notes.append("no prompt tokens in the window or the baseline: nothing to compare")
     else:
@@ -151,7 +166,23 @@ def check(
                     "window_unexplained_misses": window["unexplained_misses"],
                 }
             )
-    return Health(window, baseline, max_drop, max_unexplained_rise, fired, notes)
+    return Health(window, baseline, max_drop, max_unexplained_rise, min_requests, fired, notes)
+
+
+def _silence(window: int, baseline: int, baseline_days: float, min_requests: int) -> dict[str, Any]:
+    """The ``silence`` check's object: the window fell short of ``min_requests`` after a baseline
+    with traffic."""
+    short = "no requests" if window == 0 else f"{window} request(s), fewer than {min_requests}"
+    return {
+        "check": "silence",
+        "window_requests": window,
+        "baseline_requests": baseline,
+        "threshold": min_requests,
+        "reason": (
+            f"{short} in the window after {baseline} in the {baseline_days:g} baseline day(s): "
+            "is the collector (or the agent's telemetry) still running?"
+        ),
+    }
 
 
 def post_webhook(url: str, body: dict[str, Any], timeout_s: float = 10.0) -> int:

@@ -164,6 +164,13 @@ def check(
     baseline_days: Annotated[
         float, typer.Option("--baseline-days", help="Baseline: this many days before the window.")
     ] = 7,
+    min_requests: Annotated[
+        int,
+        typer.Option(
+            "--min-requests",
+            help="Alert when the window has fewer requests than this while the baseline had some (0: off).",
+        ),
+    ] = 1,
     webhook: Annotated[
         str | None, typer.Option("--webhook", help="POST the alert as JSON to this URL when a check fires.")
     ] = None,
@@ -186,6 +193,7 @@ def check(
         baseline_days=baseline_days,
         max_drop=max_drop,
         max_unexplained_rise=max_unexplained_rise,
+        min_requests=min_requests,
     )
     body = result.as_dict()
     if fmt == "json":
@@ -197,7 +205,10 @@ def check(
         for key in ("requests", "reuse_ratio", "misses", "unexplained_misses", "unexplained_share"):
             rows.append((key, result.window.get(key), result.baseline.get(key)))
         head = f"cache health: {body['status']}"
-        fired = [f"fired: {f['check']} (threshold {f['threshold']})" for f in result.fired]
+        fired = [
+            f"fired: {f['check']} (threshold {f['threshold']})" + (f": {f['reason']}" if "reason" in f else "")
+            for f in result.fired
+        ]
         if fmt in ("table", "markdown"):
             typer.echo("\n".join([head, *fired, *(f"note: {n}" for n in result.notes)]))
         echo(Rows(["metric", "window", "baseline"], rows), fmt)
