@@ -142,7 +142,9 @@ def check(
         fired.append(_silence(window["requests"], baseline["requests"], baseline_days, min_requests))
     empty = [name for name, p in (("window", window), ("baseline", baseline)) if not p["requests"]]
     if empty:
-        notes.append(f"no requests in the {' or '.join(empty)}: nothing to compare, the ratio checks did not fire")
+        notes.append(
+            f"no requests in the {' or '.join(empty)}: nothing to compare, the ratio checks did not fire"
+        )
     elif w is None or b is None:
         notes.append("no prompt tokens in the window or the baseline: nothing to compare")
     else:

@@ -206,7 +206,8 @@ def check(
             rows.append((key, result.window.get(key), result.baseline.get(key)))
         head = f"cache health: {body['status']}"
         fired = [
-            f"fired: {f['check']} (threshold {f['threshold']})" + (f": {f['reason']}" if "reason" in f else "")
+            f"fired: {f['check']} (threshold {f['threshold']})"
+            + (f": {f['reason']}" if "reason" in f else "")
             for f in result.fired
         ]
         if fmt in ("table", "markdown"):
