@@ -5,9 +5,12 @@ Each case runs the console script as a user would (a subprocess), so a traceback
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -145,6 +148,53 @@ def test_an_output_file_whose_folder_cannot_be_made(tmp_path: Path, lake: Path, 
     run = traceflow(*(a.replace("{out}", str(out)) for a in FILE_WRITERS[command]), tmp_path=tmp_path)
     assert_refused(run, f"cannot create the folder {blocker / 'sub'}", "writable")
     assert _leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("command", FILE_WRITERS)
+def test_an_output_file_in_a_missing_folder(tmp_path: Path, lake: Path, command: str) -> None:
+    out = tmp_path / "no-such-dir" / "out.x"
+    run = traceflow(*(a.replace("{out}", str(out)) for a in FILE_WRITERS[command]), tmp_path=tmp_path)
+    assert_refused(run, f"the folder {out.parent} does not exist", f"mkdir -p {out.parent}")
+    assert not out.parent.exists()  # a mistyped path leaves no new folder behind
+
+
+@contextlib.contextmanager
+def unwritable(folder: Path) -> Iterator[None]:
+    """``folder`` refuses new files for the duration, as a user's read-only lake would: by its mode for
+    an ordinary user; as root (whom modes do not stop) made immutable, else bind-mounted read-only."""
+    if os.geteuid() != 0:
+        mode = folder.stat().st_mode
+        folder.chmod(0o555)
+        try:
+            yield
+        finally:
+            folder.chmod(mode)
+        return
+    for on, off in (
+        (["chattr", "+i", str(folder)], ["chattr", "-i", str(folder)]),
+        (["mount", "--bind", "-o", "ro", str(folder), str(folder)], ["umount", str(folder)]),
+    ):
+        if shutil.which(on[0]) and subprocess.run(on, capture_output=True).returncode == 0:
+            try:
+                yield
+            finally:
+                subprocess.run(off, check=True)
+            return
+    pytest.skip("running as root without chattr or mount: no way to make a folder unwritable")
+
+
+@pytest.mark.parametrize("command", ["import", "compact"])
+def test_a_lake_that_cannot_be_written(tmp_path: Path, lake: Path, command: str) -> None:
+    args = (
+        ["import", "mooncake", str(TESTDATA / "mooncake_synthetic_trace.jsonl")]
+        if command == "import"
+        else ["compact"]
+    )
+    before = sorted(p.relative_to(lake) for p in lake.rglob("*"))
+    with unwritable(lake / "v1"):
+        run = traceflow(*args, tmp_path=tmp_path)
+    assert_refused(run, f"cannot write the lake at {lake}", f"traceflow {command}", "--data DIR")
+    assert sorted(p.relative_to(lake) for p in lake.rglob("*")) == before
 
 
 @pytest.mark.parametrize("option", ["--png", "--svg"])

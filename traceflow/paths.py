@@ -1,11 +1,12 @@
 """Paths a user names on the command line, checked before any work: files to read, files and folders
-to write. Each check raises a :class:`~traceflow.errors.UsageError` naming the option and the fix, so a
+to write, the lake a writing command fills. Each check raises a :class:`~traceflow.errors.UsageError` naming the option and the fix, so a
 directory given for a file (or a file for a folder, or a folder that cannot be made) never ends in a
 traceback or a temporary file left beside the path.
 """
 
 from __future__ import annotations
 
+import errno
 import tempfile
 from pathlib import Path
 
@@ -30,13 +31,26 @@ def read_text(path: Path, option: str, what: str) -> str:
 
 def output_file(path: Path, option: str) -> Path:
     """``path`` (``~`` expanded) once it can be written as a file: not a directory, in a folder that
-    exists (made if missing) and takes new files."""
+    exists and takes new files. A missing folder is refused, not made: a mistyped path must not
+    leave a new directory tree behind (a folder given as a folder, :func:`output_folder`, is made)."""
     path = path.expanduser()
     if path.is_dir():
         raise UsageError(
             f"{option} {path} is a directory; give the path of a file to write, e.g. {path / 'NAME'}"
         )
-    _writable_folder(path.parent, option, path)
+    folder = path.parent
+    missing = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    if missing is not None and missing != folder:
+        if not missing.is_dir():
+            raise UsageError(
+                f"{option} {path}: cannot create the folder {folder} ({missing} is a file); choose a path "
+                "in a writable folder"
+            )
+        raise UsageError(
+            f"{option} {path}: the folder {folder} does not exist; create it first (mkdir -p {folder}) "
+            "or choose a path in an existing folder"
+        )
+    _writable_folder(folder, option, path)
     return path
 
 
@@ -67,4 +81,39 @@ def _writable_folder(folder: Path, option: str, path: Path) -> None:
         ) from None
 
 
-__all__ = ["output_file", "output_folder", "read_text"]
+def writable_lake(root: Path, folders: list[Path], command: str) -> None:
+    """Refuse, before any work, a local lake at ``root`` that ``command`` (``import``, ``compact``)
+    could not write: each of ``folders`` (the lake's own: ``v1``, ``v1/_staging``, ``v1/_state``) must
+    exist or be made, and take a new file. A read-only mount, a folder of another user's, or a file in
+    the way ends here in one line naming the path and the fix, not in a traceback half-way through."""
+    for folder in folders:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=folder, prefix=".traceflow-probe-"):
+                pass
+        except OSError as e:
+            raise lake_not_writable(root, command, folder, e) from None
+
+
+def lake_not_writable(root: Path, command: str, where: Path | str, error: OSError | str) -> UsageError:
+    """The one-line error for a lake ``command`` cannot write (``where``: the path that refused)."""
+    reason = error.strerror if isinstance(error, OSError) else error
+    return UsageError(
+        f"cannot write the lake at {root} ({where}: {reason}); `traceflow {command}` writes into its "
+        f"data directory: run it as a user who can write {root} (e.g. its owner, or after "
+        f"`chmod -R u+w {root}`), remount it read-write, or pass --data DIR of a writable lake"
+    )
+
+
+#: ``errno`` values that mean "this path cannot be written", not a defect of traceflow's.
+NOT_WRITABLE_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR})
+
+
+__all__ = [
+    "NOT_WRITABLE_ERRNOS",
+    "lake_not_writable",
+    "output_file",
+    "output_folder",
+    "read_text",
+    "writable_lake",
+]

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -27,9 +28,40 @@ from traceflow.cli.options import (
 from traceflow.errors import UsageError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
+    from traceflow.store.lake import Lake
     from traceflow.store.selection import Selection
+
+
+@contextlib.contextmanager
+def _writing(lake: Lake, command: str) -> Iterator[None]:
+    """``command`` writes into ``lake``: a local lake it cannot write is refused up front, and a
+    refusal met later (a table folder of another user's) ends in the same one line, not a traceback."""
+    from traceflow import paths
+
+    if lake.url is not None:  # an object store: its own errors name the bucket
+        yield
+        return
+    root = lake.root
+    paths.writable_lake(root, [lake.base, lake.staging, lake.state_dir / "imports"], command)
+    try:
+        yield
+    except OSError as e:
+        name = str(e.filename or "")
+        if e.errno not in paths.NOT_WRITABLE_ERRNOS or not name.startswith(str(root)):
+            raise
+        raise paths.lake_not_writable(root, command, name, e) from None
+    except Exception as e:  # DuckDB's IOException is no OSError
+        first = str(e).splitlines()[0] if str(e) else ""
+        refused = ("Permission denied", "Operation not permitted", "Read-only file system")
+        if (
+            type(e).__name__ != "IOException"
+            or str(root) not in first
+            or not any(r in first for r in refused)
+        ):
+            raise
+        raise paths.lake_not_writable(root, command, "DuckDB", first) from None
 
 
 class _Progress:
@@ -73,14 +105,19 @@ def import_(
 ) -> None:
     """Import agent logs or trace files into the lake; files already imported add nothing."""
     from traceflow import importers
-    from traceflow.importers.run import run_import
+    from traceflow.importers.run import ImportInterrupted, run_import
     from traceflow.output import to_json
 
     importer = importers.get(source)
     lake = open_lake(data, create=True)
     progress = _Progress(f"importing {source}", enabled=fmt != "json")
     try:
-        summary = run_import(lake, importer, paths or None, progress=progress, jobs=jobs)
+        with _writing(lake, "import"):
+            summary = run_import(lake, importer, paths or None, progress=progress, jobs=jobs)
+    except ImportInterrupted as e:
+        progress.close()
+        typer.echo(f"traceflow: interrupted: {e}", err=True)
+        raise typer.Exit(130) from None
     finally:
         progress.close()
     for err in summary.errors:
@@ -164,10 +201,17 @@ def compact(
     import polars as pl
 
     from traceflow.output import render
+
+    lake = open_lake(data)
+    with _writing(lake, "compact"):
+        rows = _compact(lake, engine, spark_remote)
+    typer.echo(render(pl.DataFrame(rows), fmt))
+
+
+def _compact(lake: Lake, engine: str, spark_remote: str | None) -> list[dict[str, Any]]:
     from traceflow.schema import TABLES
     from traceflow.store.lake import DERIVED
 
-    lake = open_lake(data)
     rows = []
     derived_before = {v: len(lake.fresh_derived(v) or []) for v in DERIVED}
     if engine == "spark":
@@ -188,7 +232,7 @@ def compact(
             {"table": view, "files_before": before, "files_after": len(lake.fresh_derived(view) or [])}
         )
     lake.clean_staging()
-    typer.echo(render(pl.DataFrame(rows), fmt))
+    return rows
 
 
 def snapshot(
