@@ -18,7 +18,10 @@ A price file (JSON, or TOML when it ends in ``.toml``) overrides any part of the
      "models": {"claude-opus-4-5": {"input": 5.0, "output": 25.0}, "my-model": {"input": 0.5}}}
 
 Model prices match the longest key that is a prefix of the model name (``claude-sonnet-4-5-20250929``
-matches ``claude-sonnet-4-5``); a model no key matches (or a NULL model) gets ``default``.
+matches ``claude-sonnet-4-5``); a named model no key matches gets ``default``. A request without a
+model name (the public serving traces: Mooncake, Azure, BurstGPT, Bailian) is not priced at all
+(:meth:`PriceModel.priced`): the costs that count tokens (``mix``'s savings) leave it out and say how
+many tokens that was, rather than bill an unknown model at a Sonnet-class default.
 """
 
 from __future__ import annotations
@@ -87,6 +90,15 @@ class PriceModel:
             if best is not None:
                 return self.models[best]
         return self.default
+
+    def priced(self, model: str | None) -> ModelPrice | None:
+        """The base prices of a request's ``model`` (:meth:`price`), or None for a request without a
+        model name: nothing says what it cost.
+
+        >>> PriceModel().priced(None) is None, PriceModel().priced("claude-sonnet-4-5").input
+        (True, 3.0)
+        """
+        return self.price(model) if model else None
 
     def write_multiplier(self, ttl_s: float) -> float:
         """The cache-write multiplier of a TTL (log-linear between the listed points).

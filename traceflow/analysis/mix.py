@@ -35,10 +35,13 @@ COLUMNS = (
 )
 
 
-#: The savings columns after :data:`COLUMNS` (:func:`savings_by_group`): what the tokens would have
-#: cost with no cache, what they cost with it (both under the price model), the difference, and
-#: the difference's share of the no-cache cost.
-SAVINGS = ("no_cache_cost_usd", "cache_cost_usd", "savings_usd", "savings_share")
+#: The savings columns after :data:`COLUMNS` (:func:`savings_by_group`): what the priced tokens would
+#: have cost with no cache, what they cost with it (both under the price model), the difference, the
+#: difference's share of the no-cache cost (all four null when nothing is priced), and the tokens of
+#: requests without a model name, which are not priced (:meth:`~traceflow.prices.PriceModel.priced`).
+SAVINGS = ("no_cache_cost_usd", "cache_cost_usd", "savings_usd", "savings_share", "unpriced_tokens")
+#: The savings of a group with no priced request.
+UNPRICED: tuple[float | None, float | None, float | None, float | None, int] = (None, None, None, None, 0)
 
 
 #: ``--by`` names over the ``request_rollup`` view (``queries/rollup.sql``), which ``mix`` sums
@@ -129,17 +132,20 @@ def token_mix_rows(
     saved = savings_by_group(con, sel, by, prices)
     n = len(by)
     m = n + len(COLUMNS)
-    out = [(*r[:m], *saved.get(tuple(r[:n]), (0.0, 0.0, 0.0, None)), *r[m:]) for r in rows]
+    out = [(*r[:m], *saved.get(tuple(r[:n]), UNPRICED), *r[m:]) for r in rows]
     # --by tool adds tool_calls: the tool results that preceded the group's requests
     return Rows([*by, *COLUMNS, *SAVINGS, *(["tool_calls"] if groups.TOOL in by else [])], out)
 
 
-def token_cost(prices: PriceModel, model: str | None, sums: Sequence[int]) -> tuple[float, float]:
+def token_cost(prices: PriceModel, model: str | None, sums: Sequence[int]) -> tuple[float, float] | None:
     """(cost with no cache, cost as billed) in USD of ``(cold, read, write, output, write_1h)`` tokens
     of one model: with no cache every input token is cold; as billed a read costs the read multiplier,
-    a 1-hour write the 1-hour write multiplier and every other write the 5-minute one."""
+    a 1-hour write the 1-hour write multiplier and every other write the 5-minute one. None for
+    requests without a model name (not priced)."""
     cold, read, write, output, write_1h = sums
-    p = prices.price(model)
+    p = prices.priced(model)
+    if p is None:
+        return None
     per_in, per_out = p.input / 1e6, p.output / 1e6
     no_cache = (cold + read + write) * per_in * prices.cold_multiplier + output * per_out
     billed = (
@@ -157,24 +163,36 @@ def savings_by_group(
     selection: Selection | None = None,
     by: Sequence[str] = (),
     prices: PriceModel | None = None,
-) -> dict[tuple[Any, ...], tuple[float, float, float, float | None]]:
-    """Per group (the tuple of its ``by`` values): :data:`SAVINGS`, priced per model."""
+) -> dict[tuple[Any, ...], tuple[float | None, float | None, float | None, float | None, int]]:
+    """Per group (the tuple of its ``by`` values): :data:`SAVINGS`, priced per model; the tokens of
+    requests without a model name are counted in ``unpriced_tokens`` instead."""
     pm = prices or PriceModel()
     sel = selection or Selection()
     keys = [*by, "model"] if "model" not in by else list(by)
     at = keys.index("model")
     n = len(keys)
     totals: dict[tuple[Any, ...], list[float]] = {}
+    unpriced: dict[tuple[Any, ...], int] = {}
     for r in _sums(con, sel, keys, write_1h=True):
         # r: keys, requests, cold, read, write, output, write_1h, then the shares
-        no_cache, billed = token_cost(pm, r[at], r[n + 1 : n + 6])
-        acc = totals.setdefault(tuple(r[: len(by)]), [0.0, 0.0])
-        acc[0] += no_cache
-        acc[1] += billed
-    return {
-        k: (no_cache, billed, no_cache - billed, (no_cache - billed) / no_cache if no_cache else None)
-        for k, (no_cache, billed) in totals.items()
-    }
+        key = tuple(r[: len(by)])
+        unpriced.setdefault(key, 0)
+        cost = token_cost(pm, r[at], r[n + 1 : n + 6])
+        if cost is None:
+            unpriced[key] += int(sum(r[n + 1 : n + 5]))
+            continue
+        acc = totals.setdefault(key, [0.0, 0.0])
+        acc[0] += cost[0]
+        acc[1] += cost[1]
+    out: dict[tuple[Any, ...], tuple[float | None, float | None, float | None, float | None, int]] = {}
+    for key, tokens in unpriced.items():
+        if key not in totals:
+            out[key] = (None, None, None, None, tokens)
+            continue
+        no_cache, billed = totals[key]
+        share = (no_cache - billed) / no_cache if no_cache else None
+        out[key] = (no_cache, billed, no_cache - billed, share, tokens)
+    return out
 
 
 def _midnight(value: dt.datetime) -> str | None:
@@ -215,12 +233,20 @@ def token_mix(
 
 
 def savings_line(row: dict[str, Any]) -> str:
-    """The savings headline of one mix row, a sentence."""
+    """The savings headline of one mix row, a sentence (with the tokens left unpriced, if any)."""
     no_cache, billed = row["no_cache_cost_usd"], row["cache_cost_usd"]
     share = row["savings_share"]
-    return (
+    unpriced = row.get("unpriced_tokens") or 0
+    text = (
         f"Prompt caching saved ${row['savings_usd']:,.2f} ({share:.1%}): these tokens cost "
         f"${billed:,.2f} with the cache and would have cost ${no_cache:,.2f} without it (list prices)."
         if share is not None
         else "No priced tokens in the selection."
     )
+    if unpriced:
+        total = row.get("total_tokens") or unpriced
+        text += (
+            f" {unpriced:,} tokens ({unpriced / total:.1%}) of requests without a model name are not "
+            "priced (no price applies to them) and are left out of the costs."
+        )
+    return text

@@ -167,7 +167,7 @@ def headline(report: Report) -> list[str]:
         f"{_pct(mix.get('share_cache_read'))} of all tokens were cache reads, "
         f"{_pct(mix.get('share_cache_write'))} cache writes."
     )
-    if mix.get("savings_share") is not None:
+    if mix.get("savings_share") is not None or mix.get("unpriced_tokens"):
         from traceflow.analysis.mix import savings_line
 
         lines.append(savings_line(mix))
@@ -236,10 +236,14 @@ def headline(report: Report) -> list[str]:
         within = ld.get("index_of_dispersion_within_hour")
         within_text = f"; {within:.2f} within each hour" if within is not None else ""
         p_value = f"{ld['p_value']:.2g}" if ld.get("p_value") is not None else "n/a"
+        rate = ld.get("new_sessions_per_min")
+        peak = ld.get("active_sessions_peak")
+        per_s = ld.get("requests_per_s_peak")
         lines.append(
-            f"Arrivals: {ld['new_sessions_per_min']:.3g} new sessions/min, index of dispersion "
+            f"Arrivals: {'n/a' if rate is None else f'{rate:.3g}'} new sessions/min, index of dispersion "
             f"{_num(ld['index_of_dispersion'])} (p = {p_value}: {verdict}{within_text}); "
-            f"peak {ld['active_sessions_peak']:,} sessions open, {ld['requests_per_s_peak']:.3g} requests/s."
+            f"peak {'n/a' if peak is None else f'{peak:,}'} sessions open, "
+            f"{'n/a' if per_s is None else f'{per_s:.3g}'} requests/s."
         )
     return lines
 
