@@ -55,9 +55,10 @@ class ReportData:
     kv_bytes_per_token: float = DEFAULT_KV_BYTES_PER_TOKEN
     requests: int = 0
     series_since: dt.datetime | None = None
-    #: The time base of the time-series charts: ``relative`` times are offsets from the trace's
-    #: start, drawn as ``+2 h`` (:mod:`traceflow.store.time_base`).
-    time_base: str = "absolute"
+    #: The time base of the time-series charts: ``agent`` or a public trace's own ``public:<source>``
+    #: (:mod:`traceflow.store.time_base`); times of a trace stored from 1970 are drawn as offsets
+    #: from its start (``+2 h``).
+    time_base: str = "agent"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -397,7 +398,7 @@ def gather(
         kv_bytes_per_token=kv,
         requests=n,
         series_since=series_sel.since,
-        time_base=time_base.bases(series_sources)[0] if series_sources else time_base.ABSOLUTE,
+        time_base=time_base.bases(series_sources)[0] if series_sources else time_base.AGENT,
     )
     f = out.frames
     f["token_mix"] = mix_frame(con, sel)

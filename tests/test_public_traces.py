@@ -83,3 +83,60 @@ def test_a_mooncake_lake_is_unpriced(lake: Lake, cli: Cli) -> None:
     assert got["requests"] == 12031
     assert got["cache_cost_usd"] is None and got["no_cache_cost_usd"] is None  # was 496.21 at default prices
     assert got["unpriced_tokens"] == got["total_tokens"] > 0
+
+
+# -- time bases --------------------------------------------------------------------------------
+
+AZURE_2023 = dt.datetime(2023, 11, 16, 18, 0, tzinfo=dt.UTC)
+
+
+@pytest.fixture
+def agents_and_azure(lake: Lake) -> Lake:
+    """Three Claude Code sessions of March 2026 (12 requests) beside 40 Azure requests of November
+    2023: absolute times both, but another service's traffic three years earlier."""
+    rows = []
+    for i in range(12):
+        row = _request(f"c{i}", "claude-code-jsonl", "claude-sonnet-4-5", 100, 900, 0, 10)
+        row["session_id"] = f"s{i % 3}"
+        row["started_at"] = REAL + dt.timedelta(minutes=7 * i)
+        row["ended_at"] = row["started_at"] + dt.timedelta(seconds=2)
+        rows.append(row)
+    for i in range(40):
+        row = _request(f"a{i}", "azure", None, 2000, 0, 0, 50)
+        row["started_at"] = AZURE_2023 + dt.timedelta(seconds=3 * i)
+        row["ended_at"] = row["started_at"] + dt.timedelta(seconds=1)
+        rows.append(row)
+    lake.append("requests", rows)
+    return lake
+
+
+def test_azure_is_not_agent_telemetry(agents_and_azure: Lake, cli: Cli) -> None:
+    rep = as_json(cli, "report")
+    assert rep["mix"]["requests"] == 52  # the sections without a time axis cover everything
+    assert rep["time_base"]["series"] == "agent"
+    assert rep["time_base"]["sources"] == {"claude-code-jsonl": "agent", "azure": "public:azure"}
+    assert rep["load"]["requests"] == 12  # the time sections: the agent telemetry only
+    assert (
+        "the public trace azure" in rep["time_base"]["note"] and "--source azure" in rep["time_base"]["note"]
+    )
+    assert any("mixes time bases" in line for line in rep["headline"])
+    # the one-axis analyses refuse the mix, naming the --source options
+    code, _, err = cli("load")
+    assert code == 2 and "--source azure" in err and "--source claude-code-jsonl" in err
+    # --source selects the public trace: its time sections, and the report says so
+    rep = as_json(cli, "report", "--source", "azure")
+    assert rep["time_base"]["series"] == "public:azure" and rep["load"]["requests"] == 40
+    assert "public trace azure" in rep["time_base"]["note"]
+
+
+def test_two_public_traces_do_not_share_an_axis(lake: Lake, cli: Cli) -> None:
+    rows = [_request(f"m{i}", "mooncake", None, 100, 0, 0, 1) for i in range(5)]
+    for i, row in enumerate(rows):
+        row["started_at"] = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=i)
+        row["ended_at"] = None
+    rows += [_request(f"b{i}", "burstgpt", None, 100, 0, 0, 1) for i in range(3)]
+    lake.append("requests", rows)
+    code, _, err = cli("working-set")
+    assert code == 2 and "--source mooncake" in err and "--source burstgpt" in err
+    rep = as_json(cli, "report")
+    assert rep["time_base"]["series"] == "public:mooncake" and rep["load"]["requests"] == 5

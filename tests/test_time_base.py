@@ -67,9 +67,11 @@ def as_json(cli: Cli, *args: str) -> Any:
 
 
 def test_time_base_follows_the_source() -> None:
-    assert {time_base.time_base(s) for s in time_base.RELATIVE_SOURCES} == {time_base.RELATIVE}
-    for source in ("claude-code-jsonl", "otlp-json", "codex", "azure", None):
-        assert time_base.time_base(source) == time_base.ABSOLUTE
+    # each public serving trace its own base, Azure (absolute 2023 times) included; agents share one
+    for source in (*time_base.RELATIVE_SOURCES, "azure"):
+        assert time_base.time_base(source) == f"public:{source}"
+    for source in ("claude-code-jsonl", "otlp-json", "codex", "tracelab", None):
+        assert time_base.time_base(source) == time_base.AGENT
 
 
 @pytest.mark.parametrize("command", [("load",), ("working-set",), ("export", "mooncake", "-o", "x.jsonl")])
@@ -137,8 +139,8 @@ def test_sessionless_and_aligned_traces_are_not_applicable(mixed: Lake, cli: Cli
 def test_report_keeps_time_sections_to_one_base(mixed: Lake, cli: Cli, tmp_path: Path) -> None:
     rep = as_json(cli, "report")
     assert rep["mix"]["requests"] == 51  # everything, for the sections without a time axis
-    assert rep["time_base"]["series"] == "absolute"
-    assert rep["time_base"]["sources"]["mooncake"] == "relative"
+    assert rep["time_base"]["series"] == "agent"
+    assert rep["time_base"]["sources"]["mooncake"] == "public:mooncake"
     assert "--source mooncake" in rep["time_base"]["note"]
     assert rep["load"]["requests"] == 11  # the real telemetry only
     assert any("mixes time bases" in line for line in rep["headline"])
@@ -150,13 +152,13 @@ def test_relative_time_charts_are_labelled_as_offsets(mixed: Lake) -> None:
     from traceflow.dashboards.report_data import gather
 
     data = gather(mixed.connect(["requests", "events"]), Selection(sources=("mooncake",)))
-    assert data.time_base == "relative"
+    assert data.time_base == "public:mooncake"
     spec = tokens_over_time.chart(data.frames["tokens_over_time"]).to_dict()
     x = spec["encoding"]["x"]
     assert x["title"] == "time since the trace's start" and "+" in x["axis"]["labelExpr"]
     assert all(label.startswith("+") for label in pl.DataFrame(spec["data"]["values"])["offset"])
     real = gather(mixed.connect(["requests", "events"]), Selection(sources=("claude-code-jsonl",)))
-    assert real.time_base == "absolute"
+    assert real.time_base == "agent"
     assert tokens_over_time.chart(real.frames["tokens_over_time"]).to_dict()["encoding"]["x"]["title"] == (
         "time (UTC)"
     )

@@ -1,16 +1,21 @@
-"""Time bases: real telemetry beside public traces whose times are relative (DESIGN §2).
+"""Time bases: agent telemetry beside public serving traces (DESIGN §2).
 
-Every source has a *time base*. Agent telemetry and the Azure trace carry absolute UTC times
-(``absolute``). The public traces that count time from their own start (Mooncake, kv-cache-tester,
-Bailian, BurstGPT: :data:`RELATIVE_SOURCES`) are stored as offsets from 1970-01-01T00:00:00Z
-(``relative``; :data:`traceflow.importers.traces.RELATIVE_EPOCH_US`). The time base follows from the
-``source`` column, so a lake needs no extra column and old lakes need no migration.
+Every source has a *time base*, one per kind of source. Agent telemetry (Claude Code, Codex, Gemini,
+OTLP, TraceLab, ...) shares one: ``agent``, absolute UTC times. Each public serving trace
+(:data:`PUBLIC_SOURCES`: Mooncake, kv-cache-tester, Bailian, BurstGPT and Azure) has its own,
+``public:<source>``: its requests are another service's traffic, recorded at another time, so they
+never share an axis with agent telemetry or with another trace -- Azure's 2023 times included,
+although they are absolute. The traces that count time from their own start (:data:`RELATIVE_SOURCES`)
+are stored as offsets from 1970-01-01T00:00:00Z (:data:`traceflow.importers.traces.RELATIVE_EPOCH_US`).
+The time base follows from the ``source`` column, so a lake needs no extra column and old lakes need
+no migration.
 
-An analysis over time (``load``, ``working-set``, ``export``, the report's time series) never puts
-both on one axis: the one-axis analyses refuse a selection that mixes them, naming ``--source``
-(:func:`require_one`); the report keeps its time sections to one base and says which
-(:func:`series_selection`). And whatever the selection spans, a time grid has at most
-:data:`MAX_BUCKETS` buckets: :func:`grid_resolution` coarsens the bucket width past that.
+An analysis over time (``load``, ``working-set``, ``export``, the report's time sections) never puts
+two time bases on one axis: the one-axis analyses refuse a selection that mixes them, naming
+``--source`` (:func:`require_one`); the report keeps its time sections to one base, the agent
+telemetry unless ``--source`` selects otherwise, and says so (:func:`series_selection`). And whatever
+the selection spans, a time grid has at most :data:`MAX_BUCKETS` buckets: :func:`grid_resolution`
+coarsens the bucket width past that.
 """
 
 from __future__ import annotations
@@ -31,10 +36,15 @@ if TYPE_CHECKING:
 
     from traceflow.store.selection import Selection
 
-ABSOLUTE = "absolute"
-RELATIVE = "relative"
+#: The time base of agent telemetry (absolute UTC times).
+AGENT = "agent"
+#: The prefix of a public serving trace's own time base: ``public:mooncake``.
+PUBLIC = "public"
 #: Sources whose times are offsets from the trace's start, stored from 1970-01-01 UTC.
 RELATIVE_SOURCES = frozenset({"mooncake", "kvcache-tester", "bailian", "burstgpt"})
+#: Public serving traces: each its own time base (Azure's times are absolute, but of 2023 and of
+#: another service, not of the agents beside it).
+PUBLIC_SOURCES = RELATIVE_SOURCES | {"azure"}
 #: Sources whose sessions each count time from their own zero (every session starts at t = 0), so
 #: session starts are not arrivals: an arrival rate or Poisson test over them means nothing.
 ALIGNED_START_SOURCES = frozenset({"kvcache-tester"})
@@ -47,12 +57,17 @@ NICE_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 
 
 
 def time_base(source: str | None) -> str:
-    """``relative`` for the sources in :data:`RELATIVE_SOURCES`, else ``absolute``.
+    """``public:<source>`` for a public serving trace (:data:`PUBLIC_SOURCES`), else ``agent``.
 
-    >>> time_base("mooncake"), time_base("claude-code-jsonl")
-    ('relative', 'absolute')
+    >>> time_base("mooncake"), time_base("azure"), time_base("claude-code-jsonl")
+    ('public:mooncake', 'public:azure', 'agent')
     """
-    return RELATIVE if source in RELATIVE_SOURCES else ABSOLUTE
+    return f"{PUBLIC}:{source}" if source in PUBLIC_SOURCES else AGENT
+
+
+def is_public(base: str) -> bool:
+    """Whether ``base`` is a public serving trace's own time base."""
+    return base.startswith(f"{PUBLIC}:")
 
 
 @dataclass(frozen=True)
@@ -92,8 +107,18 @@ def selection_sources(
 
 
 def bases(sources: Sequence[SourceSpan]) -> list[str]:
-    """The time bases among ``sources``: absolute first."""
-    return [b for b in (ABSOLUTE, RELATIVE) if any(s.time_base == b for s in sources)]
+    """The time bases among ``sources``: the agent telemetry's first, then the public traces' in the
+    order of ``sources`` (most requests first)."""
+    out = [AGENT] if any(s.time_base == AGENT for s in sources) else []
+    for s in sources:
+        if s.time_base not in out:
+            out.append(s.time_base)
+    return out
+
+
+def describe(base: str) -> str:
+    """``base`` in words: "the agent telemetry", "the public trace mooncake"."""
+    return "the agent telemetry" if base == AGENT else f"the public trace {base.split(':', 1)[1]}"
 
 
 def _listing(sources: Sequence[SourceSpan]) -> str:
@@ -101,18 +126,16 @@ def _listing(sources: Sequence[SourceSpan]) -> str:
 
 
 def mixed_message(sources: Sequence[SourceSpan], command: str) -> str:
-    """Why ``command`` refuses a selection of both time bases, and how to choose one."""
-    absolute = [s for s in sources if s.time_base == ABSOLUTE]
-    relative = [s for s in sources if s.time_base == RELATIVE]
-
-    def opts(group: list[SourceSpan]) -> str:
-        return " ".join(f"--source {s.source}" for s in group if s.source)
-
+    """Why ``command`` refuses a selection of several time bases, and how to choose one."""
+    groups = []
+    for base in bases(sources):
+        members = [s for s in sources if s.time_base == base]
+        opts = " ".join(f"--source {s.source}" for s in members if s.source)
+        groups.append(f"{describe(base)} ({_listing(members)}; {opts})")
     return (
-        f"traceflow {command}: the selection mixes real telemetry with absolute times ({_listing(absolute)}) "
-        f"and public traces with relative times, counted from 1970-01-01 ({_listing(relative)}); their "
-        f"times cannot share one axis. Choose one time base with --source: {opts(absolute)}, or "
-        f"{opts(relative)}."
+        f"traceflow {command}: the selection mixes time bases that cannot share one axis: "
+        f"{'; '.join(groups)}. Agent telemetry has absolute times; each public serving trace has its "
+        "own (another service's traffic, or offsets from its start). Choose one time base with --source."
     )
 
 
@@ -129,19 +152,34 @@ def require_one(
 def series_selection(
     selection: Selection | None, sources: Sequence[SourceSpan]
 ) -> tuple[Selection, list[SourceSpan], str | None]:
-    """The part of ``selection`` a report draws over time: all of it when it has one time base, else
-    its real telemetry (absolute times); the sources kept and a note naming what was left out."""
+    """The part of ``selection`` a report draws over time, and a note saying which: all of it when it
+    has one time base, else the agent telemetry (the public trace with most requests where there is
+    none); the sources kept and the note (None when nothing is left out and no public trace is drawn).
+    A ``--source`` in ``selection`` that names one public trace selects it."""
     from traceflow.store.selection import Selection
 
     sel = selection or Selection()
-    if len(bases(sources)) < 2:
+    found = bases(sources)
+    if not found:
         return sel, list(sources), None
-    kept = [s for s in sources if s.time_base == ABSOLUTE]
-    left = [s for s in sources if s.time_base == RELATIVE]
+    base = found[0]
+    kept = [s for s in sources if s.time_base == base]
+    left = [s for s in sources if s.time_base != base]
+    if not left:
+        note = None
+        if is_public(base):
+            note = (
+                f"The time sections (arrivals, load, the KV working set, the time charts) cover "
+                f"{describe(base)} on its own time base."
+            )
+        return sel, kept, note
+    options = " or ".join(f"--source {s.source}" for s in left if s.source)
+    one = len(found) == 2
     note = (
-        "The selection mixes time bases: arrivals, load, the KV working set and the time charts cover "
-        f"the real telemetry ({_listing(kept)}); the relative-time traces ({_listing(left)}) are left "
-        f"out of them (report them with {' '.join(f'--source {s.source}' for s in left if s.source)})."
+        f"The selection mixes time bases: arrivals, load, the KV working set and the time charts cover "
+        f"{describe(base)} ({_listing(kept)}); {', '.join(describe(b) for b in found[1:])} "
+        f"({_listing(left)}) {'is' if one else 'are'} left out of them (report {'it' if one else 'one'} "
+        f"with {options})."
     )
     names = tuple(s.source for s in kept if s.source is not None)
     return dataclasses.replace(sel, sources=names), kept, note
