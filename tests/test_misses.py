@@ -147,6 +147,7 @@ EXPECTED = {
     "requests": 15,
     "misses": 9,
     "missed_tokens": 10903 + 8003 + 3003 + 10803 + 5003 + 6303,
+    "not_applicable": 0,
     "by_cause": {
         "first_request": {"misses": 3, "missed_tokens": 0, "cost_usd": 0.0},
         "model_switch": {"misses": 1, "missed_tokens": 10903, "cost_usd": 10903 * 5e-6 * (W1H - READ)},
@@ -178,7 +179,7 @@ def test_each_designed_miss_gets_its_cause(designed: Lake, cli: Cli) -> None:
     code, out, err = cli("misses", "--format", "json")
     assert code == 0, err
     got = json.loads(out)
-    assert list(got) == ["requests", "misses", "missed_tokens", "by_cause"]
+    assert list(got) == ["requests", "misses", "missed_tokens", "not_applicable", "by_cause"]
     assert list(got["by_cause"]) == list(misses.CAUSES)
     assert got == _approx(EXPECTED)
 

@@ -140,3 +140,87 @@ def test_two_public_traces_do_not_share_an_axis(lake: Lake, cli: Cli) -> None:
     assert code == 2 and "--source mooncake" in err and "--source burstgpt" in err
     rep = as_json(cli, "report")
     assert rep["time_base"]["series"] == "public:mooncake" and rep["load"]["requests"] == 5
+
+
+# -- misses of requests without a session ------------------------------------------------------
+
+
+def _hashed(
+    event: str, t_s: float, hashes: list[int] | None, prompt: int, scope: str = "trace#1"
+) -> dict[str, Any]:
+    row = _request(event, "mooncake" if hashes is not None else "azure", None, prompt, 0, 0, 10)
+    row["started_at"] = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=t_s)
+    row["ended_at"] = None
+    row["seq"] = int(t_s)
+    if hashes is not None:
+        row["hash_ids"] = hashes
+        row["block_size"] = 100
+        row["attributes"] = json.dumps({"hash_scope": scope})
+    return row
+
+
+def test_sessionless_requests_are_judged_by_their_block_hashes(lake: Lake, cli: Cli) -> None:
+    lake.append(
+        "requests",
+        [
+            _hashed("r1", 0, [1, 2, 3], 300),  # all new: nothing to reuse, not a miss
+            _hashed("r2", 60, [1, 2, 4], 250),  # blocks 1, 2 seen 60 s ago: a hit (4 is new)
+            _hashed("r3", 460, [1, 2, 5], 290),  # 1, 2 last seen 400 s ago > 300: 200 tokens expired
+            _hashed("r4", 470, [9, 2], 200),  # 9 new, 2 seen 10 s ago (r3)
+            _hashed("r5", 480, [1], 50, scope="other#2"),  # another trace's block 1: new there
+        ],
+    )
+    lake.append("requests", [{**_hashed("a1", 500, None, 1000), "source": "azure"}])  # no hashes
+    got = as_json(cli, "misses", "--miss-tokens", "100")
+    assert got["requests"] == 6 and got["not_applicable"] == 1
+    assert got["by_cause"]["first_request"]["misses"] == 0  # was 6: every sessionless request
+    assert got["misses"] == 1 and got["missed_tokens"] == 200
+    assert got["by_cause"]["ttl_expired"] == {"misses": 1, "missed_tokens": 200, "cost_usd": None}
+    rows = as_json(cli, "misses", "--list", "--miss-tokens", "100")
+    assert [(r["reusable_tokens"], r["missed_tokens"], r["cause"]) for r in rows] == [
+        (200, 200, "ttl_expired")
+    ]
+    # the block window runs over the whole lake: a --since after r2 still sees r2's blocks
+    got = as_json(cli, "misses", "--miss-tokens", "100", "--since", "1970-01-01T00:05:00Z")
+    assert got["requests"] == 4 and got["misses"] == 1 and got["missed_tokens"] == 200
+
+
+def test_without_block_hashes_misses_are_not_applicable(lake: Lake, cli: Cli) -> None:
+    lake.append("requests", [{**_hashed(f"a{i}", 10 * i, None, 1000), "source": "azure"} for i in range(4)])
+    got = as_json(cli, "misses")
+    assert got["requests"] == 4 and got["not_applicable"] == 4
+    assert got["misses"] is None and got["missed_tokens"] is None
+    code, out, _ = cli("misses")
+    assert code == 0 and "not applicable" in out
+
+
+@pytest.mark.realdata
+def test_mooncake_misses_match_an_independent_recount(lake: Lake, cli: Cli) -> None:
+    """The Mooncake conversation trace recounted from its JSON lines: a block (512 tokens, the last
+    one what is left of input_length) is reusable when an earlier line had its hash id, expired when
+    that line's timestamp is more than 300 s (300,000 ms) older; a miss has over 1,024 expired tokens."""
+    path = TESTDATA / "mooncake_conversation_trace.jsonl"
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    order = sorted(range(len(lines)), key=lambda i: (lines[i]["timestamp"], i))
+    last: dict[int, int] = {}
+    misses = missed = reusable = 0
+    for i in order:
+        rec = lines[i]
+        expired = 0
+        for k, h in enumerate(rec["hash_ids"]):
+            tokens = max(min(512, rec["input_length"] - k * 512), 0)
+            if h in last:
+                reusable += tokens
+                if rec["timestamp"] - last[h] > 300_000:
+                    expired += tokens
+            last[h] = rec["timestamp"]
+        if expired > 1024:
+            misses += 1
+            missed += expired
+    run_import(lake, get("mooncake"), [path])
+    got = as_json(cli, "misses")
+    assert got["requests"] == len(lines) == 12031
+    assert got["by_cause"]["first_request"]["misses"] == 0  # was 12,031 of 12,031
+    assert (got["misses"], got["missed_tokens"]) == (misses, missed)
+    rows = as_json(cli, "misses", "--list")
+    assert sum(r["reusable_tokens"] for r in rows) <= reusable

@@ -58,6 +58,7 @@ def _period(con: duckdb.DuckDBPyConnection, selection: Selection) -> dict[str, A
     mix = rows[0] if rows else {}
     counts = misses.miss_report(con, selection)
     requests = counts["requests"]
+    judged = requests - counts["not_applicable"]  # requests without a session or block hashes are not
     unexplained = counts["by_cause"]["unexplained"]["misses"]
     return {
         "since": selection.since,
@@ -66,7 +67,7 @@ def _period(con: duckdb.DuckDBPyConnection, selection: Selection) -> dict[str, A
         "reuse_ratio": mix.get("reuse_ratio"),
         "misses": counts["misses"],
         "unexplained_misses": unexplained,
-        "unexplained_share": unexplained / requests if requests else None,
+        "unexplained_share": unexplained / judged if judged else None,
     }
 
 
@@ -155,9 +156,11 @@ def check(
                 {"check": "reuse_drop", "window": w, "baseline": b, "drop": drop, "threshold": max_drop}
             )
         ws, bs = window["unexplained_share"], baseline["unexplained_share"]
-        rise = ws - bs
+        rise = ws - bs if ws is not None and bs is not None else None
         window["unexplained_rise"] = rise
-        if rise > max_unexplained_rise:
+        if rise is None:
+            notes.append("no request could be judged for misses (no sessions or block hashes)")
+        elif rise > max_unexplained_rise:
             fired.append(
                 {
                     "check": "unexplained_misses",

@@ -12,6 +12,12 @@ Per request (``queries/misses.sql``, over the ``request_steps`` window):
   ``ttl_expired`` (the idle gap exceeds the TTL in force for the previous request's cache: 1 h when
   most of its writes were 1-hour writes, else 5 min) → ``unexplained``.
 
+A request without a session (Mooncake, Bailian, Azure) has no stream, so it is never a
+``first_request`` miss: where it has prefix block hashes it is judged from them instead
+(``queries/block_misses.sql``: blocks an earlier request had, expired after :data:`BLOCK_TTL_S`, cause
+``ttl_expired``); without them it is not judged at all, counted as ``not_applicable`` (and the miss
+figures are null when no request of the selection could be judged).
+
 What a miss costs, under the price model (:class:`~traceflow.prices.PriceModel`): its missed tokens
 times the model's base input price times (the write multiplier of the TTL in force − the read
 multiplier), what writing them again added over reading them.
@@ -64,6 +70,9 @@ class MissOptions:
             )
 
 
+#: The TTL (seconds) a request without a session is judged under, from its block hashes: 5 minutes.
+BLOCK_TTL_S = 300
+
 #: The built-in prices and thresholds.
 DEFAULT_MISS_OPTIONS = MissOptions()
 
@@ -75,15 +84,49 @@ def _run(
     *,
     wrap: str | None = None,
 ) -> pl.DataFrame:
+    import polars as pl
+
     block, params = sql.selection_block(selection, "t_start")
-    params = {**params, "miss_tokens": options.miss_tokens, "compaction_drop": options.compaction_drop}
-    return sql.run(con, "misses", params, blocks={"filter": block}, wrap=wrap)
+    params = {**params, "miss_tokens": options.miss_tokens}
+    # requests with a session: their stream (misses.sql); without: their block hashes (block_misses.sql)
+    streams = sql.run(
+        con,
+        "misses",
+        {**params, "compaction_drop": options.compaction_drop},
+        blocks={"filter": block},
+        wrap=_only(wrap, "session_id IS NOT NULL"),
+    )
+    hashed = sql.run(
+        con,
+        "block_misses",
+        {**params, "ttl_s": BLOCK_TTL_S},
+        blocks={"filter": block},
+        wrap=_only(wrap, "session_id IS NULL"),
+    )
+    return pl.concat([streams, hashed], how="vertical_relaxed")
 
 
-def miss_cost(prices: PriceModel, model: str | None, ttl_s: float, missed_tokens: int) -> float:
-    """What ``missed_tokens`` written again instead of read cost under ``prices`` (USD)."""
-    per_in = prices.price(model).input / 1e6
+def _only(wrap: str | None, condition: str) -> str:
+    """``wrap`` (a statement around ``{q}``) over the rows of ``{q}`` that meet ``condition``."""
+    return (wrap or "SELECT * FROM {q}").replace("{q}", f"(SELECT * FROM {{q}} WHERE {condition})")
+
+
+def miss_cost(prices: PriceModel, model: str | None, ttl_s: float, missed_tokens: int | None) -> float | None:
+    """What ``missed_tokens`` written again instead of read cost under ``prices`` (USD); None for a
+    request without a model name (not priced) or one that was not judged."""
+    price = prices.priced(model)
+    if price is None or missed_tokens is None:
+        return None
+    per_in = price.input / 1e6
     return missed_tokens * per_in * (prices.write_multiplier(ttl_s) - prices.read_multiplier)
+
+
+def total_cost(by_cause: dict[str, dict[str, Any]]) -> float | None:
+    """The cost of all misses (``by_cause`` of :func:`miss_report`): the sum of the priced causes;
+    None when there were misses and none of them was priced (requests without a model name)."""
+    priced = [v["cost_usd"] for v in by_cause.values() if v["cost_usd"] is not None]
+    unpriced = any(v["misses"] and v["cost_usd"] is None for v in by_cause.values())
+    return None if unpriced and not any(priced) else float(sum(priced))
 
 
 def _with_costs(frame: pl.DataFrame, prices: PriceModel | None) -> pl.DataFrame:
@@ -107,7 +150,8 @@ def miss_rows(
 ) -> pl.DataFrame:
     """One row per request (``misses_only``: per miss) with ``misses.sql``'s columns and ``cost_usd``."""
     wrap = "SELECT * FROM {q} WHERE miss" if misses_only else None
-    return _with_costs(_run(con, selection, options, wrap=wrap), options.prices)
+    rows = _run(con, selection, options, wrap=wrap).sort("started_at", maintain_order=True, nulls_last=True)
+    return _with_costs(rows, options.prices)
 
 
 def miss_counts(
@@ -122,7 +166,8 @@ def miss_counts(
     keys = groups.row_keys(by)
     wrap = (
         f"SELECT {keys.select}cause, model, ttl_in_force_s, count(*)::BIGINT AS requests, "
-        "count(*) FILTER (WHERE miss)::BIGINT AS misses, sum(missed_tokens)::BIGINT AS missed_tokens "
+        "count(*) FILTER (WHERE miss)::BIGINT AS misses, sum(missed_tokens)::BIGINT AS missed_tokens, "
+        "count(*) FILTER (WHERE miss IS NULL)::BIGINT AS not_applicable "
         f"FROM {{q}} AS m {keys.join} GROUP BY ALL"
     )
     frame = _with_costs(_run(con, selection, options, wrap=wrap), options.prices)
@@ -132,7 +177,8 @@ def miss_counts(
             pl.col("requests").sum(),
             pl.col("misses").sum(),
             pl.col("missed_tokens").sum(),
-            pl.col("cost_usd").sum(),
+            pl.when(pl.col("cost_usd").count() > 0).then(pl.col("cost_usd").sum()).alias("cost_usd"),
+            pl.col("not_applicable").sum(),
         )
         .sort([*by, "cause"], nulls_last=False)
     )
@@ -140,20 +186,25 @@ def miss_counts(
 
 def _summary(counts: pl.DataFrame) -> dict[str, Any]:
     """The JSON object of one group's :func:`miss_counts` rows."""
-    by_cause = {c: {"misses": 0, "missed_tokens": 0, "cost_usd": 0.0} for c in CAUSES}
-    requests = 0
+    by_cause: dict[str, dict[str, Any]] = {
+        c: {"misses": 0, "missed_tokens": 0, "cost_usd": 0.0} for c in CAUSES
+    }
+    requests = not_applicable = 0
     for r in counts.iter_rows(named=True):
         requests += int(r["requests"])
+        not_applicable += int(r["not_applicable"])
         if r["cause"] is not None:
             by_cause[r["cause"]] = {
                 "misses": int(r["misses"]),
                 "missed_tokens": int(r["missed_tokens"]),
-                "cost_usd": float(r["cost_usd"]),
+                "cost_usd": None if r["cost_usd"] is None else float(r["cost_usd"]),
             }
+    judged = requests > not_applicable or not requests  # None: no request could be judged
     return {
         "requests": requests,
-        "misses": sum(v["misses"] for v in by_cause.values()),
-        "missed_tokens": sum(v["missed_tokens"] for v in by_cause.values()),
+        "misses": sum(v["misses"] for v in by_cause.values()) if judged else None,
+        "missed_tokens": sum(v["missed_tokens"] for v in by_cause.values()) if judged else None,
+        "not_applicable": not_applicable,
         "by_cause": by_cause,
     }
 
@@ -191,6 +242,7 @@ def flat(report: dict[str, Any]) -> dict[str, Any]:
         "requests": report["requests"],
         "misses": report["misses"],
         "missed_tokens": report["missed_tokens"],
-        "cost_usd": sum(v["cost_usd"] for v in causes.values()),
+        "cost_usd": total_cost(causes),
         **{f"{c}_misses": causes[c]["misses"] for c in CAUSES},
+        "not_applicable": report["not_applicable"],
     }

@@ -92,23 +92,26 @@ def misses(
         echo(report, fmt)
         return
     requests = report["requests"]
+    judged = requests - report["not_applicable"]  # the shares are of the requests that were judged
+
+    def share(n: int | None) -> float | None:
+        return n / judged if judged and n is not None else None
+
     rows = [
-        (c, v["misses"], v["misses"] / requests if requests else None, v["missed_tokens"], v["cost_usd"])
+        (c, v["misses"], share(v["misses"]), v["missed_tokens"], v["cost_usd"])
         for c, v in report["by_cause"].items()
     ]
-    total_cost = sum(v["cost_usd"] for v in report["by_cause"].values())
-    rows.append(
-        (
-            "all",
-            report["misses"],
-            report["misses"] / requests if requests else None,
-            report["missed_tokens"],
-            total_cost,
-        )
-    )
+    total_cost = m.total_cost(report["by_cause"])
+    rows.append(("all", report["misses"], share(report["misses"]), report["missed_tokens"], total_cost))
     result = Rows(["cause", "misses", "share_of_requests", "missed_tokens", "cost_usd"], rows)
     if fmt in ("table", "markdown"):
-        typer.echo(f"{requests} requests, {report['misses']} misses")
+        head = f"{requests} requests, {report['misses'] if report['misses'] is not None else 'n/a'} misses"
+        if report["not_applicable"]:
+            head += (
+                f"; {report['not_applicable']} request(s) without a session or block hashes not judged "
+                "(not applicable)"
+            )
+        typer.echo(head)
     echo(result, fmt)
 
 
