@@ -330,7 +330,9 @@ def _notes(data: ReportData, given_kv: bool) -> list[str]:
     kv = f"{data.kv_bytes_per_token:,.0f} B of KV per token"
     notes = [
         f"Time series use {data.resolution_s:g}-second buckets (chosen so a long selection stays small)"
-        + (f" and start at {data.series_since:%Y-%m-%d %H:%M} UTC." if data.series_since else "."),
+        + (f" and start at {data.series_since:%Y-%m-%d %H:%M} UTC" if data.series_since else "")
+        + "; the headline's working set and arrivals use the buckets named beside them, as "
+        "`traceflow report` and `traceflow working-set` do.",
         f"Byte figures assume {kv}"
         + ("." if given_kv else " (MiniMax-M2 at FP8; pass kv_bytes_per_token for your model)."),
         f"The SSD chart assumes {SSD.drives} drives of {SSD.drive_bytes / 1e12:g} TB in {SSD.raid}, "

@@ -390,7 +390,9 @@ def gather(
         prices=options.prices,
         kv_bytes_per_token=options.kv_bytes_per_token,
         resume_after_s=options.resume_after_s,
-        resolution_s=float(options.resolution_s) if options.resolution_s else res,
+        # the headline figures at the headline resolution, as `report` and `working-set` compute them;
+        # only the charts take the coarser buckets of a long selection
+        resolution_s=time_base.headline_resolution(options.resolution_s),
     )
     out = ReportData(
         report=report,

@@ -8,8 +8,12 @@ for: the reuse ratio, how often gaps outlive the 5-minute and 1-hour TTLs and wh
 how much KV the sessions would occupy.
 
 The time sections (arrivals and load, the KV working set) cover one time base: a selection that
-mixes real telemetry with relative-time traces has them over the real telemetry only, and
-``time_base`` (a headline sentence too) says what was left out (:mod:`traceflow.store.time_base`).
+mixes agent telemetry with public serving traces has them over the agent telemetry only (unless
+``--source`` selects a trace), and ``time_base`` (a headline sentence too) says what they cover and
+what was left out (:mod:`traceflow.store.time_base`). Their headline figures are taken at the
+headline resolution (:func:`traceflow.store.time_base.headline_resolution`: one minute unless
+``--resolution`` says otherwise, coarser only past the bucket cap), printed beside each figure; the
+dashboard and ``working-set`` take them at the same, so they agree.
 """
 
 from __future__ import annotations
@@ -152,6 +156,16 @@ def _dur(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+def _buckets(resolution_s: float | None) -> str:
+    """The bucket width a figure was taken at, in words: "1-minute buckets"."""
+    if not resolution_s:
+        return "buckets n/a"
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if resolution_s >= size and resolution_s % size == 0:
+            return f"{resolution_s / size:g}-{unit} buckets"
+    return f"{resolution_s:g}-second buckets"
+
+
 def headline(report: Report) -> list[str]:
     """The report's findings as sentences."""
     lines: list[str] = []
@@ -216,8 +230,9 @@ def headline(report: Report) -> list[str]:
         if r.get("peak_bytes") is not None:
             extra = f" = {format_size(r['peak_bytes'])} peak, {format_size(r['p95_bytes'])} p95"
         lines.append(
-            f"KV working set at a {r['ttl']} TTL: peak {_num(r['peak_tokens'])} tokens, "
-            f"p95 {_num(r['p95_tokens'])}, mean {_num(r['mean_tokens'])}{extra}."
+            f"KV working set at a {r['ttl']} TTL ({_buckets(r.get('resolution_s'))}): "
+            f"peak {_num(r['peak_tokens'])} tokens, p95 {_num(r['p95_tokens'])}, "
+            f"mean {_num(r['mean_tokens'])}{extra}."
         )
     if sess.get("sessions"):
         lines.append(
@@ -240,7 +255,8 @@ def headline(report: Report) -> list[str]:
         peak = ld.get("active_sessions_peak")
         per_s = ld.get("requests_per_s_peak")
         lines.append(
-            f"Arrivals: {'n/a' if rate is None else f'{rate:.3g}'} new sessions/min, index of dispersion "
+            f"Arrivals ({_buckets(ld.get('resolution_s'))}): "
+            f"{'n/a' if rate is None else f'{rate:.3g}'} new sessions/min, index of dispersion "
             f"{_num(ld['index_of_dispersion'])} (p = {p_value}: {verdict}{within_text}); "
             f"peak {'n/a' if peak is None else f'{peak:,}'} sessions open, "
             f"{'n/a' if per_s is None else f'{per_s:.3g}'} requests/s."
@@ -293,7 +309,7 @@ def _section_tables(report: Report) -> list[tuple[str, Rows | pl.DataFrame]]:
         ("Cache writes after short and long gaps (observed)", report.ttl.validation),
         ("Sessions", _transpose(report.sessions)),
         ("Arrivals and load", _transpose(report.load)),
-        ("KV working set", report.working_set.drop("resolution_s")),
+        ("KV working set", report.working_set),
     ]
 
 

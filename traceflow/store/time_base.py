@@ -49,6 +49,9 @@ PUBLIC_SOURCES = RELATIVE_SOURCES | {"azure"}
 #: session starts are not arrivals: an arrival rate or Poisson test over them means nothing.
 ALIGNED_START_SOURCES = frozenset({"kvcache-tester"})
 #: The bucket width of a time grid (``load``, ``working-set``) unless asked otherwise: one minute.
+#: It is also the *headline resolution* (:func:`headline_resolution`): the working-set peak and the
+#: arrivals test of ``report``, the dashboard and ``working-set`` are all taken at one-minute buckets
+#: (coarser only where the selection's span would pass :data:`MAX_BUCKETS`), so they agree.
 DEFAULT_RESOLUTION_S = 60.0
 #: The most buckets an analysis's time grid gets (69 days at one minute); coarser past that.
 MAX_BUCKETS = 100_000
@@ -190,6 +193,18 @@ def span_s(sources: Sequence[SourceSpan]) -> float:
     if not sources:
         return 0.0
     return max(s.last_s for s in sources) - min(s.first_s for s in sources)
+
+
+def headline_resolution(requested_s: float | None = None) -> float:
+    """The bucket width the headline figures (working-set peak and percentiles, arrivals) are asked
+    at: ``--resolution`` when given, else :data:`DEFAULT_RESOLUTION_S` -- never the coarse width a
+    chart picks to stay small ("peak" is a mean per bucket: a 2-hour bucket's peak is a fraction of
+    a 1-minute one). The width used is then :func:`bounded_resolution` of it over the selection.
+
+    >>> headline_resolution(), headline_resolution(None), headline_resolution(300)
+    (60.0, 60.0, 300.0)
+    """
+    return float(requested_s) if requested_s else DEFAULT_RESOLUTION_S
 
 
 def bounded_resolution(span: float, resolution_s: float, max_buckets: int = MAX_BUCKETS) -> float:
