@@ -12,7 +12,8 @@
 -- missed_tokens, miss and cause are NULL (not applicable). The columns are misses.sql's; position,
 -- gap_s, prev_model and prev_context_tokens are NULL (no stream), ttl_in_force_s is $ttl_s.
 -- The window runs over the whole lake (blocks seen before the selection count); traceflow narrows
--- the selection in the `filter` block. DuckDB dialect: epoch_us, unnest, generate_subscripts.
+-- the selection in the `filter` block. DuckDB dialect: epoch_us, unnest and
+-- generate_subscripts (a block's position in its list, from 1).
 -- params:  $since TIMESTAMPTZ = NULL        only requests at or after this time
 --          $until TIMESTAMPTZ = NULL        only requests before this time
 --          $miss_tokens BIGINT = 1024       how many expired block tokens make a request a miss
@@ -63,8 +64,9 @@ sel AS (
       AND (CAST($until AS TIMESTAMPTZ) IS NULL OR t_start < CAST($until AS TIMESTAMPTZ)) /*@end*/
 )
 SELECT coalesce(parent_session_id, session_id) AS root_session_id, session_id, parent_session_id, agent,
-       model, NULL::VARCHAR AS prev_model, user_id, source, prompt_id, t_start AS started_at,
-       NULL::BIGINT AS position, NULL::DOUBLE AS gap_s, context_tokens, NULL::BIGINT AS prev_context_tokens,
+       model, CAST(NULL AS STRING) AS prev_model, user_id, source, prompt_id, t_start AS started_at,
+       CAST(NULL AS BIGINT) AS position, CAST(NULL AS DOUBLE) AS gap_s, context_tokens,
+       CAST(NULL AS BIGINT) AS prev_context_tokens,
        cache_read_tokens, cache_write_tokens, reusable_tokens,
        CASE WHEN miss THEN expired_tokens WHEN judged THEN 0 END::BIGINT AS missed_tokens,
        CAST($ttl_s AS INTEGER) AS ttl_in_force_s,
