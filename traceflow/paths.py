@@ -1,7 +1,8 @@
 """Paths a user names on the command line, checked before any work: files to read, files and folders
-to write, the lake a writing command fills. Each check raises a :class:`~traceflow.errors.UsageError` naming the option and the fix, so a
-directory given for a file (or a file for a folder, or a folder that cannot be made) never ends in a
-traceback or a temporary file left beside the path.
+to write, the lake a writing command fills. Each check raises a
+:class:`~traceflow.errors.UsageError` naming the option and the fix, so a directory given for a file
+(or a file for a folder, a folder that does not exist or cannot be made, a lake that cannot be
+written) never ends in a traceback or a temporary file left beside the path.
 """
 
 from __future__ import annotations
