@@ -381,6 +381,27 @@ class Counters:
             c.refused += 1
 
 
+@dataclass
+class LakeHealth:
+    """Whether the sealer can write the lake, as it last reported (``collectors/sealer.py``)."""
+
+    error: str | None = None  # why the last seal failed on the storage; None while it works
+    since: float | None = None  # seconds since the epoch
+    segments: int = 0  # WAL segments waiting then
+
+    def line(self) -> str:
+        if self.error is None:
+            return ""
+        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.since or 0))
+        return (
+            f"LAKE WRITES FAILING since {at} ({self.segments} WAL segments wait, nothing lost): {self.error}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.since)) if self.since else None
+        return {"error": self.error, "since": since, "segments_waiting": self.segments}
+
+
 # -- the shared core ---------------------------------------------------------------------------------
 class Ingest:
     """Everything both transports share: auth, admission, decode + check, WAL append, counters."""
@@ -391,6 +412,7 @@ class Ingest:
         self.keep_content = keep_content
         self._expected = f"Bearer {token}".encode() if token else None
         self.counters = Counters()
+        self.lake = LakeHealth()
 
     def authorized(self, authorization: str | bytes | None) -> bool:
         """Constant-time check of an ``Authorization`` header / metadata value."""
@@ -451,10 +473,28 @@ class Ingest:
             parts.append(f"{s} {c.records} ok/{c.rejected} rejected")
         bad = sum(c.refused for c in self._all())
         throttled = sum(c.throttled for c in self._all())
+        lake = self.lake.line()
         return (
             "received " + ", ".join(parts) + f"; {bad} requests refused, {throttled} throttled; "
-            f"WAL backlog {self.admission.backlog / 2**20:.1f} MiB"
+            f"WAL backlog {self.admission.backlog / 2**20:.1f} MiB" + (f"; {lake}" if lake else "")
         )
+
+    def status(self) -> dict[str, Any]:
+        """What ``GET /status`` answers: the lake's health, the WAL backlog, the counters."""
+        return {
+            "lake": self.lake.to_dict(),
+            "wal_backlog_bytes": self.admission.backlog,
+            "inflight_bytes": self.admission.inflight,
+            "received": {
+                s: {
+                    "records": c.records,
+                    "rejected": c.rejected,
+                    "refused": c.refused,
+                    "throttled": c.throttled,
+                }
+                for s, c in self.counters.by_signal.items()
+            },
+        }
 
     def _all(self) -> Iterable[SignalCounts]:
         yield from self.counters.by_signal.values()

@@ -23,6 +23,15 @@ to the quarantine (``collectors/quarantine.py``, content stripped unless kept) w
 everything else is sealed. A segment that made the sealer *process* die three times in a row is
 quarantined whole.
 
+**Storage failures are not poison.** When writing the lake fails (disk full, permissions, a quota,
+an object store's error: polars reports a full disk as a ``ComputeError``, not an ``OSError``), the
+rows are encoded to Parquet in memory: if every payload's rows encode, the fault is the storage's
+(:class:`StorageError`). Then nothing is quarantined and no attempt is counted: the segments stay in
+the WAL, this seal's staging files are removed (they hold space the disk lacks), the cause is logged
+and reported to the server (a ``{"storage_error": ...}`` line: ``serve``'s summary and ``GET
+/status``), and the seal is retried with a growing delay (``STORAGE_RETRY_S``) until it succeeds.
+Only a record whose rows cannot be encoded even in memory is quarantined, record by record.
+
 The sealer does not compact: each seal publishes one small file per table and day, so a collector
 that runs for days wants ``traceflow compact`` from a timer (readers stay correct either way).
 """
@@ -32,6 +41,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import io
 import logging
 import os
 import select
@@ -54,6 +64,8 @@ from traceflow.store.lake import Lake, frame_from_rows, fsync_path
 _logger = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 3
+#: the delay before retrying a seal the storage refused: the first, and the longest (doubling between)
+STORAGE_RETRY_S = (1.0, 30.0)
 PROTOBUF = "application/x-protobuf"
 NICENESS = 5
 
@@ -78,6 +90,44 @@ class SealStats:
                 "seconds": round(self.seconds, 3),
             }
         )
+
+
+class StorageError(Exception):
+    """The lake (or the collector's state folder) cannot be written right now: the storage, not the
+    data. The message names the cause (the underlying error's text)."""
+
+
+#: bytes the probe of a failed local write tries to write (see :func:`storage_error`)
+PROBE_BYTES = 1 << 20
+
+
+def storage_error(e: BaseException, folder: Path | None = None) -> StorageError:
+    """``e`` as a :class:`StorageError` whose message says what failed.
+
+    polars reports a failed write as ``ComputeError: ... Invalid thrift: transport error``, without
+    the system's reason; for a local ``folder`` the reason is found by writing ``PROBE_BYTES`` there
+    (removed at once): ``No space left on device``, ``Disk quota exceeded``, ``Permission denied``...
+    """
+    if isinstance(e, StorageError):
+        return e
+    if isinstance(e, OSError) and e.strerror:
+        return StorageError(
+            f"cannot write the lake: {e.strerror}" + (f" ({e.filename})" if e.filename else "")
+        )
+    cause = f"{type(e).__name__}: {e}"
+    if folder is not None:
+        probe = folder / f".probe-{os.getpid()}"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with open(probe, "wb", buffering=0) as fh:
+                fh.write(b"\0" * PROBE_BYTES)
+                os.fsync(fh.fileno())
+        except OSError as err:
+            return StorageError(f"cannot write the lake: {err.strerror} ({folder}); {cause}")
+        finally:
+            with contextlib.suppress(OSError):
+                probe.unlink()
+    return StorageError(f"cannot write the lake: {cause}")
 
 
 class Sealer:
@@ -154,15 +204,19 @@ class Sealer:
                 break
             batch.append(path)
             size += n
-        batch = self._note_attempt(batch)
+        try:
+            batch = self._note_attempt(batch)
+        except OSError as e:  # the attempts file cannot be written: the disk again
+            raise storage_error(e, self._local_folder()) from e
         if not batch:
             return SealStats(quarantined=1)
         try:
             stats = self.seal(batch)
-        except OSError:
+        except (OSError, StorageError) as e:
             # the disk, not the data: never count it towards quarantining a segment
             self.attempts_path.unlink(missing_ok=True)
-            raise
+            self._remove_own_staging()
+            raise storage_error(e, self._local_folder()) from e
         self.attempts_path.unlink(missing_ok=True)
         return stats
 
@@ -208,26 +262,44 @@ class Sealer:
     def _write(self, payloads: list[_Payload], stats: SealStats) -> None:
         try:
             self._publish(payloads, stats)
-        except OSError:
-            self.state = self._load_state()  # the in-memory state ran ahead of what is stored
-            raise
+            return
         except Exception as e:
-            # Something the mapping let through makes the batch unwritable: find the payloads whose
-            # rows cannot be framed, isolate each to its records, and write everything else.
+            # The storage or the data? Encode every payload's rows in memory: those that fail are
+            # isolated to their records (and quarantined); when none fails, the storage did.
+            bad = [
+                (p, why)
+                for p in payloads
+                if p.parsed is not None and (why := _unframable(p.parsed)) is not None
+            ]
+            if not bad:
+                self.state = self._load_state()  # the in-memory state ran ahead of what is stored
+                raise storage_error(e, self._local_folder()) from e
             _logger.warning(
-                "sealing %d payloads failed (%s: %s); isolating the failure",
+                "sealing %d payloads failed (%s: %s); isolating %d of them",
                 len(payloads),
                 type(e).__name__,
                 e,
+                len(bad),
             )
-            for p in payloads:
-                if p.parsed is not None and (why := _unframable(p.parsed)) is not None:
-                    p.parsed, p.error = None, why
-            try:
-                self._publish(payloads, stats)
-            except Exception:
-                self.state = self._load_state()
-                raise
+            for p, why in bad:
+                p.parsed, p.error = None, why
+        try:
+            self._publish(payloads, stats)
+        except Exception as e:  # every row left encodes: the storage failed
+            self.state = self._load_state()
+            raise storage_error(e, self._local_folder()) from e
+
+    def _local_folder(self) -> Path | None:
+        """Where a probe write finds the reason of a failed local write (None for an object store)."""
+        return self.lake.staging if self.lake.url is None else None
+
+    def _remove_own_staging(self) -> None:
+        """Remove the staging files this process left (a failed seal's: they hold space the disk lacks)."""
+        if not self.lake.staging.exists():
+            return
+        with contextlib.suppress(OSError):
+            for f in self.lake.staging.glob(f"*-{os.getpid()}-*.parquet"):
+                f.unlink(missing_ok=True)
 
     def _publish(self, payloads: list[_Payload], stats: SealStats) -> None:
         """Isolate the payloads that failed (record by record), then write all rows, then the state."""
@@ -314,11 +386,14 @@ class _Payload:
 
 
 def _unframable(parsed: Parsed) -> str | None:
-    """Why ``parsed``'s rows cannot be made into frames (None when they can)."""
+    """Why ``parsed``'s rows cannot be stored anywhere: made into frames and encoded as Parquet in
+    memory, as the lake writes them (None when they can)."""
     for name, rows in parsed.tables().items():
         if rows:
             try:
-                frame_from_rows(TABLES[name], rows)
+                frame_from_rows(TABLES[name], rows).write_parquet(
+                    io.BytesIO(), compression="zstd", statistics=True
+                )
             except Exception as e:
                 return f"{name} rows cannot be stored: {type(e).__name__}: {e}"
     return None
@@ -343,8 +418,49 @@ def _die_with_parent(parent: int) -> None:
 
 
 def _emit(stats: SealStats) -> None:
-    sys.stdout.buffer.write(stats.to_json() + b"\n")
-    sys.stdout.buffer.flush()
+    _emit_line(stats.to_json())
+
+
+def _emit_line(line: bytes) -> None:
+    with contextlib.suppress(OSError):  # the server is gone: PR_SET_PDEATHSIG ends us
+        sys.stdout.buffer.write(line + b"\n")
+        sys.stdout.buffer.flush()
+
+
+class _StorageOutage:
+    """The lake writes failing since ``since``: the retry delay, and what the server was told."""
+
+    def __init__(self) -> None:
+        self.since: float | None = None
+        self.delay = STORAGE_RETRY_S[0]
+
+    def failed(self, e: StorageError, pending: int) -> float:
+        """Log and report ``e``; returns the seconds to wait before the next try."""
+        now = time.time()
+        if self.since is None:
+            self.since, self.delay = now, STORAGE_RETRY_S[0]
+        else:
+            self.delay = min(self.delay * 2, STORAGE_RETRY_S[1])
+        _logger.error(
+            "%s; nothing is quarantined: %d WAL segments wait, sealing again in %.0f s",
+            e,
+            pending,
+            self.delay,
+        )
+        _emit_line(
+            orjson.dumps(
+                {"storage_error": str(e), "since": self.since, "retry_in_s": self.delay, "segments": pending}
+            )
+        )
+        return self.delay
+
+    def recovered(self) -> None:
+        if self.since is not None:
+            _logger.warning(
+                "the lake can be written again after %.0f s; sealing the backlog", time.time() - self.since
+            )
+            _emit_line(orjson.dumps({"storage_error": None}))
+        self.since = None
 
 
 def run(data: str, *, parent: int, interval_s: float, wal_dir: Path | None = None) -> int:
@@ -367,19 +483,29 @@ def run(data: str, *, parent: int, interval_s: float, wal_dir: Path | None = Non
         _logger.warning("could not clean the lake's staging folder: %s", e)
     stopping = False
     stdin = sys.stdin.buffer
+    outage = _StorageOutage()
     while True:
+        wait = interval_s
         try:
             stats = sealer.seal_available()
+        except StorageError as e:
+            wait, stats = outage.failed(e, len(sealer.pending())), None
+            if stopping:
+                _logger.error("stopping with the WAL unsealed; it is sealed on the next start")
+                return 1
         except Exception:
             _logger.exception("sealing failed; retrying in %.0f s", max(interval_s, 1.0))
             stats = None
             time.sleep(max(interval_s, 1.0))
-        if stats is not None:
-            _emit(stats)
-            continue  # more may be waiting
-        if stopping:
+        else:
+            if stats is not None:
+                outage.recovered()
+                _emit(stats)
+                continue  # more may be waiting
+            outage.recovered()
+        if stopping and outage.since is None:
             return 0
-        ready, _, _ = select.select([stdin], [], [], interval_s)
+        ready, _, _ = select.select([stdin], [], [], wait)
         if ready:
             line = stdin.readline()
             if not line or line.strip() == b"stop":

@@ -36,7 +36,7 @@ from traceflow import config
 from traceflow.collectors import grpc as otlp_grpc
 from traceflow.collectors import http as otlp_http
 from traceflow.collectors import spool
-from traceflow.collectors.ingest import Admission, Ingest, poll_backlog
+from traceflow.collectors.ingest import Admission, Ingest, LakeHealth, poll_backlog
 from traceflow.collectors.settings import (
     DEFAULT_GRPC_PORT,
     DEFAULT_HOST,
@@ -130,10 +130,17 @@ class SealTotals:
 class SealerProcess:
     """Starts, feeds and supervises ``python -m traceflow.collectors.sealer``."""
 
-    def __init__(self, data: Path | str, totals: SealTotals, wal_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        data: Path | str,
+        totals: SealTotals,
+        wal_dir: Path | None = None,
+        health: LakeHealth | None = None,
+    ) -> None:
         self.data = data
         self.wal_dir = wal_dir
         self.totals = totals
+        self.health = health or LakeHealth()
         self.proc: asyncio.subprocess.Process | None = None
         self._reader: asyncio.Task[None] | None = None
         self.stopping = False
@@ -163,7 +170,14 @@ class SealerProcess:
                 stats = orjson.loads(line)
             except orjson.JSONDecodeError:
                 continue
-            if isinstance(stats, dict):
+            if not isinstance(stats, dict):
+                continue
+            if "storage_error" in stats:  # the sealer cannot write the lake (or can again: None)
+                error = stats["storage_error"]
+                self.health.error = str(error) if error else None
+                self.health.since = float(stats.get("since") or time.time()) if error else None
+                self.health.segments = int(stats.get("segments", 0)) if error else 0
+            else:
                 self.totals.add(stats)
 
     async def supervise(self) -> None:
@@ -272,7 +286,7 @@ class Runner:
             if sock is not None:
                 sock.close()
             raise
-        sealer = SealerProcess(cfg.data, self.totals, cfg.wal_dir)
+        sealer = SealerProcess(cfg.data, self.totals, cfg.wal_dir, core.lake)
         tasks: list[asyncio.Task[None]] = []
         http_server: otlp_http.HttpServer | None = None
         try:
