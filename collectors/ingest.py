@@ -49,6 +49,7 @@ _MEDIA_TYPES = {
 # google.rpc.Code values used here
 OK = 0
 INVALID_ARGUMENT = 3
+DEADLINE_EXCEEDED = 4
 RESOURCE_EXHAUSTED = 8
 UNAVAILABLE = 14
 UNAUTHENTICATED = 16
@@ -326,6 +327,7 @@ class Admission:
         self.max_backlog_bytes = max_backlog_bytes
         self.inflight = 0
         self.backlog = 0  # updated by the server's monitor task
+        self._released: asyncio.Event | None = None  # set when bytes are given back (see acquire)
 
     def backlog_full(self) -> bool:
         return self.backlog > self.max_backlog_bytes
@@ -339,8 +341,33 @@ class Admission:
         return True
 
     def release(self, res: Reservation) -> None:
-        self.inflight -= res.held
-        res.held = 0
+        self.shrink(res, 0)
+
+    def shrink(self, res: Reservation, n: int) -> None:
+        """Keep only ``n`` of the bytes ``res`` holds (no more than it holds)."""
+        freed = max(res.held - n, 0)
+        if freed:
+            self.inflight -= freed
+            res.held -= freed
+            if self._released is not None:
+                self._released.set()
+
+    async def acquire(self, res: Reservation, n: int, wait_s: float) -> bool:
+        """:meth:`grow` ``res`` by ``n``, waiting up to ``wait_s`` for others to release bytes."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        while not self.grow(res, n):
+            left = deadline - loop.time()
+            if left <= 0:
+                return False
+            if self._released is None or self._released.is_set():
+                self._released = asyncio.Event()
+            event = self._released
+            try:
+                await asyncio.wait_for(event.wait(), left)
+            except TimeoutError:
+                return False
+        return True
 
 
 def overload_outcome(admission: Admission) -> Outcome:
