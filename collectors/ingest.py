@@ -33,7 +33,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from traceflow.collectors.spool import SIGNALS, Signal, Wal, WalRecord
 from traceflow.errors import DecodeError
 from traceflow.otlp import decode as otlp
-from traceflow.otlp.limits import suspicious
+from traceflow.otlp.limits import span_times_problem, suspicious
 
 _logger = logging.getLogger(__name__)
 
@@ -179,7 +179,7 @@ def _bad_span(span: Any) -> str | None:
         return f"span_id must be 8 bytes, got {len(span.span_id)}"
     if len(span.parent_span_id) not in (0, 8):
         return f"parent_span_id must be 0 or 8 bytes, got {len(span.parent_span_id)}"
-    return None
+    return span_times_problem(span.start_time_unix_nano, span.end_time_unix_nano)
 
 
 def _drop_where(items: Any, bad: list[int]) -> None:
@@ -191,8 +191,9 @@ def check_records(signal: Signal, msg: Message) -> tuple[int, str]:
     """Remove structurally invalid records from ``msg`` in place; returns (rejected, message).
 
     Invalid means the record cannot be stored faithfully: a span without a proper trace or span id
-    (its identity), a number data point without a value. The mapper's own refusals (a token count
-    that is not a number, ...) happen later, in the sealer, and are counted in the server's summary.
+    (its identity) or that ends before it starts, a number data point without a value. The
+    mapping's own refusals (a token count that is not a number, a time out of range, ...) are found
+    by :func:`screen_records`, when :func:`traceflow.otlp.limits.suspicious` flags the payload.
     Log records have no required fields, so they are not walked here (it keeps the hot path short).
     """
     m: Any = msg
