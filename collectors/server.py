@@ -114,17 +114,24 @@ class SealTotals:
     rows: Counter[str] = field(default_factory=Counter)
     rejected: Counter[str] = field(default_factory=Counter)
     quarantined: int = 0
+    overflow: int = 0
 
     def add(self, stats: dict[str, Any]) -> None:
         self.records += int(stats.get("records", 0))
         self.rows.update(stats.get("rows", {}))
         self.rejected.update(stats.get("rejected", {}))
         self.quarantined += int(stats.get("quarantined", 0))
+        self.overflow += int(stats.get("overflow", 0))
 
     def line(self) -> str:
         rows = ", ".join(f"{k} {v}" for k, v in sorted(self.rows.items())) or "none"
         rej = sum(self.rejected.values())
-        return f"sealed {self.records} payloads into rows ({rows}); mapper rejected {rej}"
+        over = (
+            f"; {self.overflow} metric points beyond the stream cap per resource, stored without a delta"
+            if self.overflow
+            else ""
+        )
+        return f"sealed {self.records} payloads into rows ({rows}); mapper rejected {rej}{over}"
 
 
 class SealerProcess:
