@@ -46,6 +46,7 @@ from traceflow.collectors.settings import (
     DEFAULT_MAX_INFLIGHT_BYTES,
     DEFAULT_ROLL_INTERVAL_S,
     DEFAULT_SUMMARY_INTERVAL_S,
+    MIN_TOKEN_CHARS,
     READY_PREFIX,
     ServeConfig,
 )
@@ -70,8 +71,25 @@ def is_loopback(host: str) -> bool:
     return bool(infos) and all(ipaddress.ip_address(str(i[4][0]).split("%")[0]).is_loopback for i in infos)
 
 
+def token_problem(token: str) -> str | None:
+    """Why ``token`` is too weak to guard the collector (None when it is not)."""
+    if not token.strip() or any(c.isspace() for c in token):
+        return "contains whitespace" if token.strip() else "is only whitespace"
+    if len(token) < MIN_TOKEN_CHARS:
+        return f"has {len(token)} characters; give at least {MIN_TOKEN_CHARS}"
+    if not all(33 <= ord(c) <= 126 for c in token):
+        return "has characters outside printable ASCII (an HTTP header cannot carry them safely)"
+    return None
+
+
 def check_config(cfg: ServeConfig) -> None:
     """Refuse unsafe or inconsistent settings before binding anything."""
+    if cfg.token is not None and (why := token_problem(cfg.token)) is not None:
+        raise ServeError(
+            f"the token (--token or TRACEFLOW_TOKEN) {why}: use at least {MIN_TOKEN_CHARS} printable "
+            "characters without whitespace, e.g. from: python3 -c 'import secrets; "
+            "print(secrets.token_urlsafe(32))'"
+        )
     if not is_loopback(cfg.host) and not cfg.token:
         raise ServeError(
             f"refusing to listen on {cfg.host}, which is reachable from other machines, without a token: "
@@ -410,7 +428,7 @@ def run_server(
         host=host,
         http_port=http_port,
         grpc_port=grpc_port,
-        token=token or None,
+        token=token if token is not None and token != "" else None,
         tls_cert=tls_cert,
         tls_key=tls_key,
         keep_content=keep_content,
