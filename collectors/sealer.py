@@ -21,7 +21,7 @@ mapping raises, or its rows cannot be made into frames), the failure is isolated
 payload, then record by record; only the failing record (or a payload that cannot be split) goes
 to the quarantine (``collectors/quarantine.py``, content stripped unless kept) with its reason, and
 everything else is sealed. A segment that made the sealer *process* die three times in a row is
-quarantined whole.
+sealed record by record; a record that killed it three times alone is quarantined alone.
 
 **Storage failures are not poison.** When writing the lake fails (disk full, permissions, a quota,
 an object store's error: polars reports a full disk as a ``ComputeError``, not an ``OSError``), the
@@ -51,6 +51,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -226,29 +227,72 @@ class Sealer:
         self._journal_bytes = 0
 
     # -- poison segments ------------------------------------------------------------------------
-    def _note_attempt(self, paths: list[Path]) -> list[Path]:
-        """Count an attempt at sealing ``paths``; quarantine the first one after MAX_ATTEMPTS."""
-        names = [p.name for p in paths]
+    # ``sealing.json`` counts attempts at the batch being sealed, so that a payload that kills the
+    # sealer *process* (it never gets to raise) is found: after a failed attempt one segment at a
+    # time, and after MAX_ATTEMPTS on one segment, its records one at a time (``"next"``: the record
+    # being tried, ``"record_attempts"``: how often); a record that died MAX_ATTEMPTS times alone is
+    # quarantined alone, every other record of the segment is sealed.
+    def _read_attempts(self) -> dict[str, Any]:
         try:
             prev = orjson.loads(self.attempts_path.read_bytes())
         except (FileNotFoundError, orjson.JSONDecodeError):
-            prev = {}
-        attempts = int(prev.get("attempts", 0)) + 1 if prev.get("segments", [None])[:1] == names[:1] else 1
+            return {}
+        return prev if isinstance(prev, dict) else {}
+
+    def _write_attempts(self, progress: dict[str, Any]) -> None:
+        self.attempts_path.write_bytes(orjson.dumps(progress))
+
+    def _note_attempt(self, paths: list[Path]) -> tuple[list[Path], dict[str, Any] | None]:
+        """Count an attempt at sealing ``paths``: (the segments to seal now, or the progress of
+        sealing the first one record by record)."""
+        names = [p.name for p in paths]
+        prev = self._read_attempts()
+        same = prev.get("segments", [None])[:1] == names[:1]
+        if same and "next" in prev:
+            return paths[:1], prev  # record by record, where the last attempt was
+        attempts = int(prev.get("attempts", 0)) + 1 if same else 1
         if attempts > MAX_ATTEMPTS:
-            self._quarantine(paths[0], f"the sealer died {MAX_ATTEMPTS} times on it")
-            self.attempts_path.unlink(missing_ok=True)
-            return paths[1:]
+            return paths[:1], {"segments": names[:1], "attempts": attempts, "next": 0, "record_attempts": 0}
         # a single segment per attempt after a failure narrows down the poison
         if attempts > 1:
             paths, names = paths[:1], names[:1]
-        self.attempts_path.write_bytes(orjson.dumps({"segments": names, "attempts": attempts}))
-        return paths
+        self._write_attempts({"segments": names, "attempts": attempts})
+        return paths, None
 
-    def _quarantine(self, path: Path, why: str) -> None:
-        """Move a whole segment to the quarantine (content stripped unless kept)."""
+    def _seal_by_record(self, path: Path, progress: dict[str, Any]) -> SealStats:
+        """Seal the records of ``path`` one at a time from ``progress["next"]``, quarantining a
+        record that killed the sealer MAX_ATTEMPTS times; then delete the segment."""
+        t0 = time.perf_counter()
         scan = spool.scan_segment(path)
-        self.quarantine.put(scan.records, why, name=path.name[: -len(spool.CLOSED_SUFFIX)])
+        stats = SealStats(segments=1)
+        i = int(progress.get("next", 0))
+        tries = int(progress.get("record_attempts", 0))
+        while i < len(scan.records):
+            rec = scan.records[i]
+            tries += 1
+            if tries > MAX_ATTEMPTS:
+                self.quarantine.put(
+                    [rec],
+                    f"record {i} of WAL segment {path.name}: the sealer died {MAX_ATTEMPTS} times on it",
+                )
+                stats.quarantined += 1
+            else:
+                self._write_attempts({**progress, "next": i, "record_attempts": tries})
+                stats.records += 1
+                self._write([self._map(rec, stats)], stats)
+            i, tries = i + 1, 0
+        self._write_attempts({**progress, "next": i, "record_attempts": 0})
+        if not scan.intact:
+            self.quarantine.put(
+                [],
+                f"corrupt record inside a closed segment: its intact prefix was sealed, the "
+                f"{scan.total_bytes - scan.valid_bytes} bytes after it are not kept",
+                name=path.name[: -len(spool.CLOSED_SUFFIX)],
+            )
+            stats.quarantined += 1
         path.unlink(missing_ok=True)
+        stats.seconds = time.perf_counter() - t0
+        return stats
 
     # -- sealing ----------------------------------------------------------------------------------
     def pending(self) -> list[Path]:
@@ -268,13 +312,11 @@ class Sealer:
             batch.append(path)
             size += n
         try:
-            batch = self._note_attempt(batch)
+            batch, by_record = self._note_attempt(batch)
         except OSError as e:  # the attempts file cannot be written: the disk again
             raise storage_error(e, self._local_folder()) from e
-        if not batch:
-            return SealStats(quarantined=1)
         try:
-            stats = self.seal(batch)
+            stats = self.seal(batch) if by_record is None else self._seal_by_record(batch[0], by_record)
         except (OSError, StorageError) as e:
             # the disk, not the data: never count it towards quarantining a segment
             self.attempts_path.unlink(missing_ok=True)
