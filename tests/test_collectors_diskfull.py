@@ -160,3 +160,38 @@ def test_a_full_disk_loses_and_quarantines_nothing_acknowledged(tmp_path: Path, 
     assert "No space left on device" in log
     assert count_requests(data, "list_contains(?, request_id)", [acked]) == len(acked)
     assert not Quarantine(spool.collector_dir(data, wal_dir) / "quarantine").entries()
+
+
+def test_a_full_disk_under_the_wal_too_answers_503_and_loses_nothing(tmp_path: Path, small_fs: Path) -> None:
+    """Lake and write-ahead log on one full tmpfs: requests get 503 + Retry-After (nothing is
+    acknowledged that is not durable), a batch torn by the full disk is cut off (not quarantined as
+    damage), and once space returns every acknowledged record is stored."""
+    data = small_fs / "lake"
+    acked: list[str] = []
+    throttled = 0
+    with Server(data, "--roll-interval", "3") as srv:  # one segment takes the acked and the torn
+        client = httpx.Client(timeout=30)
+        filler = _fill(small_fs)
+        os.truncate(filler, filler.stat().st_size - (48 << 10))  # room for half a payload: torn writes
+        small, ids = api_request_logs(5)
+        assert _post(client, srv.http_url, small.SerializeToString()).status_code == 200
+        acked += ids
+        for _ in range(5):
+            req, ids = api_request_logs(200)  # ~100 KB: more than is left
+            r = _post(client, srv.http_url, req.SerializeToString())
+            if r.status_code == 200:
+                acked += ids
+            else:
+                assert r.status_code == 503 and int(r.headers["retry-after"]) > 0, r.text
+                throttled += 1
+        assert throttled
+        filler.unlink()
+        for _ in range(10):
+            req, ids = api_request_logs(20)
+            r = _post(client, srv.http_url, req.SerializeToString())
+            assert r.status_code == 200, r.text
+            acked += ids
+        assert wait_for(lambda: count_requests(data) >= len(acked), 60), (count_requests(data), len(acked))
+        client.close()
+    assert count_requests(data, "list_contains(?, request_id)", [acked]) == len(acked)
+    assert not Quarantine.of(data).entries()
