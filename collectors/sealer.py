@@ -57,6 +57,7 @@ import orjson
 
 from traceflow.collectors import spool
 from traceflow.collectors.quarantine import Quarantine
+from traceflow.errors import LakeError
 from traceflow.otlp import decode as otlp
 from traceflow.rows import Parsed
 from traceflow.schema import TABLES
@@ -97,9 +98,10 @@ class SealStats:
         )
 
 
-class StorageError(Exception):
+class StorageError(LakeError):
     """The lake (or the collector's state folder) cannot be written right now: the storage, not the
-    data. The message names the cause (the underlying error's text)."""
+    data. The message names the cause (the underlying error's text); ``traceflow quarantine reseal``
+    shows it as one line (exit 1)."""
 
 
 #: bytes the probe of a failed local write tries to write (see :func:`storage_error`)

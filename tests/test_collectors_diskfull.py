@@ -120,7 +120,9 @@ def test_a_full_disk_loses_and_quarantines_nothing_acknowledged(tmp_path: Path, 
     acked: list[str] = []
     throttled = 0
     with Server(
-        data, "--wal-dir", str(wal_dir), "--max-backlog-bytes", "64KiB", "--roll-interval", "0.05"
+        data,
+        *("--wal-dir", str(wal_dir), "--max-backlog-bytes", "64KiB"),
+        *("--roll-interval", "0.05", "--summary-interval", "0.5"),
     ) as srv:
         client = httpx.Client(timeout=30)
         first, ids = api_request_logs(5)
@@ -157,7 +159,9 @@ def test_a_full_disk_loses_and_quarantines_nothing_acknowledged(tmp_path: Path, 
         client.close()
     assert srv.proc is not None and srv.proc.returncode == 0
     log = srv.stderr()
-    assert "No space left on device" in log
+    assert "No space left on device" in log and "nothing is quarantined" in log  # the sealer's line
+    assert "LAKE WRITES FAILING since" in log  # the summary line
+    assert "the lake can be written again" in log
     assert count_requests(data, "list_contains(?, request_id)", [acked]) == len(acked)
     assert not Quarantine(spool.collector_dir(data, wal_dir) / "quarantine").entries()
 
