@@ -23,7 +23,13 @@ A refused call is answered by a request-streaming handler that never asks for it
 holds no more of it than the HTTP/2 flow-control window. Every ``UNAVAILABLE`` carries a
 ``google.rpc.RetryInfo`` detail in ``grpc-status-details-bin``; bad data is ``INVALID_ARGUMENT``.
 So the bytes of gRPC messages held at once stay under ``--max-inflight-bytes`` (or one message, when
-a single one is larger), whatever the number of clients and connections.
+a single one is larger), whatever the number of clients and connections; the server's RSS under
+150 MiB + 2.5 × that (grpc's buffer plus Python's copy of each message; README, ``serve``).
+
+**Leaks.** A request iterator left suspended after its message, or an abort raised through a frame
+that holds the message (the traceback keeps the frame until the cycle collector runs), kept every
+message alive: each 60 MiB call grew the server by 60 MiB. :func:`_first` runs the iterator to its
+end and :class:`_Gate` aborts from a frame without the message.
 """
 
 from __future__ import annotations

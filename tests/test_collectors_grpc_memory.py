@@ -218,7 +218,7 @@ def open_partial_calls(
 
 
 # -- the tests ---------------------------------------------------------------------------------------------
-#: the documented bound (README, serve): about 150 MiB + twice --max-inflight-bytes
+#: the documented bound (README, serve): 150 MiB + 2.5 × --max-inflight-bytes
 BUDGET_MIB = 128
 
 
@@ -235,7 +235,7 @@ def test_sixteen_clients_of_60_mib_keep_the_server_under_the_bound(tmp_path: Pat
         if r.status == 14:
             delay = retry_delay_s(r.details)
             assert delay is not None and delay > 0, r
-    assert peak < 150 + 2 * BUDGET_MIB, f"server peak RSS {peak:.0f} MiB"
+    assert peak < 150 + 2.5 * BUDGET_MIB, f"server peak RSS {peak:.0f} MiB"
 
 
 def test_calls_beyond_16_on_one_connection_are_told_when_to_retry(tmp_path: Path) -> None:
