@@ -59,6 +59,7 @@ from traceflow.collectors import spool
 from traceflow.collectors.quarantine import Quarantine
 from traceflow.errors import LakeError
 from traceflow.otlp import decode as otlp
+from traceflow.otlp.metrics import COLLECTOR_MAX_STREAMS_PER_RESOURCE
 from traceflow.rows import Parsed
 from traceflow.schema import TABLES
 from traceflow.store.lake import Lake, frame_from_rows, fsync_path
@@ -193,6 +194,7 @@ class Sealer:
         except FileNotFoundError:
             pass
         state.take_changes()  # what was loaded is stored
+        state.max_streams_per_resource = COLLECTOR_MAX_STREAMS_PER_RESOURCE
         return state
 
     def _save_state(self) -> None:

@@ -25,7 +25,8 @@
 nobody else's streams; without a clock (a file import) the newest point time stands in for it.
 Streams idle for ``max_staleness_s`` are forgotten, and the latest time of a forgotten stream is
 kept per *resource* (``horizon``), so one client's timestamps cannot turn another's new series into
-baselines. Each resource may hold ``max_streams_per_resource`` streams; a point of a new stream
+baselines. Each resource may hold ``max_streams_per_resource`` streams (the collector's sealer sets
+:data:`COLLECTOR_MAX_STREAMS_PER_RESOURCE`; None, for a file import, is no cap); a point of a new stream
 beyond that is stored with ``delta`` NULL, counted in ``Mapped.overflow`` and reported in its
 message. The state records what changed since :meth:`MetricState.take_changes` was last called, so
 that its owner (the sealer) can journal changes instead of rewriting every stream.
@@ -48,8 +49,8 @@ _TEMPORALITY = {1: "delta", 2: "cumulative"}
 _FLAG_NO_RECORDED_VALUE = 1
 
 
-#: cumulative streams one resource may keep in the state (beyond: stored without a delta)
-DEFAULT_MAX_STREAMS_PER_RESOURCE = 50_000
+#: cumulative streams one resource may keep in the collector's state (beyond: stored without a delta)
+COLLECTOR_MAX_STREAMS_PER_RESOURCE = 50_000
 DEFAULT_MAX_STALENESS_S = 6 * 3600.0
 
 # a stream's entry: [start_ns, time_ns, value, count, seen_ns, resource key]
@@ -71,7 +72,7 @@ class MetricState:
         created_at_ns: int | None = None,
         *,
         max_staleness_s: float = DEFAULT_MAX_STALENESS_S,
-        max_streams_per_resource: int = DEFAULT_MAX_STREAMS_PER_RESOURCE,
+        max_streams_per_resource: int | None = None,
     ) -> None:
         self.created_at_ns = time.time_ns() if created_at_ns is None else int(created_at_ns)
         self.max_staleness_ns = int(max_staleness_s * 1e9)
@@ -124,7 +125,7 @@ class MetricState:
         state = cls(
             int(d["created_at_ns"]),
             max_staleness_s=int(d["max_staleness_ns"]) / 1e9,
-            max_streams_per_resource=int(d.get("max_streams_per_resource", DEFAULT_MAX_STREAMS_PER_RESOURCE)),
+            max_streams_per_resource=d.get("max_streams_per_resource"),
         )
         state.horizon_ns = int(d.get("horizon_ns", 0))
         state.newest_ns = int(d.get("newest_ns", 0))
@@ -211,7 +212,9 @@ class MetricState:
                 self.streams[key] = [start, t, value, count, seen, resource]
                 self._changed.add(key)
                 return True, value if reset else delta
-        elif self.per_resource[resource] >= self.max_streams_per_resource:
+        elif self.max_streams_per_resource is not None and (
+            self.per_resource[resource] >= self.max_streams_per_resource
+        ):
             self.overflow += 1  # not tracked: stored as a baseline, reported
             return True, None
         else:
