@@ -88,6 +88,10 @@ def test_token_is_required_on_both_transports(tmp_path: Path) -> None:
         url = f"http://127.0.0.1:{port}/v1/logs"
         req, ids = api_request_logs(2)
         body = req.SerializeToString()
+        status_url = f"http://127.0.0.1:{port}/status"
+        assert httpx.get(status_url).status_code == 401  # the status needs the token too
+        status = httpx.get(status_url, headers={"Authorization": "Bearer s3cret-s3cret-s3cret"}).json()
+        assert status["lake"] == {"error": None, "since": None, "segments_waiting": 0}
         r = httpx.post(url, content=body, headers=PB)
         assert r.status_code == 401
         assert r.headers["www-authenticate"].startswith("Bearer")
