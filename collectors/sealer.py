@@ -10,7 +10,8 @@ One seal, for a run of consecutive closed segments (up to ``batch_bytes``):
 1. decode and map every record (``traceflow.otlp.decode.map_request``, with the persisted ``MetricState``);
 2. write one staged Parquet file per table and partition, publish them (``Lake.write_staged`` +
    ``Lake.publish``: fsynced, atomic renames);
-3. save the metric state (a journal line of what changed; see ``_load_state``), then delete the segments.
+3. save the metric state (a journal line of what changed: ``collectors/metric_state_file.py``), then
+   delete the segments.
 
 A crash between 2 and 3 replays the segments: the same records map to the same ``event_id``s (the
 lake's views keep one row per id) and, with the state as it was, to the same metric deltas.
@@ -56,19 +57,18 @@ from typing import Any
 import orjson
 
 from traceflow.collectors import spool
+from traceflow.collectors.metric_state_file import MetricStateFile
 from traceflow.collectors.quarantine import Quarantine
 from traceflow.errors import LakeError
 from traceflow.otlp import decode as otlp
 from traceflow.otlp.metrics import COLLECTOR_MAX_STREAMS_PER_RESOURCE
 from traceflow.rows import Parsed
 from traceflow.schema import TABLES
-from traceflow.store.lake import Lake, frame_from_rows, fsync_path
+from traceflow.store.lake import Lake, frame_from_rows
 
 _logger = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 3
-#: the metric state journal is folded into a new snapshot once it is larger than this and the snapshot
-JOURNAL_MIN_BYTES = 1 << 20
 #: the delay before retrying a seal the storage refused: the first, and the longest (doubling between)
 STORAGE_RETRY_S = (1.0, 30.0)
 PROTOBUF = "application/x-protobuf"
@@ -145,90 +145,20 @@ class Sealer:
         self.lake = Lake(data)
         self.dir = spool.collector_dir(data, wal_dir)
         self.wal_dir = self.dir / "wal"
-        self.state_path = self.dir / "metric_state.json"
-        self.journal_path = self.dir / "metric_state.journal"
-        self._seq = 0  # the last journal line applied or written
-        self._journal_bytes = 0
+        self.state_file = MetricStateFile(self.dir)
         self.attempts_path = self.dir / "sealing.json"
         self.quarantine = Quarantine(self.dir / "quarantine")
         self.batch_bytes = batch_bytes
         self.state = self._load_state()
 
     # -- metric state ---------------------------------------------------------------------------
-    # ``metric_state.json`` is a snapshot (with the journal ``seq`` it includes); each seal appends
-    # what changed to ``metric_state.journal`` as one JSON line (fsynced), so a seal writes the
-    # streams it touched, not all of them. When the journal outgrows the snapshot (and 1 MiB), a new
-    # snapshot replaces it and the journal starts over. Loading replays the lines after the
-    # snapshot's ``seq``; a torn last line (a crash mid-append) is ignored: that seal's segments
-    # are still in the WAL and are sealed again against the state as it was.
     def _load_state(self) -> otlp.MetricState:
-        try:
-            snapshot = orjson.loads(self.state_path.read_bytes())
-            state = otlp.MetricState.from_dict(snapshot)
-            self._seq = int(snapshot.get("seq", 0))
-        except FileNotFoundError:
-            state, self._seq = otlp.MetricState(), 0
-        except Exception:
-            _logger.exception("unreadable metric state %s: starting afresh", self.state_path)
-            state, self._seq = otlp.MetricState(), 0
-        snapshot_seq = self._seq
-        self._journal_bytes = 0
-        torn = False
-        try:
-            with open(self.journal_path, "rb") as fh:
-                for line in fh:
-                    try:
-                        entry = orjson.loads(line) if line.endswith(b"\n") else None
-                    except orjson.JSONDecodeError:
-                        entry = None
-                    if not isinstance(entry, dict):
-                        torn = True  # a torn last line: what follows it would never be read
-                        break
-                    self._journal_bytes += len(line)
-                    if int(entry.get("seq", 0)) > snapshot_seq:
-                        state.apply_changes(entry)
-                        self._seq = int(entry["seq"])
-            if torn:
-                with contextlib.suppress(OSError):
-                    os.truncate(self.journal_path, self._journal_bytes)
-        except FileNotFoundError:
-            pass
-        state.take_changes()  # what was loaded is stored
+        state = self.state_file.load()
         state.max_streams_per_resource = COLLECTOR_MAX_STREAMS_PER_RESOURCE
         return state
 
     def _save_state(self) -> None:
-        changes = self.state.take_changes()
-        if changes is None:
-            return
-        self._seq += 1
-        line = orjson.dumps({"seq": self._seq, **changes}, option=orjson.OPT_NON_STR_KEYS) + b"\n"
-        try:
-            snapshot_bytes = self.state_path.stat().st_size
-        except FileNotFoundError:  # the first save: a snapshot (it holds when the state began)
-            snapshot_bytes = -1
-        if snapshot_bytes < 0 or self._journal_bytes + len(line) > max(JOURNAL_MIN_BYTES, snapshot_bytes):
-            self._write_snapshot()
-            return
-        with open(self.journal_path, "ab") as fh:
-            fh.write(line)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if self._journal_bytes == 0:
-            fsync_path(self.dir)  # a new journal's name
-        self._journal_bytes += len(line)
-
-    def _write_snapshot(self) -> None:
-        tmp = self.state_path.with_suffix(".tmp")
-        with open(tmp, "wb") as fh:
-            fh.write(orjson.dumps({"seq": self._seq, **self.state.to_dict()}, option=orjson.OPT_NON_STR_KEYS))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.state_path)
-        fsync_path(self.dir)
-        # lines up to seq are in the snapshot: a crash before this unlink only replays none of them
-        self.journal_path.unlink(missing_ok=True)
-        self._journal_bytes = 0
+        self.state_file.save(self.state)
 
     # -- poison segments ------------------------------------------------------------------------
     # ``sealing.json`` counts attempts at the batch being sealed, so that a payload that kills the
