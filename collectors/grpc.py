@@ -5,18 +5,39 @@ identity (de)serializers: the request arrives as the raw protobuf bytes, which a
 written to the WAL as they are (no decode-reencode on the acknowledgement path). grpc itself
 inflates ``grpc-encoding: gzip`` and enforces ``max_receive_message_length`` after inflation.
 
-A call with a wrong or missing token is refused on its metadata, before its message is read
-(:class:`_Gate`); the bodies of the others count against the same in-flight byte budget as HTTP's
-(``ingest.Admission``) once grpc has received them (gRPC announces no length before the message),
-and grpc refuses any larger than ``max_receive_message_length`` (``--max-body-bytes``).
+**Memory.** grpc buffers a message whole before a handler sees it, and announces no length
+before, so every call is answered by :class:`_Gate`, which decides before the message is read:
 
-Bad data is ``INVALID_ARGUMENT``; throttling is ``UNAVAILABLE`` with a ``google.rpc.RetryInfo``
-detail in ``grpc-status-details-bin``; a wrong or missing token is ``UNAUTHENTICATED``.
+* a wrong or missing token: ``UNAUTHENTICATED``;
+* a full sealing backlog: ``UNAVAILABLE``;
+* more than ``MAX_CALLS_PER_CONNECTION`` calls in progress on the caller's connection: ``UNAVAILABLE``;
+* otherwise the call reserves the largest message it may send (``max_receive_message_length``, which
+  is ``--max-body-bytes``) against the in-flight byte budget it shares with HTTP
+  (``ingest.Admission``, ``--max-inflight-bytes``): a message counts from before its first frame.
+  A call that does not fit waits up to ``ADMISSION_WAIT_S`` for others to finish, then is refused
+  with ``UNAVAILABLE``. Once its message is read, the reservation shrinks to the message's size
+  until the answer. A message must arrive within ``READ_GRACE_S`` plus one second per
+  ``MIN_READ_BYTES_PER_S`` of the largest message, or the call is refused (``DEADLINE_EXCEEDED``).
+
+A refused call is answered by a request-streaming handler that never asks for its message, so grpc
+holds no more of it than the HTTP/2 flow-control window. Every ``UNAVAILABLE`` carries a
+``google.rpc.RetryInfo`` detail in ``grpc-status-details-bin``; bad data is ``INVALID_ARGUMENT``.
+So the bytes of gRPC messages held at once stay under ``--max-inflight-bytes`` (or one message, when
+a single one is larger), whatever the number of clients and connections; the server's RSS under
+150 MiB + 2.5 × that (grpc's buffer plus Python's copy of each message; README, ``serve``).
+
+**Leaks.** A request iterator left suspended after its message, or an abort raised through a frame
+that holds the message (the traceback keeps the frame until the cycle collector runs), kept every
+message alive: each 60 MiB call grew the server by 60 MiB. :func:`_first` runs the iterator to its
+end and :class:`_Gate` aborts from a frame without the message.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
+from collections import Counter
 from typing import Any, NoReturn
 
 import grpc
@@ -42,32 +63,41 @@ _CODES = {
     ingest.RESOURCE_EXHAUSTED: grpc.StatusCode.RESOURCE_EXHAUSTED,
     ingest.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
     ingest.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
+    ingest.DEADLINE_EXCEEDED: grpc.StatusCode.DEADLINE_EXCEEDED,
 }
+DEADLINE_EXCEEDED = ingest.DEADLINE_EXCEEDED
+
+
+#: calls in progress on one connection (the HTTP/2 limit is higher, so that the rest get RetryInfo)
+MAX_CALLS_PER_CONNECTION = 16
+#: HTTP/2 streams one connection may open at once (beyond: REFUSED_STREAM, by grpc itself)
+MAX_STREAMS_PER_CONNECTION = 64
+#: how long a call waits for room in the in-flight budget before UNAVAILABLE
+ADMISSION_WAIT_S = 5.0
+#: how long a message may take to arrive: READ_GRACE_S + the largest message / MIN_READ_BYTES_PER_S
+READ_GRACE_S = 30.0
+MIN_READ_BYTES_PER_S = 1 << 20
+#: the retry delay gRPC clients are told when their connection has too many calls in progress
+BUSY_CONNECTION_RETRY_S = 1
 
 
 class _Export:
-    """The ``Export`` method shared by the three services."""
+    """The ``Export`` method shared by the three services (called with the message read)."""
 
     signal: Signal
     core: Ingest
 
     async def Export(self, request: bytes, context: aio.ServicerContext[Any, Any]) -> bytes:
-        core = self.core  # the token was checked by _Gate, before the message was read
-        if core.admission.backlog_full():
-            outcome = ingest.overload_outcome(core.admission)
-            core.counters.note(self.signal, outcome)
-            await _abort(context, outcome)
-        res = ingest.Reservation()
-        try:
-            if not core.admission.grow(res, len(request)):
-                outcome = ingest.overload_outcome(core.admission)
-                core.counters.note(self.signal, outcome)
-                await _abort(context, outcome)
-            _, outcome = await core.export(self.signal, PROTOBUF, request)
-        finally:
-            core.admission.release(res)
+        answer = await self.answer(request)
+        if isinstance(answer, Outcome):
+            await _abort(context, answer)
+        return answer
+
+    async def answer(self, request: bytes) -> bytes | Outcome:
+        """The response to ``request``, or the outcome to abort the call with."""
+        _, outcome = await self.core.export(self.signal, PROTOBUF, request)
         if not outcome.ok:
-            await _abort(context, outcome)
+            return outcome
         return ingest.export_response(self.signal, PROTOBUF, outcome.rejected, outcome.message)
 
 
@@ -102,16 +132,6 @@ class TraceServicer(_Export, trace_service_pb2_grpc.TraceServiceServicer):
         self.core = core
 
 
-def handlers(core: Ingest) -> list[grpc.GenericRpcHandler]:
-    """Generic handlers for the three services, taking and returning raw bytes."""
-    out = []
-    for servicer in (LogsServicer(core), MetricsServicer(core), TraceServicer(core)):
-        # no (de)serializers: the handler takes and returns bytes
-        method: grpc.RpcMethodHandler[bytes, bytes] = grpc.unary_unary_rpc_method_handler(servicer.Export)
-        out.append(grpc.method_handlers_generic_handler(SERVICE_NAMES[servicer.signal], {"Export": method}))
-    return out
-
-
 _SIGNAL_OF_METHOD: dict[str, Signal] = {f"/{name}/Export": signal for signal, name in SERVICE_NAMES.items()}
 
 
@@ -120,13 +140,17 @@ async def _refuse_unauthenticated(request_iterator: Any, context: aio.ServicerCo
 
 
 class _Gate(aio.ServerInterceptor):
-    """Refuses a call on its metadata alone, before its message is read: a missing or wrong token
-    (``UNAUTHENTICATED``), or a full sealing backlog (``UNAVAILABLE``). A refused call is answered by
-    a request-streaming handler that never asks for the message, so grpc buffers no more of it than
-    the HTTP/2 flow-control window; a wrong token cannot make the server hold a 64 MiB body."""
+    """Answers every call before its message is read (see the module docstring): refuses it, or
+    reserves room for its largest message, reads it, and hands it to the servicer."""
 
-    def __init__(self, core: Ingest) -> None:
+    def __init__(self, core: Ingest, max_message_bytes: int) -> None:
         self.core = core
+        self.max_message_bytes = max_message_bytes
+        self.read_timeout_s = READ_GRACE_S + max_message_bytes / MIN_READ_BYTES_PER_S
+        self.calls: Counter[str] = Counter()  # calls in progress, by connection (peer address)
+        self._servicers: dict[Signal, _Export] = {
+            s.signal: s for s in (LogsServicer(core), MetricsServicer(core), TraceServicer(core))
+        }
 
     async def intercept_service(self, continuation: Any, details: grpc.HandlerCallDetails) -> Any:
         core = self.core
@@ -138,14 +162,81 @@ class _Gate(aio.ServerInterceptor):
         if not core.authorized(token):
             core.counters.note(signal, ingest.unauthenticated())
             return _REFUSE_UNAUTHENTICATED
-        if signal is not None and core.admission.backlog_full():
+        if signal is None:
+            return await continuation(details)  # UNIMPLEMENTED, from grpc
+        if core.admission.backlog_full():
             outcome = ingest.overload_outcome(core.admission)
             core.counters.note(signal, outcome)
-            return grpc.stream_unary_rpc_method_handler(_overload_handler(outcome))
-        return await continuation(details)
+            return grpc.stream_unary_rpc_method_handler(_refusal(outcome))
+        return self._handlers[signal]
+
+    @functools.cached_property
+    def _handlers(self) -> dict[Signal, Any]:
+        return {s: grpc.stream_unary_rpc_method_handler(self._bounded(s)) for s in self._servicers}
+
+    def _bounded(self, signal: Signal) -> Any:
+        servicer = self._servicers[signal]
+
+        async def export(request_iterator: Any, context: aio.ServicerContext[Any, Any]) -> bytes:
+            peer = context.peer()
+            if self.calls[peer] >= MAX_CALLS_PER_CONNECTION:
+                busy = ingest.overloaded(
+                    f"more than {MAX_CALLS_PER_CONNECTION} calls in progress on this connection; retry later",
+                    retry_after_s=BUSY_CONNECTION_RETRY_S,
+                )
+                self.core.counters.note(signal, busy)
+                answer: bytes | Outcome = busy
+            else:
+                self.calls[peer] += 1
+                try:
+                    answer = await self._receive(signal, servicer, request_iterator)
+                finally:
+                    self.calls[peer] -= 1
+                    if not self.calls[peer]:
+                        del self.calls[peer]
+            if isinstance(answer, Outcome):
+                # raised here, in a frame that holds no message: an exception's traceback keeps its
+                # frames' locals alive until the cycle collector runs, a 60 MiB message included
+                await _abort(context, answer)
+            return answer
+
+        return export
+
+    async def _receive(self, signal: Signal, servicer: _Export, request_iterator: Any) -> bytes | Outcome:
+        """Reserve room for the largest message, read it, answer it; never raises an abort."""
+        core = self.core
+        res = ingest.Reservation()
+        try:
+            refusal = None
+            request: bytes | None = None
+            if not await core.admission.acquire(res, self.max_message_bytes, ADMISSION_WAIT_S):
+                refusal = ingest.overload_outcome(core.admission)
+            else:
+                try:
+                    request = await asyncio.wait_for(_first(request_iterator), self.read_timeout_s)
+                except TimeoutError:
+                    refusal = Outcome(408, DEADLINE_EXCEEDED, "the message took too long to arrive")
+            if refusal is not None or request is None:
+                refusal = refusal or ingest.bad_request("no request message")
+                core.counters.note(signal, refusal)
+                return refusal
+            core.admission.shrink(res, len(request))
+            return await servicer.answer(request)  # counted by Ingest.export
+        finally:
+            core.admission.release(res)
 
 
-def _overload_handler(outcome: Outcome) -> Any:
+async def _first(request_iterator: Any) -> bytes | None:
+    """The call's message (None if there is none). The iterator is run to its end: one left
+    suspended keeps the message it read alive in grpc (the memory of every such call leaked)."""
+    first: bytes | None = None
+    async for message in request_iterator:
+        if first is None:
+            first = bytes(message)
+    return first
+
+
+def _refusal(outcome: Outcome) -> Any:
     async def refuse(request_iterator: Any, context: aio.ServicerContext[Any, Any]) -> bytes:
         await _abort(context, outcome)
 
@@ -161,8 +252,10 @@ def create_server(core: Ingest, *, max_body_bytes: int) -> aio.Server:
         ("grpc.max_receive_message_length", max_body_bytes),
         ("grpc.max_send_message_length", 4 << 20),
         ("grpc.so_reuseport", 0),  # a second server on the same port must fail, not share it
-        ("grpc.max_concurrent_streams", 16),  # per connection: bounds the messages buffered before us
+        ("grpc.max_concurrent_streams", MAX_STREAMS_PER_CONNECTION),
+        # no window growth by bandwidth-delay probing: a stream whose message is not being read (its
+        # call waits for the budget) holds at most the initial 64 KiB window, not several MiB
+        ("grpc.http2.bdp_probe", 0),
     ]
-    server = aio.server(options=options, interceptors=[_Gate(core)])
-    server.add_generic_rpc_handlers(handlers(core))
-    return server
+    # every OTLP call is answered by the gate; anything else finds no handler (UNIMPLEMENTED)
+    return aio.server(options=options, interceptors=[_Gate(core, max_body_bytes)])

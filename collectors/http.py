@@ -23,6 +23,7 @@ import socket
 import ssl
 from typing import Any
 
+import orjson
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
@@ -67,6 +68,12 @@ class OtlpApp:
             headers[name] = headers[name] + b", " + value if name in headers else value
         if path == "/healthz" and method == "GET":
             await _respond(send, 200, b"ok\n", b"text/plain")
+            return
+        if path == "/status" and method == "GET":
+            if not self.core.authorized(headers.get(b"authorization")):
+                await _respond(send, 401, b"missing or wrong bearer token\n", b"text/plain")
+                return
+            await _respond(send, 200, orjson.dumps(self.core.status()), b"application/json")
             return
         if path not in _PATHS:
             await _respond(send, 404, b"not found\n", b"text/plain", close=_must_close(headers))

@@ -10,6 +10,7 @@ import io
 import zlib
 from typing import Any
 
+_zstd: Any
 try:  # optional: zstd bodies are accepted only where the zstandard module is installed
     import zstandard as _zstd
 except ImportError:  # pragma: no cover - depends on the environment

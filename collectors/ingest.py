@@ -33,7 +33,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from traceflow.collectors.spool import SIGNALS, Signal, Wal, WalRecord
 from traceflow.errors import DecodeError
 from traceflow.otlp import decode as otlp
-from traceflow.otlp.limits import suspicious
+from traceflow.otlp.limits import span_times_problem, suspicious
 
 _logger = logging.getLogger(__name__)
 
@@ -49,6 +49,7 @@ _MEDIA_TYPES = {
 # google.rpc.Code values used here
 OK = 0
 INVALID_ARGUMENT = 3
+DEADLINE_EXCEEDED = 4
 RESOURCE_EXHAUSTED = 8
 UNAVAILABLE = 14
 UNAUTHENTICATED = 16
@@ -178,7 +179,7 @@ def _bad_span(span: Any) -> str | None:
         return f"span_id must be 8 bytes, got {len(span.span_id)}"
     if len(span.parent_span_id) not in (0, 8):
         return f"parent_span_id must be 0 or 8 bytes, got {len(span.parent_span_id)}"
-    return None
+    return span_times_problem(span.start_time_unix_nano, span.end_time_unix_nano)
 
 
 def _drop_where(items: Any, bad: list[int]) -> None:
@@ -190,8 +191,9 @@ def check_records(signal: Signal, msg: Message) -> tuple[int, str]:
     """Remove structurally invalid records from ``msg`` in place; returns (rejected, message).
 
     Invalid means the record cannot be stored faithfully: a span without a proper trace or span id
-    (its identity), a number data point without a value. The mapper's own refusals (a token count
-    that is not a number, ...) happen later, in the sealer, and are counted in the server's summary.
+    (its identity) or that ends before it starts, a number data point without a value. The
+    mapping's own refusals (a token count that is not a number, a time out of range, ...) are found
+    by :func:`screen_records`, when :func:`traceflow.otlp.limits.suspicious` flags the payload.
     Log records have no required fields, so they are not walked here (it keeps the hot path short).
     """
     m: Any = msg
@@ -326,6 +328,7 @@ class Admission:
         self.max_backlog_bytes = max_backlog_bytes
         self.inflight = 0
         self.backlog = 0  # updated by the server's monitor task
+        self._released: asyncio.Event | None = None  # set when bytes are given back (see acquire)
 
     def backlog_full(self) -> bool:
         return self.backlog > self.max_backlog_bytes
@@ -339,8 +342,33 @@ class Admission:
         return True
 
     def release(self, res: Reservation) -> None:
-        self.inflight -= res.held
-        res.held = 0
+        self.shrink(res, 0)
+
+    def shrink(self, res: Reservation, n: int) -> None:
+        """Keep only ``n`` of the bytes ``res`` holds (no more than it holds)."""
+        freed = max(res.held - n, 0)
+        if freed:
+            self.inflight -= freed
+            res.held -= freed
+            if self._released is not None:
+                self._released.set()
+
+    async def acquire(self, res: Reservation, n: int, wait_s: float) -> bool:
+        """:meth:`grow` ``res`` by ``n``, waiting up to ``wait_s`` for others to release bytes."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        while not self.grow(res, n):
+            left = deadline - loop.time()
+            if left <= 0:
+                return False
+            if self._released is None or self._released.is_set():
+                self._released = asyncio.Event()
+            event = self._released
+            try:
+                await asyncio.wait_for(event.wait(), left)
+            except TimeoutError:
+                return False
+        return True
 
 
 def overload_outcome(admission: Admission) -> Outcome:
@@ -381,6 +409,27 @@ class Counters:
             c.refused += 1
 
 
+@dataclass
+class LakeHealth:
+    """Whether the sealer can write the lake, as it last reported (``collectors/sealer.py``)."""
+
+    error: str | None = None  # why the last seal failed on the storage; None while it works
+    since: float | None = None  # seconds since the epoch
+    segments: int = 0  # WAL segments waiting then
+
+    def line(self) -> str:
+        if self.error is None:
+            return ""
+        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.since or 0))
+        return (
+            f"LAKE WRITES FAILING since {at} ({self.segments} WAL segments wait, nothing lost): {self.error}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.since)) if self.since else None
+        return {"error": self.error, "since": since, "segments_waiting": self.segments}
+
+
 # -- the shared core ---------------------------------------------------------------------------------
 class Ingest:
     """Everything both transports share: auth, admission, decode + check, WAL append, counters."""
@@ -391,6 +440,7 @@ class Ingest:
         self.keep_content = keep_content
         self._expected = f"Bearer {token}".encode() if token else None
         self.counters = Counters()
+        self.lake = LakeHealth()
 
     def authorized(self, authorization: str | bytes | None) -> bool:
         """Constant-time check of an ``Authorization`` header / metadata value."""
@@ -451,10 +501,28 @@ class Ingest:
             parts.append(f"{s} {c.records} ok/{c.rejected} rejected")
         bad = sum(c.refused for c in self._all())
         throttled = sum(c.throttled for c in self._all())
+        lake = self.lake.line()
         return (
             "received " + ", ".join(parts) + f"; {bad} requests refused, {throttled} throttled; "
-            f"WAL backlog {self.admission.backlog / 2**20:.1f} MiB"
+            f"WAL backlog {self.admission.backlog / 2**20:.1f} MiB" + (f"; {lake}" if lake else "")
         )
+
+    def status(self) -> dict[str, Any]:
+        """What ``GET /status`` answers: the lake's health, the WAL backlog, the counters."""
+        return {
+            "lake": self.lake.to_dict(),
+            "wal_backlog_bytes": self.admission.backlog,
+            "inflight_bytes": self.admission.inflight,
+            "received": {
+                s: {
+                    "records": c.records,
+                    "rejected": c.rejected,
+                    "refused": c.refused,
+                    "throttled": c.throttled,
+                }
+                for s, c in self.counters.by_signal.items()
+            },
+        }
 
     def _all(self) -> Iterable[SignalCounts]:
         yield from self.counters.by_signal.values()

@@ -10,7 +10,8 @@ One seal, for a run of consecutive closed segments (up to ``batch_bytes``):
 1. decode and map every record (``traceflow.otlp.decode.map_request``, with the persisted ``MetricState``);
 2. write one staged Parquet file per table and partition, publish them (``Lake.write_staged`` +
    ``Lake.publish``: fsynced, atomic renames);
-3. save the metric state (atomic replace), then delete the segments.
+3. save the metric state (a journal line of what changed: ``collectors/metric_state_file.py``), then
+   delete the segments.
 
 A crash between 2 and 3 replays the segments: the same records map to the same ``event_id``s (the
 lake's views keep one row per id) and, with the state as it was, to the same metric deltas.
@@ -21,7 +22,16 @@ mapping raises, or its rows cannot be made into frames), the failure is isolated
 payload, then record by record; only the failing record (or a payload that cannot be split) goes
 to the quarantine (``collectors/quarantine.py``, content stripped unless kept) with its reason, and
 everything else is sealed. A segment that made the sealer *process* die three times in a row is
-quarantined whole.
+sealed record by record; a record that killed it three times alone is quarantined alone.
+
+**Storage failures are not poison.** When writing the lake fails (disk full, permissions, a quota,
+an object store's error: polars reports a full disk as a ``ComputeError``, not an ``OSError``), the
+rows are encoded to Parquet in memory: if every payload's rows encode, the fault is the storage's
+(:class:`StorageError`). Then nothing is quarantined and no attempt is counted: the segments stay in
+the WAL, this seal's staging files are removed (they hold space the disk lacks), the cause is logged
+and reported to the server (a ``{"storage_error": ...}`` line: ``serve``'s summary and ``GET
+/status``), and the seal is retried with a growing delay (``STORAGE_RETRY_S``) until it succeeds.
+Only a record whose rows cannot be encoded even in memory is quarantined, record by record.
 
 The sealer does not compact: each seal publishes one small file per table and day, so a collector
 that runs for days wants ``traceflow compact`` from a timer (readers stay correct either way).
@@ -32,6 +42,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import io
 import logging
 import os
 import select
@@ -41,19 +52,25 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import orjson
 
 from traceflow.collectors import spool
+from traceflow.collectors.metric_state_file import MetricStateFile
 from traceflow.collectors.quarantine import Quarantine
+from traceflow.errors import LakeError
 from traceflow.otlp import decode as otlp
+from traceflow.otlp.metrics import COLLECTOR_MAX_STREAMS_PER_RESOURCE
 from traceflow.rows import Parsed
 from traceflow.schema import TABLES
-from traceflow.store.lake import Lake, frame_from_rows, fsync_path
+from traceflow.store.lake import Lake, frame_from_rows
 
 _logger = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 3
+#: the delay before retrying a seal the storage refused: the first, and the longest (doubling between)
+STORAGE_RETRY_S = (1.0, 30.0)
 PROTOBUF = "application/x-protobuf"
 NICENESS = 5
 
@@ -65,6 +82,7 @@ class SealStats:
     rows: Counter[str] = field(default_factory=Counter)  # rows written per table
     rejected: Counter[str] = field(default_factory=Counter)  # records the mapper rejected, per signal
     quarantined: int = 0
+    overflow: int = 0  # metric points beyond the per-resource stream cap (stored without a delta)
     seconds: float = 0.0
 
     def to_json(self) -> bytes:
@@ -75,9 +93,49 @@ class SealStats:
                 "rows": dict(self.rows),
                 "rejected": dict(self.rejected),
                 "quarantined": self.quarantined,
+                "overflow": self.overflow,
                 "seconds": round(self.seconds, 3),
             }
         )
+
+
+class StorageError(LakeError):
+    """The lake (or the collector's state folder) cannot be written right now: the storage, not the
+    data. The message names the cause (the underlying error's text); ``traceflow quarantine reseal``
+    shows it as one line (exit 1)."""
+
+
+#: bytes the probe of a failed local write tries to write (see :func:`storage_error`)
+PROBE_BYTES = 1 << 20
+
+
+def storage_error(e: BaseException, folder: Path | None = None) -> StorageError:
+    """``e`` as a :class:`StorageError` whose message says what failed.
+
+    polars reports a failed write as ``ComputeError: ... Invalid thrift: transport error``, without
+    the system's reason; for a local ``folder`` the reason is found by writing ``PROBE_BYTES`` there
+    (removed at once): ``No space left on device``, ``Disk quota exceeded``, ``Permission denied``...
+    """
+    if isinstance(e, StorageError):
+        return e
+    if isinstance(e, OSError) and e.strerror:
+        return StorageError(
+            f"cannot write the lake: {e.strerror}" + (f" ({e.filename})" if e.filename else "")
+        )
+    cause = f"{type(e).__name__}: {e}"
+    if folder is not None:
+        probe = folder / f".probe-{os.getpid()}"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with open(probe, "wb", buffering=0) as fh:
+                fh.write(b"\0" * PROBE_BYTES)
+                os.fsync(fh.fileno())
+        except OSError as err:
+            return StorageError(f"cannot write the lake: {err.strerror} ({folder}); {cause}")
+        finally:
+            with contextlib.suppress(OSError):
+                probe.unlink()
+    return StorageError(f"cannot write the lake: {cause}")
 
 
 class Sealer:
@@ -87,7 +145,7 @@ class Sealer:
         self.lake = Lake(data)
         self.dir = spool.collector_dir(data, wal_dir)
         self.wal_dir = self.dir / "wal"
-        self.state_path = self.dir / "metric_state.json"
+        self.state_file = MetricStateFile(self.dir)
         self.attempts_path = self.dir / "sealing.json"
         self.quarantine = Quarantine(self.dir / "quarantine")
         self.batch_bytes = batch_bytes
@@ -95,47 +153,80 @@ class Sealer:
 
     # -- metric state ---------------------------------------------------------------------------
     def _load_state(self) -> otlp.MetricState:
-        try:
-            return otlp.MetricState.from_dict(orjson.loads(self.state_path.read_bytes()))
-        except FileNotFoundError:
-            return otlp.MetricState()
-        except Exception:
-            _logger.exception("unreadable metric state %s: starting afresh", self.state_path)
-            return otlp.MetricState()
+        state = self.state_file.load()
+        state.max_streams_per_resource = COLLECTOR_MAX_STREAMS_PER_RESOURCE
+        return state
 
     def _save_state(self) -> None:
-        tmp = self.state_path.with_suffix(".tmp")
-        with open(tmp, "wb") as fh:
-            fh.write(orjson.dumps(self.state.to_dict(), option=orjson.OPT_NON_STR_KEYS))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.state_path)
-        fsync_path(self.dir)
+        self.state_file.save(self.state)
 
     # -- poison segments ------------------------------------------------------------------------
-    def _note_attempt(self, paths: list[Path]) -> list[Path]:
-        """Count an attempt at sealing ``paths``; quarantine the first one after MAX_ATTEMPTS."""
-        names = [p.name for p in paths]
+    # ``sealing.json`` counts attempts at the batch being sealed, so that a payload that kills the
+    # sealer *process* (it never gets to raise) is found: after a failed attempt one segment at a
+    # time, and after MAX_ATTEMPTS on one segment, its records one at a time (``"next"``: the record
+    # being tried, ``"record_attempts"``: how often); a record that died MAX_ATTEMPTS times alone is
+    # quarantined alone, every other record of the segment is sealed.
+    def _read_attempts(self) -> dict[str, Any]:
         try:
             prev = orjson.loads(self.attempts_path.read_bytes())
         except (FileNotFoundError, orjson.JSONDecodeError):
-            prev = {}
-        attempts = int(prev.get("attempts", 0)) + 1 if prev.get("segments", [None])[:1] == names[:1] else 1
+            return {}
+        return prev if isinstance(prev, dict) else {}
+
+    def _write_attempts(self, progress: dict[str, Any]) -> None:
+        self.attempts_path.write_bytes(orjson.dumps(progress))
+
+    def _note_attempt(self, paths: list[Path]) -> tuple[list[Path], dict[str, Any] | None]:
+        """Count an attempt at sealing ``paths``: (the segments to seal now, or the progress of
+        sealing the first one record by record)."""
+        names = [p.name for p in paths]
+        prev = self._read_attempts()
+        same = prev.get("segments", [None])[:1] == names[:1]
+        if same and "next" in prev:
+            return paths[:1], prev  # record by record, where the last attempt was
+        attempts = int(prev.get("attempts", 0)) + 1 if same else 1
         if attempts > MAX_ATTEMPTS:
-            self._quarantine(paths[0], f"the sealer died {MAX_ATTEMPTS} times on it")
-            self.attempts_path.unlink(missing_ok=True)
-            return paths[1:]
+            return paths[:1], {"segments": names[:1], "attempts": attempts, "next": 0, "record_attempts": 0}
         # a single segment per attempt after a failure narrows down the poison
         if attempts > 1:
             paths, names = paths[:1], names[:1]
-        self.attempts_path.write_bytes(orjson.dumps({"segments": names, "attempts": attempts}))
-        return paths
+        self._write_attempts({"segments": names, "attempts": attempts})
+        return paths, None
 
-    def _quarantine(self, path: Path, why: str) -> None:
-        """Move a whole segment to the quarantine (content stripped unless kept)."""
+    def _seal_by_record(self, path: Path, progress: dict[str, Any]) -> SealStats:
+        """Seal the records of ``path`` one at a time from ``progress["next"]``, quarantining a
+        record that killed the sealer MAX_ATTEMPTS times; then delete the segment."""
+        t0 = time.perf_counter()
         scan = spool.scan_segment(path)
-        self.quarantine.put(scan.records, why, name=path.name[: -len(spool.CLOSED_SUFFIX)])
+        stats = SealStats(segments=1)
+        i = int(progress.get("next", 0))
+        tries = int(progress.get("record_attempts", 0))
+        while i < len(scan.records):
+            rec = scan.records[i]
+            tries += 1
+            if tries > MAX_ATTEMPTS:
+                self.quarantine.put(
+                    [rec],
+                    f"record {i} of WAL segment {path.name}: the sealer died {MAX_ATTEMPTS} times on it",
+                )
+                stats.quarantined += 1
+            else:
+                self._write_attempts({**progress, "next": i, "record_attempts": tries})
+                stats.records += 1
+                self._write([self._map(rec, stats)], stats)
+            i, tries = i + 1, 0
+        self._write_attempts({**progress, "next": i, "record_attempts": 0})
+        if not scan.intact:
+            self.quarantine.put(
+                [],
+                f"corrupt record inside a closed segment: its intact prefix was sealed, the "
+                f"{scan.total_bytes - scan.valid_bytes} bytes after it are not kept",
+                name=path.name[: -len(spool.CLOSED_SUFFIX)],
+            )
+            stats.quarantined += 1
         path.unlink(missing_ok=True)
+        stats.seconds = time.perf_counter() - t0
+        return stats
 
     # -- sealing ----------------------------------------------------------------------------------
     def pending(self) -> list[Path]:
@@ -154,15 +245,17 @@ class Sealer:
                 break
             batch.append(path)
             size += n
-        batch = self._note_attempt(batch)
-        if not batch:
-            return SealStats(quarantined=1)
         try:
-            stats = self.seal(batch)
-        except OSError:
+            batch, by_record = self._note_attempt(batch)
+        except OSError as e:  # the attempts file cannot be written: the disk again
+            raise storage_error(e, self._local_folder()) from e
+        try:
+            stats = self.seal(batch) if by_record is None else self._seal_by_record(batch[0], by_record)
+        except (OSError, StorageError) as e:
             # the disk, not the data: never count it towards quarantining a segment
             self.attempts_path.unlink(missing_ok=True)
-            raise
+            self._remove_own_staging()
+            raise storage_error(e, self._local_folder()) from e
         self.attempts_path.unlink(missing_ok=True)
         return stats
 
@@ -208,26 +301,44 @@ class Sealer:
     def _write(self, payloads: list[_Payload], stats: SealStats) -> None:
         try:
             self._publish(payloads, stats)
-        except OSError:
-            self.state = self._load_state()  # the in-memory state ran ahead of what is stored
-            raise
+            return
         except Exception as e:
-            # Something the mapping let through makes the batch unwritable: find the payloads whose
-            # rows cannot be framed, isolate each to its records, and write everything else.
+            # The storage or the data? Encode every payload's rows in memory: those that fail are
+            # isolated to their records (and quarantined); when none fails, the storage did.
+            bad = [
+                (p, why)
+                for p in payloads
+                if p.parsed is not None and (why := _unframable(p.parsed)) is not None
+            ]
+            if not bad:
+                self.state = self._load_state()  # the in-memory state ran ahead of what is stored
+                raise storage_error(e, self._local_folder()) from e
             _logger.warning(
-                "sealing %d payloads failed (%s: %s); isolating the failure",
+                "sealing %d payloads failed (%s: %s); isolating %d of them",
                 len(payloads),
                 type(e).__name__,
                 e,
+                len(bad),
             )
-            for p in payloads:
-                if p.parsed is not None and (why := _unframable(p.parsed)) is not None:
-                    p.parsed, p.error = None, why
-            try:
-                self._publish(payloads, stats)
-            except Exception:
-                self.state = self._load_state()
-                raise
+            for p, why in bad:
+                p.parsed, p.error = None, why
+        try:
+            self._publish(payloads, stats)
+        except Exception as e:  # every row left encodes: the storage failed
+            self.state = self._load_state()
+            raise storage_error(e, self._local_folder()) from e
+
+    def _local_folder(self) -> Path | None:
+        """Where a probe write finds the reason of a failed local write (None for an object store)."""
+        return self.lake.staging if self.lake.url is None else None
+
+    def _remove_own_staging(self) -> None:
+        """Remove the staging files this process left (a failed seal's: they hold space the disk lacks)."""
+        if not self.lake.staging.exists():
+            return
+        with contextlib.suppress(OSError):
+            for f in self.lake.staging.glob(f"*-{os.getpid()}-*.parquet"):
+                f.unlink(missing_ok=True)
 
     def _publish(self, payloads: list[_Payload], stats: SealStats) -> None:
         """Isolate the payloads that failed (record by record), then write all rows, then the state."""
@@ -262,6 +373,7 @@ class Sealer:
             self.quarantine.put([rec], p.error)
             stats.quarantined += 1
             return out
+        self.state.clock_ns = rec.received_ns or None
         for _, i, one in singles:
             why = "nested too deeply to copy"
             if one is not None:
@@ -283,6 +395,7 @@ class Sealer:
         return out
 
     def _map(self, rec: spool.WalRecord, stats: SealStats) -> _Payload:
+        self.state.clock_ns = rec.received_ns or None  # staleness on the collector's clock
         try:
             msg = otlp.parse_body(rec.signal, rec.body, rec.content_type)
             mapped = otlp.map_request(rec.signal, msg, state=self.state, keep_content=rec.keep_content)
@@ -294,6 +407,9 @@ class Sealer:
         if mapped.rejected:
             stats.rejected[rec.signal] += mapped.rejected
             _logger.info("mapper rejected %d %s records: %s", mapped.rejected, rec.signal, mapped.message)
+        if mapped.overflow:
+            stats.overflow += mapped.overflow
+            _logger.warning("metrics: %s", mapped.message)
         return _Payload(rec, mapped.parsed)
 
     def seal_all(self) -> SealStats:
@@ -314,11 +430,14 @@ class _Payload:
 
 
 def _unframable(parsed: Parsed) -> str | None:
-    """Why ``parsed``'s rows cannot be made into frames (None when they can)."""
+    """Why ``parsed``'s rows cannot be stored anywhere: made into frames and encoded as Parquet in
+    memory, as the lake writes them (None when they can)."""
     for name, rows in parsed.tables().items():
         if rows:
             try:
-                frame_from_rows(TABLES[name], rows)
+                frame_from_rows(TABLES[name], rows).write_parquet(
+                    io.BytesIO(), compression="zstd", statistics=True
+                )
             except Exception as e:
                 return f"{name} rows cannot be stored: {type(e).__name__}: {e}"
     return None
@@ -330,6 +449,7 @@ def _merge(total: SealStats, stats: SealStats) -> None:
     total.rows.update(stats.rows)
     total.rejected.update(stats.rejected)
     total.quarantined += stats.quarantined
+    total.overflow += stats.overflow
     total.seconds += stats.seconds
 
 
@@ -343,8 +463,49 @@ def _die_with_parent(parent: int) -> None:
 
 
 def _emit(stats: SealStats) -> None:
-    sys.stdout.buffer.write(stats.to_json() + b"\n")
-    sys.stdout.buffer.flush()
+    _emit_line(stats.to_json())
+
+
+def _emit_line(line: bytes) -> None:
+    with contextlib.suppress(OSError):  # the server is gone: PR_SET_PDEATHSIG ends us
+        sys.stdout.buffer.write(line + b"\n")
+        sys.stdout.buffer.flush()
+
+
+class _StorageOutage:
+    """The lake writes failing since ``since``: the retry delay, and what the server was told."""
+
+    def __init__(self) -> None:
+        self.since: float | None = None
+        self.delay = STORAGE_RETRY_S[0]
+
+    def failed(self, e: StorageError, pending: int) -> float:
+        """Log and report ``e``; returns the seconds to wait before the next try."""
+        now = time.time()
+        if self.since is None:
+            self.since, self.delay = now, STORAGE_RETRY_S[0]
+        else:
+            self.delay = min(self.delay * 2, STORAGE_RETRY_S[1])
+        _logger.error(
+            "%s; nothing is quarantined: %d WAL segments wait, sealing again in %.0f s",
+            e,
+            pending,
+            self.delay,
+        )
+        _emit_line(
+            orjson.dumps(
+                {"storage_error": str(e), "since": self.since, "retry_in_s": self.delay, "segments": pending}
+            )
+        )
+        return self.delay
+
+    def recovered(self) -> None:
+        if self.since is not None:
+            _logger.warning(
+                "the lake can be written again after %.0f s; sealing the backlog", time.time() - self.since
+            )
+            _emit_line(orjson.dumps({"storage_error": None}))
+        self.since = None
 
 
 def run(data: str, *, parent: int, interval_s: float, wal_dir: Path | None = None) -> int:
@@ -367,19 +528,29 @@ def run(data: str, *, parent: int, interval_s: float, wal_dir: Path | None = Non
         _logger.warning("could not clean the lake's staging folder: %s", e)
     stopping = False
     stdin = sys.stdin.buffer
+    outage = _StorageOutage()
     while True:
+        wait = interval_s
         try:
             stats = sealer.seal_available()
+        except StorageError as e:
+            wait, stats = outage.failed(e, len(sealer.pending())), None
+            if stopping:
+                _logger.error("stopping with the WAL unsealed; it is sealed on the next start")
+                return 1
         except Exception:
             _logger.exception("sealing failed; retrying in %.0f s", max(interval_s, 1.0))
             stats = None
             time.sleep(max(interval_s, 1.0))
-        if stats is not None:
-            _emit(stats)
-            continue  # more may be waiting
-        if stopping:
+        else:
+            if stats is not None:
+                outage.recovered()
+                _emit(stats)
+                continue  # more may be waiting
+            outage.recovered()
+        if stopping and outage.since is None:
             return 0
-        ready, _, _ = select.select([stdin], [], [], interval_s)
+        ready, _, _ = select.select([stdin], [], [], wait)
         if ready:
             line = stdin.readline()
             if not line or line.strip() == b"stop":

@@ -36,7 +36,7 @@ from traceflow import config
 from traceflow.collectors import grpc as otlp_grpc
 from traceflow.collectors import http as otlp_http
 from traceflow.collectors import spool
-from traceflow.collectors.ingest import Admission, Ingest, poll_backlog
+from traceflow.collectors.ingest import Admission, Ingest, LakeHealth, poll_backlog
 from traceflow.collectors.settings import (
     DEFAULT_GRPC_PORT,
     DEFAULT_HOST,
@@ -46,6 +46,7 @@ from traceflow.collectors.settings import (
     DEFAULT_MAX_INFLIGHT_BYTES,
     DEFAULT_ROLL_INTERVAL_S,
     DEFAULT_SUMMARY_INTERVAL_S,
+    MIN_TOKEN_CHARS,
     READY_PREFIX,
     ServeConfig,
 )
@@ -70,8 +71,25 @@ def is_loopback(host: str) -> bool:
     return bool(infos) and all(ipaddress.ip_address(str(i[4][0]).split("%")[0]).is_loopback for i in infos)
 
 
+def token_problem(token: str) -> str | None:
+    """Why ``token`` is too weak to guard the collector (None when it is not)."""
+    if not token.strip() or any(c.isspace() for c in token):
+        return "contains whitespace" if token.strip() else "is only whitespace"
+    if len(token) < MIN_TOKEN_CHARS:
+        return f"has {len(token)} characters; give at least {MIN_TOKEN_CHARS}"
+    if not all(33 <= ord(c) <= 126 for c in token):
+        return "has characters outside printable ASCII (an HTTP header cannot carry them safely)"
+    return None
+
+
 def check_config(cfg: ServeConfig) -> None:
     """Refuse unsafe or inconsistent settings before binding anything."""
+    if cfg.token is not None and (why := token_problem(cfg.token)) is not None:
+        raise ServeError(
+            f"the token (--token or TRACEFLOW_TOKEN) {why}: use at least {MIN_TOKEN_CHARS} printable "
+            "characters without whitespace, e.g. from: python3 -c 'import secrets; "
+            "print(secrets.token_urlsafe(32))'"
+        )
     if not is_loopback(cfg.host) and not cfg.token:
         raise ServeError(
             f"refusing to listen on {cfg.host}, which is reachable from other machines, without a token: "
@@ -114,26 +132,40 @@ class SealTotals:
     rows: Counter[str] = field(default_factory=Counter)
     rejected: Counter[str] = field(default_factory=Counter)
     quarantined: int = 0
+    overflow: int = 0
 
     def add(self, stats: dict[str, Any]) -> None:
         self.records += int(stats.get("records", 0))
         self.rows.update(stats.get("rows", {}))
         self.rejected.update(stats.get("rejected", {}))
         self.quarantined += int(stats.get("quarantined", 0))
+        self.overflow += int(stats.get("overflow", 0))
 
     def line(self) -> str:
         rows = ", ".join(f"{k} {v}" for k, v in sorted(self.rows.items())) or "none"
         rej = sum(self.rejected.values())
-        return f"sealed {self.records} payloads into rows ({rows}); mapper rejected {rej}"
+        over = (
+            f"; {self.overflow} metric points beyond the stream cap per resource, stored without a delta"
+            if self.overflow
+            else ""
+        )
+        return f"sealed {self.records} payloads into rows ({rows}); mapper rejected {rej}{over}"
 
 
 class SealerProcess:
     """Starts, feeds and supervises ``python -m traceflow.collectors.sealer``."""
 
-    def __init__(self, data: Path | str, totals: SealTotals, wal_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        data: Path | str,
+        totals: SealTotals,
+        wal_dir: Path | None = None,
+        health: LakeHealth | None = None,
+    ) -> None:
         self.data = data
         self.wal_dir = wal_dir
         self.totals = totals
+        self.health = health or LakeHealth()
         self.proc: asyncio.subprocess.Process | None = None
         self._reader: asyncio.Task[None] | None = None
         self.stopping = False
@@ -163,7 +195,14 @@ class SealerProcess:
                 stats = orjson.loads(line)
             except orjson.JSONDecodeError:
                 continue
-            if isinstance(stats, dict):
+            if not isinstance(stats, dict):
+                continue
+            if "storage_error" in stats:  # the sealer cannot write the lake (or can again: None)
+                error = stats["storage_error"]
+                self.health.error = str(error) if error else None
+                self.health.since = float(stats.get("since") or time.time()) if error else None
+                self.health.segments = int(stats.get("segments", 0)) if error else 0
+            else:
                 self.totals.add(stats)
 
     async def supervise(self) -> None:
@@ -272,7 +311,7 @@ class Runner:
             if sock is not None:
                 sock.close()
             raise
-        sealer = SealerProcess(cfg.data, self.totals, cfg.wal_dir)
+        sealer = SealerProcess(cfg.data, self.totals, cfg.wal_dir, core.lake)
         tasks: list[asyncio.Task[None]] = []
         http_server: otlp_http.HttpServer | None = None
         try:
@@ -389,7 +428,7 @@ def run_server(
         host=host,
         http_port=http_port,
         grpc_port=grpc_port,
-        token=token or None,
+        token=token if token is not None and token != "" else None,
         tls_cert=tls_cert,
         tls_key=tls_key,
         keep_content=keep_content,

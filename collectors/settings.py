@@ -19,6 +19,8 @@ DEFAULT_MAX_BACKLOG_BYTES = 2 << 30
 DEFAULT_SUMMARY_INTERVAL_S = 60.0
 DEFAULT_ROLL_INTERVAL_S = 1.0
 DEFAULT_SEGMENT_BYTES = 8 << 20
+#: the shortest bearer token ``serve`` accepts (printable ASCII, no whitespace)
+MIN_TOKEN_CHARS = 16
 #: the quarantine's limits (collectors/quarantine.py; TRACEFLOW_QUARANTINE_MAX_BYTES / _MAX_AGE_DAYS)
 DEFAULT_QUARANTINE_MAX_BYTES = 256 << 20
 DEFAULT_QUARANTINE_MAX_AGE_DAYS = 30

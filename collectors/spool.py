@@ -354,9 +354,11 @@ class Wal:
 
     def _commit(self, batch: list[tuple[WalRecord, Done]]) -> None:
         err: BaseException | None = None
+        committed = self._size  # what the open segment held before this batch
         try:
             if self._fd < 0:
                 self._open_segment()
+                committed = 0
             buffers: list[bytes] = []
             for rec, _ in batch:
                 buffers.append(encode_header(rec))  # the CRC is computed here, off the event loop
@@ -371,9 +373,14 @@ class Wal:
         except OSError as e:
             _logger.error("write-ahead log append failed (requests answered 503): %s", e)
             err = e
-            # After a failed write or fsync the file's state is unknown: stop appending to it. The
-            # sealer keeps its intact prefix (those records may be stored without an ack: harmless,
-            # a retry of the same payload has the same event ids).
+            # After a failed write or fsync the file's state is unknown: cut off what this batch
+            # wrote (a disk that filled midway leaves a torn record, which would read as damage) and
+            # stop appending to it. The sealer keeps its intact prefix (records whose fsync failed may
+            # be stored without an ack: harmless, a retry of the same payload has the same event ids).
+            if self._fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, committed)
+                    self._size = committed
             with contextlib.suppress(OSError):
                 self._roll()
         for _, done in batch:

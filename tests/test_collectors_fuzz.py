@@ -3,6 +3,10 @@
 No answer is a 5xx but overload's 503 (no gRPC ``INTERNAL``/``UNKNOWN``); for every payload whose
 record ids survive the mutation, the records stored plus those refused in ``partial_success`` are
 exactly the records sent; nothing is quarantined; a baseline batch stored first is unchanged.
+Mutations include hostile times (0 to 2^64-1 ns, ``event.timestamp`` in year 1 or 9999).
+
+Metrics (issue 26): honest cumulative streams keep every delta while other clients send points dated
+0 to 2^64-1 and one client opens more streams than the per-resource cap.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import random
 import struct
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import grpc
 import httpx
@@ -43,6 +48,17 @@ KEYS = [
     "ttft_ms",
     "cost_usd",
     "event.sequence",
+]
+HOSTILE_STAMPS = [
+    "0001-01-01T00:00:00Z",
+    "0001-01-01T00:00:04.999Z",
+    "0001-01-01T00:00:00+14:00",
+    "9999-12-31T23:59:59.999999Z",
+    "9999-12-31T23:59:59-12:00",
+    "1970-01-01T00:00:00Z",
+    "0000-00-00T00:00:00Z",
+    "2026-13-45T99:99:99Z",
+    "",
 ]
 SNAPSHOT = (
     "select event_id, cold_input_tokens, cache_read_tokens, cache_write_tokens, output_tokens, "
@@ -81,12 +97,17 @@ def _mutate(rng: random.Random, i: int) -> tuple[ExportLogsServiceRequest, list[
     records = req.resource_logs[0].scope_logs[0].log_records
     for _ in range(rng.randrange(1, 4)):
         rec = records[rng.randrange(PER)]
-        what = rng.randrange(4)
+        what = rng.randrange(5)
         if what == 0:
             rec.time_unix_nano = rng.choice([0, 1, 2**64 - 1, rng.randrange(2**64)])
         elif what == 1:
             rec.observed_time_unix_nano = rng.randrange(2**64)
             rec.time_unix_nano = 0
+        elif what == 4:  # no time of its own: dated by event.timestamp (minus duration_ms)
+            rec.time_unix_nano = rec.observed_time_unix_nano = 0
+            for kv in rec.attributes:
+                if kv.key == "event.timestamp":
+                    kv.value.string_value = rng.choice(HOSTILE_STAMPS)
         else:
             key = rng.choice(KEYS)
             for kv in rec.attributes:
@@ -222,3 +243,165 @@ def test_fuzz(server: Server) -> None:
     assert counts["quarantined"] == 0
     assert query(server.data, SNAPSHOT, [base_ids]) == snapshot
     assert counts["payloads"] == N_HTTP + N_GRPC
+
+
+# -- metrics: hostile timestamps and cardinality ----------------------------------------------------------
+N_METRIC_STEPS = int(os.environ.get("FUZZ_METRIC_STEPS", 25))
+HONEST = 3  # clients (resources) whose cumulative streams must keep every delta
+CARDINALITY = 55_000  # streams one hostile resource opens (the cap is 50,000 per resource)
+
+
+def _metrics_request(host: str) -> tuple[Any, Any]:
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+
+    req = ExportMetricsServiceRequest()
+    rm = req.resource_metrics.add()
+    rm.resource.attributes.add(key="host.name").value.string_value = host
+    rm.resource.attributes.add(key="service.name").value.string_value = "claude-code"
+    return req, rm.scope_metrics.add()
+
+
+def _sum_metric(sm: Any, name: str, temporality: int) -> Any:
+    metric = sm.metrics.add(name=name)
+    metric.sum.aggregation_temporality = temporality
+    metric.sum.is_monotonic = True
+    return metric.sum
+
+
+def _hostile_metrics(rng: random.Random, i: int) -> Any:
+    req, sm = _metrics_request(rng.choice([f"evil-{i % 7}", "honest-0", "shared"]))
+    hostile_times = [0, 1, 2**63, 2**64 - 1, rng.randrange(2**64)]
+    for _ in range(rng.randrange(1, 4)):
+        kind = rng.randrange(4)
+        if kind < 2:  # cumulative or delta sums at hostile times
+            data = _sum_metric(sm, "claude_code.token.usage", 2 if kind == 0 else 1)
+            for _ in range(rng.randrange(1, 5)):
+                p = data.data_points.add(
+                    start_time_unix_nano=rng.choice(hostile_times),
+                    time_unix_nano=rng.choice(hostile_times),
+                )
+                v = rng.choice([float("nan"), float("inf"), -1e308, 1e308, -5.0, 7.0, 2.0**63])
+                if rng.randrange(2):
+                    p.as_double = v
+                else:
+                    p.as_int = rng.choice([-(2**63), 2**63 - 1, 0, 3])
+                p.attributes.add(key="session.id").value.string_value = f"evil-{rng.randrange(50)}"
+                p.attributes.add(key="type").value.string_value = "input"
+        elif kind == 2:  # a gauge at a hostile time
+            metric = sm.metrics.add(name="claude_code.session.count")
+            metric.gauge.data_points.add(time_unix_nano=rng.choice(hostile_times), as_int=1)
+        else:  # a histogram with hostile times and counts
+            metric = sm.metrics.add(name="gen_ai.client.operation.duration")
+            metric.histogram.aggregation_temporality = rng.choice([0, 1, 2])
+            metric.histogram.data_points.add(
+                start_time_unix_nano=rng.choice(hostile_times),
+                time_unix_nano=rng.choice(hostile_times),
+                count=rng.choice([0, 1, 2**64 - 1]),
+                sum=rng.choice([float("nan"), 1e308, 0.5]),
+            )
+    return req
+
+
+def _cardinality_requests(per: int = 5000) -> Iterator[Any]:
+    for first in range(0, CARDINALITY, per):
+        req, sm = _metrics_request("cardinality")
+        data = _sum_metric(sm, "claude_code.token.usage", 2)
+        for k in range(first, min(first + per, CARDINALITY)):
+            p = data.data_points.add(start_time_unix_nano=1, time_unix_nano=2, as_int=k)
+            p.attributes.add(key="session.id").value.string_value = f"card-{k}"
+        yield req
+
+
+def test_fuzz_metrics_hostile_times_and_cardinality(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Honest cumulative streams keep every delta while other clients send points dated 0 to 2^64-1
+    and one opens 55,000 streams; no 5xx but 503, nothing quarantined, the overflow reported."""
+    import time
+
+    rng = random.Random(SEED + 1)
+    data = tmp_path_factory.mktemp("fuzz-metrics")
+    with Server(data, "--roll-interval", "0.5", "--summary-interval", "0.5") as srv:
+        assert srv.proc is not None and srv.proc.stderr is not None
+        pipe = srv.proc.stderr
+        log = data / "serve.log"
+        threading.Thread(target=lambda: log.write_bytes(pipe.read()), daemon=True).start()
+        start_ns = time.time_ns() + 10**9  # the honest series start after the collector did
+        values = [[0] * 2 for _ in range(HONEST)]
+        expected: dict[str, list[float]] = {}
+        bad: list[str] = []
+        cardinality = _cardinality_requests()
+        with (
+            httpx.Client(base_url=srv.http_url, timeout=60) as client,
+            grpc.insecure_channel(srv.grpc_target) as ch,
+        ):
+            export = stub("metrics", ch).Export
+
+            def send(req: Any, label: str) -> bool:
+                for _ in range(20):  # 503: retry, as an exporter does
+                    if rng.randrange(2):
+                        r = client.post(
+                            "/v1/metrics",
+                            content=req.SerializeToString(),
+                            headers={"Content-Type": "application/x-protobuf"},
+                        )
+                        if r.status_code == 503:
+                            time.sleep(0.5)
+                            continue
+                        if r.status_code >= 500:
+                            bad.append(f"{label}: HTTP {r.status_code} {r.content[:200]!r}")
+                        return r.status_code == 200
+                    try:
+                        export(req, timeout=60)
+                        return True
+                    except grpc.RpcError as e:
+                        if e.code() == grpc.StatusCode.UNAVAILABLE:
+                            time.sleep(0.5)
+                            continue
+                        if e.code() != grpc.StatusCode.INVALID_ARGUMENT:
+                            bad.append(f"{label}: gRPC {e.code()} {e.details()}")
+                        return False
+                bad.append(f"{label}: still 503 after 20 tries")
+                return False
+
+            for step in range(N_METRIC_STEPS):
+                for c in range(HONEST):
+                    req, sm = _metrics_request(f"honest-{c}")
+                    data_ = _sum_metric(sm, "claude_code.token.usage", 2)
+                    for s in range(2):
+                        inc = rng.randrange(1, 1000)
+                        values[c][s] += inc
+                        data_.data_points.add(
+                            start_time_unix_nano=start_ns,
+                            time_unix_nano=start_ns + (step + 1) * 10**9,
+                            as_int=values[c][s],
+                        ).attributes.add(key="session.id").value.string_value = f"honest-{c}-{s}"
+                        expected.setdefault(f"honest-{c}-{s}", []).append(inc)
+                    assert send(req, f"honest {c} step {step}"), bad[-1:] or "refused"
+                for k in range(rng.randrange(3, 12)):
+                    send(_hostile_metrics(rng, step * 100 + k), f"hostile {step}/{k}")
+                if step % 2 == 0:
+                    card = next(cardinality, None)
+                    if card is not None:
+                        assert send(card, f"cardinality {step}"), bad[-1:] or "refused"
+            for card in cardinality:
+                assert send(card, "cardinality (rest)"), bad[-1:] or "refused"
+        assert not bad, bad[:10]
+
+        def deltas() -> dict[str, list[float]]:
+            rows = query(
+                data,
+                "select session_id, delta from metric_points where session_id like 'honest-%' order by time",
+            )
+            out: dict[str, list[float]] = {}
+            for session, delta in rows:
+                out.setdefault(str(session), []).append(delta)
+            return out
+
+        assert wait_for(lambda: deltas() == expected, 180), (deltas(), expected)
+        card = query(
+            data,
+            "select count(*), count(delta) from metric_points where session_id like 'card-%'",
+        )[0]
+        assert card[0] == CARDINALITY  # every point stored; beyond the cap without a delta
+        quarantine = spool.collector_dir(data) / "quarantine"
+        assert not quarantine.exists() or not list(quarantine.glob("*.wal"))
+    assert "stored without a delta" in log.read_text()

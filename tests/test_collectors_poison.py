@@ -204,7 +204,7 @@ def _rss_peak_kb(pid: int) -> int:
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
 def test_grpc_refuses_unauthenticated_calls_before_buffering_them(tmp_path: Path) -> None:
     n, size = 12, 16 << 20
-    with Server(tmp_path, "--token", "s3cret", "--max-body-bytes", str(32 << 20)) as srv:
+    with Server(tmp_path, "--token", "s3cret-s3cret-s3cret", "--max-body-bytes", str(32 << 20)) as srv:
         assert srv.proc is not None
         time.sleep(0.5)
         base = _rss_peak_kb(srv.proc.pid)
@@ -227,5 +227,7 @@ def test_grpc_refuses_unauthenticated_calls_before_buffering_them(tmp_path: Path
             # 12 x 16 MiB were sent; only flow-control windows may have been buffered
             assert grown_mb < 48, f"server RSS peak grew by {grown_mb:.0f} MB"
             req, ids = api_request_logs(3, tag="grpc-auth")
-            stub("logs", ch).Export(req, metadata=(("authorization", "Bearer s3cret"),), timeout=10)
+            stub("logs", ch).Export(
+                req, metadata=(("authorization", "Bearer s3cret-s3cret-s3cret"),), timeout=10
+            )
         assert wait_for(lambda: count_requests(tmp_path, "list_contains(?, request_id)", [ids]) == 3)

@@ -14,6 +14,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 from opentelemetry.proto.metrics.v1.metrics_pb2 import AggregationTemporality
 
 from traceflow.collectors import spool
+from traceflow.collectors.quarantine import Quarantine
 from traceflow.collectors.sealer import MAX_ATTEMPTS, Sealer
 
 PB = "application/x-protobuf"
@@ -89,17 +90,36 @@ def test_a_corrupt_segment_is_sealed_up_to_the_damage_and_quarantined(tmp_path: 
     assert (spool.collector_dir(tmp_path) / "quarantine" / seg.name).exists()
 
 
-def test_a_segment_that_keeps_killing_the_sealer_is_quarantined(tmp_path: Path) -> None:
-    req, ids = api_request_logs(2)
-    poison = _write_wal(tmp_path, [spool.WalRecord("logs", PB, req.SerializeToString())])
-    sealer = Sealer(tmp_path)
+def test_a_segment_that_keeps_killing_the_sealer_is_sealed_record_by_record(tmp_path: Path) -> None:
+    reqs = [api_request_logs(2) for _ in range(3)]
+    seg = _write_wal(tmp_path, [spool.WalRecord("logs", PB, r.SerializeToString()) for r, _ in reqs])
     attempts = spool.collector_dir(tmp_path) / "sealing.json"
     # as if the sealer had died MAX_ATTEMPTS times while sealing this segment
-    attempts.write_bytes(orjson.dumps({"segments": [poison.name], "attempts": MAX_ATTEMPTS}))
-    stats = sealer.seal_available()
+    attempts.write_bytes(orjson.dumps({"segments": [seg.name], "attempts": MAX_ATTEMPTS}))
+    stats = Sealer(tmp_path).seal_available()
+    assert stats is not None and stats.quarantined == 0  # no record was to blame on its own
+    ids = [i for _, rids in reqs for i in rids]
+    assert count_requests(tmp_path, "list_contains(?, request_id)", [ids]) == 6
+    assert not seg.exists() and not attempts.exists()
+
+
+def test_a_record_that_keeps_killing_the_sealer_is_quarantined_alone(tmp_path: Path) -> None:
+    reqs = [api_request_logs(2) for _ in range(3)]
+    seg = _write_wal(tmp_path, [spool.WalRecord("logs", PB, r.SerializeToString()) for r, _ in reqs])
+    attempts = spool.collector_dir(tmp_path) / "sealing.json"
+    # as if the sealer had died MAX_ATTEMPTS times on record 1 alone
+    attempts.write_bytes(
+        orjson.dumps(
+            {"segments": [seg.name], "attempts": MAX_ATTEMPTS + 1, "next": 1, "record_attempts": MAX_ATTEMPTS}
+        )
+    )
+    stats = Sealer(tmp_path).seal_available()
     assert stats is not None and stats.quarantined == 1
-    assert (spool.collector_dir(tmp_path) / "quarantine" / poison.name).exists()
-    assert count_requests(tmp_path, "list_contains(?, request_id)", [ids]) == 0
+    (entry,) = Quarantine.of(tmp_path).entries()
+    assert entry.payloads == 1 and "record 1 of WAL segment" in entry.reason
+    assert count_requests(tmp_path, "list_contains(?, request_id)", [reqs[2][1]]) == 2
+    assert count_requests(tmp_path, "list_contains(?, request_id)", [reqs[1][1]]) == 0
+    assert not seg.exists() and not attempts.exists()
 
 
 def test_the_server_restarts_a_dead_sealer(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import ssl
 import subprocess
@@ -16,6 +17,7 @@ from collectors_support import Server, api_request_logs, count_requests, query, 
 from google.rpc import error_details_pb2, status_pb2
 
 from traceflow.collectors import server as server_mod
+from traceflow.collectors.settings import serve_argv
 
 PB = {"Content-Type": "application/x-protobuf"}
 
@@ -38,6 +40,34 @@ def test_non_loopback_without_token_is_refused(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("token", "why"),
+    [
+        ("   ", "whitespace"),
+        ("\t\n", "whitespace"),
+        ("s3cret", "at least 16"),
+        ("correct horse battery staple", "whitespace"),
+        ("x" * 15, "at least 16"),
+    ],
+)
+def test_a_weak_token_is_refused(tmp_path: Path, token: str, why: str) -> None:
+    for args, env in (
+        (["--token", token], {}),
+        ([], {"TRACEFLOW_TOKEN": token}),
+    ):
+        r = subprocess.run(
+            [*serve_argv(tmp_path, "--host", "0.0.0.0"), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, **env},
+        )
+        assert r.returncode == 2, r.stderr
+        assert why in r.stderr and "token_urlsafe" in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert not (tmp_path / "v1").exists()
+
+
+@pytest.mark.parametrize(
     ("host", "loopback"),
     [
         ("127.0.0.1", True),
@@ -53,11 +83,15 @@ def test_is_loopback(host: str, loopback: bool) -> None:
 
 
 def test_token_is_required_on_both_transports(tmp_path: Path) -> None:
-    with Server(tmp_path, "--host", "0.0.0.0", "--token", "s3cret") as srv:
+    with Server(tmp_path, "--host", "0.0.0.0", "--token", "s3cret-s3cret-s3cret") as srv:
         port = srv.http_url.rsplit(":", 1)[1]
         url = f"http://127.0.0.1:{port}/v1/logs"
         req, ids = api_request_logs(2)
         body = req.SerializeToString()
+        status_url = f"http://127.0.0.1:{port}/status"
+        assert httpx.get(status_url).status_code == 401  # the status needs the token too
+        status = httpx.get(status_url, headers={"Authorization": "Bearer s3cret-s3cret-s3cret"}).json()
+        assert status["lake"] == {"error": None, "since": None, "segments_waiting": 0}
         r = httpx.post(url, content=body, headers=PB)
         assert r.status_code == 401
         assert r.headers["www-authenticate"].startswith("Bearer")
@@ -65,12 +99,21 @@ def test_token_is_required_on_both_transports(tmp_path: Path) -> None:
         assert (
             httpx.post(url, content=body, headers={**PB, "Authorization": "Bearer nope"}).status_code == 401
         )
-        assert httpx.post(url, content=body, headers={**PB, "Authorization": "s3cret"}).status_code == 401
         assert (
-            httpx.post(url, content=body, headers={**PB, "Authorization": "Bearer s3cret"}).status_code == 200
+            httpx.post(url, content=body, headers={**PB, "Authorization": "s3cret-s3cret-s3cret"}).status_code
+            == 401
         )
         assert (
-            httpx.post(url, content=body, headers={**PB, "Authorization": "bearer s3cret"}).status_code == 200
+            httpx.post(
+                url, content=body, headers={**PB, "Authorization": "Bearer s3cret-s3cret-s3cret"}
+            ).status_code
+            == 200
+        )
+        assert (
+            httpx.post(
+                url, content=body, headers={**PB, "Authorization": "bearer s3cret-s3cret-s3cret"}
+            ).status_code
+            == 200
         )
 
         target = "127.0.0.1:" + srv.grpc_target.rsplit(":", 1)[1]
@@ -81,7 +124,7 @@ def test_token_is_required_on_both_transports(tmp_path: Path) -> None:
             assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
             with pytest.raises(grpc.RpcError):
                 logs.Export(req, timeout=10, metadata=[("authorization", "Bearer wrong")])
-            logs.Export(req, timeout=10, metadata=[("authorization", "Bearer s3cret")])
+            logs.Export(req, timeout=10, metadata=[("authorization", "Bearer s3cret-s3cret-s3cret")])
         assert wait_for(lambda: count_requests(tmp_path, "list_contains(?, request_id)", [ids]) == 2)
 
 

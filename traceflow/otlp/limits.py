@@ -85,6 +85,14 @@ def fit_rows(tables: dict[str, list[dict[str, Any]]]) -> tuple[int, list[str]]:
     return dropped, reasons
 
 
+def span_times_problem(start_ns: int, end_ns: int) -> str | None:
+    """Why a span's start and end times cannot be stored (None when they can): it ends before it
+    starts (a negative duration). An unset time (0) is unknown, not wrong."""
+    if start_ns and end_ns and end_ns < start_ns:
+        return f"ends before it starts ({(start_ns - end_ns) / 1e6:.3f} ms early)"
+    return None
+
+
 def duration_ms(x: float | None) -> float | None:
     """A duration in ms within [0, MAX_DURATION_MS]; None for anything else."""
     return x if x is not None and 0.0 <= x <= MAX_DURATION_MS else None
@@ -104,11 +112,18 @@ _VALUE = (
     rb"\x12(?:[\x80-\xff]|[\x01-\x7f][^\x18\x21]"
     rb"|\x09\x21.{6}(?:[\x50-\xff][\x42\xc2]|.[\x43-\xff])|[\x07-\x0b]\x18)"
 )
-_SUSPICIOUS = tuple(re.compile(key + _VALUE, re.S) for key in (rb"tokens", rb"_ms", rb"token_count[a-z_.]*"))
+# A key ending in ``timestamp`` (``event.timestamp``: a record without a time is dated by it, and
+# ``started_at`` = it - ``duration_ms``) is suspicious unless its value is a short string_value that
+# starts with a year from 1900 to 2199: a year near 1 or 9999 puts a derived time out of range.
+_TIMESTAMP = rb"timestamp\x12(?:[\x80-\xff]|.(?:[^\x0a]|\x0a(?:[\x80-\xff]|.(?!(?:19|2[01])\d\d-))))"
+_SUSPICIOUS = (
+    *(re.compile(key + _VALUE, re.S) for key in (rb"tokens", rb"_ms", rb"token_count[a-z_.]*")),
+    re.compile(_TIMESTAMP, re.S),
+)
 
 
 def suspicious(pb: bytes) -> bool:
-    """True when a serialized export request may hold a count or duration the mapping refuses (it
-    flags every such value of the keys above; it may flag a harmless payload, which is then only
-    checked more slowly). Other keys are not read as numbers by the mapping."""
+    """True when a serialized export request may hold a count, duration or timestamp the mapping
+    refuses (it flags every such value of the keys above; it may flag a harmless payload, which is
+    then only checked more slowly). Other keys are not read as numbers or times by the mapping."""
     return any(p.search(pb) is not None for p in _SUSPICIOUS)

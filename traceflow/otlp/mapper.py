@@ -22,13 +22,15 @@ class Mapped:
 
     ``rejected`` counts records that were refused (not stored), for OTLP ``partial_success``;
     ``message`` says why (empty when all is well; may hold a warning with ``rejected == 0``).
-    ``dropped`` counts metric points dropped as duplicates or out of order (not an error).
+    ``dropped`` counts metric points dropped as duplicates or out of order (not an error);
+    ``overflow`` the metric points stored without a delta because their resource has too many streams.
     """
 
     parsed: Parsed
     rejected: int = 0
     message: str = ""
     dropped: int = 0
+    overflow: int = 0  # metric points of streams beyond the per-resource cap (stored without a delta)
 
 
 class Problems:

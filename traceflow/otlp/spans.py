@@ -9,6 +9,7 @@
   are not turned into requests: their log events are the request record, counting both would
   double count.
 * Content attributes are dropped unless ``keep_content``, from the span's events too.
+* A span that ends before it starts is refused (a negative duration is no duration).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 from traceflow.otlp.attributes import AGENT_NAMES, Resource, drop_content, hex_id, pb_attrs, text
 from traceflow.otlp.claude_code import llm_request_span
 from traceflow.otlp.genai import span_request
+from traceflow.otlp.limits import span_times_problem
 from traceflow.otlp.mapper import Mapped, Mapper, scope_groups
 from traceflow.rows import stable_id
 
@@ -39,6 +41,9 @@ def _span(m: Mapper, res: Resource, fam_hint: str | None, sp: Any) -> None:
     name = sp.name
     start = sp.start_time_unix_nano
     end = sp.end_time_unix_nano
+    if (why := span_times_problem(start, end)) is not None:
+        m.problems.reject(f"a span that {why.split(' (')[0]}", f"{name!r} {why}")
+        return
     status = sp.status.code
     fam = "claude" if name.startswith("claude_code.") else fam_hint
     if fam == "claude":
