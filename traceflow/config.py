@@ -69,6 +69,14 @@ SETTINGS: tuple[Setting, ...] = (
         "`OTEL_RESOURCE_ATTRIBUTES=project=web-app` on the agent); transcripts use their working directory.",
     ),
     Setting(
+        "tz",
+        "TRACEFLOW_TZ",
+        "UTC",
+        "Time zone of `--by day`/`week`/`month`, of billing blocks and of printed times, and of "
+        "`--since`/`--until` times without an offset: an IANA name (`Asia/Tokyo`) or `local` (this "
+        "machine's zone); `--tz` overrides it. UTC by default so that one lake gives one answer everywhere.",
+    ),
+    Setting(
         "claude_config_dir",
         "CLAUDE_CONFIG_DIR",
         "~/.claude",

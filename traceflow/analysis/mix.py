@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
+from traceflow import zones
 from traceflow.errors import UsageError
 from traceflow.output import Rows
 from traceflow.prices import PriceModel
@@ -48,6 +49,8 @@ ROLLUP_GROUPS: dict[str, str] = {
     "model": "model",
     "session": "session_id",
     "day": "day",
+    "week": "strftime(date_trunc('week', CAST(day AS DATE)), '%Y-%m-%d')",  # UTC weeks of UTC days
+    "month": "substr(day, 1, 7)",
     "user": "user_id",
     "source": "source",
 }
@@ -104,7 +107,9 @@ FROM sums
 def _sums(
     con: duckdb.DuckDBPyConnection | Engine, sel: Selection, by: Sequence[str], *, write_1h: bool = False
 ) -> list[tuple[Any, ...]]:
-    rollup = materialised(con, ROLLUP_VIEW) and all(b in ROLLUP_GROUPS for b in by)
+    # the rollup's days are UTC days: a period in another zone is grouped from the requests
+    utc = zones.current() == zones.UTC or not any(b in zones.PERIODS for b in by)
+    rollup = utc and materialised(con, ROLLUP_VIEW) and all(b in ROLLUP_GROUPS for b in by)
     answer = _rollup_where(sel) if rollup else None
     if answer is not None:
         where, params = answer
