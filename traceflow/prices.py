@@ -104,6 +104,26 @@ class PriceModel:
         (t0, m0), (t1, m1) = points[-2], points[-1]
         return m1 + (m1 - m0) * math.log(ttl_s / t1) / math.log(t1 / t0)
 
+    def cost(
+        self, model: str | None, cold: int, read: int, write: int, output: int, write_1h: int = 0
+    ) -> float:
+        """USD of these tokens of ``model`` as billed: cold input at the input price, cache reads at the
+        read multiplier, 1-hour writes at the 1-hour write multiplier and every other write at the
+        5-minute one, output at the output price (``traceflow.analysis.mix.token_cost``'s billed cost).
+
+        >>> round(PriceModel().cost("claude-sonnet-4-5", 1000, 10_000, 2000, 500, 1000), 6)
+        0.02325
+        """
+        p = self.price(model)
+        per_in, per_out = p.input / 1e6, p.output / 1e6
+        return (
+            cold * per_in * self.cold_multiplier
+            + read * per_in * self.read_multiplier
+            + write_1h * per_in * self.write_multiplier(3600.0)
+            + (write - write_1h) * per_in * self.write_multiplier(300.0)
+            + output * per_out
+        )
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "as_of": self.as_of,

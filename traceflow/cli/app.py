@@ -72,6 +72,7 @@ COMMANDS: dict[str, str] = {
     "misses": "cache",
     "check": "cache",
     "blocks": "blocks",
+    "statusline": "statusline",
 }
 
 _registered: set[str] = set()
