@@ -41,8 +41,9 @@ def blocks(
     selection: Selection,
     query: LakeQuery,
 ) -> None:
-    """5-hour billing blocks as ccusage counts them: per block its requests, tokens by kind, cost and
-    burn rate; the active block's projection to its end.
+    """Show the 5-hour billing blocks as ccusage counts them, with burn rates and a projection.
+
+    Per block its requests, tokens by kind, cost and burn rate; the active block's projection to its end.
 
     A block starts at its first request's UTC hour and ends 5 hours later; a request at or after the
     end starts the next. Times print in --tz (default UTC).

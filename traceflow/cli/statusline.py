@@ -28,8 +28,9 @@ LineFormatOpt = Annotated[
 def statusline(
     data: DataOpt = None, tz: TzOpt = None, prices: PricesOpt = None, fmt: LineFormatOpt = "line"
 ) -> None:
-    """Print one status line for the Claude Code session whose JSON is on stdin: its cost and reuse
-    ratio today and how long its cache stays warm.
+    """Print one status line for the Claude Code session whose JSON is on stdin.
+
+    Its cost and reuse ratio today and how long its cache stays warm.
 
     In Claude Code's settings.json: {"statusLine": {"type": "command", "command": "traceflow statusline"}}
     """
