@@ -77,6 +77,13 @@ SETTINGS: tuple[Setting, ...] = (
         "machine's zone); `--tz` overrides it. UTC by default so that one lake gives one answer everywhere.",
     ),
     Setting(
+        "prices",
+        "TRACEFLOW_PRICES",
+        "$XDG_CONFIG_HOME/traceflow/prices.json (~/.config/traceflow/prices.json)",
+        "The user's price table: `traceflow prices update FILE` writes it from LiteLLM's price file; "
+        "every priced report reads it over the built-in list (`--prices FILE` goes over both).",
+    ),
+    Setting(
         "claude_config_dir",
         "CLAUDE_CONFIG_DIR",
         "~/.claude",
@@ -230,6 +237,16 @@ def resolve_data_dir(flag: str | os.PathLike[str] | None = None) -> str:
             path = os.path.join(xdg, "traceflow")
     resolved.append(path)
     return path
+
+
+def prices_file(environ: Mapping[str, str] | None = None) -> Path:
+    """The user's price table: ``TRACEFLOW_PRICES``, else ``$XDG_CONFIG_HOME/traceflow/prices.json``."""
+    env = os.environ if environ is None else environ
+    named = get("prices", env)
+    if named:
+        return Path(os.path.expanduser(named))
+    base = env.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "traceflow" / "prices.json"
 
 
 def user_cache_dir() -> Path:

@@ -141,19 +141,15 @@ def token_mix_rows(
 
 def token_cost(prices: PriceModel, model: str | None, sums: Sequence[int]) -> tuple[float, float]:
     """(cost with no cache, cost as billed) in USD of ``(cold, read, write, output, write_1h)`` tokens
-    of one model: with no cache every input token is cold; as billed a read costs the read multiplier,
-    a 1-hour write the 1-hour write multiplier and every other write the 5-minute one."""
+    of one model: with no cache every input token is cold; as billed a read costs the read price, a
+    1-hour write the 1-hour write price and every other write the 5-minute one
+    (:meth:`~traceflow.prices.PriceModel.cost`)."""
     cold, read, write, output, write_1h = sums
     p = prices.price(model)
     per_in, per_out = p.input / 1e6, p.output / 1e6
     no_cache = (cold + read + write) * per_in * prices.cold_multiplier + output * per_out
-    billed = (
-        cold * per_in * prices.cold_multiplier
-        + read * per_in * prices.read_multiplier
-        + write_1h * per_in * prices.write_multiplier(3600.0)
-        + (write - write_1h) * per_in * prices.write_multiplier(300.0)
-        + output * per_out
-    )
+    # a model's own cache prices (a LiteLLM table) where listed, else the multipliers
+    billed = prices.cost(model, cold, read, write, output, write_1h)
     return no_cache, billed
 
 
@@ -219,13 +215,14 @@ def token_mix(
     return pl.DataFrame(result.rows, schema=result.columns, orient="row")
 
 
-def savings_line(row: dict[str, Any]) -> str:
-    """The savings headline of one mix row, a sentence."""
+def savings_line(row: dict[str, Any], prices: PriceModel | None = None) -> str:
+    """The savings headline of one mix row, a sentence (naming the price table when ``prices`` is given)."""
     no_cache, billed = row["no_cache_cost_usd"], row["cache_cost_usd"]
     share = row["savings_share"]
+    table = prices.describe() if prices else "list prices"
     return (
         f"Prompt caching saved ${row['savings_usd']:,.2f} ({share:.1%}): these tokens cost "
-        f"${billed:,.2f} with the cache and would have cost ${no_cache:,.2f} without it (list prices)."
+        f"${billed:,.2f} with the cache and would have cost ${no_cache:,.2f} without it ({table})."
         if share is not None
         else "No priced tokens in the selection."
     )

@@ -221,6 +221,7 @@ def ttl(
             "observed_cost_usd": seen["cost_usd"],
             "reported_cost_usd": seen["reported_cost_usd"],
             "prices_as_of": result.prices.as_of,
+            "price_table": result.prices.source,
         }
     )
     echo_sections(

@@ -73,6 +73,7 @@ COMMANDS: dict[str, str] = {
     "check": "cache",
     "blocks": "blocks",
     "statusline": "statusline",
+    "prices": "prices",
 }
 
 _registered: set[str] = set()
