@@ -55,6 +55,8 @@ def blocks(
     if not live:
         con = query.connect(["requests"])
         echo(billing_blocks(con, selection, pm, active_only=active, gaps=gaps), query.fmt)
+        if query.fmt == "table":
+            typer.echo(f"Prices: {pm.describe()}.")
         return
     if interval < 0.1:
         raise UsageError(f"--interval {interval:g} is too short; refresh at most ten times a second")
