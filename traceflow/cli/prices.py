@@ -55,12 +55,9 @@ def prices(
         return
     typer.echo(f"Prices: {pm.describe()} (USD per million tokens; table file {config.prices_file()}).")
     rows = []
-    for name, p in sorted(pm.models.items()):
+    for name, p in [*sorted(pm.models.items()), ("(default)", pm.default)]:
         read, write, write_1h = pm.cache_rates(p)
         rows.append((name, p.input, p.output, read * 1e6, write * 1e6, write_1h * 1e6))
-    rows.append(
-        ("(default)", pm.default.input, pm.default.output, *(r * 1e6 for r in pm.cache_rates(pm.default)))
-    )
     echo(Rows(["model", "input", "output", "cache_read", "cache_write", "cache_write_1h"], rows), fmt)
 
 
