@@ -83,8 +83,8 @@ EXAMPLES = packaged_examples()
 @pytest.fixture(autouse=True)
 def _zone_in_force() -> Iterator[None]:
     """Each test starts without a zone set by an earlier one (``--tz`` sets process state,
-    :func:`traceflow.zones.use`); the ``TRACEFLOW_TZ`` setting still applies."""
-    from traceflow import zones
+    :func:`traceflow.store.zones.use`); the ``TRACEFLOW_TZ`` setting still applies."""
+    from traceflow.store import zones
 
     zones._in_force = None
     yield

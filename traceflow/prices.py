@@ -21,7 +21,7 @@ A model may also list its own cache prices, ``cache_read``, ``cache_write`` (5-m
 ``cache_write_1h`` (USD per million tokens, as LiteLLM's table has them); where it does they replace
 the multipliers for that model in :meth:`PriceModel.cost`. ``traceflow prices update FILE`` writes the
 user's price table (:func:`traceflow.config.prices_file`) from LiteLLM's
-``model_prices_and_context_window.json`` (:mod:`traceflow.prices_litellm`); :meth:`PriceModel.load`
+``model_prices_and_context_window.json`` (:mod:`traceflow.importers.litellm_prices`); :meth:`PriceModel.load`
 reads it over the defaults, and a ``--prices`` file over both. :meth:`PriceModel.describe` names the
 table and its date for reports.
 

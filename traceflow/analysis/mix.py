@@ -8,11 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
-from traceflow import zones
 from traceflow.errors import UsageError
 from traceflow.output import Rows
 from traceflow.prices import PriceModel
-from traceflow.store import groups
+from traceflow.store import groups, zones
 from traceflow.store.lake import ROLLUP_VIEW
 from traceflow.store.selection import Selection
 from traceflow.store.sql import Engine, materialised

@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from traceflow import zones
 from traceflow.analysis import misses, ttl
 from traceflow.errors import UsageError
 from traceflow.prices import PriceModel
+from traceflow.store import zones
 from traceflow.store.groups import column_exprs
 from traceflow.store.selection import REQUEST_TIME, Selection
 

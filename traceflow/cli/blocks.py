@@ -67,8 +67,8 @@ def blocks(
 
 def _live(query: LakeQuery, selection: Selection, pm: PriceModel, interval: float, count: int) -> None:
     """Print the active block every ``interval`` seconds, reading only the last hours of the lake."""
-    from traceflow import zones
     from traceflow.analysis.blocks import billing_blocks, live_line
+    from traceflow.store import zones
 
     clear = sys.stdout.isatty() and query.fmt == "table"
     shown = 0

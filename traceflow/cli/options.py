@@ -192,8 +192,8 @@ class LakeQuery:
 
 def echo(value: Any, fmt: str, *, single: bool = False) -> None:
     """Print ``value`` in ``fmt``: a table (``Rows`` or a frame) rendered, anything else as JSON with json."""
-    from traceflow import zones
     from traceflow.output import render, to_json
+    from traceflow.store import zones
 
     value = zones.localise(value)
     if fmt == "json" and not hasattr(value, "columns"):
@@ -206,8 +206,8 @@ def echo_sections(
     sections: Sequence[tuple[str, Rows | pl.DataFrame]], fmt: str, notes: Sequence[str] = ()
 ) -> None:
     """Several tables under titles (table and markdown formats), then one ``note:`` line per note."""
-    from traceflow import zones
     from traceflow.output import render
+    from traceflow.store import zones
 
     out: list[str] = []
     for title, frame in zones.localise(list(sections)):
@@ -230,9 +230,9 @@ def build_selection(
     tz: str | None = None,
 ) -> Selection:
     """The :class:`Selection` the selection options describe; ``tz`` (``--tz``, else the
-    ``tz`` setting) becomes the zone in force (:mod:`traceflow.zones`), in which a ``--since`` or
+    ``tz`` setting) becomes the zone in force (:mod:`traceflow.store.zones`), in which a ``--since`` or
     ``--until`` without an offset is read."""
-    from traceflow import zones
+    from traceflow.store import zones
     from traceflow.store.selection import Selection
 
     zones.use(tz)
@@ -257,7 +257,7 @@ def build_selection(
 def parse_zoned(value: str, option: str) -> dt.datetime:
     """:func:`traceflow.store.selection.parse_time`, a date or time without an offset read in the zone
     in force (``2026-08-01`` with ``--tz Asia/Tokyo``: Tokyo's midnight)."""
-    from traceflow import zones
+    from traceflow.store import zones
     from traceflow.store.selection import parse_time
 
     parsed = parse_time(value, option)

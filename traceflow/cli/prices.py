@@ -34,7 +34,7 @@ def prices(
     if action not in ACTIONS:
         raise UsageError(f"unknown action {action!r}; use one of: {', '.join(ACTIONS)}")
     if action == "update":
-        from traceflow.prices_litellm import update
+        from traceflow.importers.litellm_prices import update
 
         if file is None:
             raise UsageError(

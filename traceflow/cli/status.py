@@ -223,8 +223,8 @@ def run(
     now: dt.datetime | None = None,
 ) -> str:
     """The output of ``traceflow statusline`` for the stdin ``text``."""
-    from traceflow import zones
     from traceflow.prices import PriceModel
+    from traceflow.store import zones
 
     zones.use(tz)
     at = now or dt.datetime.now(dt.UTC)

@@ -6,7 +6,7 @@ Two kinds of grouping:
   ``kind`` for gaps): an expression over a ``requests`` row (``mix``) and one over the rows of the
   per-stream queries (``misses.sql``, ``gaps.sql``, ``sessions.sql``: ``root_session_id``,
   ``started_at``, ...). The periods (``day``, ``week``: the ISO week, labelled by its Monday,
-  ``month``) are taken in the zone in force (:mod:`traceflow.zones`; :data:`COLUMNS` holds their UTC
+  ``month``) are taken in the zone in force (:mod:`traceflow.store.zones`; :data:`COLUMNS` holds their UTC
   form, :func:`column_exprs` the one in force).
 * **Attribution** (``project``, ``host``, ``subagent_type``, ``attr:NAME``): read off the requests'
   ``attributes``, one value per *stream* (``session_id``, ``parent_session_id``; a sub-agent is its
@@ -41,8 +41,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from traceflow import config, zones
+from traceflow import config
 from traceflow.errors import UsageError
+from traceflow.store import zones
 from traceflow.store.selection import REQUEST_TIME
 
 #: Names of the column groupings, with their expression over a requests row and over a row of the
@@ -136,7 +137,7 @@ class Keys:
 
 def column_exprs(*, requests: bool) -> dict[str, str]:
     """:data:`COLUMNS`' expressions over a requests row (``requests``) or a per-stream query's row,
-    the periods (:data:`traceflow.zones.PERIODS`) taken in the zone in force."""
+    the periods (:data:`traceflow.store.zones.PERIODS`) taken in the zone in force."""
     pick = 0 if requests else 1
     out: dict[str, str] = {}
     for name, pair in COLUMNS.items():
