@@ -140,3 +140,18 @@ def test_unknown_zone_is_one_line(cli: CLI, bad: str) -> None:
     code, _, err = cli("mix", "--by", "day", "--tz", bad)
     assert code == 2
     assert "is not a time zone" in err and "Asia/Tokyo" in err
+
+
+def test_per_stream_queries_group_by_period_in_the_zone(corpus_lake: list[dict[str, Any]], cli: CLI) -> None:
+    """``misses`` and ``gaps`` group their per-request rows (``started_at``) by the same periods."""
+    want = {k: v[0] for k, v in _expected(corpus_lake, "week", "Asia/Tokyo").items()}
+    code, out, err = cli("misses", "--by", "week", "--tz", "Asia/Tokyo", "--format", "json")
+    assert code == 0, err
+    assert {r["week"]: r["requests"] for r in json.loads(out)} == want
+    months = {k: v[0] for k, v in _expected(corpus_lake, "month", "America/Los_Angeles").items()}
+    code, out, err = cli("misses", "--by", "month", "--tz", "America/Los_Angeles", "--format", "json")
+    assert code == 0, err
+    assert {r["month"]: r["requests"] for r in json.loads(out)} == months
+    code, out, err = cli("sessions", "--by", "month", "--format", "json")
+    assert code == 0, err
+    assert sum(r["requests"] for r in json.loads(out)) == len(corpus_lake)
