@@ -131,7 +131,7 @@ def test_mix_on_an_empty_lake_says_zero(cli: Cli) -> None:
 
 def test_mix_rejects_unknown_groups_and_formats(filled: Lake, cli: Cli) -> None:
     code, _, err = cli("mix", "--by", "colour")
-    assert code == 2 and "choose from: agent, model, session, day, user" in err
+    assert code == 2 and "choose from: agent, model, session, day, week, month, user" in err
     code, _, err = cli("mix", "-f", "xml")
     assert code == 2 and "table, json, csv, markdown" in err
     code, _, err = cli("mix", "--since", "yesterday-ish")
@@ -286,12 +286,12 @@ def test_the_selection_options_come_where_the_command_declares_them() -> None:
 
     register_all()
     commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
-    selection = ["since", "until", "agent", "model", "session", "user", "source"]
+    selection = ["since", "until", "agent", "model", "session", "user", "source", "tz"]
     for name in ("mix", "gaps", "export", "size", "dashboard"):
         params = [p.name for p in commands[name].params]
         start = params.index("since")
-        assert params[start : start + 7] == selection, name
-        assert params[start + 7] == "data", name
+        assert params[start : start + 8] == selection, name
+        assert params[start + 8] == "data", name
 
 
 def _commands_with_format() -> dict[str, bool]:

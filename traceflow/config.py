@@ -239,6 +239,11 @@ def resolve_data_dir(flag: str | os.PathLike[str] | None = None) -> str:
     return path
 
 
+def tz_variable() -> str | None:
+    """``$TZ``, the C library's zone (``traceflow.store.zones.local_zone`` reads it for ``--tz local``)."""
+    return os.environ.get("TZ") or None
+
+
 def prices_file(environ: Mapping[str, str] | None = None) -> Path:
     """The user's price table: ``TRACEFLOW_PRICES``, else ``$XDG_CONFIG_HOME/traceflow/prices.json``."""
     env = os.environ if environ is None else environ

@@ -219,10 +219,11 @@ def run(
     data: str | None = None,
     tz: str | None = None,
     prices: str | None = None,
-    fmt: str = "line",
+    fmt: str = "table",
     now: dt.datetime | None = None,
 ) -> str:
-    """The output of ``traceflow statusline`` for the stdin ``text``."""
+    """The output of ``traceflow statusline`` for the stdin ``text``: the line (``table``), or every
+    figure (``json``, ``csv``, ``markdown``)."""
     from traceflow.prices import PriceModel
     from traceflow.store import zones
 
@@ -234,11 +235,14 @@ def run(
     st = status(
         session_id, transcript, now=at, day_start=day_start, data=data, prices=PriceModel.load(prices)
     )
-    if fmt == "json":
-        from traceflow.output import to_json
+    if fmt == "table":
+        return line(st)
+    from traceflow.output import Rows, render, to_json
 
-        return to_json(zones.localise(st.as_dict()))
-    return line(st)
+    figures = zones.localise(st.as_dict())
+    if fmt == "json":
+        return to_json(figures)
+    return render(Rows(list(figures), [tuple(figures.values())]), fmt)
 
 
 #: The options the fast path parses (each takes a value).
@@ -263,9 +267,9 @@ def fast_path(argv: list[str]) -> bool:
             i += 1
         values[_FAST_OPTIONS[name]] = value
         i += 1
-    fmt = values.pop("fmt", "line")
-    if fmt not in ("line", "json"):
-        return False
+    fmt = values.pop("fmt", "table")
+    if fmt not in ("table", "json", "csv", "markdown"):
+        return False  # the CLI says what is wrong
     from traceflow.errors import TraceflowError
 
     try:

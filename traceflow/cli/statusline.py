@@ -13,20 +13,16 @@ from typing import Annotated
 
 import typer
 
-from traceflow.cli.options import DataOpt, PricesOpt
-from traceflow.errors import UsageError
+from traceflow.cli.options import DataOpt, FormatOpt, PricesOpt
 
 TzOpt = Annotated[
     str | None,
     typer.Option("--tz", help="Zone of 'today' (default: $TRACEFLOW_TZ, else UTC).", show_default=False),
 ]
-LineFormatOpt = Annotated[
-    str, typer.Option("--format", "-f", help="line (for Claude Code) or json (every figure, for a script).")
-]
 
 
 def statusline(
-    data: DataOpt = None, tz: TzOpt = None, prices: PricesOpt = None, fmt: LineFormatOpt = "line"
+    data: DataOpt = None, tz: TzOpt = None, prices: PricesOpt = None, fmt: FormatOpt = "table"
 ) -> None:
     """Print one status line for the Claude Code session whose JSON is on stdin.
 
@@ -36,8 +32,6 @@ def statusline(
     """
     from traceflow.cli.status import run
 
-    if fmt not in ("line", "json"):
-        raise UsageError(f"--format {fmt!r}: choose line or json")
     typer.echo(run(sys.stdin.read(), data=_text(data), tz=tz, prices=_text(prices), fmt=fmt))
 
 

@@ -36,7 +36,7 @@ _in_force: str | None = None
 
 def local_zone() -> str:
     """The machine's zone: ``$TZ`` when it names one, else the target of ``/etc/localtime``, else UTC."""
-    tz = (os.environ.get("TZ") or "").lstrip(":")
+    tz = (config.tz_variable() or "").lstrip(":")
     if tz and _known(tz):
         return tz
     target = os.path.realpath("/etc/localtime")
