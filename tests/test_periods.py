@@ -155,3 +155,20 @@ def test_per_stream_queries_group_by_period_in_the_zone(corpus_lake: list[dict[s
     code, out, err = cli("sessions", "--by", "month", "--format", "json")
     assert code == 0, err
     assert sum(r["requests"] for r in json.loads(out)) == len(corpus_lake)
+
+
+def test_check_window_is_yesterday_in_the_zone() -> None:
+    from traceflow.analysis.health import default_window
+    from traceflow.store import zones
+
+    now = dt.datetime(2026, 8, 3, 20, 0, tzinfo=dt.UTC)  # already 4 August in Tokyo
+    assert default_window(now) == (
+        dt.datetime(2026, 8, 2, tzinfo=dt.UTC),
+        dt.datetime(2026, 8, 3, tzinfo=dt.UTC),
+    )
+    with zones.using("Asia/Tokyo"):
+        since, until = default_window(now)
+    assert (since, until) == (
+        dt.datetime(2026, 8, 2, 15, 0, tzinfo=dt.UTC),  # 3 August 00:00 in Tokyo
+        dt.datetime(2026, 8, 3, 15, 0, tzinfo=dt.UTC),
+    )
