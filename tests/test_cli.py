@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from tests.conftest import EXAMPLES
 from traceflow.analysis.mix import COLUMNS, SAVINGS
@@ -187,6 +188,18 @@ def test_console_script_and_module_entry_point(filled: Lake) -> None:
         [sys.executable, "-m", "traceflow", "mix", "--by", "x"], capture_output=True, text=True, env=env
     )
     assert bad.returncode == 2 and bad.stderr.startswith("traceflow: error:")
+
+
+def test_version_option_exits_0_and_prints_the_version() -> None:
+    from traceflow import __version__
+    from traceflow.cli.app import app, register_all
+
+    run = subprocess.run([sys.executable, "-m", "traceflow", "--version"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == f"traceflow {__version__}\n"
+    register_all()
+    result = CliRunner().invoke(app, ["--version"])  # the typer option too (after other options)
+    assert result.exit_code == 0 and result.stdout.strip() == f"traceflow {__version__}"
 
 
 def test_console_script_exit_codes(tmp_path: Path) -> None:
