@@ -324,13 +324,22 @@ def _describe(selection: Selection | None) -> str:
     return "; ".join(parts) or "all requests"
 
 
+def _local(when: dt.datetime) -> str:
+    """``when`` in the zone in force (``--tz``): ``2026-12-02 21:00 JST``, ``2026-12-02 12:00 UTC``."""
+    from traceflow.store import zones
+
+    aware = when if when.tzinfo else when.replace(tzinfo=dt.UTC)
+    local = aware.astimezone(zones.tzinfo())
+    return f"{local:%Y-%m-%d %H:%M} {local.tzname() or zones.current()}"
+
+
 def _notes(data: ReportData, given_kv: bool) -> list[str]:
     from traceflow.kv.sizing import DEFAULT_SSD as SSD
 
     kv = f"{data.kv_bytes_per_token:,.0f} B of KV per token"
     notes = [
         f"Time series use {data.resolution_s:g}-second buckets (chosen so a long selection stays small)"
-        + (f" and start at {data.series_since:%Y-%m-%d %H:%M} UTC" if data.series_since else "")
+        + (f" and start at {_local(data.series_since)}" if data.series_since else "")
         + "; the headline's working set and arrivals use the buckets named beside them, as "
         "`traceflow report` and `traceflow working-set` do.",
         f"Byte figures assume {kv}"
@@ -359,7 +368,7 @@ def render_html(
 
     data = gather(con, selection, options)
     charts = build_charts(data)
-    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    now = _local(dt.datetime.now(dt.UTC))
     subtitle = f"{data.requests:,} requests · {_describe(selection)} · generated {now}"
     page = html_document(
         charts,

@@ -271,10 +271,12 @@ def dwpd_frame(
     import polars as pl
 
     from traceflow.kv.sizing import DEFAULT_SSD, dwpd
+    from traceflow.store import zones
     from traceflow.store.sql import query_frame
 
+    day = zones.period_sql("day", "coalesce(started_at, ended_at)")  # the day in --tz
     sql = f"""
-SELECT strftime(coalesce(started_at, ended_at) AT TIME ZONE 'UTC', '%Y-%m-%d') AS day,
+SELECT {day} AS day,
        coalesce(sum(cache_write_tokens), 0)::BIGINT AS write_tokens,
        (epoch(max(coalesce(ended_at, started_at)))
         - epoch(min(coalesce(started_at, ended_at))))::DOUBLE AS span_s

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from tests.conftest import EXAMPLES
 from traceflow.analysis.mix import COLUMNS, SAVINGS
@@ -131,7 +132,7 @@ def test_mix_on_an_empty_lake_says_zero(cli: Cli) -> None:
 
 def test_mix_rejects_unknown_groups_and_formats(filled: Lake, cli: Cli) -> None:
     code, _, err = cli("mix", "--by", "colour")
-    assert code == 2 and "choose from: agent, model, session, day, user" in err
+    assert code == 2 and "choose from: agent, model, session, day, week, month, user" in err
     code, _, err = cli("mix", "-f", "xml")
     assert code == 2 and "table, json, csv, markdown" in err
     code, _, err = cli("mix", "--since", "yesterday-ish")
@@ -187,6 +188,18 @@ def test_console_script_and_module_entry_point(filled: Lake) -> None:
         [sys.executable, "-m", "traceflow", "mix", "--by", "x"], capture_output=True, text=True, env=env
     )
     assert bad.returncode == 2 and bad.stderr.startswith("traceflow: error:")
+
+
+def test_version_option_exits_0_and_prints_the_version() -> None:
+    from traceflow import __version__
+    from traceflow.cli.app import app, register_all
+
+    run = subprocess.run([sys.executable, "-m", "traceflow", "--version"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == f"traceflow {__version__}\n"
+    register_all()
+    result = CliRunner().invoke(app, ["--version"])  # the typer option too (after other options)
+    assert result.exit_code == 0 and result.stdout.strip() == f"traceflow {__version__}"
 
 
 def test_console_script_exit_codes(tmp_path: Path) -> None:
@@ -286,12 +299,12 @@ def test_the_selection_options_come_where_the_command_declares_them() -> None:
 
     register_all()
     commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
-    selection = ["since", "until", "agent", "model", "session", "user", "source"]
+    selection = ["since", "until", "agent", "model", "session", "user", "source", "tz"]
     for name in ("mix", "gaps", "export", "size", "dashboard"):
         params = [p.name for p in commands[name].params]
         start = params.index("since")
-        assert params[start : start + 7] == selection, name
-        assert params[start + 7] == "data", name
+        assert params[start : start + 8] == selection, name
+        assert params[start + 8] == "data", name
 
 
 def _commands_with_format() -> dict[str, bool]:

@@ -72,6 +72,13 @@ NOT_RUN = {
     ),
     "python benchmarks/bench_serving.py --duration 2h": "a benchmark (three serving presets over two hours); "
     "its simulate runs are the `simulate --serving` examples run here",
+    "traceflow blocks --live --interval 10": "refreshes until Ctrl-C; tests/test_blocks.py runs --live "
+    "with --count",
+    "curl -sLO https://raw.githubusercontent.com/BerriAI/litellm/main/model_prices_and_context_window.json": (
+        "downloads; tests/data/litellm/model_prices_sample.json stands for the file"
+    ),
+    "traceflow prices update model_prices_and_context_window.json": "writes the user's price table, which "
+    "every later example would read; tests/test_prices_update.py runs it on the sample",
 }
 
 #: An example with `[optional parts]` stands for these commands (the worked example's three hierarchies).

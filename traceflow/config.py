@@ -69,6 +69,21 @@ SETTINGS: tuple[Setting, ...] = (
         "`OTEL_RESOURCE_ATTRIBUTES=project=web-app` on the agent); transcripts use their working directory.",
     ),
     Setting(
+        "tz",
+        "TRACEFLOW_TZ",
+        "UTC",
+        "Time zone of `--by day`/`week`/`month`, of billing blocks and of printed times, and of "
+        "`--since`/`--until` times without an offset: an IANA name (`Asia/Tokyo`) or `local` (this "
+        "machine's zone); `--tz` overrides it. UTC by default so that one lake gives one answer everywhere.",
+    ),
+    Setting(
+        "prices",
+        "TRACEFLOW_PRICES",
+        "$XDG_CONFIG_HOME/traceflow/prices.json (~/.config/traceflow/prices.json)",
+        "The user's price table: `traceflow prices update FILE` writes it from LiteLLM's price file; "
+        "every priced report reads it over the built-in list (`--prices FILE` goes over both).",
+    ),
+    Setting(
         "claude_config_dir",
         "CLAUDE_CONFIG_DIR",
         "~/.claude",
@@ -222,6 +237,21 @@ def resolve_data_dir(flag: str | os.PathLike[str] | None = None) -> str:
             path = os.path.join(xdg, "traceflow")
     resolved.append(path)
     return path
+
+
+def tz_variable() -> str | None:
+    """``$TZ``, the C library's zone (``traceflow.store.zones.local_zone`` reads it for ``--tz local``)."""
+    return os.environ.get("TZ") or None
+
+
+def prices_file(environ: Mapping[str, str] | None = None) -> Path:
+    """The user's price table: ``TRACEFLOW_PRICES``, else ``$XDG_CONFIG_HOME/traceflow/prices.json``."""
+    env = os.environ if environ is None else environ
+    named = get("prices", env)
+    if named:
+        return Path(os.path.expanduser(named))
+    base = env.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "traceflow" / "prices.json"
 
 
 def user_cache_dir() -> Path:

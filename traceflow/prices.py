@@ -17,6 +17,14 @@ A price file (JSON, or TOML when it ends in ``.toml``) overrides any part of the
      "default": {"input": 3.0, "output": 15.0},
      "models": {"claude-opus-4-5": {"input": 5.0, "output": 25.0}, "my-model": {"input": 0.5}}}
 
+A model may also list its own cache prices, ``cache_read``, ``cache_write`` (5-minute) and
+``cache_write_1h`` (USD per million tokens, as LiteLLM's table has them); where it does they replace
+the multipliers for that model in :meth:`PriceModel.cost`. ``traceflow prices update FILE`` writes the
+user's price table (:func:`traceflow.config.prices_file`) from LiteLLM's
+``model_prices_and_context_window.json`` (:mod:`traceflow.importers.litellm_prices`); :meth:`PriceModel.load`
+reads it over the defaults, and a ``--prices`` file over both. :meth:`PriceModel.describe` names the
+table and its date for reports.
+
 Model prices match the longest key that is a prefix of the model name (``claude-sonnet-4-5-20250929``
 matches ``claude-sonnet-4-5``); a named model no key matches gets ``default``. A request without a
 model name (the public serving traces: Mooncake, Azure, BurstGPT, Bailian) is not priced at all
@@ -35,6 +43,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from traceflow import config
 from traceflow.errors import UsageError
 from traceflow.paths import read_text
 
@@ -44,10 +53,14 @@ DEFAULT_AS_OF = "2025-11-24"
 
 @dataclass(frozen=True)
 class ModelPrice:
-    """Base prices of one model in USD per million tokens."""
+    """Base prices of one model in USD per million tokens; a model's own cache prices where its price
+    table lists them (LiteLLM's do), else the :class:`PriceModel`'s multipliers of ``input`` apply."""
 
     input: float
     output: float
+    cache_read: float | None = None
+    cache_write: float | None = None  # the 5-minute write
+    cache_write_1h: float | None = None
 
 
 #: Built-in base prices, USD per million tokens, keyed by model-name prefix (longest match wins).
@@ -70,6 +83,9 @@ DEFAULT_MODELS: dict[str, ModelPrice] = {
 #: Price of a model no key matches: a Sonnet-class model.
 DEFAULT_PRICE = ModelPrice(3.0, 15.0)
 
+#: The name of the built-in price table in reports.
+BUILT_IN = "built-in list prices"
+
 
 @dataclass(frozen=True)
 class PriceModel:
@@ -82,6 +98,12 @@ class PriceModel:
     write_multipliers: tuple[tuple[float, float], ...] = ((300.0, 1.25), (3600.0, 2.0))
     models: Mapping[str, ModelPrice] = field(default_factory=lambda: dict(DEFAULT_MODELS))
     default: ModelPrice = DEFAULT_PRICE
+    #: Which price table: the built-in list, the user's table (``traceflow prices update``), a file.
+    source: str = BUILT_IN
+
+    def describe(self) -> str:
+        """Which price table and date, for a report: ``built-in list prices as of 2025-11-24``."""
+        return f"{self.source} as of {self.as_of}"
 
     def price(self, model: str | None) -> ModelPrice:
         """The base prices of ``model``: the longest matching prefix, else :attr:`default`."""
@@ -116,6 +138,37 @@ class PriceModel:
         (t0, m0), (t1, m1) = points[-2], points[-1]
         return m1 + (m1 - m0) * math.log(ttl_s / t1) / math.log(t1 / t0)
 
+    def cost(
+        self, model: str | None, cold: int, read: int, write: int, output: int, write_1h: int = 0
+    ) -> float:
+        """USD of these tokens of ``model`` as billed: cold input at the input price, cache reads at the
+        read multiplier, 1-hour writes at the 1-hour write multiplier and every other write at the
+        5-minute one, output at the output price (``traceflow.analysis.mix.token_cost``'s billed cost).
+
+        >>> round(PriceModel().cost("claude-sonnet-4-5", 1000, 10_000, 2000, 500, 1000), 6)
+        0.02325
+        """
+        p = self.price(model)
+        read_rate, write_rate, write_1h_rate = self.cache_rates(p)
+        return (
+            cold * p.input / 1e6 * self.cold_multiplier
+            + read * read_rate
+            + write_1h * write_1h_rate
+            + (write - write_1h) * write_rate
+            + output * p.output / 1e6
+        )
+
+    def cache_rates(self, p: ModelPrice) -> tuple[float, float, float]:
+        """USD per token of a cache read, a 5-minute write and a 1-hour write of a model priced ``p``:
+        its own cache prices where its table lists them, else the multipliers of its input price."""
+        per_in = p.input / 1e6
+        read = p.cache_read / 1e6 if p.cache_read is not None else per_in * self.read_multiplier
+        write = p.cache_write / 1e6 if p.cache_write is not None else per_in * self.write_multiplier(300.0)
+        write_1h = (
+            p.cache_write_1h / 1e6 if p.cache_write_1h is not None else per_in * self.write_multiplier(3600.0)
+        )
+        return read, write, write_1h
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "as_of": self.as_of,
@@ -125,17 +178,26 @@ class PriceModel:
             "cold_multiplier": self.cold_multiplier,
             "write_multipliers": {f"{t:g}": m for t, m in self.write_multipliers},
             "default": {"input": self.default.input, "output": self.default.output},
-            "models": {k: {"input": v.input, "output": v.output} for k, v in self.models.items()},
+            "models": {k: _model_dict(v) for k, v in self.models.items()},
+            "source": self.source,
         }
 
     @classmethod
     def load(cls, path: str | Path | None) -> PriceModel:
-        """The defaults overridden by a JSON or TOML price file (``None``: the defaults)."""
+        """The defaults, overridden by the user's price table where there is one
+        (:func:`traceflow.config.prices_file`, written by ``traceflow prices update``), overridden by
+        a JSON or TOML price file (``None``: none)."""
         base = cls()
+        user = config.prices_file()
+        if user.is_file():
+            base = base._merge_file(user, "the price table (TRACEFLOW_PRICES)")
         if path is None:
             return base
-        p = Path(path).expanduser()
-        text = read_text(p, "--prices", "a JSON or TOML price file (see traceflow.prices)")
+        return base._merge_file(Path(path).expanduser(), "--prices")
+
+    def _merge_file(self, p: Path, option: str) -> PriceModel:
+        base = self
+        text = read_text(p, option, "a JSON or TOML price file (see traceflow.prices)")
         try:
             data = tomllib.loads(text) if p.suffix == ".toml" else json.loads(text)
         except (ValueError, tomllib.TOMLDecodeError) as e:
@@ -144,7 +206,10 @@ class PriceModel:
             ) from None
         if not isinstance(data, dict):
             raise UsageError(f"the price file {p} holds a {type(data).__name__}; write one object of prices")
-        return base.merged(data, str(p))
+        merged = base.merged(data, str(p))
+        if "source" not in data:
+            return replace(merged, source=str(p))
+        return merged
 
     def merged(self, data: Mapping[str, Any], where: str = "prices") -> PriceModel:
         """A copy with the keys of ``data`` (the price-file layout) replacing the defaults."""
@@ -157,6 +222,7 @@ class PriceModel:
             "write_multipliers",
             "default",
             "models",
+            "source",
         }
         unknown = sorted(set(data) - known)
         if unknown:
@@ -165,6 +231,8 @@ class PriceModel:
             changes: dict[str, Any] = {}
             if "as_of" in data:
                 changes["as_of"] = str(data["as_of"])
+            if "source" in data:
+                changes["source"] = str(data["source"])
             for key in ("read_multiplier", "cold_multiplier"):
                 if key in data:
                     changes[key] = float(data[key])
@@ -185,10 +253,25 @@ class PriceModel:
         return replace(self, **changes)
 
 
+#: The cache prices a model's entry may list (USD per million tokens), besides input and output.
+CACHE_KEYS = ("cache_read", "cache_write", "cache_write_1h")
+
+
 def _model_price(spec: Any, fallback: ModelPrice) -> ModelPrice:
     if not isinstance(spec, Mapping):
         raise ValueError(f"a model price is an object with input and output, got {spec!r}")
-    extra = set(spec) - {"input", "output"}
+    extra = set(spec) - {"input", "output", *CACHE_KEYS}
     if extra:
-        raise ValueError(f"unknown model price key(s) {sorted(extra)}; use input and output")
-    return ModelPrice(float(spec.get("input", fallback.input)), float(spec.get("output", fallback.output)))
+        raise ValueError(
+            f"unknown model price key(s) {sorted(extra)}; use input, output, {', '.join(CACHE_KEYS)}"
+        )
+    cache = {k: float(spec[k]) for k in CACHE_KEYS if spec.get(k) is not None}
+    return ModelPrice(
+        float(spec.get("input", fallback.input)), float(spec.get("output", fallback.output)), **cache
+    )
+
+
+def _model_dict(p: ModelPrice) -> dict[str, float]:
+    out = {"input": p.input, "output": p.output}
+    out.update({k: v for k in CACHE_KEYS if (v := getattr(p, k)) is not None})
+    return out

@@ -46,10 +46,12 @@ BASELINE_DAYS = 7
 
 
 def default_window(now: dt.datetime | None = None) -> tuple[dt.datetime, dt.datetime]:
-    """The last whole UTC day before ``now``: ``[yesterday 00:00, today 00:00)``."""
-    today = (
-        (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-    )
+    """The last whole day before ``now`` in the zone in force (``--tz``, default UTC):
+    ``[yesterday 00:00, today 00:00)``."""
+    from traceflow.store import zones
+
+    local = (now or dt.datetime.now(dt.UTC)).astimezone(zones.tzinfo())
+    today = local.replace(hour=0, minute=0, second=0, microsecond=0)
     return today - dt.timedelta(days=1), today
 
 

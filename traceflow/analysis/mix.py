@@ -11,7 +11,7 @@ import duckdb
 from traceflow.errors import UsageError
 from traceflow.output import Rows
 from traceflow.prices import PriceModel
-from traceflow.store import groups
+from traceflow.store import groups, zones
 from traceflow.store.lake import ROLLUP_VIEW
 from traceflow.store.selection import Selection
 from traceflow.store.sql import Engine, materialised
@@ -51,6 +51,8 @@ ROLLUP_GROUPS: dict[str, str] = {
     "model": "model",
     "session": "session_id",
     "day": "day",
+    "week": "strftime(date_trunc('week', CAST(day AS DATE)), '%Y-%m-%d')",  # UTC weeks of UTC days
+    "month": "substr(day, 1, 7)",
     "user": "user_id",
     "source": "source",
 }
@@ -107,7 +109,9 @@ FROM sums
 def _sums(
     con: duckdb.DuckDBPyConnection | Engine, sel: Selection, by: Sequence[str], *, write_1h: bool = False
 ) -> list[tuple[Any, ...]]:
-    rollup = materialised(con, ROLLUP_VIEW) and all(b in ROLLUP_GROUPS for b in by)
+    # the rollup's days are UTC days: a period in another zone is grouped from the requests
+    utc = zones.current() == zones.UTC or not any(b in zones.PERIODS for b in by)
+    rollup = utc and materialised(con, ROLLUP_VIEW) and all(b in ROLLUP_GROUPS for b in by)
     answer = _rollup_where(sel) if rollup else None
     if answer is not None:
         where, params = answer
@@ -139,22 +143,18 @@ def token_mix_rows(
 
 def token_cost(prices: PriceModel, model: str | None, sums: Sequence[int]) -> tuple[float, float] | None:
     """(cost with no cache, cost as billed) in USD of ``(cold, read, write, output, write_1h)`` tokens
-    of one model: with no cache every input token is cold; as billed a read costs the read multiplier,
-    a 1-hour write the 1-hour write multiplier and every other write the 5-minute one. None for
-    requests without a model name (not priced)."""
+    of one model: with no cache every input token is cold; as billed a read costs the read price, a
+    1-hour write the 1-hour write price and every other write the 5-minute one
+    (:meth:`~traceflow.prices.PriceModel.cost`). None for requests
+    without a model name (not priced)."""
     cold, read, write, output, write_1h = sums
     p = prices.priced(model)
     if p is None:
         return None
     per_in, per_out = p.input / 1e6, p.output / 1e6
     no_cache = (cold + read + write) * per_in * prices.cold_multiplier + output * per_out
-    billed = (
-        cold * per_in * prices.cold_multiplier
-        + read * per_in * prices.read_multiplier
-        + write_1h * per_in * prices.write_multiplier(3600.0)
-        + (write - write_1h) * per_in * prices.write_multiplier(300.0)
-        + output * per_out
-    )
+    # a model's own cache prices (a LiteLLM table) where listed, else the multipliers
+    billed = prices.cost(model, cold, read, write, output, write_1h)
     return no_cache, billed
 
 
@@ -232,14 +232,16 @@ def token_mix(
     return pl.DataFrame(result.rows, schema=result.columns, orient="row")
 
 
-def savings_line(row: dict[str, Any]) -> str:
-    """The savings headline of one mix row, a sentence (with the tokens left unpriced, if any)."""
+def savings_line(row: dict[str, Any], prices: PriceModel | None = None) -> str:
+    """The savings headline of one mix row, a sentence (naming the price table when ``prices`` is given,
+    and the tokens left unpriced, if any)."""
     no_cache, billed = row["no_cache_cost_usd"], row["cache_cost_usd"]
     share = row["savings_share"]
     unpriced = row.get("unpriced_tokens") or 0
+    table = prices.describe() if prices else "list prices"
     text = (
         f"Prompt caching saved ${row['savings_usd']:,.2f} ({share:.1%}): these tokens cost "
-        f"${billed:,.2f} with the cache and would have cost ${no_cache:,.2f} without it (list prices)."
+        f"${billed:,.2f} with the cache and would have cost ${no_cache:,.2f} without it ({table})."
         if share is not None
         else "No priced tokens in the selection."
     )

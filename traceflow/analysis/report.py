@@ -204,7 +204,7 @@ def headline(report: Report) -> list[str]:
         )
         best = report.ttl.best_ttl_s
         best_label = format_duration(best) if best else "n/a"
-        lines.append(f"TTL what-if (prices of {report.ttl.prices.as_of}): {costs}; best TTL: {best_label}.")
+        lines.append(f"TTL what-if ({report.ttl.prices.describe()}): {costs}; best TTL: {best_label}.")
         five = w.filter(w["ttl_s"] == 300.0).to_dicts()
         if five and five[0]["expiry_cost_usd"]:
             lines.append(

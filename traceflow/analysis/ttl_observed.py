@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 from traceflow.analysis import misses, ttl
 from traceflow.errors import UsageError
 from traceflow.prices import PriceModel
-from traceflow.store.groups import COLUMNS
+from traceflow.store import zones
+from traceflow.store.groups import column_exprs
 from traceflow.store.selection import REQUEST_TIME, Selection
 
 if TYPE_CHECKING:
@@ -35,9 +36,10 @@ _FILTERS = {"agent": "agents", "model": "models", "session": "sessions", "user":
 def _day_sums(
     con: duckdb.DuckDBPyConnection, selection: Selection, by: Sequence[str]
 ) -> list[dict[str, Any]]:
-    keys = "".join(f"{COLUMNS[b][0]} AS {b}, " for b in by)
+    exprs = column_exprs(requests=True)
+    keys = "".join(f"{exprs[b]} AS {b}, " for b in by)
     where, params = selection.where()
-    day = COLUMNS["day"][0]
+    day = exprs["day"]
     cur = con.execute(
         f"""SELECT {keys}{day} AS day,
                coalesce(sum(cache_write_5m_tokens), 0)::BIGINT AS w5m,
@@ -56,11 +58,12 @@ def _gap_evidence(
 ) -> dict[tuple[Any, ...], tuple[int, int]]:
     """(group..., day) -> (hits, misses) among requests after a gap of 5 min to 1 h."""
     keys = [*by, "day"]
+    exprs = column_exprs(requests=False)
     counts = misses._run(
         con,
         selection,
         wrap="SELECT "
-        + "".join(f"{COLUMNS[k][1]} AS {k}, " for k in keys)
+        + "".join(f"{exprs[k]} AS {k}, " for k in keys)
         + "count(*) FILTER (WHERE NOT miss)::BIGINT AS hits, count(*) FILTER (WHERE miss)::BIGINT AS misses "
         "FROM {q} WHERE gap_s > 300 AND gap_s <= 3600 AND cause IS DISTINCT FROM 'model_switch' "
         "AND cause IS DISTINCT FROM 'compaction' GROUP BY ALL",
@@ -69,7 +72,7 @@ def _gap_evidence(
 
 
 def _narrowed(selection: Selection, by: Sequence[str], key: Sequence[Any], day: str) -> Selection:
-    start = dt.datetime.fromisoformat(day).replace(tzinfo=dt.UTC)
+    start = dt.datetime.fromisoformat(day).replace(tzinfo=zones.tzinfo())
     end = start + dt.timedelta(days=1)
     since = max(start, selection.since) if selection.since else start
     until = min(end, selection.until) if selection.until else end

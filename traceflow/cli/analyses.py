@@ -56,7 +56,8 @@ GapsByOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--by",
-        help="Group by agent, model, session, day, user, source, kind, project, host, subagent_type, "
+        help="Group by agent, model, session, day, week, month, user, source, kind, project, host, "
+        "subagent_type, "
         "attr:NAME (a resource attribute) or tool (the tool whose result a request followed); "
         "repeatable or comma-separated.",
     ),
@@ -65,8 +66,8 @@ SessionsByOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--by",
-        help="Group by agent, model, session, day, user, source, project, host, attr:NAME or tool "
-        "(repeatable or comma-separated).",
+        help="Group by agent, model, session, day, week, month, user, source, project, host, attr:NAME "
+        "or tool (repeatable or comma-separated).",
     ),
 ]
 
@@ -221,6 +222,7 @@ def ttl(
             "observed_cost_usd": seen["cost_usd"],
             "reported_cost_usd": seen["reported_cost_usd"],
             "prices_as_of": result.prices.as_of,
+            "price_table": result.prices.source,
         }
     )
     echo_sections(

@@ -25,8 +25,20 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from traceflow import __version__
+
+        typer.echo(f"traceflow {__version__}")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: bool = typer.Option(
+        False, "--version", help="Print traceflow's version and exit.", is_eager=True, callback=_print_version
+    ),
+) -> None:
     # A callback keeps the app a group of commands when only one of them is registered.
     pass
 
@@ -59,6 +71,9 @@ COMMANDS: dict[str, str] = {
     "synth": "replay",
     "misses": "cache",
     "check": "cache",
+    "blocks": "blocks",
+    "statusline": "statusline",
+    "prices": "prices",
 }
 
 _registered: set[str] = set()
@@ -92,6 +107,11 @@ def register_all() -> None:
 def main() -> None:
     """Console-script entry point: run the app, turning traceflow errors into one-line messages."""
     command = sys.argv[1] if len(sys.argv) > 1 else None
+    if sys.argv[1:] == ["--version"]:  # answered before any command module is imported
+        from traceflow import __version__
+
+        typer.echo(f"traceflow {__version__}")
+        sys.exit(0)
     if command in COMMANDS:
         register(command)
     else:

@@ -156,10 +156,11 @@ def mix(
     fmt = query.fmt
     groups = [g for item in (by or []) for g in item.split(",") if g]
     con = query.connect(["requests", "events"])
-    result = token_mix_rows(con, selection, groups, PriceModel.load(prices))
+    pm = PriceModel.load(prices)
+    result = token_mix_rows(con, selection, groups, pm)
     typer.echo(render(result, fmt, single=not groups))
     if savings and fmt == "table" and not groups and result.rows:
-        typer.echo(savings_line(result.records()[0]))
+        typer.echo(savings_line(result.records()[0], pm))
 
 
 def sql(

@@ -7,6 +7,7 @@ Command modules import this module, never :mod:`traceflow.cli.app`. Nothing heav
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import inspect
 from collections.abc import Callable, Sequence
@@ -77,7 +78,8 @@ ByOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--by",
-        help="Group by agent, model, session, day, user, source, project, host, subagent_type, "
+        help="Group by agent, model, session, day, week (ISO, labelled by its Monday), month, user, "
+        "source, project, host, subagent_type, "
         "attr:NAME (a resource attribute) or tool (the tool whose result a request followed); "
         "repeatable or comma-separated.",
     ),
@@ -95,6 +97,15 @@ UserOpt = Annotated[list[str] | None, typer.Option("--user", help="Only this use
 SourceOpt = Annotated[
     list[str] | None, typer.Option("--source", help="Only rows from this source, e.g. otlp (repeatable).")
 ]
+TzOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--tz",
+        help="Time zone of days, weeks, months and printed times, and of --since/--until without an "
+        "offset: an IANA name (Asia/Tokyo) or local (default: $TRACEFLOW_TZ, else UTC).",
+        show_default=False,
+    ),
+]
 
 #: The selection options, in the order ``--help`` shows them.
 SELECTION_OPTIONS: tuple[tuple[str, Any], ...] = (
@@ -105,6 +116,7 @@ SELECTION_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("session", SessionOpt),
     ("user", UserOpt),
     ("source", SourceOpt),
+    ("tz", TzOpt),
 )
 
 
@@ -181,7 +193,9 @@ class LakeQuery:
 def echo(value: Any, fmt: str, *, single: bool = False) -> None:
     """Print ``value`` in ``fmt``: a table (``Rows`` or a frame) rendered, anything else as JSON with json."""
     from traceflow.output import render, to_json
+    from traceflow.store import zones
 
+    value = zones.localise(value)
     if fmt == "json" and not hasattr(value, "columns"):
         typer.echo(to_json(value))
     else:
@@ -193,9 +207,10 @@ def echo_sections(
 ) -> None:
     """Several tables under titles (table and markdown formats), then one ``note:`` line per note."""
     from traceflow.output import render
+    from traceflow.store import zones
 
     out: list[str] = []
-    for title, frame in sections:
+    for title, frame in zones.localise(list(sections)):
         if fmt == "markdown":
             out += [f"## {title}", "", render(frame, "markdown"), ""]
         else:
@@ -212,12 +227,17 @@ def build_selection(
     session: list[str] | None = None,
     user: list[str] | None = None,
     source: list[str] | None = None,
+    tz: str | None = None,
 ) -> Selection:
-    """The :class:`Selection` the seven selection options describe."""
-    from traceflow.store.selection import Selection, parse_time
+    """The :class:`Selection` the selection options describe; ``tz`` (``--tz``, else the
+    ``tz`` setting) becomes the zone in force (:mod:`traceflow.store.zones`), in which a ``--since`` or
+    ``--until`` without an offset is read."""
+    from traceflow.store import zones
+    from traceflow.store.selection import Selection
 
-    start = parse_time(since, "--since") if since else None
-    end = parse_time(until, "--until") if until else None
+    zones.use(tz)
+    start = parse_zoned(since, "--since") if since else None
+    end = parse_zoned(until, "--until") if until else None
     if start is not None and end is not None and start >= end:
         raise UsageError(
             f"--since {since} is not before --until {until}, so nothing is selected; swap them or "
@@ -232,6 +252,21 @@ def build_selection(
         users=tuple(user or ()),
         sources=tuple(source or ()),
     )
+
+
+def parse_zoned(value: str, option: str) -> dt.datetime:
+    """:func:`traceflow.store.selection.parse_time`, a date or time without an offset read in the zone
+    in force (``2026-08-01`` with ``--tz Asia/Tokyo``: Tokyo's midnight)."""
+    from traceflow.store import zones
+    from traceflow.store.selection import parse_time
+
+    parsed = parse_time(value, option)
+    text = value.strip().replace("Z", "+00:00")
+    try:
+        naive = dt.datetime.fromisoformat(text).tzinfo is None
+    except ValueError:  # an age (7d): relative to now, no zone
+        return parsed
+    return parsed.replace(tzinfo=zones.tzinfo()) if naive else parsed
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -288,7 +323,7 @@ def with_options(
 
 
 def with_selection(command: F) -> F:
-    """Give ``command`` the seven selection options in place of its ``selection`` parameter.
+    """Give ``command`` the selection options in place of its ``selection`` parameter.
 
     ``command`` declares ``selection: Selection`` (keyword-only) where the options belong in
     ``--help``; typer sees ``--since``, ``--until``, ``--agent``, ``--model``, ``--session``,

@@ -2,9 +2,12 @@
 
 Two kinds of grouping:
 
-* **Columns** (``agent``, ``model``, ``session``, ``day``, ``user``, ``source``; ``kind`` for gaps):
-  an expression over a ``requests`` row (``mix``) and one over the rows of the per-stream queries
-  (``misses.sql``, ``gaps.sql``, ``sessions.sql``: ``root_session_id``, ``started_at``, ...).
+* **Columns** (``agent``, ``model``, ``session``, ``day``, ``week``, ``month``, ``user``, ``source``;
+  ``kind`` for gaps): an expression over a ``requests`` row (``mix``) and one over the rows of the
+  per-stream queries (``misses.sql``, ``gaps.sql``, ``sessions.sql``: ``root_session_id``,
+  ``started_at``, ...). The periods (``day``, ``week``: the ISO week, labelled by its Monday,
+  ``month``) are taken in the zone in force (:mod:`traceflow.store.zones`; :data:`COLUMNS` holds their UTC
+  form, :func:`column_exprs` the one in force).
 * **Attribution** (``project``, ``host``, ``subagent_type``, ``attr:NAME``): read off the requests'
   ``attributes``, one value per *stream* (``session_id``, ``parent_session_id``; a sub-agent is its
   own stream): the first non-null value among the stream's requests (:func:`lookup_sql`). ``mix``
@@ -40,6 +43,7 @@ from dataclasses import dataclass
 
 from traceflow import config
 from traceflow.errors import UsageError
+from traceflow.store import zones
 from traceflow.store.selection import REQUEST_TIME
 
 #: Names of the column groupings, with their expression over a requests row and over a row of the
@@ -52,6 +56,8 @@ COLUMNS: dict[str, tuple[str | None, str]] = {
         f"strftime({REQUEST_TIME} AT TIME ZONE 'UTC', '%Y-%m-%d')",
         "strftime(started_at AT TIME ZONE 'UTC', '%Y-%m-%d')",
     ),
+    "week": (zones.period_sql("week", REQUEST_TIME, "UTC"), zones.period_sql("week", "started_at", "UTC")),
+    "month": (zones.period_sql("month", REQUEST_TIME, "UTC"), zones.period_sql("month", "started_at", "UTC")),
     "user": ("user_id", "user_id"),
     "source": ("source", "source"),
     "kind": (None, "kind"),
@@ -127,6 +133,21 @@ class Keys:
     group: str
     names: tuple[str, ...] = ()
     exprs: tuple[str, ...] = ()
+
+
+def column_exprs(*, requests: bool) -> dict[str, str]:
+    """:data:`COLUMNS`' expressions over a requests row (``requests``) or a per-stream query's row,
+    the periods (:data:`traceflow.store.zones.PERIODS`) taken in the zone in force."""
+    pick = 0 if requests else 1
+    out: dict[str, str] = {}
+    for name, pair in COLUMNS.items():
+        expr = pair[pick]
+        if expr is not None:
+            out[name] = expr
+    for period in zones.PERIODS:
+        if period in out:
+            out[period] = zones.period_sql(period, REQUEST_TIME if requests else "started_at")
+    return out
 
 
 def check(by: Sequence[str], allowed: Sequence[str]) -> None:
@@ -226,7 +247,7 @@ def request_keys(by: Sequence[str], table: str = "r") -> Keys:
     """Grouping over ``requests`` (aliased ``table``): the ``mix`` groupings."""
     check(by, choices(requests=True))
     attribution = [b for b in by if is_attribution(b)]
-    expr = {n: req for n, (req, _) in COLUMNS.items() if req is not None}
+    expr = column_exprs(requests=True)
     for i, b in enumerate(attribution):
         own = request_expr(b, f"{table}.attributes")
         expr[b] = f"coalesce({ALIAS}.g{i}, {own})"
@@ -246,7 +267,7 @@ def row_keys(by: Sequence[str], *, sessions: bool = False, kind: bool = False) -
     session (``sessions.sql``: attribution by the session's main stream)."""
     check(by, choices(requests=False, subagents=not sessions, kind=kind))
     attribution = [b for b in by if is_attribution(b)]
-    expr = {n: rows for n, (_, rows) in COLUMNS.items()}
+    expr = column_exprs(requests=False)
     for i, b in enumerate(attribution):
         expr[b] = f"{ALIAS}.g{i}"
     if sessions:

@@ -342,6 +342,15 @@ def plan(argv: list[str], environ: dict[str, str] | os._Environ[str] | None = No
         h.update(len(content).to_bytes(8, "little") + content)
         if path.endswith(".sql") or command == "sql":
             texts.append(content.decode("utf-8", "replace"))
+    try:  # the user's price table (`traceflow prices update`) prices every report
+        with open(config.prices_file(env), "rb") as fh:
+            table = fh.read(MAX_INPUT_BYTES + 1)
+    except OSError:
+        table = b""
+    if len(table) > MAX_INPUT_BYTES:
+        return None
+    h.update(b"prices:" + len(table).to_bytes(8, "little") + table)
+    h.update(f"\nlocaltime:{os.path.realpath('/etc/localtime')}\n".encode())  # --tz local
     if any(volatile_sql(t) for t in texts):
         return None
     _code_fingerprint(h)

@@ -1,0 +1,28 @@
+-- blocks_hourly: per UTC hour and model: requests, the token kinds and the first and last request
+-- time. The input of the 5-hour billing blocks (`traceflow blocks`): a block starts at a whole UTC
+-- hour and lasts whole hours, so every request of one hour falls in the same block.
+-- params:  $since TIMESTAMPTZ = NULL  only requests at or after this time
+--          $until TIMESTAMPTZ = NULL  only requests before this time
+-- returns: hour_start, model, requests, cold_input_tokens, cache_read_tokens, cache_write_tokens,
+--          cache_write_1h_tokens, output_tokens, first_at, last_at
+
+WITH sel AS (
+    SELECT *
+    FROM requests
+    WHERE /*@selection*/ (CAST($since AS TIMESTAMPTZ) IS NULL OR coalesce(started_at, ended_at) >= CAST($since AS TIMESTAMPTZ))
+      AND (CAST($until AS TIMESTAMPTZ) IS NULL OR coalesce(started_at, ended_at) < CAST($until AS TIMESTAMPTZ)) /*@end*/
+)
+SELECT date_trunc('hour', coalesce(started_at, ended_at) AT TIME ZONE 'UTC') AS hour_start,
+       model,
+       count(*)::BIGINT AS requests,
+       coalesce(sum(cold_input_tokens), 0)::BIGINT AS cold_input_tokens,
+       coalesce(sum(cache_read_tokens), 0)::BIGINT AS cache_read_tokens,
+       coalesce(sum(cache_write_tokens), 0)::BIGINT AS cache_write_tokens,
+       coalesce(sum(cache_write_1h_tokens), 0)::BIGINT AS cache_write_1h_tokens,
+       coalesce(sum(output_tokens), 0)::BIGINT AS output_tokens,
+       min(coalesce(started_at, ended_at)) AS first_at,
+       max(coalesce(started_at, ended_at)) AS last_at
+FROM sel
+WHERE coalesce(started_at, ended_at) IS NOT NULL
+GROUP BY 1, 2
+ORDER BY 1, 2;

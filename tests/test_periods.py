@@ -1,0 +1,174 @@
+"""Periods and zones (issue 25): ``mix --by day/week/month`` and ``--tz`` against totals grouped
+independently, in Python, from the lake's per-request rows of a generated Claude Code corpus."""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.util
+import json
+import sys
+import zoneinfo
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from traceflow.store.lake import Lake
+
+_GEN = Path(__file__).resolve().parent.parent / "benchmarks" / "gen_claude_corpus.py"
+KINDS = ("cold_input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")
+CLI = Callable[..., tuple[int, str, str]]
+
+
+def _gen() -> Any:
+    spec = importlib.util.spec_from_file_location("gen_claude_corpus", _GEN)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("gen_claude_corpus", mod)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture
+def corpus_lake(tmp_path: Path, cli: CLI, lake: Lake) -> list[dict[str, Any]]:
+    """The lake filled from a generated 2 MB corpus (19 days, sub-agents); its per-request rows."""
+    corpus = tmp_path / "corpus"
+    _gen().generate_corpus(corpus, 2.0, 5)
+    code, _, err = cli("import", "claude-code", str(corpus / "projects"))
+    assert code == 0, err
+    con = lake.connect(["requests"])
+    cur = con.execute(f"SELECT coalesce(started_at, ended_at) AS t, {', '.join(KINDS)} FROM requests")
+    cols = [d[0] for d in cur.description]
+    rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+    assert len(rows) > 100
+    return rows
+
+
+def _label(period: str, t: dt.datetime, zone: str) -> str:
+    """The period of ``t`` in ``zone``, by the calendar (not the code under test)."""
+    local = t.astimezone(zoneinfo.ZoneInfo(zone))
+    if period == "day":
+        return f"{local.year:04d}-{local.month:02d}-{local.day:02d}"
+    if period == "month":
+        return f"{local.year:04d}-{local.month:02d}"
+    year, week, _ = local.isocalendar()
+    monday = dt.date.fromisocalendar(year, week, 1)  # ISO weeks start on Monday
+    return monday.isoformat()
+
+
+def _expected(rows: list[dict[str, Any]], period: str, zone: str) -> dict[str, tuple[int, ...]]:
+    acc: dict[str, list[int]] = defaultdict(lambda: [0] * (1 + len(KINDS)))
+    for r in rows:
+        a = acc[_label(period, r["t"], zone)]
+        a[0] += 1
+        for i, k in enumerate(KINDS):
+            a[i + 1] += r[k] or 0
+    return {k: tuple(v) for k, v in acc.items()}
+
+
+def _mix(cli: CLI, period: str, *extra: str) -> dict[str, tuple[int, ...]]:
+    code, out, err = cli("mix", "--by", period, "--format", "json", *extra)
+    assert code == 0, err
+    return {r[period]: (r["requests"], *(r[k] for k in KINDS)) for r in json.loads(out)}
+
+
+@pytest.mark.parametrize(
+    ("period", "zone"),
+    [("month", "UTC"), ("week", "UTC"), ("day", "Asia/Tokyo"), ("week", "America/Los_Angeles")],
+)
+def test_periods_equal_independent_grouping(
+    corpus_lake: list[dict[str, Any]], cli: CLI, period: str, zone: str
+) -> None:
+    extra = () if zone == "UTC" else ("--tz", zone)
+    got = _mix(cli, period, *extra)
+    want = _expected(corpus_lake, period, zone)
+    assert got == want
+    assert sum(v[0] for v in got.values()) == len(corpus_lake)
+
+
+def test_tokyo_days_differ_from_utc_days(corpus_lake: list[dict[str, Any]], cli: CLI) -> None:
+    """The corpus has requests between 15:00 and 24:00 UTC, which fall on the next Tokyo day."""
+    assert _expected(corpus_lake, "day", "UTC") != _expected(corpus_lake, "day", "Asia/Tokyo")
+    assert _mix(cli, "day") == _expected(corpus_lake, "day", "UTC")
+
+
+def test_setting_is_the_default_zone(
+    corpus_lake: list[dict[str, Any]], cli: CLI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TRACEFLOW_TZ", "Asia/Tokyo")
+    assert _mix(cli, "day") == _expected(corpus_lake, "day", "Asia/Tokyo")
+    assert _mix(cli, "day", "--tz", "UTC") == _expected(corpus_lake, "day", "UTC")
+
+
+def test_rollup_answers_utc_periods_only(corpus_lake: list[dict[str, Any]], cli: CLI) -> None:
+    """After compaction the stored daily rollup (UTC days) answers UTC weeks and months; a Tokyo
+    grouping must not be read off it."""
+    code, _, err = cli("compact")
+    assert code == 0, err
+    for period, zone in (("week", "UTC"), ("month", "UTC"), ("day", "Asia/Tokyo"), ("week", "Asia/Tokyo")):
+        extra = () if zone == "UTC" else ("--tz", zone)
+        assert _mix(cli, period, *extra) == _expected(corpus_lake, period, zone), (period, zone)
+
+
+def test_since_without_offset_is_read_in_the_zone(corpus_lake: list[dict[str, Any]], cli: CLI) -> None:
+    days = sorted(_expected(corpus_lake, "day", "Asia/Tokyo"))
+    start = days[len(days) // 2]
+    bound = dt.datetime.fromisoformat(start).replace(tzinfo=zoneinfo.ZoneInfo("Asia/Tokyo"))
+    want = sum(1 for r in corpus_lake if r["t"] >= bound)
+    code, out, err = cli("mix", "--since", start, "--tz", "Asia/Tokyo", "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)["requests"] == want
+    utc_bound = bound.replace(tzinfo=dt.UTC)
+    assert want != sum(1 for r in corpus_lake if r["t"] >= utc_bound)  # the zone made a difference
+
+
+def test_printed_times_are_in_the_zone(corpus_lake: list[dict[str, Any]], cli: CLI) -> None:
+    code, out, err = cli("working-set", "--tz", "Asia/Tokyo", "--format", "json")
+    assert code == 0, err
+    peak = json.loads(out)["peak_at"]
+    assert peak.endswith("+09:00")
+    code, out, _ = cli("working-set", "--format", "json")
+    utc = json.loads(out)["peak_at"]
+    assert utc.endswith("+00:00")
+    assert dt.datetime.fromisoformat(utc) == dt.datetime.fromisoformat(peak)
+
+
+@pytest.mark.parametrize("bad", ["Asia/Tokio", "Mars/Olympus", "../etc/passwd", "x'y"])
+def test_unknown_zone_is_one_line(cli: CLI, bad: str) -> None:
+    code, _, err = cli("mix", "--by", "day", "--tz", bad)
+    assert code == 2
+    assert "is not a time zone" in err and "Asia/Tokyo" in err
+
+
+def test_per_stream_queries_group_by_period_in_the_zone(corpus_lake: list[dict[str, Any]], cli: CLI) -> None:
+    """``misses`` and ``gaps`` group their per-request rows (``started_at``) by the same periods."""
+    want = {k: v[0] for k, v in _expected(corpus_lake, "week", "Asia/Tokyo").items()}
+    code, out, err = cli("misses", "--by", "week", "--tz", "Asia/Tokyo", "--format", "json")
+    assert code == 0, err
+    assert {r["week"]: r["requests"] for r in json.loads(out)} == want
+    months = {k: v[0] for k, v in _expected(corpus_lake, "month", "America/Los_Angeles").items()}
+    code, out, err = cli("misses", "--by", "month", "--tz", "America/Los_Angeles", "--format", "json")
+    assert code == 0, err
+    assert {r["month"]: r["requests"] for r in json.loads(out)} == months
+    code, out, err = cli("sessions", "--by", "month", "--format", "json")
+    assert code == 0, err
+    assert sum(r["requests"] for r in json.loads(out)) == len(corpus_lake)
+
+
+def test_check_window_is_yesterday_in_the_zone() -> None:
+    from traceflow.analysis.health import default_window
+    from traceflow.store import zones
+
+    now = dt.datetime(2026, 8, 3, 20, 0, tzinfo=dt.UTC)  # already 4 August in Tokyo
+    assert default_window(now) == (
+        dt.datetime(2026, 8, 2, tzinfo=dt.UTC),
+        dt.datetime(2026, 8, 3, tzinfo=dt.UTC),
+    )
+    with zones.using("Asia/Tokyo"):
+        since, until = default_window(now)
+    assert (since, until) == (
+        dt.datetime(2026, 8, 2, 15, 0, tzinfo=dt.UTC),  # 3 August 00:00 in Tokyo
+        dt.datetime(2026, 8, 3, 15, 0, tzinfo=dt.UTC),
+    )

@@ -1,0 +1,245 @@
+"""``traceflow statusline`` (issue 25): the session's cost and reuse today and its cache's warmth, from
+the transcript's tail and from the lake, against figures computed by hand."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from traceflow.cli import status
+from traceflow.importers.claude_code_tail import read_since
+from traceflow.store.lake import Lake
+
+CLI = Callable[..., tuple[int, str, str]]
+REPO = Path(__file__).resolve().parents[1]
+SESSION = "5f0c1e9a-2b7d-4c1e-9a55-0d3c6b1f2e77"
+NOW = dt.datetime(2026, 8, 3, 12, 0, tzinfo=dt.UTC)
+
+
+def _iso(t: dt.datetime) -> str:
+    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def _assistant(
+    t: dt.datetime,
+    req: str,
+    cold: int,
+    read: int,
+    w5: int,
+    w1: int,
+    out: int,
+    *,
+    model: str = "claude-sonnet-4-5",
+    session: str = SESSION,
+    error: bool = False,
+    **extra: Any,
+) -> dict[str, Any]:
+    return {
+        "type": "assistant",
+        "sessionId": session,
+        "cwd": "/home/u/proj",
+        "version": "2.1.90",
+        "requestId": f"req_{req}",
+        "uuid": f"{req}-{out}",
+        "timestamp": _iso(t),
+        **({"isApiErrorMessage": True} if error else {}),
+        **extra,
+        "message": {
+            "id": f"msg_{req}",
+            "model": "<synthetic>" if error else model,
+            "content": [{"type": "text", "text": "ok"}],
+            "usage": {
+                "input_tokens": cold,
+                "cache_read_input_tokens": read,
+                "cache_creation_input_tokens": w5 + w1,
+                "cache_creation": {"ephemeral_5m_input_tokens": w5, "ephemeral_1h_input_tokens": w1},
+                "output_tokens": out,
+            },
+        },
+    }
+
+
+def _user(t: dt.datetime, n: int) -> dict[str, Any]:
+    return {
+        "type": "user",
+        "sessionId": SESSION,
+        "uuid": f"u{n}",
+        "timestamp": _iso(t),
+        "message": {"role": "user", "content": "go on " + "x" * 200},
+    }
+
+
+def _write(path: Path, lines: list[dict[str, Any]]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def _transcript(root: Path, now: dt.datetime) -> Path:
+    """Yesterday one request; today three (the second written as two content-block lines, the
+    second line complete), an API error, and a sub-agent request in its own file."""
+    day = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    lines = [
+        _user(day - dt.timedelta(hours=3), 0),
+        _assistant(day - dt.timedelta(hours=3), "y1", 10, 0, 5000, 0, 100),
+        _user(day + dt.timedelta(hours=9), 1),
+        _assistant(day + dt.timedelta(hours=9), "t1", 3, 20_000, 0, 4000, 300),
+        _assistant(now - dt.timedelta(minutes=30), "t2", 2, 24_000, 0, 1000, 1),  # first block line
+        _assistant(now - dt.timedelta(minutes=30), "t2", 2, 24_000, 0, 1000, 250),  # the complete copy
+        _assistant(now - dt.timedelta(minutes=25), "e1", 0, 0, 0, 0, 0, error=True),
+        _user(now - dt.timedelta(minutes=21), 2),
+        _assistant(now - dt.timedelta(minutes=20), "t3", 1, 25_000, 500, 0, 80),
+    ]
+    path = _write(root / "projects" / "-home-u-proj" / f"{SESSION}.jsonl", lines)
+    sub = [
+        _assistant(now - dt.timedelta(minutes=22), "s1", 4, 0, 6000, 0, 40, isSidechain=True, agentId="a1"),
+    ]
+    _write(path.with_suffix("") / "subagents" / "agent-a1.jsonl", sub)
+    return path
+
+
+#: Today's requests by hand: (cold, read, write 5m, write 1h, output); sonnet $3 in, $15 out per M.
+TODAY = [(3, 20_000, 0, 4000, 300), (2, 24_000, 0, 1000, 250), (1, 25_000, 500, 0, 80), (4, 0, 6000, 0, 40)]
+
+
+def _cost(cold: int, read: int, w5: int, w1: int, out: int) -> float:
+    return (cold * 3 + read * 0.3 + w5 * 3.75 + w1 * 6 + out * 15) / 1e6
+
+
+def _expected() -> dict[str, Any]:
+    context = sum(c + r + w5 + w1 for c, r, w5, w1, _ in TODAY)
+    return {
+        "requests_today": 4,
+        "cost_usd_today": pytest.approx(sum(_cost(*t) for t in TODAY)),
+        "reuse_ratio_today": pytest.approx(sum(r for _, r, _, _, _ in TODAY) / context),
+        # main stream today: 5,000 1-hour write tokens against 500 5-minute ones: the 1-hour TTL
+        "ttl_s": 3600.0,
+        # 3,600 s minus the 20 minutes since the main stream's last request
+        "warm_s": pytest.approx(3600 - 20 * 60),
+    }
+
+
+def _stdin(path: Path | None) -> str:
+    data: dict[str, Any] = {
+        "session_id": SESSION,
+        "hook_event_name": "Status",
+        "cwd": "/home/u/proj",
+        "model": {"id": "claude-sonnet-4-5", "display_name": "Sonnet 4.5"},
+        "workspace": {"current_dir": "/home/u/proj", "project_dir": "/home/u/proj"},
+        "version": "2.1.90",
+        "cost": {"total_cost_usd": 0.5, "total_duration_ms": 1000},
+    }
+    if path is not None:
+        data["transcript_path"] = str(path)
+    return json.dumps(data)
+
+
+def test_from_the_transcript(tmp_path: Path) -> None:
+    path = _transcript(tmp_path, NOW)
+    got = json.loads(status.run(_stdin(path), fmt="json", now=NOW, data=str(tmp_path / "nolake")))
+    assert got["source"] == "transcript"
+    assert {k: got[k] for k in _expected()} == _expected()
+    line = status.run(_stdin(path), now=NOW)
+    assert (
+        line
+        == f"${sum(_cost(*t) for t in TODAY):,.2f} today · reuse {got['reuse_ratio_today']:.1%} · "
+        + ("cache warm 40m 00s (1h TTL)")
+    )
+
+
+def test_cold_cache_and_the_zone(tmp_path: Path) -> None:
+    path = _transcript(tmp_path, NOW)
+    later = NOW + dt.timedelta(hours=2)
+    got = json.loads(status.run(_stdin(path), fmt="json", now=later))
+    assert got["warm_s"] == pytest.approx(3600 - 140 * 60)
+    assert "cache cold 1h 20m ago (1h TTL)" in status.run(_stdin(path), now=later)
+    # in Tokyo (UTC+9) "today" began at 15:00 UTC the day before: the request of 21:00 UTC
+    # yesterday (06:00 there) is today's too
+    tokyo = json.loads(status.run(_stdin(path), fmt="json", now=NOW, tz="Asia/Tokyo"))
+    assert tokyo["requests_today"] == 5
+    assert tokyo["cost_usd_today"] == pytest.approx(
+        sum(_cost(*t) for t in TODAY) + _cost(10, 0, 5000, 0, 100)
+    )
+    assert tokyo["last_request_at"].endswith("+09:00")
+    # in Los Angeles (UTC-7) it began at 07:00 UTC: the same four as in UTC
+    assert (
+        json.loads(status.run(_stdin(path), fmt="json", now=NOW, tz="America/Los_Angeles"))["requests_today"]
+        == 4
+    )
+
+
+def test_tail_reads_backwards_in_chunks(tmp_path: Path) -> None:
+    """Tiny chunks (lines cut anywhere) give the same requests as one read of the whole file."""
+    path = _transcript(tmp_path, NOW)
+    since = NOW - dt.timedelta(days=2)
+    whole = read_since(path, since, chunk=1 << 20)
+    assert len(whole) == 4  # yesterday's, t1, t2 once (its complete copy), t3; no error
+    for chunk in (7, 64, 333, 1000):
+        assert read_since(path, since, chunk=chunk) == whole
+    t2 = next(r for r in whole if r.key == ("req_t2", "msg_t2"))
+    assert t2.output == 250
+
+
+def test_lake_answers_without_a_transcript(tmp_path: Path, lake: Lake, cli: CLI) -> None:
+    """The importer's rows and the tail reader's agree: the same figures from the lake."""
+    path = _transcript(tmp_path, NOW)
+    code, _, err = cli("import", "claude-code", str(tmp_path / "projects"))
+    assert code == 0, err
+    got = json.loads(status.run(_stdin(None), fmt="json", now=NOW, data=str(lake.root)))
+    assert got["source"] == "lake"
+    assert {k: got[k] for k in _expected()} == _expected()
+    # a transcript that cannot be read falls back to the lake too
+    gone = json.loads(
+        status.run(_stdin(path.with_name("gone.jsonl")), fmt="json", now=NOW, data=str(lake.root))
+    )
+    assert gone["source"] == "lake" and gone["requests_today"] == 4
+
+
+def test_console_script_fast_path(tmp_path: Path) -> None:
+    """Through ``python -m traceflow`` (the fast path, before typer): a live session, real clock."""
+    now = dt.datetime.now(dt.UTC)
+    path = _transcript(tmp_path, now)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TRACEFLOW_DATA": str(tmp_path / "nolake")}
+    run = subprocess.run(
+        [sys.executable, "-m", "traceflow", "statusline"],
+        input=_stdin(path),
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    out = run.stdout.splitlines()
+    assert len(out) == 1 and " today · reuse " in out[0] and "(1h TTL)" in out[0]
+    assert "typer" not in run.stderr
+    bad = subprocess.run(
+        [sys.executable, "-m", "traceflow", "statusline"],
+        input="not json",
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert bad.returncode == 2 and bad.stderr.startswith("traceflow: error: statusline reads the JSON")
+
+
+def test_typer_command_matches(tmp_path: Path, cli: CLI) -> None:
+    from typer.testing import CliRunner
+
+    from traceflow.cli.app import app, register_all
+
+    register_all()
+    path = _transcript(tmp_path, dt.datetime.now(dt.UTC))
+    result = CliRunner().invoke(app, ["statusline", "--format", "json"], input=_stdin(path))
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["requests_today"] >= 3
+    result = CliRunner().invoke(app, ["statusline", "--format", "xml"], input=_stdin(path))
+    assert result.exit_code != 0

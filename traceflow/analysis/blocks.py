@@ -1,0 +1,231 @@
+"""Five-hour billing blocks, as ccusage's ``blocks`` reports them (``traceflow blocks``).
+
+The rule: requests in time order; a block starts at the first request's UTC hour, floored, and ends
+5 hours later; a request at or after the end starts a new block (at its own hour, floored). Since
+every block starts and ends on a whole UTC hour, all the requests of one UTC hour fall in the same
+block, so the lake is read as hourly sums (``queries/blocks_hourly.sql``), not request by request.
+
+Per block: start, end, requests, the four token kinds and their total, the cost under the price
+model (as billed: cache reads, 5-minute and 1-hour writes at their prices), and the burn rate:
+tokens per minute and dollars per hour between the block's first and last request (ccusage's
+definition; all four token kinds count; none when the block has one instant of traffic).
+
+A block is **active** while the clock is inside it (start <= now < end): only the latest block can
+be. For the active block the projection extends its burn rate to the block's end: projected tokens
+and cost = now's totals + rate x minutes left. A **gap** row stands for the time between a block's
+end and the next block's start when there is any (no traffic started a block then); ccusage shows
+gaps only after 5 idle hours, here every hole between blocks is one (at least one hour long).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from traceflow.analysis.mix import token_cost
+from traceflow.output import Rows
+from traceflow.prices import PriceModel
+from traceflow.store import sql
+from traceflow.store.selection import Selection
+
+if TYPE_CHECKING:
+    import duckdb
+
+    from traceflow.store.sql import Engine
+
+#: The length of a block (Anthropic's 5-hour usage window).
+BLOCK = dt.timedelta(hours=5)
+
+#: Output columns, in order (JSON keys are a contract).
+COLUMNS = (
+    "start",
+    "end",
+    "status",
+    "requests",
+    "cold_input_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "output_tokens",
+    "total_tokens",
+    "cost_usd",
+    "first_at",
+    "last_at",
+    "tokens_per_min",
+    "usd_per_hour",
+    "remaining_min",
+    "projected_tokens",
+    "projected_cost_usd",
+    "models",
+)
+
+
+@dataclass(frozen=True)
+class Hour:
+    """One row of ``blocks_hourly.sql``: one UTC hour and model."""
+
+    start: dt.datetime
+    model: str | None
+    requests: int
+    cold: int
+    read: int
+    write: int
+    write_1h: int
+    output: int
+    first_at: dt.datetime
+    last_at: dt.datetime
+
+
+@dataclass
+class Block:
+    start: dt.datetime
+    end: dt.datetime
+    gap: bool = False
+    requests: int = 0
+    cold: int = 0
+    read: int = 0
+    write: int = 0
+    output: int = 0
+    cost: float = 0.0
+    first_at: dt.datetime | None = None
+    last_at: dt.datetime | None = None
+    models: list[str] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return self.cold + self.read + self.write + self.output
+
+    def add(self, h: Hour, prices: PriceModel) -> None:
+        self.requests += h.requests
+        self.cold += h.cold
+        self.read += h.read
+        self.write += h.write
+        self.output += h.output
+        self.cost += token_cost(prices, h.model, (h.cold, h.read, h.write, h.output, h.write_1h))[1]
+        self.first_at = h.first_at if self.first_at is None else min(self.first_at, h.first_at)
+        self.last_at = h.last_at if self.last_at is None else max(self.last_at, h.last_at)
+        if h.model is not None and h.model not in self.models:
+            self.models.append(h.model)
+
+    def active(self, now: dt.datetime) -> bool:
+        return not self.gap and self.start <= now < self.end
+
+    def burn(self) -> tuple[float, float] | None:
+        """(tokens per minute, dollars per hour) between the first and the last request, or None."""
+        if self.gap or self.first_at is None or self.last_at is None:
+            return None
+        minutes = (self.last_at - self.first_at).total_seconds() / 60
+        if minutes <= 0:
+            return None
+        return self.total / minutes, self.cost / minutes * 60
+
+    def record(self, now: dt.datetime) -> dict[str, Any]:
+        burn = self.burn()
+        active = self.active(now)
+        remaining = max(0.0, (self.end - now).total_seconds() / 60) if active else None
+        projected = (
+            (round(self.total + burn[0] * remaining), self.cost + burn[1] / 60 * remaining)
+            if burn is not None and remaining is not None
+            else (None, None)
+        )
+        return {
+            "start": self.start,
+            "end": self.end,
+            "status": "gap" if self.gap else "active" if active else "done",
+            "requests": self.requests,
+            "cold_input_tokens": self.cold,
+            "cache_read_tokens": self.read,
+            "cache_write_tokens": self.write,
+            "output_tokens": self.output,
+            "total_tokens": self.total,
+            "cost_usd": self.cost,
+            "first_at": self.first_at,
+            "last_at": self.last_at,
+            "tokens_per_min": burn[0] if burn else None,
+            "usd_per_hour": burn[1] if burn else None,
+            "remaining_min": remaining,
+            "projected_tokens": projected[0],
+            "projected_cost_usd": projected[1],
+            "models": ", ".join(sorted(self.models)),
+        }
+
+
+def group_blocks(hours: Sequence[Hour], prices: PriceModel, length: dt.timedelta = BLOCK) -> list[Block]:
+    """The blocks (and the gaps between them) of ``hours``, by the rule in the module docstring."""
+    blocks: list[Block] = []
+    current: Block | None = None
+    for h in sorted(hours, key=lambda h: (h.start, h.model or "")):
+        if current is None or h.start >= current.end:
+            if current is not None:
+                blocks.append(current)
+                if h.start > current.end:
+                    blocks.append(Block(current.end, h.start, gap=True))
+            current = Block(h.start, h.start + length)
+        current.add(h, prices)
+    if current is not None:
+        blocks.append(current)
+    return blocks
+
+
+def hourly(con: duckdb.DuckDBPyConnection | Engine, selection: Selection | None = None) -> list[Hour]:
+    """The lake's hourly sums (``queries/blocks_hourly.sql``) over ``selection``."""
+    block, params = sql.selection_block(selection)
+    frame = sql.run(con, "blocks_hourly", params, blocks={"selection": block})
+    out = []
+    for r in frame.iter_rows(named=True):
+        out.append(
+            Hour(
+                _utc(r["hour_start"]),
+                r["model"],
+                r["requests"],
+                r["cold_input_tokens"],
+                r["cache_read_tokens"],
+                r["cache_write_tokens"],
+                r["cache_write_1h_tokens"],
+                r["output_tokens"],
+                _utc(r["first_at"]),
+                _utc(r["last_at"]),
+            )
+        )
+    return out
+
+
+def _utc(value: dt.datetime) -> dt.datetime:
+    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
+
+
+def billing_blocks(
+    con: duckdb.DuckDBPyConnection | Engine,
+    selection: Selection | None = None,
+    prices: PriceModel | None = None,
+    *,
+    now: dt.datetime | None = None,
+    active_only: bool = False,
+    gaps: bool = True,
+) -> Rows:
+    """One row per block (and gap, unless ``gaps`` is false): :data:`COLUMNS`."""
+    at = now or dt.datetime.now(dt.UTC)
+    blocks = group_blocks(hourly(con, selection), prices or PriceModel())
+    records = [b.record(at) for b in blocks if gaps or not b.gap]
+    if active_only:
+        records = [r for r in records if r["status"] == "active"]
+    return Rows(COLUMNS, [tuple(r[c] for c in COLUMNS) for r in records])
+
+
+def live_line(record: dict[str, Any] | None, now: dt.datetime) -> list[str]:
+    """The lines ``blocks --live`` shows for the active block's record (None: no active block)."""
+    if record is None:
+        return [f"no active block at {now:%Y-%m-%d %H:%M %Z} (no request in the last block's 5 hours)"]
+    lines = [
+        f"block {record['start']:%Y-%m-%d %H:%M} - {record['end']:%H:%M %Z}  "
+        f"{record['remaining_min']:.0f} min left",
+        f"  requests {record['requests']:,}  tokens {record['total_tokens']:,}  "
+        f"cost ${record['cost_usd']:,.2f}",
+    ]
+    if record["tokens_per_min"] is not None:
+        lines.append(
+            f"  burn {record['tokens_per_min']:,.0f} tokens/min  ${record['usd_per_hour']:,.2f}/h  "
+            f"projected {record['projected_tokens']:,} tokens  ${record['projected_cost_usd']:,.2f}"
+        )
+    return lines

@@ -1,0 +1,181 @@
+"""The time zone of days, weeks and months, and of printed times (``--tz``, ``TRACEFLOW_TZ``).
+
+The lake keeps UTC (DESIGN §2); a zone only changes how times are *grouped* (``--by day``,
+``--by week``, ``--by month``, the 5-hour blocks' printed bounds) and *printed*, and how a date or
+time without an offset in ``--since``/``--until`` is read.
+
+The default is **UTC**: the same lake gives the same table on every machine (a team's shared lake,
+CI, the result cache, golden tests), the lake's ``dt=`` partitions and the daily rollup that
+compaction stores are UTC days (so ``mix --by day`` is answered from the rollup only in UTC), and
+the telemetry itself is stamped in UTC. Set ``TRACEFLOW_TZ=local`` (the machine's zone, as ccusage
+uses) or an IANA name (``Asia/Tokyo``) once to have local days everywhere; ``--tz`` overrides it
+per command.
+
+The zone in force is process state (:func:`use`, :func:`current`): the CLI sets it once from
+``--tz`` before it runs a command, and the groupings of :mod:`traceflow.store.groups` read it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from traceflow import config
+from traceflow.errors import UsageError
+
+UTC = "UTC"
+#: The period groupings and their strftime label over a zone's wall-clock time.
+PERIODS = ("day", "week", "month")
+
+_in_force: str | None = None
+
+
+def local_zone() -> str:
+    """The machine's zone: ``$TZ`` when it names one, else the target of ``/etc/localtime``, else UTC."""
+    tz = (config.tz_variable() or "").lstrip(":")
+    if tz and _known(tz):
+        return tz
+    target = os.path.realpath("/etc/localtime")
+    if "zoneinfo/" in target:
+        name = target.split("zoneinfo/", 1)[1]
+        if _known(name):
+            return name
+    return UTC
+
+
+@functools.cache
+def _known(name: str) -> bool:
+    import zoneinfo
+
+    if not name or name.startswith(("/", ".")) or ".." in name:
+        return False
+    try:
+        zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
+        return False
+    return True
+
+
+def resolve(name: str | None, option: str = "--tz") -> str:
+    """An IANA zone name for ``name`` (``local``: the machine's; None or empty: UTC), or a usage error."""
+    text = (name or "").strip()
+    if not text or text.upper() in ("UTC", "Z", "ETC/UTC"):
+        return UTC
+    if text.lower() == "local":
+        return local_zone()
+    if not _known(text) or "'" in text:
+        raise UsageError(
+            f"{option} {name!r} is not a time zone; use an IANA name such as Asia/Tokyo or "
+            "Europe/Berlin, UTC, or local (this machine's zone)"
+        )
+    return text
+
+
+def use(name: str | None, option: str = "--tz") -> str:
+    """Make ``name`` (resolved as :func:`resolve` does; None: the ``tz`` setting) the zone in force."""
+    global _in_force
+    _in_force = resolve(config.get("tz"), "TRACEFLOW_TZ") if name is None else resolve(name, option)
+    return _in_force
+
+
+def current() -> str:
+    """The zone in force: what :func:`use` set, else the ``tz`` setting (``TRACEFLOW_TZ``), else UTC."""
+    if _in_force is not None:
+        return _in_force
+    return resolve(config.get("tz"), "TRACEFLOW_TZ")
+
+
+@contextmanager
+def using(name: str) -> Iterator[str]:
+    """The zone ``name`` in force inside a ``with`` block (the previous one after it)."""
+    global _in_force
+    before = _in_force
+    try:
+        yield use(name)
+    finally:
+        _in_force = before
+
+
+def tzinfo(name: str | None = None) -> dt.tzinfo:
+    """The ``tzinfo`` of ``name`` (default: the zone in force)."""
+    zone = name or current()
+    if zone == UTC:
+        return dt.UTC
+    import zoneinfo
+
+    return zoneinfo.ZoneInfo(zone)
+
+
+def wall_clock_sql(expr: str, zone: str | None = None) -> str:
+    """``expr`` (a TIMESTAMPTZ) as the wall-clock TIMESTAMP of ``zone`` (default: the zone in force)."""
+    z = zone or current()
+    return f"({expr} AT TIME ZONE '{z}')"
+
+
+def period_sql(period: str, expr: str, zone: str | None = None) -> str:
+    """The label of the ``period`` (day, week, month) that the time ``expr`` falls in, in ``zone``:
+    ``2026-12-02`` for a day, the ISO week's Monday ``2026-11-30`` for a week, ``2026-12`` for a month."""
+    local = wall_clock_sql(expr, zone)
+    if period == "day":
+        return f"strftime({local}, '%Y-%m-%d')"
+    if period == "week":
+        return f"strftime(date_trunc('week', {local}), '%Y-%m-%d')"
+    if period == "month":
+        return f"strftime({local}, '%Y-%m')"
+    raise ValueError(f"not a period: {period}")
+
+
+def period_of(period: str, when: dt.datetime, zone: str | None = None) -> str:
+    """The label :func:`period_sql` gives the time ``when`` (an aware datetime), computed in Python."""
+    local = when.astimezone(tzinfo(zone))
+    if period == "day":
+        return local.strftime("%Y-%m-%d")
+    if period == "week":
+        return (local.date() - dt.timedelta(days=local.weekday())).isoformat()
+    if period == "month":
+        return local.strftime("%Y-%m")
+    raise ValueError(f"not a period: {period}")
+
+
+def naive_in_zone(value: dt.datetime, zone: str | None = None) -> dt.datetime:
+    """``value`` with the zone in force attached when it carries no offset (an aware one unchanged)."""
+    return value if value.tzinfo is not None else value.replace(tzinfo=tzinfo(zone))
+
+
+def localise(value: Any, zone: str | None = None) -> Any:
+    """``value`` with every aware datetime in it shown in ``zone`` (default: the zone in force):
+    a datetime, a list, tuple or dict of them, or a polars frame's zoned columns. UTC changes nothing."""
+    z = zone or current()
+    if z == UTC:
+        return value
+    info = tzinfo(z)
+    return _localise(value, info, z)
+
+
+def _localise(value: Any, info: dt.tzinfo, zone: str) -> Any:
+    if isinstance(value, dt.datetime):
+        return value.astimezone(info) if value.tzinfo is not None else value
+    if isinstance(value, dict):
+        return {k: _localise(v, info, zone) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_localise(v, info, zone) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_localise(v, info, zone) for v in value)
+    rows = getattr(value, "rows", None)
+    columns = getattr(value, "columns", None)
+    if isinstance(rows, list) and isinstance(columns, list):  # traceflow.output.Rows
+        from traceflow.output import Rows
+
+        return Rows(columns, [tuple(_localise(v, info, zone) for v in r) for r in rows])
+    schema = getattr(value, "schema", None)
+    if schema is not None and hasattr(value, "with_columns"):  # a polars frame
+        import polars as pl
+
+        zoned = [n for n, t in schema.items() if isinstance(t, pl.Datetime) and t.time_zone is not None]
+        if zoned:
+            return value.with_columns(pl.col(zoned).dt.convert_time_zone(zone))
+    return value
