@@ -26,6 +26,12 @@ class SessionTurns:
     session: I64  # session index
 
 
+#: Mean think/tool time between an answer and the session's next request, seconds. CALIBRATED (the
+#: article gives none): ``benchmarks/calibrate_serving.py`` solves it from the published DRAM tier filling
+#: "about 45 minutes" into the run. One of the two calibrated constants of ``simulate``.
+THINK_S = 30.0
+
+
 def agentic_coding_trace(
     duration_s: float = 3_600.0,
     seed: int = 0,
@@ -47,11 +53,12 @@ def agentic_coding_turns(
     cap_tokens: int = 65_536,
     initial_tokens: tuple[int, int] = (2_000, 4_000),
     system_tokens: int = 0,
-    think_s: float = 30.0,
+    think_s: float = THINK_S,
     decode_tok_s: float = 50.0,
-    cohort_share: float = 0.25,
+    cohort_sessions: int = 11,
     pause_s: tuple[float, float] = (840.0, 960.0),
     pause_after_turns: tuple[int, int] = (18, 22),
+    at_cap: str = "end",
     compacted_tokens: tuple[int, int] = (4_000, 8_000),
 ) -> SessionTurns:
     """The reference agentic-coding workload (DESIGN §4) as a seeded block trace, with each turn's answer.
@@ -59,12 +66,18 @@ def agentic_coding_turns(
     Sessions arrive as a Poisson process (``sessions_per_min``); each turn appends a tool result of
     250–600 tokens (15 %: a file read of 1,500–3,500) and the model answers 40–200 tokens (15 %: a
     400–900-token code block), each ±100 tokens of jitter; the next request follows the answer after
-    ``output / decode_tok_s`` plus an exponential think/tool time of mean ``think_s``. Context grows
-    monotonically toward ``cap_tokens``; a turn that would pass it is compacted into a fresh chain of
-    ``compacted_tokens`` (ASSUMPTION: sessions keep working). A cohort (``cohort_share``) pauses about
-    15 minutes after about 20 turns, then resumes. Initial context (ASSUMPTION) 2,000–4,000 tokens,
-    optionally after a ``system_tokens`` prefix shared by every session.
+    ``output / decode_tok_s`` plus an exponential think/tool time of mean ``think_s`` (the workload's
+    one CALIBRATED constant, :data:`THINK_S`; ``benchmarks/calibrate_serving.py``). Context grows
+    monotonically toward ``cap_tokens``: the published workload's sessions "grow toward a 64k-token context
+    cap", so with ``at_cap="end"`` (the default) a session ends with the turn that would pass it;
+    ``at_cap="compact"`` instead continues it from a fresh chain of ``compacted_tokens`` (an agent's
+    compaction; then no session ever ends and the offered load grows for the whole run). The returning
+    cohort: ``cohort_sessions`` sessions (the published run had 11 resumes in its window), drawn among those
+    that live long enough, pause 840–960 s after about 20 turns, then resume. Initial context (ASSUMPTION)
+    2,000–4,000 tokens, optionally after a ``system_tokens`` prefix shared by every session.
     """
+    if at_cap not in ("end", "compact"):
+        raise UsageError(f"at_cap={at_cap!r}: use 'end' or 'compact'")
     rng = np.random.default_rng(seed)
     n_sessions = int(rng.poisson(sessions_per_min * duration_s / 60.0))
     arrivals = np.sort(rng.uniform(0.0, duration_s, n_sessions))
@@ -80,6 +93,7 @@ def agentic_coding_turns(
     req_resumed: list[npt.NDArray[np.bool_]] = []
     chain_base: list[int] = []
     next_block = sys_blocks
+    drawn = []
     for s in range(n_sessions):
         m = max_turns
         big_app = rng.random(m) < 0.15
@@ -89,20 +103,38 @@ def agentic_coding_turns(
         out = np.where(big_out, rng.integers(400, 901, m), rng.integers(40, 201, m))
         out = np.maximum(out + rng.integers(-100, 101, m), 1)
         gaps = out / decode_tok_s + rng.exponential(think_s, m)
+        k = int(rng.integers(pause_after_turns[0], pause_after_turns[1] + 1))
+        pause = float(rng.uniform(*pause_s))
+        start = int(rng.integers(initial_tokens[0], initial_tokens[1] + 1)) + system_tokens
+        # turns before the cap (at_cap="end"): context before turn t is start + Σ (out + app)
+        grow = np.cumsum(out[:-1] + app[1:])
+        n_cap = 1 + int(np.searchsorted(grow, cap_tokens - start, side="right"))
+        times = arrivals[s] + np.concatenate(([0.0], np.cumsum(gaps[:-1])))
+        # eligible for the cohort: reaches turn k + 1 before the cap and resumes inside the window
+        eligible = k + 1 < min(m, n_cap if at_cap == "end" else m) and times[k] + gaps[k] + pause < duration_s
+        drawn.append((app, out, gaps, k, pause, start, n_cap, eligible))
+    candidates = [s for s, d in enumerate(drawn) if d[7]]
+    cohort = set(
+        rng.choice(candidates, size=min(cohort_sessions, len(candidates)), replace=False).tolist()
+        if candidates and cohort_sessions > 0
+        else []
+    )
+    for s, (app, out, gaps, k, pause, start, n_cap, _) in enumerate(drawn):
+        m = len(gaps)
         resumed = np.zeros(m, dtype=np.bool_)
-        if rng.random() < cohort_share:
-            k = int(rng.integers(pause_after_turns[0], pause_after_turns[1] + 1))
-            if k < m:
-                gaps[k] += rng.uniform(*pause_s)
-                if k + 1 < m:
-                    resumed[k + 1] = True
+        if s in cohort:
+            gaps = gaps.copy()
+            gaps[k] += pause
+            resumed[k + 1] = True
         times = arrivals[s] + np.concatenate(([0.0], np.cumsum(gaps[:-1])))
         keep = int(np.searchsorted(times, duration_s))
+        if at_cap == "end":
+            keep = min(keep, n_cap)
         if keep == 0:
             continue
         ctx = np.empty(keep, dtype=np.int64)
         chains = np.empty(keep, dtype=np.int64)
-        cur = int(rng.integers(initial_tokens[0], initial_tokens[1] + 1)) + system_tokens
+        cur = start
         chain = len(chain_base)
         chain_base.append(next_block)
         next_block += cap_tokens // block_size + 1
