@@ -183,7 +183,7 @@ KV_LOAD_PCIE5_LMCACHE = 50e9 * 22.1 / 25.07
 
 #: Effective prefill FLOP/s per GPU of the presets. CALIBRATED: ``benchmarks/calibrate_serving.py`` solves
 #: it so that the GPU-only preset's mean throughput after minute 40 is the published 12,000 tok/s.
-PREFILL_FLOPS_PER_GPU = 1.45e14
+PREFILL_FLOPS_PER_GPU = 1.18e14
 
 _BOX = ServingSpec(
     name="rtx-pro-6000x4",
