@@ -12,13 +12,16 @@ XE7740 (4 × RTX PRO 6000 Blackwell, vLLM 0.22.0 + LMCache 0.5.0, MiniMax-M2.7 F
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from traceflow.kv.scheduler import run
-from traceflow.kv.serving import PRESETS
+from traceflow.kv.serving import PRESETS, OffloadTier, ServingSpec
 from traceflow.kv.synthetic import agentic_coding_turns
 from traceflow.output import to_json
 from traceflow.units import parse_duration
@@ -70,9 +73,71 @@ EXTRA: list[tuple[str, str, Callable[[Reports], float | None]]] = [
 ]
 
 
-def run_seed(duration_s: float, seed: int) -> Reports:
-    turns = agentic_coding_turns(duration_s, seed)
-    return {label: run(PRESETS[preset], turns) for label, preset in BOXES.items()}
+def run_seed(
+    duration_s: float,
+    seed: int,
+    workload: dict[str, Any] | None = None,
+    boxes: dict[str, ServingSpec] | None = None,
+) -> Reports:
+    turns = agentic_coding_turns(duration_s, seed, **(workload or {}))
+    specs = boxes or {label: PRESETS[preset] for label, preset in BOXES.items()}
+    return {label: run(spec, turns) for label, spec in specs.items()}
+
+
+def _boxes(**changes: Any) -> dict[str, ServingSpec]:
+    return {label: replace(PRESETS[preset], **changes) for label, preset in BOXES.items()}
+
+
+def _old_flash() -> dict[str, ServingSpec]:
+    """The flash preset before issue 23: its 64 GB of RAM also a cache tier above the flash."""
+    boxes = _boxes()
+    flash = boxes["flash"]
+    boxes["flash"] = replace(flash, tiers=(OffloadTier("staging", "dram", 64e9), *flash.tiers))
+    return boxes
+
+
+#: One assumption changed back at a time (to its value before issue 23): name, workload, boxes
+VARIANTS: list[tuple[str, dict[str, Any], Callable[[], dict[str, ServingSpec]]]] = [
+    ("this model", {}, _boxes),
+    ("sessions compact at the cap and never end", {"at_cap": "compact"}, _boxes),
+    ("think time 30 s", {"think_s": 30.0}, _boxes),
+    ("returning cohort a quarter of the sessions (~75)", {"cohort_sessions": 75}, _boxes),
+    ("KV load 1.6 GB/s per GPU (the old fit)", {}, lambda: _boxes(kv_load_bytes_per_s_per_gpu=1.6e9)),
+    ("DRAM tier 512e9 bytes", {}, lambda: {**_boxes(), "DRAM": replace(PRESETS["rtx-pro-6000x4+dram"], tiers=(OffloadTier("dram", "dram", 512e9),))}),
+    ("flash box's 64 GB RAM also a cache tier", {}, _old_flash),
+]
+
+
+def assumptions(duration_s: float, seeds: list[int]) -> list[str]:
+    """The eight figures (medians over ``seeds``) with one assumption changed back at a time."""
+    head = [
+        "| variant | plateau | DRAM/plat. | flash/plat. | DRAM >80 | flash >80 | worst resume G / D / F (s) "
+        "| DRAM full (min) | DRAM p50 > 1 s (min) | served G / D / F |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    rows = []
+    for name, workload, boxes in VARIANTS:
+        runs = [run_seed(duration_s, seed, workload, boxes()) for seed in seeds]
+        med = [_median([get(r) for r in runs]) for _, _, _, get, _ in FIGURES]
+        full = _median([(r["DRAM"]["crossover_s"] or math.nan) / 60 for r in runs])
+        over = _median([_first_over(r["DRAM"], 1.0) for r in runs])
+        served = " / ".join(_fmt(_median([r[b]["served_share"] for r in runs])) for b in BOXES)
+        rows.append(
+            f"| {name} | {_fmt(med[0])} | {_fmt(med[1])} | {_fmt(med[2])} | {_fmt(med[3])} | {_fmt(med[4])} "
+            f"| {_fmt(med[5])} / {_fmt(med[6])} / {_fmt(med[7])} | {_fmt(full)} | {_fmt(over)} | {served} |"
+        )
+        print(rows[-1], flush=True)
+    return head + rows
+
+
+def _median(values: list[float | None]) -> float | None:
+    vals = [v for v in values if v is not None and not math.isnan(v)]
+    return statistics.median(vals) if vals else None
+
+
+def _first_over(report: dict[str, Any], limit: float) -> float | None:
+    """The first minute whose TTFT p50 (queue included) passes ``limit`` seconds."""
+    return next((float(m["minute"]) for m in report["per_minute"] if (m["ttft_p50_s"] or 0.0) > limit), None)
 
 
 def _fmt(v: float | None) -> str:
@@ -96,14 +161,26 @@ def within(values: list[float | None], published: float, tol: float = 0.30) -> b
     return bool(vals) and abs(statistics.median(vals) - published) <= tol * published
 
 
-def table(runs: list[Reports]) -> list[str]:
+def figure_values(runs: list[Reports]) -> dict[str, list[float | None]]:
+    """Each of the eight figures, one value per run (seed)."""
+    return {name: [get(r) for r in runs] for name, _, _, get, _ in FIGURES}
+
+
+def render(values: dict[str, list[float | None]]) -> list[str]:
     """The README table: the eight figures, published beside the model's median [range] over the seeds."""
-    lines = ["| figure | published | traceflow, median [range] over seeds | within 30 % |", "|---|---:|---:|:---:|"]
-    for name, shown, value, get, calibrated in FIGURES:
-        vals = [get(r) for r in runs]
+    lines = [
+        "| figure | published | traceflow, median [range] over seeds 0, 1, 2 | within 30 % |",
+        "|---|---:|---:|:---:|",
+    ]
+    for name, shown, value, _, calibrated in FIGURES:
+        vals = values[name]
         mark = "calibrated" if calibrated else ("yes" if within(vals, value) else "no")
         lines.append(f"| {name} | {shown} | {spread(vals)} | {mark} |")
     return lines
+
+
+def table(runs: list[Reports]) -> list[str]:
+    return render(figure_values(runs))
 
 
 def ttft_checks(runs: list[Reports]) -> list[str]:
@@ -123,22 +200,57 @@ def ttft_checks(runs: list[Reports]) -> list[str]:
     return out
 
 
+MARK_START, MARK_END = "<!-- serving-table -->", "<!-- /serving-table -->"
+
+
+def readme_table(text: str) -> str:
+    """The table between the README's markers."""
+    return text.split(MARK_START, 1)[1].split(MARK_END, 1)[0].strip()
+
+
+def write_readme(path: str, lines: list[str]) -> None:
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    head, rest = text.split(MARK_START, 1)
+    tail = rest.split(MARK_END, 1)[1]
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(head + MARK_START + "\n" + "\n".join(lines) + "\n" + MARK_END + tail)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--duration", default="2h")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--json", help="write every report here")
+    ap.add_argument("--from-json", help="read the reports of an earlier --json run instead of running")
+    ap.add_argument("--figures", help="write the eight figures per seed here (benchmarks/serving_figures.json)")
     ap.add_argument("--readme", action="store_true", help="print only the README table")
+    ap.add_argument("--write-readme", help="put the table into this README between its serving-table markers")
+    ap.add_argument("--assumptions", action="store_true", help="the figures with one assumption undone at a time")
     args = ap.parse_args()
     duration = parse_duration(args.duration, "--duration")
     seeds = [int(s) for s in args.seeds.split(",")]
+    if args.assumptions:
+        print("\n".join(assumptions(duration, seeds)))
+        return
     runs = []
-    for seed in seeds:
+    if args.from_json:
+        with open(args.from_json) as f:
+            saved = json.load(f)
+        seeds = [int(k) for k in saved]
+        runs = list(saved.values())
+    for seed in [] if args.from_json else seeds:
         t0 = time.perf_counter()
         runs.append(run_seed(duration, seed))
         if not args.readme:
             print(f"seed {seed}: {time.perf_counter() - t0:.1f} s")
+    if args.figures:
+        with open(args.figures, "w") as f:
+            json.dump({"duration": args.duration, "seeds": seeds, "figures": figure_values(runs)}, f, indent=1)
+            f.write("\n")
     print("\n".join(table(runs)))
+    if args.write_readme:
+        write_readme(args.write_readme, table(runs))
     if args.readme:
         return
     print("\n| further figure | published | traceflow |\n|---|---:|---:|")

@@ -309,3 +309,31 @@ def test_worst_resumed_wait_includes_the_queue(reports) -> None:  # type: ignore
         if r["resumed_ttft_max_s"] is not None:
             assert r["resumed_worst_wait_s"] >= r["resumed_ttft_max_s"] >= r["resumed_service_max_s"]
         assert r["requests_served"] == round(r["served_share"] * r["requests_offered"])
+
+
+def _bench() -> Any:
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_serving.py"
+    spec = importlib.util.spec_from_file_location("bench_serving", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_readme_serving_table_is_the_benchmarks_output() -> None:
+    bench = _bench()
+    root = Path(__file__).resolve().parents[1]
+    saved = json.loads((root / "benchmarks" / "serving_figures.json").read_text())
+    assert saved["seeds"] == [0, 1, 2] and saved["duration"] == "2h"
+    assert all(len(v) == 3 for v in saved["figures"].values())  # every figure over three seeds
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    assert bench.readme_table(readme) == "\n".join(bench.render(saved["figures"]))
+
+
+def test_bench_spread_and_tolerance_are_median_and_range() -> None:
+    bench = _bench()
+    assert bench.spread([3.0, 1.0, 2.0]) == "2.00 [1.00–3.00]"
+    assert bench.within([12_000.0, 20_000.0, 15_000.0], 12_000) is True  # median 15,000: +25 %
+    assert bench.within([16_000.0, 16_000.0, 1.0], 12_000) is False  # median 16,000: +33 %

@@ -29,7 +29,7 @@ class SessionTurns:
 #: Mean think/tool time between an answer and the session's next request, seconds. CALIBRATED (the
 #: article gives none): ``benchmarks/calibrate_serving.py`` solves it from the published DRAM tier filling
 #: "about 45 minutes" into the run. One of the two calibrated constants of ``simulate``.
-THINK_S = 115.0
+THINK_S = 135.0
 
 
 def agentic_coding_trace(
