@@ -170,7 +170,7 @@ class ServingSpec:
 #: by ``benchmarks/calibrate_serving.py``.
 CALIBRATION = (
     "prefill_flops_per_gpu from the published GPU-only plateau (12,000 tok/s, mean after minute 40); "
-    "the workload's think time from the published DRAM tier filling at about 45 min"
+    "the workload's mean think time (135 s) from the published DRAM peak (2.9 x that plateau)"
 )
 
 #: Host→GPU copy rate per GPU for KV loads, bytes/s. Published measurements: LMCache's pinned-DRAM L1

@@ -27,8 +27,10 @@ class SessionTurns:
 
 
 #: Mean think/tool time between an answer and the session's next request, seconds. CALIBRATED (the
-#: article gives none): ``benchmarks/calibrate_serving.py`` solves it from the published DRAM tier filling
-#: "about 45 minutes" into the run. One of the two calibrated constants of ``simulate``.
+#: article gives none): ``benchmarks/calibrate_serving.py`` solves it so that the DRAM preset's best
+#: 5-minute throughput is the published 2.9 × the GPU-only plateau (median over seeds 0, 1, 2). One of the
+#: two calibrated constants of ``simulate``. (Real Claude Code sessions think less, a median of 10 s in
+#: kv-cache-tester's traces; at 30 s the published box would be offered about twice its throughput.)
 THINK_S = 135.0
 
 
