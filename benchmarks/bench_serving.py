@@ -22,7 +22,7 @@ from typing import Any
 
 from traceflow.kv.scheduler import run
 from traceflow.kv.serving import PRESETS, OffloadTier, ServingSpec
-from traceflow.kv.synthetic import agentic_coding_turns
+from traceflow.kv.synthetic import PUBLISHED_RUN, agentic_coding_turns
 from traceflow.output import to_json
 from traceflow.units import parse_duration
 
@@ -53,11 +53,35 @@ FIGURES: list[tuple[str, str, float, Callable[[Reports], float | None], bool]] =
     ("GPU-only plateau, mean after minute 40 (tok/s)", "~12,000", 12_000, plateau, True),
     ("DRAM best 5-min throughput / GPU-only plateau", "2.9x", 2.9, _over_plateau("DRAM"), False),
     ("flash best 5-min throughput / GPU-only plateau", "2.2x", 2.2, _over_plateau("flash"), False),
-    ("DRAM mean throughput after minute 80 (tok/s)", "~17,000", 17_000, _get("DRAM", "throughput_after_80min_tok_s"), False),
-    ("flash mean throughput after minute 80 (tok/s)", "~30,000", 30_000, _get("flash", "throughput_after_80min_tok_s"), False),
-    ("worst resumed TTFT incl. queueing, GPU only (s)", "13.9", 13.9, _get("GPU only", "resumed_worst_wait_s"), False),
+    (
+        "DRAM mean throughput after minute 80 (tok/s)",
+        "~17,000",
+        17_000,
+        _get("DRAM", "throughput_after_80min_tok_s"),
+        False,
+    ),
+    (
+        "flash mean throughput after minute 80 (tok/s)",
+        "~30,000",
+        30_000,
+        _get("flash", "throughput_after_80min_tok_s"),
+        False,
+    ),
+    (
+        "worst resumed TTFT incl. queueing, GPU only (s)",
+        "13.9",
+        13.9,
+        _get("GPU only", "resumed_worst_wait_s"),
+        False,
+    ),
     ("worst resumed TTFT incl. queueing, DRAM (s)", "0.8", 0.8, _get("DRAM", "resumed_worst_wait_s"), False),
-    ("worst resumed TTFT incl. queueing, flash (s)", "3.2", 3.2, _get("flash", "resumed_worst_wait_s"), False),
+    (
+        "worst resumed TTFT incl. queueing, flash (s)",
+        "3.2",
+        3.2,
+        _get("flash", "resumed_worst_wait_s"),
+        False,
+    ),
 ]
 
 #: Further figures, shown for context (not among the eight)
@@ -79,7 +103,7 @@ def run_seed(
     workload: dict[str, Any] | None = None,
     boxes: dict[str, ServingSpec] | None = None,
 ) -> Reports:
-    turns = agentic_coding_turns(duration_s, seed, **(workload or {}))
+    turns = agentic_coding_turns(duration_s, seed, **{**PUBLISHED_RUN, **(workload or {})})
     specs = boxes or {label: PRESETS[preset] for label, preset in BOXES.items()}
     return {label: run(spec, turns) for label, spec in specs.items()}
 
@@ -103,7 +127,14 @@ VARIANTS: list[tuple[str, dict[str, Any], Callable[[], dict[str, ServingSpec]]]]
     ("think time 30 s", {"think_s": 30.0}, _boxes),
     ("returning cohort a quarter of the sessions (~75)", {"cohort_sessions": 75}, _boxes),
     ("KV load 1.6 GB/s per GPU (the old fit)", {}, lambda: _boxes(kv_load_bytes_per_s_per_gpu=1.6e9)),
-    ("DRAM tier 512e9 bytes", {}, lambda: {**_boxes(), "DRAM": replace(PRESETS["rtx-pro-6000x4+dram"], tiers=(OffloadTier("dram", "dram", 512e9),))}),
+    (
+        "DRAM tier 512e9 bytes",
+        {},
+        lambda: {
+            **_boxes(),
+            "DRAM": replace(PRESETS["rtx-pro-6000x4+dram"], tiers=(OffloadTier("dram", "dram", 512e9),)),
+        },
+    ),
     ("flash box's 64 GB RAM also a cache tier", {}, _old_flash),
 ]
 
@@ -223,10 +254,14 @@ def main() -> None:
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--json", help="write every report here")
     ap.add_argument("--from-json", help="read the reports of an earlier --json run instead of running")
-    ap.add_argument("--figures", help="write the eight figures per seed here (benchmarks/serving_figures.json)")
+    ap.add_argument(
+        "--figures", help="write the eight figures per seed here (benchmarks/serving_figures.json)"
+    )
     ap.add_argument("--readme", action="store_true", help="print only the README table")
     ap.add_argument("--write-readme", help="put the table into this README between its serving-table markers")
-    ap.add_argument("--assumptions", action="store_true", help="the figures with one assumption undone at a time")
+    ap.add_argument(
+        "--assumptions", action="store_true", help="the figures with one assumption undone at a time"
+    )
     args = ap.parse_args()
     duration = parse_duration(args.duration, "--duration")
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -246,7 +281,9 @@ def main() -> None:
             print(f"seed {seed}: {time.perf_counter() - t0:.1f} s")
     if args.figures:
         with open(args.figures, "w") as f:
-            json.dump({"duration": args.duration, "seeds": seeds, "figures": figure_values(runs)}, f, indent=1)
+            json.dump(
+                {"duration": args.duration, "seeds": seeds, "figures": figure_values(runs)}, f, indent=1
+            )
             f.write("\n")
     print("\n".join(table(runs)))
     if args.write_readme:

@@ -30,7 +30,7 @@ from dataclasses import replace
 
 from traceflow.kv.scheduler import run
 from traceflow.kv.serving import PREFILL_FLOPS_PER_GPU, PRESETS
-from traceflow.kv.synthetic import THINK_S, agentic_coding_turns
+from traceflow.kv.synthetic import PUBLISHED_RUN, THINK_S, agentic_coding_turns
 from traceflow.units import parse_duration
 
 PLATEAU_TOK_S = 12_000.0  # published: the GPU-only baseline levels off at about 12,000 tok/s
@@ -41,7 +41,7 @@ def figures(prefill: float, think: float, seeds: list[int], duration_s: float) -
     """(GPU-only plateau, DRAM best 5 min / plateau), medians over ``seeds``."""
     plateaus, ratios = [], []
     for seed in seeds:
-        turns = agentic_coding_turns(duration_s, seed, think_s=think)
+        turns = agentic_coding_turns(duration_s, seed, **{**PUBLISHED_RUN, "think_s": think})
         gpu = run(replace(PRESETS["rtx-pro-6000x4"], prefill_flops_per_gpu=prefill), turns)
         dram = run(replace(PRESETS["rtx-pro-6000x4+dram"], prefill_flops_per_gpu=prefill), turns)
         base = gpu["throughput_after_40min_tok_s"] or math.nan
@@ -81,21 +81,23 @@ def main() -> None:
     print(f"start: prefill_flops_per_gpu {prefill:.4g}, think_s {think:.4g}")
     for rnd in range(args.rounds):
 
-        def think_residual(t: float) -> float:
+        def think_residual(t: float, rnd: int = rnd, prefill: float = prefill) -> float:
             p, r = figures(prefill, t, seeds, dur)
             print(f"  round {rnd}: think_s {t:7.2f} -> plateau {p:8,.0f}, DRAM/plateau {r:.3f}")
             return r / DRAM_OVER_PLATEAU - 1  # a longer think time lowers the DRAM peak
 
         think = secant(think_residual, think, think * 1.15)
 
-        def prefill_residual(x: float) -> float:
+        def prefill_residual(x: float, rnd: int = rnd, think: float = think) -> float:
             p, r = figures(x, think, seeds, dur)
             print(f"  round {rnd}: prefill {x:.4g} -> plateau {p:8,.0f}, DRAM/plateau {r:.3f}")
             return p / PLATEAU_TOK_S - 1
 
         prefill = secant(prefill_residual, prefill, prefill * 0.9)
     p, r = figures(prefill, think, seeds, dur)
-    print(f"\nsolved: PREFILL_FLOPS_PER_GPU = {prefill:.3g}  (MFU {prefill / 1e15:.1%} of 1 PFLOP/s dense FP8)")
+    print(
+        f"\nsolved: PREFILL_FLOPS_PER_GPU = {prefill:.3g}  (MFU {prefill / 1e15:.1%} of 1 PFLOP/s dense FP8)"
+    )
     print(f"        THINK_S = {think:.3g} s")
     print("residuals (median over seeds " + ",".join(map(str, seeds)) + "):")
     print(f"  GPU-only plateau      {p:8,.0f} tok/s vs {PLATEAU_TOK_S:,.0f}: {p / PLATEAU_TOK_S - 1:+.1%}")

@@ -20,7 +20,7 @@ from traceflow.cli.app import app, register_all
 from traceflow.errors import UsageError
 from traceflow.kv.scheduler import run
 from traceflow.kv.serving import PRESETS, ServingSpec, load_serving
-from traceflow.kv.synthetic import SessionTurns, agentic_coding_trace, agentic_coding_turns
+from traceflow.kv.synthetic import PUBLISHED_RUN, SessionTurns, agentic_coding_trace, agentic_coding_turns
 from traceflow.kv.trace import BlockTrace
 
 # The worked example at reduced duration: 20 minutes, on a box with less VRAM for KV
@@ -246,7 +246,9 @@ def test_serving_file_refuses_impossible_settings(
     box.write_text(json.dumps({"preset": "rtx-pro-6000x4", **setting}))
     with pytest.raises(UsageError, match=message):
         load_serving(str(box))
-    code, _, err = cli("simulate", "--workload", "agentic-coding", "--duration", "2m", "--serving", str(box), data=False)
+    code, _, err = cli(
+        "simulate", "--workload", "agentic-coding", "--duration", "2m", "--serving", str(box), data=False
+    )
     assert code == 2 and re.search(message, err)
 
 
@@ -255,13 +257,28 @@ def test_a_refused_serving_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
     box.write_text(json.dumps({"preset": "rtx-pro-6000x4", "gpus": 4.5}))
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     res = subprocess.run(
-        [sys.executable, "-m", "traceflow", "simulate", "--workload", "agentic-coding", "--duration", "2m",
-         "--serving", str(box)],
-        capture_output=True, text=True, env=env, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "traceflow",
+            "simulate",
+            "--workload",
+            "agentic-coding",
+            "--duration",
+            "2m",
+            "--serving",
+            str(box),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("traceflow: error:") and "gpus = 4.5" in lines[0], res.stderr
+    assert len(lines) == 1 and lines[0].startswith("traceflow: error:") and "gpus = 4.5" in lines[0], (
+        res.stderr
+    )
 
 
 def test_a_file_without_preset_must_give_both_rates(tmp_path: Path) -> None:
@@ -269,7 +286,9 @@ def test_a_file_without_preset_must_give_both_rates(tmp_path: Path) -> None:
     box.write_text(json.dumps({"gpus": 4}))
     with pytest.raises(UsageError, match="give prefill_flops_per_gpu and kv_load_bandwidth_per_gpu"):
         load_serving(str(box))
-    box.write_text(json.dumps({"gpus": 4, "prefill_flops_per_gpu": 1e14, "kv_load_bandwidth_per_gpu": "20GB/s"}))
+    box.write_text(
+        json.dumps({"gpus": 4, "prefill_flops_per_gpu": 1e14, "kv_load_bandwidth_per_gpu": "20GB/s"})
+    )
     spec = load_serving(str(box))
     assert spec.prefill_flops_per_gpu == 1e14 and spec.kv_load_bytes_per_s_per_gpu == 20e9
 
@@ -289,22 +308,38 @@ def test_preset_copy_rate_is_the_published_pcie5_figure() -> None:
     assert PRESETS["rtx-pro-6000x4"].kv_load_bytes_per_s_per_gpu == pytest.approx(44.1e9, rel=0.01)
 
 
-def test_sessions_end_at_the_context_cap_and_eleven_resume() -> None:
-    t = agentic_coding_turns(7_200.0, 0)
-    ctx = t.trace.input_tokens
-    assert int(ctx.max()) <= 65_536
-    for s in np.unique(t.session):
-        mine = ctx[t.session == s]
-        assert (np.diff(mine) > 0).all()  # monotone: no compaction restarts a session
+def test_the_published_runs_sessions_end_at_the_cap_and_eleven_resume() -> None:
+    t = agentic_coding_turns(7_200.0, 0, **PUBLISHED_RUN)
     assert int(t.resumed.sum()) == 11  # the published cohort: 11 resumes in the window
-    compact = agentic_coding_turns(7_200.0, 0, at_cap="compact")
-    assert compact.trace.n_requests > t.trace.n_requests  # compaction keeps sessions going
+    fast = {**PUBLISHED_RUN, "think_s": 30.0}  # short thinks: sessions reach the cap within the run
+    ends = agentic_coding_turns(7_200.0, 0, **fast)
+    ctx = ends.trace.input_tokens
+    assert int(ctx.max()) <= 65_536
+    last = {int(s): int(c) for s, c in zip(ends.session, ctx, strict=True)}
+    for s in np.unique(ends.session):
+        mine = ctx[ends.session == s]
+        assert (np.diff(mine) > 0).all()  # monotone: no compaction restarts a session
+    assert max(last.values()) > 60_000  # some sessions did get to the cap, and stopped there
+    compact = agentic_coding_turns(7_200.0, 0, **{**fast, "at_cap": "compact"})
+    assert compact.trace.n_requests > ends.trace.n_requests  # compaction keeps sessions going
+    assert int(compact.trace.input_tokens.max()) <= 65_536
+
+
+def test_the_reference_workload_is_unchanged_by_default() -> None:
+    # the serial model's worked example (README): 28,481 requests in 2 h of seed 0, a quarter pausing
+    t = agentic_coding_turns(7_200.0, 0)
+    assert t.trace.n_requests == 28_481
+    assert int(t.resumed.sum()) > 40
 
 
 def test_worst_resumed_wait_includes_the_queue(reports) -> None:  # type: ignore[no-untyped-def]
     for r in reports.values():
         q = r["requests"]
-        waits = [ttft - (adm - arr) for arr, adm, ttft in zip(q["arrival_s"], q["admitted_s"], q["ttft_s"], strict=True) if not math.isnan(ttft)]
+        waits = [
+            ttft - (adm - arr)
+            for arr, adm, ttft in zip(q["arrival_s"], q["admitted_s"], q["ttft_s"], strict=True)
+            if not math.isnan(ttft)
+        ]
         assert min(waits) >= 0  # TTFT = queue + load + prefill ≥ its service part
         if r["resumed_ttft_max_s"] is not None:
             assert r["resumed_worst_wait_s"] >= r["resumed_ttft_max_s"] >= r["resumed_service_max_s"]

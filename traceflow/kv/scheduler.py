@@ -479,7 +479,9 @@ def _report(
     # a resumed turn that arrived but got no first token before the run ended waited at least until the end
     stuck = turns.resumed & ~served & ~np.isnan(issue)
     rt = ttft[resumed]
-    worst_wait = float(max(rt.max() if len(rt) else 0.0, (end_s - issue[stuck]).max() if stuck.any() else 0.0))
+    worst_wait = float(
+        max(rt.max() if len(rt) else 0.0, (end_s - issue[stuck]).max() if stuck.any() else 0.0)
+    )
     service = ttft - (admitted - issue)  # TTFT without the queue wait: load + prefill
     rs = service[resumed]
     ti = ttft[served]

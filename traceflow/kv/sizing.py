@@ -82,6 +82,7 @@ DEFAULT_PREFILL_RATE = round(
     4 * PREFILL_FLOPS_PER_GPU * 65_536 / (2 * 10e9 * 65_536 + 2 * 62 * 48 * 256 * 65_536**2 / 2)
 )
 
+
 @dataclass(frozen=True)
 class Tier:
     """One cache tier: name, capacity, kind, read bandwidth and latency, and an optional TTL."""
