@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from traceflow.kv.scheduler import run
+from traceflow.kv.scheduler import run, step_seconds
 from traceflow.kv.serving import PRESETS, OffloadTier, ServingSpec
 from traceflow.kv.synthetic import PUBLISHED_RUN, agentic_coding_turns
 from traceflow.output import to_json
@@ -231,6 +231,66 @@ def ttft_checks(runs: list[Reports]) -> list[str]:
     return out
 
 
+#: Steps compared with aiconfigurator: (label, prefill chunks (new, before), decoders' contexts)
+STEPS: list[tuple[str, list[tuple[int, int]], list[int]]] = [
+    ("prefill 8,192 new tokens, no prefix", [(8_192, 0)], []),
+    ("prefill 8,192 new tokens after 24,000", [(8_192, 24_000)], []),
+    ("prefill 1,024 new tokens after 30,000 (a hit turn)", [(1_024, 30_000)], []),
+    ("decode 1 request at 30,000 tokens", [], [30_000]),
+    ("decode 8 requests at 30,000 tokens", [], [30_000] * 8),
+    ("decode 32 requests at 30,000 tokens", [], [30_000] * 32),
+    ("decode 64 requests at 30,000 tokens", [], [30_000] * 64),
+]
+
+
+def measured_steps(
+    system: str = "rtx_pro_6000_server", backend: str = "trtllm", version: str = "1.3.0rc20"
+) -> list[str]:
+    """The preset's step times beside aiconfigurator-core's measured database (``traceflow[measured]``):
+    MiniMax-M2.7 at TP 4 on ``system`` under ``backend`` (its database has MiniMax under TensorRT-LLM for
+    this system; vLLM's lacks a GEMM shape it needs)."""
+    try:
+        from aiconfigurator_core.sdk import config
+        from aiconfigurator_core.sdk.models import get_model
+        from aiconfigurator_core.sdk.perf_database import get_database
+        from aiconfigurator_core.sdk.rust_engine_step import (
+            estimate_decode_step_latency_with_rust,
+            estimate_mixed_step_latency_with_rust,
+        )
+    except ImportError:
+        return ["aiconfigurator-core is not installed: pip install 'traceflow[measured]'"]
+    db = get_database(system, backend, version)
+    model = get_model(
+        "MiniMaxAI/MiniMax-M2.7", config.ModelConfig(tp_size=4, moe_tp_size=4, moe_ep_size=1), backend
+    )
+    spec = PRESETS["rtx-pro-6000x4"]
+    lines = [
+        f"| step (MiniMax-M2.7 FP8, TP 4) | traceflow preset (ms) | aiconfigurator {system} {backend} "
+        f"{version} (ms) |",
+        "|---|---:|---:|",
+    ]
+    for label, chunks, decoders in STEPS:
+        ours = step_seconds(spec, chunks, decoders) * 1e3
+        if chunks:
+            ((new, before),) = chunks
+            theirs = estimate_mixed_step_latency_with_rust(
+                model, db, ctx_tokens=new, gen_tokens=0, isl=new + before, osl=200, prefix=before
+            )
+        else:
+            theirs = estimate_decode_step_latency_with_rust(
+                model, db, gen_tokens=len(decoders), isl=decoders[0], osl=200
+            )
+        lines.append(f"| {label} | {ours:,.1f} | {theirs:,.1f} |")
+    roofline = step_seconds(replace(spec, step_overhead_s=0.0), [], [30_000]) * 1e3
+    single = estimate_decode_step_latency_with_rust(model, db, gen_tokens=1, isl=30_000, osl=200)
+    lines.append(
+        f"\nstep overhead implied by one decode step: {single:.1f} - {roofline:.1f} = "
+        f"{single - roofline:.1f} ms "
+        f"(the presets' step_overhead_s: {spec.step_overhead_s * 1e3:.1f} ms)"
+    )
+    return lines
+
+
 MARK_START, MARK_END = "<!-- serving-table -->", "<!-- /serving-table -->"
 
 
@@ -262,11 +322,17 @@ def main() -> None:
     ap.add_argument(
         "--assumptions", action="store_true", help="the figures with one assumption undone at a time"
     )
+    ap.add_argument(
+        "--aiconfigurator", action="store_true", help="the preset's step times beside aiconfigurator-core's"
+    )
     args = ap.parse_args()
     duration = parse_duration(args.duration, "--duration")
     seeds = [int(s) for s in args.seeds.split(",")]
     if args.assumptions:
         print("\n".join(assumptions(duration, seeds)))
+        return
+    if args.aiconfigurator:
+        print("\n".join(measured_steps()))
         return
     runs = []
     if args.from_json:

@@ -133,12 +133,8 @@ def run(
         1.0 / load_rate + (1.0 / t.read_bytes_per_s if math.isfinite(t.read_bytes_per_s) else 0.0)
         for t in spec.tiers
     ]
-    compute_rate = spec.gpus * spec.prefill_flops_per_gpu
-    hbm = spec.gpus * spec.hbm_bytes_per_s
     c = find_cfg(spec)
     layers, heads, hd = c
-    n_active = spec.active_params
-    attn_per_pos = 4.0 * layers * heads * hd  # decode FLOPs per token per context position
     blocks = trace.blocks
     offsets = trace.offsets
     n_req = trace.n_requests
@@ -276,7 +272,6 @@ def run(
             continue
         budget = spec.max_num_batched_tokens - len(decoding)
         load_s = 0.0
-        flops = 0.0
         chunks: list[tuple[_Req, int]] = []
         for r in prefilling:
             if budget <= 0:
@@ -309,16 +304,15 @@ def run(
         if head > 4096:
             waiting = waiting[head:]
             head = 0
-        n_tok = len(decoding) + sum(n for _, n in chunks)
-        for r, n in chunks:
-            flops += prefill_flops(n_active, layers, heads, hd, hd, n, r.done_in)
-        kv_read = 0.0
-        for r in decoding:
-            ctx = r.n_in + (r.n_out - r.left_out)
-            flops += 2 * n_active + attn_per_pos * ctx
-            kv_read += ctx * b
-        mem = spec.weight_bytes_touched_per_gpu(n_tok) * spec.gpus + kv_read
-        step = max(flops / compute_rate, mem / hbm) + load_s + spec.step_overhead_s
+        step = (
+            step_seconds(
+                spec,
+                [(n, r.done_in) for r, n in chunks],
+                [r.n_in + (r.n_out - r.left_out) for r in decoding],
+                (layers, heads, hd),
+            )
+            + load_s
+        )
         # fast-forward pure decode stretches (nothing to prefill, the queue head cannot move)
         repeat = 1
         if not chunks and decoding:
@@ -396,6 +390,30 @@ def run(
             "input_tokens": trace.input_tokens.tolist(),
         }
     return report
+
+
+def step_seconds(
+    spec: ServingSpec,
+    chunks: list[tuple[int, int]],
+    decode_contexts: list[int],
+    cfg: tuple[int, int, int] | None = None,
+) -> float:
+    """One engine step of ``spec`` without loads: prefill ``chunks`` (new tokens, tokens before them) and
+    one token for each decoding request (its context length).
+
+    ``max(FLOPs / (gpus × prefill_flops_per_gpu), bytes / (gpus × hbm)) + step_overhead_s``; FLOPs: the
+    chunks' :func:`~traceflow.kv.sizing.prefill_flops` + ``2·N_active + 4·L·heads·d·ctx`` per decoder;
+    bytes: the MoE weights the step's tokens route to + the KV the decoders read.
+    """
+    layers, heads, hd = cfg if cfg is not None else find_cfg(spec)
+    n_active = spec.active_params
+    flops = sum(prefill_flops(n_active, layers, heads, hd, hd, n, p) for n, p in chunks)
+    flops += sum(2 * n_active + 4.0 * layers * heads * hd * ctx for ctx in decode_contexts)
+    kv_read = sum(decode_contexts) * spec.kv().per_token_bytes
+    n_tok = len(decode_contexts) + sum(n for n, _ in chunks)
+    mem = spec.weight_bytes_touched_per_gpu(n_tok) * spec.gpus + kv_read
+    compute = flops / (spec.gpus * spec.prefill_flops_per_gpu)
+    return max(compute, mem / (spec.gpus * spec.hbm_bytes_per_s)) + spec.step_overhead_s
 
 
 #: Peak throughput is the best moving average over this window (one-minute buckets are noisy).

@@ -181,6 +181,13 @@ CALIBRATION = (
 #: 50 GB/s × (22.1 / 25.07) = 44 GB/s.
 KV_LOAD_PCIE5_LMCACHE = 50e9 * 22.1 / 25.07
 
+#: Fixed time per engine step of the presets, seconds: what a roofline of FLOPs and bytes misses (kernel
+#: launches, tensor-parallel all-reduces over PCIe, MoE routing). Measured, not fitted: aiconfigurator-core
+#: 0.12.0's database times one decode step of MiniMax-M2.7 FP8 at TP 4 on ``rtx_pro_6000_server``
+#: (TensorRT-LLM 1.3.0rc20, 1 request at 30,000 tokens) at 25.3 ms, the roofline at 1.9 ms; the difference.
+#: ``python benchmarks/bench_serving.py --aiconfigurator`` prints both (``traceflow[measured]``).
+STEP_OVERHEAD_S = 0.0234
+
 #: Effective prefill FLOP/s per GPU of the presets. CALIBRATED: ``benchmarks/calibrate_serving.py`` solves
 #: it so that the GPU-only preset's mean throughput after minute 40 is the published 12,000 tok/s.
 PREFILL_FLOPS_PER_GPU = 1.18e14
@@ -202,6 +209,7 @@ _BOX = ServingSpec(
     weight_bytes_per_param=1.0,  # FP8 checkpoint
     max_num_batched_tokens=8192,  # vLLM's chunked-prefill token budget per step
     max_num_seqs=256,  # vLLM's default
+    step_overhead_s=STEP_OVERHEAD_S,  # measured (aiconfigurator-core), see above
     prefill_flops_per_gpu=PREFILL_FLOPS_PER_GPU,  # CALIBRATED (benchmarks/calibrate_serving.py)
     kv_load_bytes_per_s_per_gpu=KV_LOAD_PCIE5_LMCACHE,  # published copy rates, see above
     calibration=CALIBRATION,
