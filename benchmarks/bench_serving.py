@@ -136,6 +136,7 @@ VARIANTS: list[tuple[str, dict[str, Any], Callable[[], dict[str, ServingSpec]]]]
         },
     ),
     ("flash box's 64 GB RAM also a cache tier", {}, _old_flash),
+    ("no step overhead (the roofline alone)", {}, lambda: _boxes(step_overhead_s=0.0)),
 ]
 
 

@@ -372,3 +372,22 @@ def test_bench_spread_and_tolerance_are_median_and_range() -> None:
     assert bench.spread([3.0, 1.0, 2.0]) == "2.00 [1.00–3.00]"
     assert bench.within([12_000.0, 20_000.0, 15_000.0], 12_000) is True  # median 15,000: +25 %
     assert bench.within([16_000.0, 16_000.0, 1.0], 12_000) is False  # median 16,000: +33 %
+
+
+def test_step_overhead_is_added_once_per_step() -> None:
+    from traceflow.kv.scheduler import step_seconds
+
+    box = PRESETS["rtx-pro-6000x4"]
+    bare = replace(box, step_overhead_s=0.0)
+    for chunks, decoders in (([], [30_000]), ([(8_192, 0)], []), ([(1_024, 30_000)], [5_000] * 8)):
+        assert step_seconds(box, chunks, decoders) - step_seconds(bare, chunks, decoders) == pytest.approx(
+            box.step_overhead_s
+        )
+
+
+def test_the_presets_step_overhead_is_aiconfigurators_measured_decode_step() -> None:
+    pytest.importorskip("aiconfigurator_core")  # traceflow[measured]
+    lines = _bench().measured_steps()
+    implied = next(ln for ln in lines if "step overhead implied" in ln)
+    ms = float(implied.split("=")[1].split("ms")[0])
+    assert ms == pytest.approx(PRESETS["rtx-pro-6000x4"].step_overhead_s * 1e3, abs=0.05)
