@@ -15,9 +15,9 @@ named ASSUMPTION; the serial model's prefill rate is derived from constant 1):
 Source of both figures: Solidigm / Dell, the KV-offload tier benchmark on a Dell PowerEdge XE7740
 (4 × RTX PRO 6000 Blackwell, vLLM 0.22.0 + LMCache 0.5.0, MiniMax-M2.7 FP8), "Throughput under load".
 The two interact (the offered load moves the plateau a little), so they are solved in turn, twice, each by
-the secant method on a log scale (starting from the shipped values, so a rerun that reproduces them
-stops at once). Prints every step and the residuals at the end; with the shipped values
-the residuals should be within a few per cent.
+the secant method on a log scale, starting from the shipped values (a rerun that reproduces them stops at
+once: a residual within 3 %, about the seed-to-seed noise of these medians, counts as solved). Prints
+every step and the residuals at the end.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def figures(prefill: float, think: float, seeds: list[int], duration_s: float) -
     return statistics.median(plateaus), statistics.median(ratios)
 
 
-def secant(f: Callable[[float], float], x0: float, x1: float, steps: int = 4, tol: float = 0.02) -> float:
+def secant(f: Callable[[float], float], x0: float, x1: float, steps: int = 4, tol: float = 0.03) -> float:
     """The point with the smallest |relative residual| ``f`` seen by the secant method in log x (the
     residual is a median over seeds of a noisy figure, so the last step is not always the best)."""
     seen = {x0: f(x0)}
