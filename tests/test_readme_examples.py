@@ -70,8 +70,8 @@ NOT_RUN = {
         "needs a collector listening on 127.0.0.1:4318 and sends for 90 s; "
         "the load generator is run by tests/test_workload.py"
     ),
-    "python benchmarks/bench_serving.py --duration 2h": "a benchmark (three serving presets over two hours); "
-    "its simulate runs are the `simulate --serving` examples run here",
+    "python benchmarks/bench_serving.py --figures benchmarks/serving_figures.json": "a benchmark (three "
+    "serving presets over two hours, three seeds); tests/test_serving.py checks the table it writes",
     "traceflow blocks --live --interval 10": "refreshes until Ctrl-C; tests/test_blocks.py runs --live "
     "with --count",
     "curl -sLO https://raw.githubusercontent.com/BerriAI/litellm/main/model_prices_and_context_window.json": (

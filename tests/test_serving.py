@@ -4,20 +4,27 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from traceflow.cli.app import app, register_all
 from traceflow.errors import UsageError
 from traceflow.kv.scheduler import run
-from traceflow.kv.serving import PRESETS, load_serving
-from traceflow.kv.synthetic import agentic_coding_trace, agentic_coding_turns
+from traceflow.kv.serving import PRESETS, ServingSpec, load_serving
+from traceflow.kv.synthetic import PUBLISHED_RUN, SessionTurns, agentic_coding_trace, agentic_coding_turns
+from traceflow.kv.trace import BlockTrace
 
 # The worked example at reduced duration: 20 minutes, on a box with less VRAM for KV
-# (memory_utilization 0.72 instead of 0.9) so that the working set outgrows VRAM within the run.
+# (memory_utilization 0.68 instead of 0.9) so that the working set outgrows VRAM within the run.
 DURATION_S = 1_200.0
 
 
@@ -30,7 +37,7 @@ def turns():  # type: ignore[no-untyped-def]
 def reports(turns):  # type: ignore[no-untyped-def]
     out = {}
     for name in ("rtx-pro-6000x4", "rtx-pro-6000x4+dram", "rtx-pro-6000x4+flash"):
-        spec = replace(PRESETS[name], memory_utilization=0.72)
+        spec = replace(PRESETS[name], memory_utilization=0.68)
         out[name] = run(spec, turns, keep_requests=True)
     return out
 
@@ -111,7 +118,6 @@ def test_report_keys(reports) -> None:  # type: ignore[no-untyped-def]
         "ttft_p99_s",
         "queue_length",
         "gpu_resident_bytes",
-        "staging_resident_bytes",
         "flash_resident_bytes",
         "flash_read_bytes_per_s",
         "flash_write_bytes_per_s",
@@ -160,3 +166,228 @@ def test_file_format_and_cli(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
     assert out["serving"]["gpus"] == 8 and out["requests_served"] > 0
+
+
+# --------------------------------------------------------------------------------- issue 23: the regime
+
+BLOCK = 512 * 2 * 62 * 8 * 128  # one 512-token block of MiniMax-M2 FP8 KV
+
+
+def _tiny_box(pool_blocks: int) -> ServingSpec:
+    """One GPU whose KV pool holds exactly ``pool_blocks`` blocks (weights 1 GB, nothing reserved)."""
+    spec = replace(
+        PRESETS["rtx-pro-6000x4"],
+        gpus=1,
+        total_params=1e9,
+        active_params=1e9,
+        experts=0,
+        activation_reserve_bytes=0.0,
+        memory_utilization=1.0,
+        gpu_memory_bytes=1e9 + pool_blocks * BLOCK + BLOCK / 2,
+    )
+    assert int(spec.kv_bytes // BLOCK) == pool_blocks
+    return spec
+
+
+def _turns(requests: list[list[int]], times: list[float]) -> SessionTurns:
+    """One single-turn session per request; ``requests`` are block-id lists of full 512-token blocks."""
+    counts = [len(r) for r in requests]
+    trace = BlockTrace(
+        np.asarray(times, dtype=np.float64),
+        np.asarray([512 * c for c in counts], dtype=np.int64),
+        np.concatenate(([0], np.cumsum(counts))).astype(np.int64),
+        np.asarray([b for r in requests for b in r], dtype=np.int64),
+        512,
+        tuple(f"s{i}" for i in range(len(requests))),
+    )
+    n = len(requests)
+    return SessionTurns(
+        trace,
+        np.ones(n, dtype=np.int64),
+        np.zeros(n),
+        np.zeros(n, dtype=np.bool_),
+        np.arange(n, dtype=np.int64),
+    )
+
+
+def test_a_shared_prefix_is_counted_once_in_the_pool() -> None:
+    # two requests at t=0 share 8 of their 10 blocks: 12 distinct context blocks + 2 answer blocks = 14
+    # fit a 16-block pool together (counting the shared blocks twice, 22, would hold the second back)
+    shared = list(range(8))
+    turns = _turns([[*shared, 100, 101], [*shared, 200, 201], [300]], [0.0, 0.0, 50.0])
+    r = run(_tiny_box(16), turns, keep_requests=True)
+    assert r["requests"]["admitted_s"][:2] == [0.0, 0.0]
+    assert r["requests_rejected"] == 0
+
+
+def test_a_request_larger_than_the_whole_pool_is_rejected_not_run() -> None:
+    # 20 context blocks + 1 answer block can never fit a 16-block pool, even alone
+    # (the run lasts until the last arrival, at 60 s)
+    turns = _turns([list(range(20)), [100, 101], [300]], [0.0, 0.5, 60.0])
+    r = run(_tiny_box(16), turns, keep_requests=True)
+    assert r["requests_rejected"] == 1
+    assert math.isnan(r["requests"]["ttft_s"][0]) and not math.isnan(r["requests"]["ttft_s"][1])
+    assert r["requests_served"] == 1 and r["served_share"] == pytest.approx(1 / 3)
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ({"gpus": 4.5}, "gpus = 4.5 must be a whole number"),
+        ({"max_num_seqs": 0}, "max_num_seqs = 0 must be at least 1"),
+        ({"max_num_seqs": -3}, "max_num_seqs = -3 must be at least 1"),
+        ({"memory_utilization": 1.2}, r"memory_utilization = 1.2 must be in \(0, 1\]"),
+    ],
+)
+def test_serving_file_refuses_impossible_settings(
+    tmp_path: Path, setting: dict[str, float], message: str, cli: Any
+) -> None:
+    box = tmp_path / "box.json"
+    box.write_text(json.dumps({"preset": "rtx-pro-6000x4", **setting}))
+    with pytest.raises(UsageError, match=message):
+        load_serving(str(box))
+    code, _, err = cli(
+        "simulate", "--workload", "agentic-coding", "--duration", "2m", "--serving", str(box), data=False
+    )
+    assert code == 2 and re.search(message, err)
+
+
+def test_a_refused_serving_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    box = tmp_path / "box.json"
+    box.write_text(json.dumps({"preset": "rtx-pro-6000x4", "gpus": 4.5}))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "traceflow",
+            "simulate",
+            "--workload",
+            "agentic-coding",
+            "--duration",
+            "2m",
+            "--serving",
+            str(box),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("traceflow: error:") and "gpus = 4.5" in lines[0], (
+        res.stderr
+    )
+
+
+def test_a_file_without_preset_must_give_both_rates(tmp_path: Path) -> None:
+    box = tmp_path / "box.json"
+    box.write_text(json.dumps({"gpus": 4}))
+    with pytest.raises(UsageError, match="give prefill_flops_per_gpu and kv_load_bandwidth_per_gpu"):
+        load_serving(str(box))
+    box.write_text(
+        json.dumps({"gpus": 4, "prefill_flops_per_gpu": 1e14, "kv_load_bandwidth_per_gpu": "20GB/s"})
+    )
+    spec = load_serving(str(box))
+    assert spec.prefill_flops_per_gpu == 1e14 and spec.kv_load_bytes_per_s_per_gpu == 20e9
+
+
+def test_presets_size_dram_in_gib_and_count_the_flash_ram_once() -> None:
+    dram = PRESETS["rtx-pro-6000x4+dram"].tiers
+    assert [t.capacity_bytes for t in dram] == [512 * 2**30]  # LMCache's max_local_cpu_size is in GiB
+    flash = PRESETS["rtx-pro-6000x4+flash"].tiers
+    # the 64 GB of RAM is the flash tier's write staging, not also a cache tier of its own
+    assert [t.kind for t in flash] == ["ssd"]
+    assert flash[0].staging_bytes == 64 * 2**30
+    assert flash[0].capacity_bytes == 8 * 12.8e12 / 2  # RAID10 of 8 × 12.8 TB
+
+
+def test_preset_copy_rate_is_the_published_pcie5_figure() -> None:
+    # 50 GB/s one way (vLLM's offloading connector, H100, PCIe 5.0) × LMCache's 22.1 / 25.07 (L20)
+    assert PRESETS["rtx-pro-6000x4"].kv_load_bytes_per_s_per_gpu == pytest.approx(44.1e9, rel=0.01)
+
+
+def test_the_published_runs_sessions_end_at_the_cap_and_eleven_resume() -> None:
+    t = agentic_coding_turns(7_200.0, 0, **PUBLISHED_RUN)
+    assert int(t.resumed.sum()) == 11  # the published cohort: 11 resumes in the window
+    fast = {**PUBLISHED_RUN, "think_s": 30.0}  # short thinks: sessions reach the cap within the run
+    ends = agentic_coding_turns(7_200.0, 0, **fast)
+    ctx = ends.trace.input_tokens
+    assert int(ctx.max()) <= 65_536
+    last = {int(s): int(c) for s, c in zip(ends.session, ctx, strict=True)}
+    for s in np.unique(ends.session):
+        mine = ctx[ends.session == s]
+        assert (np.diff(mine) > 0).all()  # monotone: no compaction restarts a session
+    assert max(last.values()) > 60_000  # some sessions did get to the cap, and stopped there
+    compact = agentic_coding_turns(7_200.0, 0, **{**fast, "at_cap": "compact"})
+    assert compact.trace.n_requests > ends.trace.n_requests  # compaction keeps sessions going
+    assert int(compact.trace.input_tokens.max()) <= 65_536
+
+
+def test_the_reference_workload_is_unchanged_by_default() -> None:
+    # the serial model's worked example (README): 28,481 requests in 2 h of seed 0, a quarter pausing
+    t = agentic_coding_turns(7_200.0, 0)
+    assert t.trace.n_requests == 28_481
+    assert int(t.resumed.sum()) > 40
+
+
+def test_worst_resumed_wait_includes_the_queue(reports) -> None:  # type: ignore[no-untyped-def]
+    for r in reports.values():
+        q = r["requests"]
+        waits = [
+            ttft - (adm - arr)
+            for arr, adm, ttft in zip(q["arrival_s"], q["admitted_s"], q["ttft_s"], strict=True)
+            if not math.isnan(ttft)
+        ]
+        assert min(waits) >= 0  # TTFT = queue + load + prefill ≥ its service part
+        if r["resumed_ttft_max_s"] is not None:
+            assert r["resumed_worst_wait_s"] >= r["resumed_ttft_max_s"] >= r["resumed_service_max_s"]
+        assert r["requests_served"] == round(r["served_share"] * r["requests_offered"])
+
+
+def _bench() -> Any:
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_serving.py"
+    spec = importlib.util.spec_from_file_location("bench_serving", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_readme_serving_table_is_the_benchmarks_output() -> None:
+    bench = _bench()
+    root = Path(__file__).resolve().parents[1]
+    saved = json.loads((root / "benchmarks" / "serving_figures.json").read_text())
+    assert saved["seeds"] == [0, 1, 2] and saved["duration"] == "2h"
+    assert all(len(v) == 3 for v in saved["figures"].values())  # every figure over three seeds
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    assert bench.readme_table(readme) == "\n".join(bench.render(saved["figures"]))
+
+
+def test_bench_spread_and_tolerance_are_median_and_range() -> None:
+    bench = _bench()
+    assert bench.spread([3.0, 1.0, 2.0]) == "2.00 [1.00–3.00]"
+    assert bench.within([12_000.0, 20_000.0, 15_000.0], 12_000) is True  # median 15,000: +25 %
+    assert bench.within([16_000.0, 16_000.0, 1.0], 12_000) is False  # median 16,000: +33 %
+
+
+def test_step_overhead_is_added_once_per_step() -> None:
+    from traceflow.kv.scheduler import step_seconds
+
+    box = PRESETS["rtx-pro-6000x4"]
+    bare = replace(box, step_overhead_s=0.0)
+    for chunks, decoders in (([], [30_000]), ([(8_192, 0)], []), ([(1_024, 30_000)], [5_000] * 8)):
+        assert step_seconds(box, chunks, decoders) - step_seconds(bare, chunks, decoders) == pytest.approx(
+            box.step_overhead_s
+        )
+
+
+def test_the_presets_step_overhead_is_aiconfigurators_measured_decode_step() -> None:
+    pytest.importorskip("aiconfigurator_core")  # traceflow[measured]
+    lines = _bench().measured_steps()
+    implied = next(ln for ln in lines if "step overhead implied" in ln)
+    ms = float(implied.split("=")[1].split("ms")[0])
+    assert ms == pytest.approx(PRESETS["rtx-pro-6000x4"].step_overhead_s * 1e3, abs=0.05)

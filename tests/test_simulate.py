@@ -446,3 +446,18 @@ def test_simulate_ttl_needs_a_ttl(cli: Cli, testdata: Path) -> None:
 def test_infinite_tier_capacity_is_reported_as_null() -> None:
     report = run(micro_trace(), 1, policy="ttl", ttl_s=math.inf)
     assert report["hit_tokens"] == 8 + 12 + 16
+
+
+def test_serial_defaults_are_measurements_and_a_derivation_not_fits() -> None:
+    from traceflow.kv import sizing
+    from traceflow.kv.serving import PRESETS
+
+    box = PRESETS["rtx-pro-6000x4"]
+    # the preset's prefill FLOP/s over MiniMax-M2's FLOPs for a 65,536-token prompt (62 layers, 48 heads)
+    per_prompt = sizing.prefill_flops(10e9, 62, 48, 128, 128, 65_536, 0)
+    assert (
+        pytest.approx(4 * box.prefill_flops_per_gpu * 65_536 / per_prompt, abs=1)
+        == sizing.DEFAULT_PREFILL_RATE
+    )
+    assert sizing.DEFAULT_READ_BW["dram"] == box.kv_load_bytes_per_s_per_gpu  # one PCIe 5.0 link
+    assert sizing.DEFAULT_READ_BW["ssd"] == 114e9 / 8  # one drive of the 8-drive array's fio ceiling

@@ -455,7 +455,7 @@ def _serve(
     """``simulate --serving``: the closed-loop workload on a serving box (:mod:`traceflow.kv.scheduler`)."""
     from traceflow.kv.scheduler import run
     from traceflow.kv.serving import load_serving
-    from traceflow.kv.synthetic import agentic_coding_turns
+    from traceflow.kv.synthetic import PUBLISHED_RUN, agentic_coding_turns
     from traceflow.units import parse_duration
 
     if trace is not None or workload not in (None, "agentic-coding"):
@@ -463,7 +463,9 @@ def _serve(
     if sim.tier:
         raise UsageError('--serving takes its tiers from the box spec (its "tiers" list), not --tier')
     spec = load_serving(serving)
-    turns = agentic_coding_turns(parse_duration(duration, "--duration"), seed, block_size=block_size)
+    turns = agentic_coding_turns(
+        parse_duration(duration, "--duration"), seed, block_size=block_size, **PUBLISHED_RUN
+    )
     report = run(spec, turns, parse_duration(sim.bucket, "--bucket"))
     _print_simulation(report, fmt, per_minute, lead=report["serving"])
 

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from traceflow.kv.serving import ServingSpec
+from traceflow.kv.serving import ServingSpec, check_spec
 from traceflow.kv.sizing import prefill_flops
 from traceflow.kv.synthetic import SessionTurns
 
@@ -120,6 +120,7 @@ def run(
     ``keep_requests`` adds ``requests[]`` (per request: arrival, admission, TTFT, cached tokens; NaN
     where the run ended first).
     """
+    check_spec(spec, f"--serving {spec.name}")
     trace = turns.trace
     kv = spec.kv()
     b = kv.per_token_bytes
@@ -132,12 +133,8 @@ def run(
         1.0 / load_rate + (1.0 / t.read_bytes_per_s if math.isfinite(t.read_bytes_per_s) else 0.0)
         for t in spec.tiers
     ]
-    compute_rate = spec.gpus * spec.prefill_flops_per_gpu
-    hbm = spec.gpus * spec.hbm_bytes_per_s
     c = find_cfg(spec)
     layers, heads, hd = c
-    n_active = spec.active_params
-    attn_per_pos = 4.0 * layers * heads * hd  # decode FLOPs per token per context position
     blocks = trace.blocks
     offsets = trace.offsets
     n_req = trace.n_requests
@@ -162,7 +159,10 @@ def run(
     decoding: list[_Req] = []
     pinned: dict[int, int] = {}
     cached: OrderedDict[int, None] = OrderedDict()  # GPU blocks no running request holds (LRU)
-    reserved = 0  # blocks held by running requests (their context and answer)
+    answers = 0  # blocks reserved for the running requests' answers
+    # blocks held by running requests: each distinct context block once (``pinned``, however many running
+    # requests share it) + the answers' blocks
+    rejected = np.zeros(n_req, dtype=bool)
     issue = np.full(n_req, np.nan)
     ttft = np.full(n_req, np.nan)
     cached_tok = np.zeros(n_req, dtype=np.int64)
@@ -179,7 +179,7 @@ def run(
 
     def admit(r: _Req) -> float:
         """Look the request up, pin its blocks, return the load time it adds to this step."""
-        nonlocal reserved
+        nonlocal answers
         lo, hi = int(offsets[r.idx]), int(offsets[r.idx + 1])
         ids = blocks[lo:hi].tolist()
         n_in = r.n_in
@@ -216,8 +216,8 @@ def run(
         r.first_new = k
         r.cached = hit_tok
         r.done_in = hit_tok
-        r.blocks_held = len(ids) + -(-r.n_out // bs)
-        reserved += r.blocks_held
+        r.blocks_held = -(-r.n_out // bs)
+        answers += r.blocks_held
         cached_tok[r.idx] = hit_tok
         loaded_tok[r.idx] = ld
         evict()
@@ -226,7 +226,7 @@ def run(
     def evict() -> None:
         nonlocal gpu_full_s
         # the pool holds the running requests' blocks plus the cached ones
-        over = len(cached) + reserved - pool
+        over = len(cached) + len(pinned) + answers - pool
         if over > 0 and gpu_full_s is None:
             gpu_full_s = now
         for _ in range(max(over, 0)):
@@ -235,7 +235,7 @@ def run(
             cached.popitem(last=False)
 
     def release(r: _Req) -> None:
-        nonlocal reserved
+        nonlocal answers
         lo, hi = int(offsets[r.idx]), int(offsets[r.idx + 1])
         for blk in blocks[lo:hi].tolist():
             n = pinned[blk] - 1
@@ -244,7 +244,7 @@ def run(
             else:
                 del pinned[blk]
                 cached[blk] = None
-        reserved -= r.blocks_held
+        answers -= r.blocks_held
         evict()
 
     def store(r: _Req, t: float) -> None:
@@ -272,7 +272,6 @@ def run(
             continue
         budget = spec.max_num_batched_tokens - len(decoding)
         load_s = 0.0
-        flops = 0.0
         chunks: list[tuple[_Req, int]] = []
         for r in prefilling:
             if budget <= 0:
@@ -283,8 +282,16 @@ def run(
         running = len(prefilling) + len(decoding)
         while budget > 0 and head < len(waiting) and running < spec.max_num_seqs:
             r = waiting[head]
-            need = -(-r.n_in // bs) + -(-r.n_out // bs)
-            if reserved + need > pool and reserved > 0:
+            lo, hi = int(offsets[r.idx]), int(offsets[r.idx + 1])
+            ids = blocks[lo:hi].tolist()
+            out_blocks = -(-r.n_out // bs)
+            if len(ids) + out_blocks > pool:
+                # larger than the whole pool: it can never run (vLLM refuses a request past its capacity)
+                head += 1
+                rejected[r.idx] = True
+                continue
+            need = sum(1 for blk in ids if blk not in pinned) + out_blocks
+            if len(pinned) + answers + need > pool:
                 break  # no room until a running request ends (cached blocks are evicted as needed)
             head += 1
             admitted[r.idx] = now
@@ -297,16 +304,15 @@ def run(
         if head > 4096:
             waiting = waiting[head:]
             head = 0
-        n_tok = len(decoding) + sum(n for _, n in chunks)
-        for r, n in chunks:
-            flops += prefill_flops(n_active, layers, heads, hd, hd, n, r.done_in)
-        kv_read = 0.0
-        for r in decoding:
-            ctx = r.n_in + (r.n_out - r.left_out)
-            flops += 2 * n_active + attn_per_pos * ctx
-            kv_read += ctx * b
-        mem = spec.weight_bytes_touched_per_gpu(n_tok) * spec.gpus + kv_read
-        step = max(flops / compute_rate, mem / hbm) + load_s + spec.step_overhead_s
+        step = (
+            step_seconds(
+                spec,
+                [(n, r.done_in) for r, n in chunks],
+                [r.n_in + (r.n_out - r.left_out) for r in decoding],
+                (layers, heads, hd),
+            )
+            + load_s
+        )
         # fast-forward pure decode stretches (nothing to prefill, the queue head cannot move)
         repeat = 1
         if not chunks and decoding:
@@ -320,7 +326,7 @@ def run(
         steps += repeat
         row = buckets.row(now - 1e-9)
         row["queue"].append(len(waiting) - head)
-        row["resident"][0] = (len(cached) + reserved) * block_bytes
+        row["resident"][0] = (len(cached) + len(pinned) + answers) * block_bytes
         for j, tier in enumerate(tiers):
             row["resident"][j + 1] = len(tier.lru) * block_bytes
         still: list[_Req] = []
@@ -373,6 +379,7 @@ def run(
         gpu_full_s,
         tier_full_s,
         end_s,
+        rejected,
     )
     if keep_requests:
         report["requests"] = {
@@ -383,6 +390,30 @@ def run(
             "input_tokens": trace.input_tokens.tolist(),
         }
     return report
+
+
+def step_seconds(
+    spec: ServingSpec,
+    chunks: list[tuple[int, int]],
+    decode_contexts: list[int],
+    cfg: tuple[int, int, int] | None = None,
+) -> float:
+    """One engine step of ``spec`` without loads: prefill ``chunks`` (new tokens, tokens before them) and
+    one token for each decoding request (its context length).
+
+    ``max(FLOPs / (gpus × prefill_flops_per_gpu), bytes / (gpus × hbm)) + step_overhead_s``; FLOPs: the
+    chunks' :func:`~traceflow.kv.sizing.prefill_flops` + ``2·N_active + 4·L·heads·d·ctx`` per decoder;
+    bytes: the MoE weights the step's tokens route to + the KV the decoders read.
+    """
+    layers, heads, hd = cfg if cfg is not None else find_cfg(spec)
+    n_active = spec.active_params
+    flops = sum(prefill_flops(n_active, layers, heads, hd, hd, n, p) for n, p in chunks)
+    flops += sum(2 * n_active + 4.0 * layers * heads * hd * ctx for ctx in decode_contexts)
+    kv_read = sum(decode_contexts) * spec.kv().per_token_bytes
+    n_tok = len(decode_contexts) + sum(n for n, _ in chunks)
+    mem = spec.weight_bytes_touched_per_gpu(n_tok) * spec.gpus + kv_read
+    compute = flops / (spec.gpus * spec.prefill_flops_per_gpu)
+    return max(compute, mem / (spec.gpus * spec.hbm_bytes_per_s)) + spec.step_overhead_s
 
 
 #: Peak throughput is the best moving average over this window (one-minute buckets are noisy).
@@ -396,6 +427,12 @@ def find_cfg(spec: ServingSpec) -> tuple[int, int, int]:
 
     c = text_config(find_model(spec.model).config)
     return num_layers(c), int(c["num_attention_heads"]), head_dim(c)
+
+
+def _mean_after(per_minute: list[dict[str, Any]], start_s: float) -> float | None:
+    """Mean throughput of the buckets that start at or after ``start_s`` (None when the run is shorter)."""
+    after = [r["throughput_tok_s"] for r in per_minute if r["start_s"] >= start_s]
+    return float(np.mean(after)) if after else None
 
 
 def _q(x: list[float] | np.ndarray, q: float) -> float | None:
@@ -420,6 +457,7 @@ def _report(
     gpu_full_s: float | None,
     tier_full_s: list[float | None],
     end_s: float,
+    rejected: np.ndarray,
 ) -> dict[str, Any]:
     w = buckets.width
     trace = turns.trace
@@ -456,7 +494,12 @@ def _report(
     tail = max(1, round(900 / w))
     after = [r["throughput_tok_s"] for r in per_minute if crossover is not None and r["start_s"] >= crossover]
     resumed = turns.resumed & served
+    # a resumed turn that arrived but got no first token before the run ended waited at least until the end
+    stuck = turns.resumed & ~served & ~np.isnan(issue)
     rt = ttft[resumed]
+    worst_wait = float(
+        max(rt.max() if len(rt) else 0.0, (end_s - issue[stuck]).max() if stuck.any() else 0.0)
+    )
     service = ttft - (admitted - issue)  # TTFT without the queue wait: load + prefill
     rs = service[resumed]
     ti = ttft[served]
@@ -485,6 +528,8 @@ def _report(
         "serving": spec.summary(),
         "requests_offered": trace.n_requests,
         "requests_served": int(served.sum()),
+        "served_share": float(served.sum() / trace.n_requests) if trace.n_requests else 0.0,
+        "requests_rejected": int(rejected.sum()),
         "requests_finished": int((~np.isnan(finish)).sum()),
         "duration_s": end_s,
         "steps": steps,
@@ -502,6 +547,8 @@ def _report(
         "throughput_peak_tok_s": peak,
         "throughput_post_crossover_tok_s": float(np.mean(after)) if after else None,
         "throughput_final_tok_s": float(thr[-tail:].mean()),
+        "throughput_after_40min_tok_s": _mean_after(per_minute, 2_400.0),
+        "throughput_after_80min_tok_s": _mean_after(per_minute, 4_800.0),
         "output_peak_tok_s": max((r["output_tok_s"] for r in per_minute), default=0.0),
         "output_final_tok_s": float(np.mean([r["output_tok_s"] for r in per_minute[-tail:]]))
         if per_minute
@@ -511,6 +558,8 @@ def _report(
         "resumed_requests": int(resumed.sum()),
         "resumed_ttft_p50_s": _q(rt, 0.5),
         "resumed_ttft_max_s": float(rt.max()) if len(rt) else None,
+        "resumed_unserved": int(stuck.sum()),
+        "resumed_worst_wait_s": worst_wait if (len(rt) or stuck.any()) else None,
         "resumed_service_p50_s": _q(rs, 0.5),
         "resumed_service_max_s": float(rs.max()) if len(rs) else None,
         "queue_wait_p50_s": _q((admitted - issue)[served], 0.5),

@@ -1,8 +1,10 @@
 """A serving box for ``traceflow simulate --serving``: GPUs, the model, the scheduler's limits, offload tiers.
 
 Pure but for :func:`load_serving` (reads a JSON or TOML file). Every number is either from a published
-specification, an ASSUMPTION named as such, or one of the two calibrated effective rates
-(``prefill_flops_per_gpu``, ``kv_load_bytes_per_s_per_gpu``); :mod:`traceflow.kv.scheduler` runs it.
+specification or measurement (its source in a comment), an ASSUMPTION named as such, or the one calibrated
+effective rate ``prefill_flops_per_gpu`` (the other calibrated constant of ``simulate`` is the workload's
+think time); :mod:`traceflow.kv.scheduler` runs it. A file without ``preset`` must give
+``prefill_flops_per_gpu`` and ``kv_load_bandwidth_per_gpu``: there are no silent defaults.
 
 VRAM for KV is computed, not guessed (vLLM's accounting)::
 
@@ -18,8 +20,8 @@ File format (JSON or TOML; sizes and bandwidths as numbers of bytes or strings s
      "model": "MiniMax-M2", "kv_dtype": "fp8", "total_params": 229e9, "active_params": 10e9,
      "experts": 256, "experts_per_token": 8, "weight_bytes_per_param": 1,
      "max_num_batched_tokens": 8192, "max_num_seqs": 256,
-     "prefill_flops_per_gpu": 1.45e14, "kv_load_bandwidth_per_gpu": "1.6GB/s",
-     "tiers": [{"name": "dram", "kind": "dram", "capacity": "512GB"},
+     "prefill_flops_per_gpu": 1.45e14, "kv_load_bandwidth_per_gpu": "44GB/s",   # required without preset
+     "tiers": [{"name": "dram", "kind": "dram", "capacity": "512GiB"},
                {"name": "flash", "kind": "ssd", "capacity": "51.2TB", "read": "114GB/s",
                 "write": "57GB/s", "staging": "64GB"}]}
 """
@@ -78,9 +80,9 @@ class ServingSpec:
     max_num_batched_tokens: int = 8192
     max_num_seqs: int = 256
     step_overhead_s: float = 0.0
-    # calibrated effective rates (README, "Worked example: the published box")
-    prefill_flops_per_gpu: float = 2.0e14
-    kv_load_bytes_per_s_per_gpu: float = 2.0e9
+    # no defaults: a file gives them or takes them from a preset (``spec_from_mapping`` refuses NaN)
+    prefill_flops_per_gpu: float = math.nan  # effective prefill FLOP/s per GPU (the presets: CALIBRATED)
+    kv_load_bytes_per_s_per_gpu: float = math.nan  # offload tier → GPU copy rate per GPU (published)
     tiers: tuple[OffloadTier, ...] = field(default_factory=tuple)
     calibration: str = ""
 
@@ -163,11 +165,32 @@ class ServingSpec:
 
 # ------------------------------------------------------------------------------------------ presets
 
-#: How the two effective rates of the presets were calibrated (printed in the report and the README).
+#: The presets' one calibrated rate (printed in the report and the README); the other calibrated constant
+#: of ``simulate`` is the workload's think time (:data:`traceflow.kv.synthetic.THINK_S`). Both are solved
+#: by ``benchmarks/calibrate_serving.py``.
 CALIBRATION = (
-    "prefill_flops_per_gpu from the published GPU-only plateau (12,000 tok/s); "
-    "kv_load_bytes_per_s_per_gpu from the published DRAM-tier throughput (2.9 x the baseline, ~35,000 tok/s)"
+    "prefill_flops_per_gpu from the published GPU-only plateau (12,000 tok/s, mean after minute 40); "
+    "the workload's mean think time (118 s) from the published DRAM peak (2.9 x that plateau)"
 )
+
+#: Host→GPU copy rate per GPU for KV loads, bytes/s. Published measurements: LMCache's pinned-DRAM L1
+#: loads ran at 22.1 GB/s against a raw H2D copy of 25.07 GB/s on an NVIDIA L20, PCIe 4.0 x16
+#: (LMCache issue #4626, "Add `lmcache bench l1`", 2026-08); vLLM's offloading connector moved about
+#: 50 GB/s one way on H100, PCIe 5.0 x16 (vLLM blog, "Inside vLLM's new KV offloading connector").
+#: The RTX PRO 6000 Server Edition sits on PCIe 5.0 x16 like the H100, the serving stack is LMCache:
+#: 50 GB/s × (22.1 / 25.07) = 44 GB/s.
+KV_LOAD_PCIE5_LMCACHE = 50e9 * 22.1 / 25.07
+
+#: Fixed time per engine step of the presets, seconds: what a roofline of FLOPs and bytes misses (kernel
+#: launches, tensor-parallel all-reduces over PCIe, MoE routing). Measured, not fitted: aiconfigurator-core
+#: 0.12.0's database times one decode step of MiniMax-M2.7 FP8 at TP 4 on ``rtx_pro_6000_server``
+#: (TensorRT-LLM 1.3.0rc20, 1 request at 30,000 tokens) at 25.3 ms, the roofline at 1.9 ms; the difference.
+#: ``python benchmarks/bench_serving.py --aiconfigurator`` prints both (``traceflow[measured]``).
+STEP_OVERHEAD_S = 0.0234
+
+#: Effective prefill FLOP/s per GPU of the presets. CALIBRATED: ``benchmarks/calibrate_serving.py`` solves
+#: it so that the GPU-only preset's mean throughput after minute 40 is the published 12,000 tok/s.
+PREFILL_FLOPS_PER_GPU = 1.25e14
 
 _BOX = ServingSpec(
     name="rtx-pro-6000x4",
@@ -186,26 +209,30 @@ _BOX = ServingSpec(
     weight_bytes_per_param=1.0,  # FP8 checkpoint
     max_num_batched_tokens=8192,  # vLLM's chunked-prefill token budget per step
     max_num_seqs=256,  # vLLM's default
-    prefill_flops_per_gpu=1.45e14,  # CALIBRATED (14.5 % of peak)
-    kv_load_bytes_per_s_per_gpu=1.6e9,  # CALIBRATED (LMCache retrieval, far below PCIe 5.0's 64 GB/s)
+    step_overhead_s=STEP_OVERHEAD_S,  # measured (aiconfigurator-core), see above
+    prefill_flops_per_gpu=PREFILL_FLOPS_PER_GPU,  # CALIBRATED (benchmarks/calibrate_serving.py)
+    kv_load_bytes_per_s_per_gpu=KV_LOAD_PCIE5_LMCACHE,  # published copy rates, see above
     calibration=CALIBRATION,
 )
 
-DRAM_512 = OffloadTier("dram", "dram", 512e9)
-STAGING_64 = OffloadTier("staging", "dram", 64e9)
+# LMCache's max_local_cpu_size is in GiB: the published "512 GB" is 512 GiB
+DRAM_512 = OffloadTier("dram", "dram", 512 * 2**30)
+# The flash box's 64 GB of RAM is LMCache's staging buffer in front of the disk backend, counted once: as
+# the write staging of the flash tier, not as a cache tier of its own (the article: its results "reflect
+# the drive service rather than host memory").
 FLASH_RAID10 = OffloadTier(
     "flash",
     "ssd",
     8 * 12.8e12 / 2,  # 8 × 12.8 TB NVMe in RAID10: half is usable
-    read_bytes_per_s=114e9,  # the array's fio read ceiling
+    read_bytes_per_s=114e9,  # the array's read ceiling measured with fio (the source article)
     write_bytes_per_s=57e9,  # ASSUMPTION: RAID10 writes every byte twice → half the read ceiling
-    staging_bytes=64e9,  # the 64 GB RAM staging buffer
+    staging_bytes=64 * 2**30,  # the 64 GB RAM staging buffer (LMCache sizes it in GiB)
 )
 
 PRESETS: dict[str, ServingSpec] = {
     "rtx-pro-6000x4": _BOX,
     "rtx-pro-6000x4+dram": replace(_BOX, name="rtx-pro-6000x4+dram", tiers=(DRAM_512,)),
-    "rtx-pro-6000x4+flash": replace(_BOX, name="rtx-pro-6000x4+flash", tiers=(STAGING_64, FLASH_RAID10)),
+    "rtx-pro-6000x4+flash": replace(_BOX, name="rtx-pro-6000x4+flash", tiers=(FLASH_RAID10,)),
 }
 
 _SIZE_KEYS = {"gpu_memory": "gpu_memory_bytes", "activation_reserve": "activation_reserve_bytes"}
@@ -272,6 +299,10 @@ def spec_from_mapping(d: Mapping[str, Any], where: str = "--serving") -> Serving
             )
         elif key in names:
             kind = type(getattr(base, key))
+            if kind is int and (
+                isinstance(value, bool) or not isinstance(value, int | float) or not float(value).is_integer()
+            ):
+                raise UsageError(f"{where}: {key} = {value!r} must be a whole number")
             try:
                 changes[key] = kind(value)
             except (TypeError, ValueError):
@@ -279,13 +310,41 @@ def spec_from_mapping(d: Mapping[str, Any], where: str = "--serving") -> Serving
         else:
             raise UsageError(f"{where}: unknown key {key!r}; the keys are listed in README, `--serving`")
     spec = replace(base, **changes)
-    if spec.gpus < 1 or spec.kv_bytes_per_gpu <= 0:
+    check_spec(spec, where)
+    find_model(spec.model)  # a clear error for an unknown model
+    return spec
+
+
+def check_spec(spec: ServingSpec, where: str = "--serving") -> None:
+    """One clear error for a box that cannot be simulated (limits, rates, VRAM)."""
+    missing = [
+        k
+        for k, v in (
+            ("prefill_flops_per_gpu", spec.prefill_flops_per_gpu),
+            ("kv_load_bandwidth_per_gpu", spec.kv_load_bytes_per_s_per_gpu),
+        )
+        if not (v > 0 and math.isfinite(v))
+    ]
+    if missing:
+        raise UsageError(
+            f"{where}: give {' and '.join(missing)} (positive numbers), or start from a preset with "
+            f'"preset": "rtx-pro-6000x4"'
+        )
+    if spec.gpus < 1:
+        raise UsageError(f"{where}: gpus = {spec.gpus} must be at least 1")
+    for key in ("max_num_seqs", "max_num_batched_tokens"):
+        if getattr(spec, key) < 1:
+            raise UsageError(f"{where}: {key} = {getattr(spec, key)} must be at least 1")
+    if not 0 < spec.memory_utilization <= 1:
+        raise UsageError(
+            f"{where}: memory_utilization = {spec.memory_utilization:g} must be in (0, 1] (vLLM's "
+            "gpu_memory_utilization, a share of each GPU's memory)"
+        )
+    if spec.kv_bytes_per_gpu <= 0:
         raise UsageError(
             f"{where}: no VRAM left for KV ({spec.kv_bytes_per_gpu / 1e9:.1f} GB per GPU): "
             "add GPUs, raise memory_utilization or lower activation_reserve"
         )
-    find_model(spec.model)  # a clear error for an unknown model
-    return spec
 
 
 def find_preset(name: str) -> ServingSpec:

@@ -28,6 +28,7 @@ from typing import Any
 
 from traceflow.errors import TraceflowError, UsageError
 from traceflow.kv.geometry import KVSize
+from traceflow.kv.serving import KV_LOAD_PCIE5_LMCACHE, PREFILL_FLOPS_PER_GPU
 from traceflow.paths import read_text
 from traceflow.units import parse_bandwidth, parse_duration, parse_size
 
@@ -61,19 +62,25 @@ KIND_BY_NAME: dict[str, str] = {
     "hdd": "hdd",
 }
 
-#: Default read bandwidth per tier kind, bytes/s, for the TTFT model. DRAM and flash are the effective
-#: rates that reproduce the seed's 0.8 s / 3.2 s resume of a 128k-token MiniMax-M2 FP8 context
-#: (KV_TIER_SIZING §6.4); HBM hits need no transfer; object storage and HDD are ASSUMPTIONS.
+#: Default read bandwidth per tier kind, bytes/s, for the serial TTFT model: published measurements, not
+#: fits. DRAM: one PCIe 5.0 x16 link's host→GPU copy through LMCache (``traceflow.kv.serving``'s
+#: KV_LOAD_PCIE5_LMCACHE, 44 GB/s: vLLM's ~50 GB/s one way on H100 × LMCache's 22.1/25.07 GB/s on an L20).
+#: Flash: one Solidigm D7-PS1030 drive, the source article's fio ceiling of its 8-drive array (114 GB/s)
+#: over 8. HBM hits need no transfer; object storage and HDD are ASSUMPTIONS.
 DEFAULT_READ_BW: dict[str, float] = {
     "hbm": math.inf,
-    "dram": 20.3e9,
-    "ssd": 5.08e9,
+    "dram": KV_LOAD_PCIE5_LMCACHE,
+    "ssd": 114e9 / 8,
     "object": 1.0e9,
     "hdd": 0.25e9,
 }
 
-#: Default prefill rate (tokens/s) for missed tokens: 13.9 s for 128k tokens in the seed (§6.4).
-DEFAULT_PREFILL_RATE = 9_209.0
+#: Default prefill rate (tokens/s) for missed tokens: derived, not fitted, from the serving presets' one
+#: calibrated rate: 4 GPUs × PREFILL_FLOPS_PER_GPU over MiniMax-M2's prefill FLOPs per token of a
+#: 65,536-token prompt computed from scratch (the agentic-coding workload's context cap).
+DEFAULT_PREFILL_RATE = round(
+    4 * PREFILL_FLOPS_PER_GPU * 65_536 / (2 * 10e9 * 65_536 + 2 * 62 * 48 * 256 * 65_536**2 / 2)
+)
 
 
 @dataclass(frozen=True)
@@ -103,7 +110,7 @@ def parse_tier(spec: str) -> Tier:
 
     >>> t = parse_tier("dram=512GB")
     >>> t.name, t.capacity_bytes, t.kind, t.read_bytes_per_s, t.ttl_s
-    ('dram', 512000000000.0, 'dram', 20300000000.0, None)
+    ('dram', 512000000000.0, 'dram', 44076585560.43079, None)
     >>> parse_tier("ssd=100TB:read=7GB/s:ttl=1h").read_bytes_per_s
     7000000000.0
     """
@@ -275,10 +282,11 @@ def ttft_seconds(
 ) -> float:
     """Time to first token: load hits from each tier, prefill the misses (KV_TIER_SIZING §6.4).
 
-    The seed's resumed 128k-token MiniMax-M2 FP8 session: recompute, flash, DRAM.
+    A 128k-token MiniMax-M2 FP8 context: recomputed at 9,209 tok/s, loaded at 5.08 GB/s, at 20.3 GB/s
+    (the rates that would give the seed's 13.9 s / 3.2 s / 0.8 s resumes; not the defaults).
 
     >>> b = 126_976
-    >>> [round(ttft_seconds([t], [bw], m, b), 1) for t, bw, m in
+    >>> [round(ttft_seconds([t], [bw], m, b, prefill_rate=9_209), 1) for t, bw, m in
     ...  [(0, 1, 128_000), (128_000, 5.08e9, 0), (128_000, 20.3e9, 0)]]
     [13.9, 3.2, 0.8]
     """

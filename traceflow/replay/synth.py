@@ -7,14 +7,15 @@ cap (``end``) or at the end of the window, or compacts (``compact``). Seeded: on
 The reported cache: a request reads the previous context when the gap is within ``cache_ttl_s`` (5 min,
 Claude Code's TTL) and writes the rest (``attributes.cache_derived = "synthetic"``).
 
-The built-in preset ``agentic-coding`` is the reference workload of DESIGN §4 and generates the same
-process as ``traceflow.kv.synthetic.agentic_coding_trace`` (``traceflow simulate --workload``): λ = 2.5
-sessions/min Poisson; tool results of 250–600 tokens, 15 % file reads of 1,500–3,500; answers of
-40–200 tokens, 15 % code blocks of 400–900; ±100 jitter; contexts grow monotonically toward a 64k
-cap; a quarter of the sessions pause 840–960 s after 19–23 requests, then resume. ASSUMPTIONS (the
-same as the simulator's): an initial context of 2,000–4,000 tokens, think times exponential with
-mean 30 s, 50 output tokens/s, sessions keep working until the window ends, and a request that
-would pass the cap is compacted to 4,000–8,000 tokens.
+The built-in preset ``agentic-coding`` is the reference workload of DESIGN §4 (the turn sizes of
+``traceflow.kv.synthetic.agentic_coding_trace``, ``traceflow simulate --workload``, which differs in
+three ways since issue 23: its sessions end at the cap, 11 of them resume, and its think time is
+calibrated): λ = 2.5 sessions/min Poisson; tool results of 250–600 tokens, 15 % file reads of
+1,500–3,500; answers of 40–200 tokens, 15 % code blocks of 400–900; ±100 jitter; contexts grow
+monotonically toward a 64k cap; a quarter of the sessions pause 840–960 s after 19–23 requests, then
+resume. ASSUMPTIONS: an initial context of 2,000–4,000 tokens (as the simulator's), think times
+exponential with mean 30 s, 50 output tokens/s, sessions keep working until the window ends, and a
+request that would pass the cap is compacted to 4,000–8,000 tokens.
 """
 
 from __future__ import annotations
