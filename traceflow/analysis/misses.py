@@ -7,14 +7,21 @@ Per request (``queries/misses.sql``, over the ``request_steps`` window):
 * a request **misses** when it is the first of its stream, or when its cache read is more than
   ``miss_tokens`` (1,024) below its reusable prefix; its *missed tokens* are the reusable prefix minus
   the cache read (0 for a stream's first request: nothing of its own stream was there to reuse);
+* the *TTL in force* is the TTL of the stream's last write before the request (1 h when most of that
+  request's writes were 1-hour writes, else 5 min), carried across requests that wrote nothing;
 * the cause of a miss, first match wins: ``first_request`` → ``model_switch`` → ``compaction`` (a
   compaction event of the stream, or a context drop of more than ``compaction_drop``) →
-  ``ttl_expired`` (the idle gap exceeds the TTL in force for the previous request's cache: 1 h when
-  most of its writes were 1-hour writes, else 5 min) → ``unexplained``.
+  ``ttl_expired`` (the idle gap exceeds the TTL in force) → ``resume`` (the first main-stream
+  request after the agent process restarted: OTLP ``claude_code.session.count`` with ``start_type``
+  resume/continue, a transcript's ``session_restart`` event) → ``prefix_break`` (the read fell back
+  to at most the stream's first read + ``prefix_tokens``, above zero) → ``unexplained``.
 
 What a miss costs, under the price model (:class:`~traceflow.prices.PriceModel`): its missed tokens
 times the model's base input price times (the write multiplier of the TTL in force − the read
 multiplier), what writing them again added over reading them.
+
+Where the lake has no ``metric_points`` view (a connection opened without it), the OTLP restart
+points are read as none; transcripts' restart events still count.
 """
 
 from __future__ import annotations
@@ -34,12 +41,30 @@ if TYPE_CHECKING:
     from traceflow.store.selection import Selection
 
 #: Miss causes, in the order they are tested (first match wins).
-CAUSES: tuple[str, ...] = ("first_request", "model_switch", "compaction", "ttl_expired", "unexplained")
+CAUSES: tuple[str, ...] = (
+    "first_request",
+    "model_switch",
+    "compaction",
+    "ttl_expired",
+    "resume",
+    "prefix_break",
+    "unexplained",
+)
+#: The causes a client (not the TTL, the model or the conversation) is to blame for: ``check`` and
+#: ``compare`` watch their share.
+CLIENT_CAUSES: tuple[str, ...] = ("resume", "prefix_break", "unexplained")
 
 #: What a stream's request may fall short of its reusable prefix and still be a hit.
 MISS_TOKENS = 1024
 #: A context drop (share of the previous request's) that counts as a compaction, as in ``compactions``.
 COMPACTION_DROP = 0.5
+#: How far above the stream's first cache read a miss's read may be and still be a prefix break.
+PREFIX_TOKENS = 1024
+#: The ``misses.sql`` block that reads the OTLP restart points, and what stands for it without them.
+_NO_POINTS = (
+    "SELECT CAST(NULL AS VARCHAR) AS session_id, CAST(NULL AS VARCHAR) AS user_id, "
+    "CAST(NULL AS BIGINT) AS t_us, CAST(NULL AS VARCHAR) AS start_type WHERE false"
+)
 
 
 @dataclass(frozen=True)
@@ -76,8 +101,26 @@ def _run(
     wrap: str | None = None,
 ) -> pl.DataFrame:
     block, params = sql.selection_block(selection, "t_start")
-    params = {**params, "miss_tokens": options.miss_tokens, "compaction_drop": options.compaction_drop}
-    return sql.run(con, "misses", params, blocks={"filter": block}, wrap=wrap)
+    params = {
+        **params,
+        "miss_tokens": options.miss_tokens,
+        "compaction_drop": options.compaction_drop,
+        "prefix_tokens": PREFIX_TOKENS,
+    }
+    blocks = {"filter": block}
+    if not _has_view(con, "metric_points"):
+        blocks["restart_points"] = _NO_POINTS
+    return sql.run(con, "misses", params, blocks=blocks, wrap=wrap)
+
+
+def _has_view(con: duckdb.DuckDBPyConnection | sql.Engine, name: str) -> bool:
+    """Whether ``con`` has the view ``name`` (another engine has every view of the lake)."""
+    if isinstance(con, sql.Engine):
+        return True
+    found = con.execute(
+        "SELECT count(*) FROM duckdb_views() WHERE view_name = ? AND NOT internal", [name]
+    ).fetchone()
+    return bool(found and found[0])
 
 
 def miss_cost(prices: PriceModel, model: str | None, ttl_s: float, missed_tokens: int) -> float:

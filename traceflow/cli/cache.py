@@ -68,7 +68,7 @@ def misses(
 
     fmt = query.fmt
     groups = split_by(by)
-    con = query.connect(["requests", "events"])
+    con = query.connect(["requests", "events", "metric_points"])
     options = m.MissOptions(
         prices=PriceModel.load(prices), miss_tokens=miss_tokens, compaction_drop=compaction_drop
     )
@@ -120,7 +120,7 @@ def observed_ttl(
     from traceflow.output import Rows
     from traceflow.prices import PriceModel
 
-    con = open_lake(data).connect(["requests", "events"])
+    con = open_lake(data).connect(["requests", "events", "metric_points"])
     result = ttl_in_force(con, selection, groups, PriceModel.load(prices))
     if fmt == "json":
         echo(result, fmt)
@@ -179,7 +179,7 @@ def check(
     from traceflow.analysis import health
     from traceflow.errors import TraceflowError
 
-    con = open_lake(data).connect(["requests", "events"])
+    con = open_lake(data).connect(["requests", "events", "metric_points"])
     result = health.check(
         con,
         selection,
