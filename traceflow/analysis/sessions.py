@@ -63,6 +63,8 @@ SUMMARY: tuple[Column, ...] = (
         "sum(cache_read_tokens)"
         " / nullif(sum(cold_input_tokens + cache_read_tokens + cache_write_tokens), 0)::DOUBLE",
     ),
+    # cache writes / cache reads (null when nothing was read)
+    ("write_amplification", "sum(cache_write_tokens) / nullif(sum(cache_read_tokens), 0)::DOUBLE"),
 )
 
 

@@ -77,7 +77,7 @@ ByOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--by",
-        help="Group by agent, model, session, day, user, source, project, host, subagent_type, "
+        help="Group by agent, model, session, day, user, source, version, project, host, subagent_type, "
         "attr:NAME (a resource attribute) or tool (the tool whose result a request followed); "
         "repeatable or comma-separated.",
     ),

@@ -2,7 +2,8 @@
 
 Two kinds of grouping:
 
-* **Columns** (``agent``, ``model``, ``session``, ``day``, ``user``, ``source``; ``kind`` for gaps):
+* **Columns** (``agent``, ``model``, ``session``, ``day``, ``user``, ``source``, ``version``; ``kind``
+  for gaps):
   an expression over a ``requests`` row (``mix``) and one over the rows of the per-stream queries
   (``misses.sql``, ``gaps.sql``, ``sessions.sql``: ``root_session_id``, ``started_at``, ...).
 * **Attribution** (``project``, ``host``, ``subagent_type``, ``attr:NAME``): read off the requests'
@@ -54,6 +55,7 @@ COLUMNS: dict[str, tuple[str | None, str]] = {
     ),
     "user": ("user_id", "user_id"),
     "source": ("source", "source"),
+    "version": ("agent_version", "agent_version"),  # the agent's client version, per request
     "kind": (None, "kind"),
 }
 
