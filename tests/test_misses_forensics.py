@@ -1,0 +1,242 @@
+"""The miss causes users hunt by hand (issue 24): the TTL in force carried across requests that write
+nothing, resumes, reads that fall back to the static prefix, client versions, one session's timeline,
+boundary comparisons and write amplification. Every expected figure is fixed by the construction of
+the transcripts below (see the comments), never computed by the code under test."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import TESTDATA
+from tests.test_misses import OPUS, READ, SONNET, W1H, W5M, Cli, Transcript
+from traceflow.analysis import misses
+from traceflow.importers import get
+from traceflow.importers.run import run_import
+from traceflow.store.lake import Lake
+
+CLAUDE = get("claude-code")
+T0 = dt.datetime(2026, 5, 4, 9, 0, tzinfo=dt.UTC)
+OLD, NEW = "2.1.68", "2.1.69"
+
+
+class Session(Transcript):
+    """A transcript whose lines carry ``version`` and that can end its agent process (``exit``: the
+    ``cost-state`` line Claude Code 2.1.332 writes as its process exits)."""
+
+    def __init__(self, session: str, start: dt.datetime, version: str) -> None:
+        super().__init__(session, start)
+        self.version = version
+
+    def _base(self, kind: str) -> dict[str, Any]:
+        rec = super()._base(kind)
+        rec["version"] = self.version
+        return rec
+
+    def exit(self) -> None:
+        self.lines.append({"type": "cost-state", "sessionId": self.session, "totalCostUSD": 0.5})
+
+
+def _corpus(root: Path) -> None:
+    """Prompt = cold + read + write; reusable = min(previous prompt, own prompt); a miss reads more
+    than 1,024 below its reusable prefix; missed = reusable - read."""
+    a = Session("a", T0, OLD)  # 1-hour writes, then a request that only reads
+    a.request(0, cold=3, read=0, w1h=10000)  # a1 10003: first_request
+    a.request(5, cold=3, read=10000)  # a2 10003: hit; writes nothing (the TTL in force stays 1 h)
+    a.request(1200, cold=3, read=0, w1h=10000)  # a3 10003, 20 min later: within 1 h: unexplained 10003
+    a.write(root / "a.jsonl")
+    b = Session("b", T0 + dt.timedelta(hours=1), NEW)  # reads fall back to the static prefix (20,000)
+    b.request(0, cold=3, read=20000, w5m=5000)  # b1 25003: first_request; its read is the prefix
+    b.request(5, cold=3, read=25000, w5m=1000)  # b2 26003: hit
+    b.request(20, cold=3, read=20000, w5m=6500)  # b3 26503, 20 s after a hit: prefix_break 6003
+    b.request(20, cold=3, read=21024, w5m=6000)  # b4 27027: read = prefix + 1,024: prefix_break 5479
+    b.request(20, cold=3, read=21025, w5m=7000)  # b5 28028: read one above: unexplained 6002
+    b.request(20, cold=3, read=28000, w5m=500)  # b6 28503: reusable 28028: hit
+    b.write(root / "b.jsonl")
+    c = Session("c", T0 + dt.timedelta(hours=2), NEW)  # the agent process restarts three times
+    c.request(0, cold=3, read=0, w5m=8000)  # c1 8003: first_request
+    c.request(5, cold=3, read=8000, w5m=500)  # c2 8503: hit
+    c.exit()
+    c.request(30, cold=3, read=0, w5m=9000)  # c3 9003, 30 s after a restart: resume 8503
+    c.request(5, cold=3, read=9000, w5m=200)  # c4 9203: hit
+    c.exit()
+    c.request(400, cold=3, read=0, w5m=9500)  # c5 9503, restart after 400 s > 5 min: ttl_expired 9203
+    c.request(5, cold=3, read=9500, w5m=100)  # c6 9603: hit
+    c.exit()
+    c.request(10, cold=3, read=9600, w5m=100)  # c7 9703, after a restart: a hit (restart, no cause)
+    c.write(root / "c.jsonl")
+    d = Session("d", T0 + dt.timedelta(hours=3), OLD)
+    d.request(0, cold=3, read=0, w5m=6000)  # d1 6003: first_request
+    d.request(5, cold=3, read=0, w5m=6200, model=OPUS)  # d2 6203: model_switch 6003
+    d.compaction(3)
+    d.request(7, cold=3, read=0, w5m=5000, model=OPUS)  # d3 5003 after a compaction event: 5003
+    d.write(root / "d.jsonl")
+
+
+def _cost(tokens: int, per_m: float, write: float) -> float:
+    return tokens * per_m * 1e-6 * (write - READ)
+
+
+# What the construction above says, cause by cause (Sonnet $3 / M input, Opus $5 / M).
+EXPECTED: dict[str, Any] = {
+    "requests": 19,
+    "misses": 12,
+    "missed_tokens": 10003 + 6003 + 5479 + 6002 + 8503 + 9203 + 6003 + 5003,
+    "by_cause": {
+        "first_request": {"misses": 4, "missed_tokens": 0, "cost_usd": 0.0},
+        "model_switch": {"misses": 1, "missed_tokens": 6003, "cost_usd": _cost(6003, 5, W5M)},
+        "compaction": {"misses": 1, "missed_tokens": 5003, "cost_usd": _cost(5003, 5, W5M)},
+        "ttl_expired": {"misses": 1, "missed_tokens": 9203, "cost_usd": _cost(9203, 3, W5M)},
+        "resume": {"misses": 1, "missed_tokens": 8503, "cost_usd": _cost(8503, 3, W5M)},
+        "prefix_break": {
+            "misses": 2,
+            "missed_tokens": 6003 + 5479,
+            "cost_usd": _cost(6003 + 5479, 3, W5M),
+        },
+        "unexplained": {
+            "misses": 2,
+            "missed_tokens": 10003 + 6002,
+            "cost_usd": _cost(10003, 3, W1H) + _cost(6002, 3, W5M),
+        },
+    },
+}
+
+#: Each session's causes in order (None: a hit), its TTL in force and its restart flags.
+CAUSES_IN_ORDER = {
+    "a": [("first_request", 300), (None, 3600), ("unexplained", 3600)],
+    "b": [("first_request", 300), *[(c, 300) for c in (None, "prefix_break", "prefix_break", "unexplained", None)]],
+    "c": [
+        ("first_request", 300),
+        *[(c, 300) for c in (None, "resume", None, "ttl_expired", None, None)],
+    ],
+    "d": [("first_request", 300), ("model_switch", 300), ("compaction", 300)],
+}
+
+
+def _approx(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _approx(v) for k, v in value.items()}
+    if isinstance(value, float):
+        return pytest.approx(value, rel=1e-9, abs=1e-12)
+    return value
+
+
+@pytest.fixture
+def corpus(lake: Lake, tmp_path: Path) -> Lake:
+    _corpus(tmp_path / "logs")
+    summary = run_import(lake, CLAUDE, [tmp_path / "logs"])
+    assert summary.skipped == 0 and summary.rows["requests"] == 19
+    return lake
+
+
+def test_each_designed_miss_gets_its_cause(corpus: Lake, cli: Cli) -> None:
+    code, out, err = cli("misses", "--format", "json")
+    assert code == 0, err
+    got = json.loads(out)
+    assert list(got["by_cause"]) == list(misses.CAUSES)
+    assert got == _approx(EXPECTED)
+
+
+def test_causes_ttl_and_restarts_request_by_request(corpus: Lake) -> None:
+    frame = misses.miss_rows(corpus.connect(["requests", "events", "metric_points"]))
+    for session, want in CAUSES_IN_ORDER.items():
+        rows = frame.filter(frame["session_id"] == session).sort("position")
+        assert list(zip(rows["cause"], rows["ttl_in_force_s"], strict=True)) == want, session
+    c = frame.filter(frame["session_id"] == "c").sort("position")
+    assert c["restart"].to_list() == [None, None, "restart", None, "restart", None, "restart"]
+    assert frame.filter(frame["session_id"] != "c")["restart"].null_count() == 19 - 7
+
+
+def test_a_read_only_request_keeps_the_1h_ttl(corpus: Lake, cli: Cli) -> None:
+    # the defect of issue 22: a3 (20 min after a2, which only read a 1-hour prefix) was ttl_expired
+    code, out, err = cli("misses", "--list", "--format", "json")
+    assert code == 0, err
+    a3 = [r for r in json.loads(out) if r["session_id"] == "a" and r["position"] == 3]
+    assert len(a3) == 1
+    assert (a3[0]["cause"], a3[0]["ttl_in_force_s"], a3[0]["missed_tokens"]) == ("unexplained", 3600, 10003)
+    assert round(a3[0]["gap_s"]) == 1200
+
+
+def test_misses_by_version(corpus: Lake, cli: Cli) -> None:
+    code, out, err = cli("misses", "--by", "version", "--format", "json")
+    assert code == 0, err
+    got = {g["version"]: g for g in json.loads(out)}
+    assert set(got) == {OLD, NEW}
+    # 2.1.68: sessions a and d (6 requests; misses a1, a3, d1, d2, d3); 2.1.69: b and c (13; b1, b3,
+    # b4, b5, c1, c3, c5)
+    assert (got[OLD]["requests"], got[OLD]["misses"]) == (6, 5)
+    assert (got[NEW]["requests"], got[NEW]["misses"]) == (13, 7)
+    assert got[OLD]["missed_tokens"] == 10003 + 6003 + 5003
+    assert got[NEW]["missed_tokens"] == 6003 + 5479 + 6002 + 8503 + 9203
+    assert got[NEW]["by_cause"]["prefix_break"]["misses"] == 2
+    code, out, _ = cli("mix", "--by", "version", "--format", "json")
+    assert code == 0
+    assert {g["version"]: g["requests"] for g in json.loads(out)} == {OLD: 6, NEW: 13}
+    code, out, _ = cli("gaps", "--by", "version", "--format", "json")
+    assert code == 0
+    assert {g["version"]: g["gaps"] for g in json.loads(out)["groups"]} == {OLD: 4, NEW: 11}
+    code, out, _ = cli("sessions", "--by", "version", "--format", "json")
+    assert code == 0
+    assert {g["version"]: g["sessions"] for g in json.loads(out)} == {OLD: 2, NEW: 2}
+
+
+# -- the real captures ---------------------------------------------------------------------------
+
+
+def _fake_prompt(k: int) -> tuple[int, int]:
+    """The fake API's k-th answer (tests/data/claude-code-otlp, CLAUDE_CODE_REAL_CLIENT.md): input
+    11 + 100(k-1), cache creation 333 + 100(k-1), cache read 4444 + 100(k-1): (prompt, read)."""
+    step = 100 * (k - 1)
+    return (11 + step) + (333 + step) + (4444 + step), 4444 + step
+
+
+@pytest.mark.parametrize("source", ["otlp", "transcripts"])
+def test_real_continue_and_resume_are_classed(lake: Lake, cli: Cli, source: str) -> None:
+    """json-full: A1 (requests 1, 2), A2 `--continue` (3), A3 `--resume` (4) in one session; G1
+    (23, 24), G2 `--continue` (25, 26) in another. The fake API's reads grow by 100 a request, so
+    requests 3 and 4 read 444 below their reusable prefix (hits) and request 25 reads 4,844 below
+    (a miss): a resume."""
+    run = TESTDATA / "claude-code-otlp" / "json-full"
+    if source == "otlp":
+        run_import(lake, get("otlp-json"), [run / "otlp"])  # each request as a log event and a span
+    else:
+        run_import(lake, CLAUDE, [run / "transcripts"])
+    con = lake.connect(["requests", "events", "metric_points"])
+    assert con.execute("SELECT count(*) FROM requests").fetchone() == (20,)
+    frame = misses.miss_rows(con)
+    flagged = frame.filter(frame["restart"].is_not_null()).sort("started_at")
+    kinds = ["continue", "resume", "continue"] if source == "otlp" else ["restart"] * 3
+    assert flagged["position"].to_list() == [3, 4, 3]
+    assert flagged["restart"].to_list() == kinds
+    assert flagged["session_id"].to_list() == [
+        "346a579e-0006-46c1-ab2b-585609badaf1",
+        "346a579e-0006-46c1-ab2b-585609badaf1",
+        "b1574363-a02f-4e55-b74f-deac42f9749b",
+    ]
+    prompt_2, _ = _fake_prompt(2)
+    _, read_3 = _fake_prompt(3)
+    assert prompt_2 - read_3 == 444  # within 1,024: a hit
+    assert flagged["cause"].to_list() == [None, None, "resume"]
+    prompt_24, _ = _fake_prompt(24)
+    _, read_25 = _fake_prompt(25)
+    assert flagged["missed_tokens"].to_list() == [0, 0, prompt_24 - read_25]
+    code, out, err = cli("misses", "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)["by_cause"]["resume"] == {
+        "misses": 1,
+        "missed_tokens": 4844,
+        "cost_usd": pytest.approx(_cost(4844, 5, W5M)),  # claude-opus-5-5: $5 / M, 5-minute writes
+    }
+
+
+def test_transcripts_of_2_1_197_have_no_restart_marker(lake: Lake) -> None:
+    # 2.1.197 writes no cost-state line: its --continue and --resume are not told apart from a turn
+    run = TESTDATA / "claude-code-otlp" / "v2.1.197-json-full" / "transcripts"
+    run_import(lake, CLAUDE, [run])
+    con = lake.connect(["requests", "events", "metric_points"])
+    assert con.execute("SELECT count(*) FROM events WHERE name = 'session_restart'").fetchone() == (0,)
+    assert misses.miss_rows(con)["restart"].null_count() == 20
