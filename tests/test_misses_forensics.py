@@ -240,3 +240,60 @@ def test_transcripts_of_2_1_197_have_no_restart_marker(lake: Lake) -> None:
     con = lake.connect(["requests", "events", "metric_points"])
     assert con.execute("SELECT count(*) FROM events WHERE name = 'session_restart'").fetchone() == (0,)
     assert misses.miss_rows(con)["restart"].null_count() == 20
+
+
+# -- timeline ------------------------------------------------------------------------------------
+
+
+def test_timeline_lists_each_designed_session_in_order(corpus: Lake, cli: Cli) -> None:
+    for session, want in CAUSES_IN_ORDER.items():
+        code, out, err = cli("timeline", session, "--format", "json")
+        assert code == 0, err
+        got = json.loads(out)
+        assert [(r["cause"], r["ttl_in_force_s"]) for r in got] == want, session
+        assert [r["position"] for r in got] == list(range(1, len(want) + 1))
+        assert all(not r["subagent"] for r in got)
+    code, out, _ = cli("timeline", "b", "--format", "json")
+    b = json.loads(out)
+    assert [r["missed_tokens"] for r in b] == [0, 0, 6003, 5479, 6002, 0]
+    assert [r["cache_read_tokens"] for r in b] == [20000, 25000, 20000, 21024, 21025, 28000]
+    assert [r["cache_write_5m_tokens"] for r in b] == [5000, 1000, 6500, 6000, 7000, 500]
+    assert b[2]["cost_usd"] == pytest.approx(_cost(6003, 3, W5M))
+    assert [round(r["gap_s"]) if r["gap_s"] is not None else None for r in b] == [None, 5, 20, 20, 20, 20]
+    code, out, _ = cli("timeline", "a", "--format", "json")
+    a = json.loads(out)
+    assert [(r["cache_write_1h_tokens"], r["agent_version"]) for r in a] == [
+        (10000, OLD),
+        (0, OLD),
+        (10000, OLD),
+    ]
+    code, out, _ = cli("timeline", "c")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == "session c: 7 requests (0 of sub-agents), 3 misses, 17,706 missed tokens, $0.0611"
+    body = lines[3:]
+    assert [("resume" in ln, "restart" in ln) for ln in body] == [
+        (False, False),
+        (False, False),
+        (True, True),
+        (False, False),
+        (False, True),
+        (False, False),
+        (False, True),
+    ]
+    assert all("█" in ln or "▒" in ln for ln in body)
+    code, out, _ = cli("timeline", "c", "--format", "csv")
+    assert code == 0 and out.splitlines()[0].split(",")[0] == "started_at" and len(out.splitlines()) == 8
+
+
+def test_timeline_marks_subagents_and_refuses_an_unknown_session(lake: Lake, cli: Cli) -> None:
+    run_import(lake, CLAUDE, [TESTDATA / "claude-code-otlp" / "json-full" / "transcripts"])
+    code, out, err = cli("timeline", "969233c2-33f6-4f26-b58e-4b556d8d2085", "--format", "json")
+    assert code == 0, err
+    got = json.loads(out)
+    # F: the main request, the sub-agent's two, the main request that took its answer
+    assert [r["subagent"] for r in got] == [False, True, True, False]
+    assert [r["session_id"] for r in got][1:3] == ["agent-a1212a14a2634aa30"] * 2
+    assert [r["cause"] for r in got][:2] == ["first_request", "first_request"]
+    code, _, err = cli("timeline", "no-such-session")
+    assert code == 2 and "no requests of session 'no-such-session'" in err

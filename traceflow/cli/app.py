@@ -58,6 +58,7 @@ COMMANDS: dict[str, str] = {
     "fit": "replay",
     "synth": "replay",
     "misses": "cache",
+    "timeline": "cache",
     "check": "cache",
 }
 

@@ -1,4 +1,5 @@
-"""The cache commands: ``misses`` (why requests missed the prompt cache), ``check`` (cache health
+"""The cache commands: ``misses`` (why requests missed the prompt cache), ``timeline`` (one
+session's requests side by side), ``check`` (cache health
 against a baseline, for cron) and ``ttl --observed`` (the TTL the writes asked for, per day), listed in
 :data:`COMMANDS` and registered by :mod:`traceflow.cli.app`.
 
@@ -112,6 +113,42 @@ def misses(
     echo(result, fmt)
 
 
+@with_lake_query
+def timeline(
+    session: Annotated[str, typer.Argument(help="The session id (its sub-agents come with it).")],
+    prices: PricesOpt = None,
+    miss_tokens: MissTokensOpt = 1024,
+    compaction_drop: CompactionDropOpt = 0.5,
+    no_bars: Annotated[bool, typer.Option("--no-bars", help="Leave out the read/write/cold bars.")] = False,
+    *,
+    query: LakeQuery,
+) -> None:
+    """One session's requests in order, with gap, model, version, tokens, TTL in force and the cause
+    of each miss.
+
+    JSON: a list, one object per request (cause null for a hit).
+    """
+    from traceflow.analysis import misses as m
+    from traceflow.analysis import timeline as t
+    from traceflow.output import Rows
+    from traceflow.prices import PriceModel
+
+    fmt = query.fmt
+    con = query.connect(["requests", "events", "metric_points"])
+    options = m.MissOptions(
+        prices=PriceModel.load(prices), miss_tokens=miss_tokens, compaction_drop=compaction_drop
+    )
+    records = t.timeline(con, session, options)
+    if fmt == "json":
+        echo(records, fmt)
+        return
+    if fmt == "csv":
+        echo(Rows(t.KEYS, [[r[k] for k in t.KEYS] for r in records]), fmt)
+        return
+    typer.echo(t.headline(session, records))
+    echo(t.table(records, bars=not no_bars), fmt)
+
+
 def observed_ttl(
     selection: Selection, groups: list[str], prices: Path | None, data: Path | None, fmt: str
 ) -> None:
@@ -211,4 +248,4 @@ def check(
 
 
 #: The commands of this module, by name (registered by :mod:`traceflow.cli.app`).
-COMMANDS: dict[str, Callable[..., Any]] = {"misses": misses, "check": check}
+COMMANDS: dict[str, Callable[..., Any]] = {"misses": misses, "timeline": timeline, "check": check}
