@@ -10,10 +10,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
 
 from tests.conftest import TESTDATA
-from tests.test_misses import OPUS, READ, SONNET, W1H, W5M, Cli, Transcript
+from tests.test_misses import OPUS, READ, W1H, W5M, Cli, Transcript
 from traceflow.analysis import misses
 from traceflow.importers import get
 from traceflow.importers.run import run_import
@@ -108,7 +109,10 @@ EXPECTED: dict[str, Any] = {
 #: Each session's causes in order (None: a hit), its TTL in force and its restart flags.
 CAUSES_IN_ORDER = {
     "a": [("first_request", 300), (None, 3600), ("unexplained", 3600)],
-    "b": [("first_request", 300), *[(c, 300) for c in (None, "prefix_break", "prefix_break", "unexplained", None)]],
+    "b": [
+        ("first_request", 300),
+        *[(c, 300) for c in (None, "prefix_break", "prefix_break", "unexplained", None)],
+    ],
     "c": [
         ("first_request", 300),
         *[(c, 300) for c in (None, "resume", None, "ttl_expired", None, None)],
@@ -297,3 +301,24 @@ def test_timeline_marks_subagents_and_refuses_an_unknown_session(lake: Lake, cli
     assert [r["cause"] for r in got][:2] == ["first_request", "first_request"]
     code, _, err = cli("timeline", "no-such-session")
     assert code == 2 and "no requests of session 'no-such-session'" in err
+
+
+def test_report_links_each_session_of_the_misses_chart_to_its_timeline(corpus: Lake, tmp_path: Path) -> None:
+    from traceflow.dashboards.render import render_html
+
+    page, charts, data = render_html(corpus.connect())
+    frame = data.frames["misses"]
+    # the four sessions lost tokens: c (8503 + 9203), b (6003 + 5479 + 6002), d (6003 + 5003), a (10003)
+    sessions = frame.filter(frame["session"].is_not_null())
+    assert sorted(set(sessions["session"].to_list())) == ["a", "b", "c", "d"]
+    assert dict(sessions.group_by("session").agg(pl.col("missed_tokens").sum()).iter_rows()) == {
+        "a": 10003,
+        "b": 6003 + 5479 + 6002,
+        "c": 8503 + 9203,
+        "d": 6003 + 5003,
+    }
+    spec = json.dumps([c.to_dict() for d, c in charts if d.key == "misses"])
+    for s in "abcd":
+        assert f'"#timeline-{s}"' in spec
+        assert f'<details id="timeline-{s}"><summary>{s}</summary>' in page
+    assert "session c: 7 requests (0 of sub-agents), 3 misses" in data.timelines["c"]

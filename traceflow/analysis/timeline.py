@@ -11,6 +11,8 @@ selected after the stream window, so they are classed as ``misses`` classes them
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from traceflow.analysis.misses import DEFAULT_MISS_OPTIONS, MissOptions, miss_rows
@@ -55,20 +57,38 @@ def timeline(
 ) -> list[dict[str, Any]]:
     """The requests of ``session`` (a root session id: its sub-agents come with it), one dict per
     request with :data:`KEYS`, in time order. UsageError when the lake has none."""
-    frame = miss_rows(con, Selection(sessions=(session,)), options)
-    if frame.is_empty():
+    records = timelines(con, [session], options).get(session)
+    if not records:
         raise UsageError(
-            f"no requests of session {session!r} in the lake; "
-            "`traceflow sessions --list` lists the sessions"
+            f"no requests of session {session!r} in the lake; `traceflow sessions --list` lists the sessions"
         )
-    out = []
-    for r in frame.sort(["started_at", "parent_session_id", "position"], nulls_last=False).iter_rows(
-        named=True
-    ):
+    return records
+
+
+def anchor(session: str) -> str:
+    """The HTML id of a session's timeline in the report (the misses chart links to it).
+
+    >>> anchor("346a579e-0006/x y")
+    'timeline-346a579e-0006_x_y'
+    """
+    return "timeline-" + re.sub(r"[^A-Za-z0-9_-]", "_", session)
+
+
+def timelines(
+    con: duckdb.DuckDBPyConnection, sessions: Sequence[str], options: MissOptions = DEFAULT_MISS_OPTIONS
+) -> dict[str, list[dict[str, Any]]]:
+    """:func:`timeline` of each of ``sessions`` at once (one pass over the lake); a session without
+    requests is left out."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    if not sessions:
+        return out
+    frame = miss_rows(con, Selection(sessions=tuple(sessions)), options)
+    frame = frame.sort(["started_at", "parent_session_id", "position"], nulls_last=False)
+    for r in frame.iter_rows(named=True):
         w5m, w1h = r["cache_write_5m_tokens"], r["cache_write_1h_tokens"]
         if w5m is None and w1h is None:  # no TTL split: a 5-minute write, as the TTL in force says
             w5m, w1h = r["cache_write_tokens"], 0
-        out.append(
+        out.setdefault(r["root_session_id"], []).append(
             {
                 **{k: r[k] for k in ("started_at", "session_id", "parent_session_id")},
                 "subagent": r["parent_session_id"] is not None,
