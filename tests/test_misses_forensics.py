@@ -322,3 +322,55 @@ def test_report_links_each_session_of_the_misses_chart_to_its_timeline(corpus: L
         assert f'"#timeline-{s}"' in spec
         assert f'<details id="timeline-{s}"><summary>{s}</summary>' in page
     assert "session c: 7 requests (0 of sub-agents), 3 misses" in data.timelines["c"]
+
+
+# -- check: client versions and write amplification -----------------------------------------------
+
+DAY = dt.datetime(2026, 6, 10, tzinfo=dt.UTC)
+CHECK_ARGS = ("--since", "2026-06-10", "--until", "2026-06-11", "--format", "json")
+
+
+def _version_lake(root: Path, lake: Lake) -> None:
+    """Seven baseline days, one healthy session each on 2.1.68 (four requests: a first request, three
+    hits; writes 11,500, reads 31,500); the window day three sessions on 2.1.69 whose third request
+    falls back to the static prefix (5,000): a prefix break (writes 12,000, reads 31,000 each)."""
+    for d in range(-7, 0):
+        s = Session(f"old{d + 7}", DAY + dt.timedelta(days=d, hours=12), OLD)
+        s.request(0, cold=3, read=0, w5m=10000)
+        for read in (10000, 10500, 11000):
+            s.request(5, cold=3, read=read, w5m=500)
+        s.write(root / f"old{d + 7}.jsonl")
+    for i in range(3):
+        s = Session(f"new{i}", DAY + dt.timedelta(hours=12 + i), NEW)
+        s.request(0, cold=3, read=5000, w5m=5000)  # 10003: the static prefix was cached elsewhere
+        s.request(5, cold=3, read=10000, w5m=500)  # 10503: hit
+        s.request(5, cold=3, read=5000, w5m=6000)  # 11003: reusable 10503, read 5000: prefix_break
+        s.request(5, cold=3, read=11000, w5m=500)  # 11503: hit
+        s.write(root / f"new{i}.jsonl")
+    run_import(lake, CLAUDE, [root])
+
+
+def test_check_names_the_version_whose_client_misses_rose(lake: Lake, tmp_path: Path, cli: Cli) -> None:
+    _version_lake(tmp_path / "logs", lake)
+    code, out, err = cli("check", *CHECK_ARGS)
+    assert code == 4, err
+    got = json.loads(out)
+    assert [f["check"] for f in got["fired"]] == ["version_regression"]
+    fired = got["fired"][0]
+    assert (fired["version"], fired["previous_version"]) == (NEW, OLD)
+    assert fired["window"] == pytest.approx(3 / 12) and fired["baseline"] == 0.0
+    assert [(v["version"], v["requests"], v["client_misses"], v["in_window"]) for v in got["versions"]] == [
+        (OLD, 28, 0, False),
+        (NEW, 12, 3, True),
+    ]
+    assert got["window"]["write_amplification"] == pytest.approx(12000 / 31000)
+    assert got["baseline"]["write_amplification"] == pytest.approx(11500 / 31500)
+    code, out, _ = cli("check", *CHECK_ARGS[:4])
+    assert code == 4 and f"fired: version_regression {NEW} after {OLD}" in out
+    # a rise of 0.25 under a 0.3 threshold does not fire; the write amplification rose 6 %
+    code, out, _ = cli("check", *CHECK_ARGS, "--max-version-rise", "0.3")
+    assert code == 0 and json.loads(out)["fired"] == []
+    code, out, _ = cli("check", *CHECK_ARGS, "--max-version-rise", "0.3", "--max-amplification-rise", "0.05")
+    fired = json.loads(out)["fired"]
+    assert code == 4 and [f["check"] for f in fired] == ["write_amplification"]
+    assert fired[0]["rise"] == pytest.approx((12000 / 31000) / (11500 / 31500) - 1)

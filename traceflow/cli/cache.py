@@ -198,6 +198,21 @@ def check(
             help="Alert when the share of requests that are unexplained misses rose more than this (0.05).",
         ),
     ] = 0.05,
+    max_version_rise: Annotated[
+        float,
+        typer.Option(
+            "--max-version-rise",
+            help="Alert when a new client version's share of resume, prefix_break and unexplained "
+            "misses is more than this above the previous version's (0.05).",
+        ),
+    ] = 0.05,
+    max_amplification_rise: Annotated[
+        float,
+        typer.Option(
+            "--max-amplification-rise",
+            help="Alert when cache writes / cache reads rose more than this share (1.0: doubled).",
+        ),
+    ] = 1.0,
     baseline_days: Annotated[
         float, typer.Option("--baseline-days", help="Baseline: this many days before the window.")
     ] = 7,
@@ -223,6 +238,8 @@ def check(
         baseline_days=baseline_days,
         max_drop=max_drop,
         max_unexplained_rise=max_unexplained_rise,
+        max_version_rise=max_version_rise,
+        max_amplification_rise=max_amplification_rise,
     )
     body = result.as_dict()
     if fmt == "json":
@@ -231,10 +248,22 @@ def check(
         from traceflow.output import Rows
 
         rows = []
-        for key in ("requests", "reuse_ratio", "misses", "unexplained_misses", "unexplained_share"):
+        for key in (
+            "requests",
+            "reuse_ratio",
+            "misses",
+            "unexplained_misses",
+            "unexplained_share",
+            "write_amplification",
+        ):
             rows.append((key, result.window.get(key), result.baseline.get(key)))
         head = f"cache health: {body['status']}"
-        fired = [f"fired: {f['check']} (threshold {f['threshold']})" for f in result.fired]
+        fired = [
+            f"fired: {f['check']}"
+            + (f" {f['version']} after {f['previous_version']}" if "version" in f else "")
+            + f" (threshold {f['threshold']})"
+            for f in result.fired
+        ]
         if fmt in ("table", "markdown"):
             typer.echo("\n".join([head, *fired, *(f"note: {n}" for n in result.notes)]))
         echo(Rows(["metric", "window", "baseline"], rows), fmt)
