@@ -27,6 +27,7 @@ import datetime as dt
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field, replace
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from traceflow.analysis import misses
@@ -249,7 +250,7 @@ def version_regressions(versions: list[dict[str, Any]], max_rise: float) -> list
     """The ``version_regression`` alerts: each version in the window whose client-miss share rose by
     more than ``max_rise`` over the version before it (both with enough requests)."""
     fired = []
-    for prev, new in zip(versions, versions[1:], strict=False):
+    for prev, new in pairwise(versions):
         if not new["in_window"]:
             continue
         if min(prev["requests"], new["requests"]) < MIN_VERSION_REQUESTS:
