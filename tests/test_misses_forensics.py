@@ -374,3 +374,60 @@ def test_check_names_the_version_whose_client_misses_rose(lake: Lake, tmp_path: 
     fired = json.loads(out)["fired"]
     assert code == 4 and [f["check"] for f in fired] == ["write_amplification"]
     assert fired[0]["rise"] == pytest.approx((12000 / 31000) / (11500 / 31500) - 1)
+
+
+# -- compare: boundaries against matched idle gaps -----------------------------------------------
+
+
+def _resume_lake(root: Path, lake: Lake) -> None:
+    """Five sessions, every gap 90 s (one stratum: 5-minute TTL, gaps of 60-120 s). q2 and q4 are
+    controls (ten, one miss: session 0's q4), q3 follows a restart (five, four misses)."""
+    for i in range(5):
+        s = Session(f"r{i}", T0 + dt.timedelta(hours=i), NEW)
+        s.request(0, cold=3, read=0, w5m=10000)  # q1 10003: first request, left out
+        s.request(90, cold=3, read=10000, w5m=500)  # q2 10503: a hit (control)
+        s.exit()
+        if i < 4:
+            s.request(90, cold=3, read=0, w5m=11000)  # q3 11003 after a restart: miss 10503
+        else:
+            s.request(90, cold=3, read=10500, w5m=500)  # q3: a restart that hit
+        if i == 0:
+            s.request(90, cold=3, read=0, w5m=11500)  # q4 11503: a control that missed 11003
+        else:
+            s.request(90, cold=3, read=11000, w5m=500)  # q4: a hit (control)
+        s.write(root / f"r{i}.jsonl")
+    run_import(lake, CLAUDE, [root])
+
+
+def test_compare_resumes_with_matched_idle_gaps(lake: Lake, tmp_path: Path, cli: Cli) -> None:
+    _resume_lake(tmp_path / "logs", lake)
+    code, out, err = cli("compare", "--boundary", "resume", "--format", "json")
+    assert code == 0, err
+    got = json.loads(out)
+    b, c, d = got["boundaries"], got["controls"], got["difference"]
+    assert (b["requests"], b["misses"], b["unmatched"]) == (5, 4, 0)
+    assert (c["requests"], c["misses"], c["effective_requests"]) == (10, 1, 10.0)
+    assert b["missed_tokens_per_request"] == pytest.approx(4 * 10503 / 5)
+    assert c["missed_tokens_per_request"] == pytest.approx(11003 / 10)
+    # Wilson 95 % intervals of 4/5 and 1/10 (the published values: 0.3755-0.9638, 0.0179-0.4042)
+    assert (b["miss_rate"], b["ci_low"], b["ci_high"]) == pytest.approx((0.8, 0.3755, 0.9638), abs=1e-4)
+    assert (c["miss_rate"], c["ci_low"], c["ci_high"]) == pytest.approx((0.1, 0.0179, 0.4042), abs=1e-4)
+    # Newcombe's interval of the difference: 0.7 -/+ the square-added distances to the limits
+    low = 0.7 - ((0.8 - 0.3755) ** 2 + (0.4042 - 0.1) ** 2) ** 0.5
+    high = 0.7 + ((0.9638 - 0.8) ** 2 + (0.1 - 0.0179) ** 2) ** 0.5
+    assert (d["miss_rate"], d["ci_low"], d["ci_high"]) == pytest.approx((0.7, low, high), abs=2e-4)
+    assert got["strata"] == [
+        {
+            "ttl_in_force_s": 300,
+            "gap_from_s": 60,
+            "gap_to_s": 120,
+            "boundary_requests": 5,
+            "boundary_misses": 4,
+            "control_requests": 10,
+            "control_misses": 1,
+        }
+    ]
+    code, out, _ = cli("compare")
+    assert code == 0 and "matched idle gaps" in out and out.startswith("resume: 5 transitions")
+    code, _, err = cli("compare", "--boundary", "moon")
+    assert code == 2 and "choose from resume, version, model" in err

@@ -59,6 +59,7 @@ COMMANDS: dict[str, str] = {
     "synth": "replay",
     "misses": "cache",
     "timeline": "cache",
+    "compare": "cache",
     "check": "cache",
 }
 

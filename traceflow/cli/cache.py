@@ -1,7 +1,7 @@
 """The cache commands: ``misses`` (why requests missed the prompt cache), ``timeline`` (one
-session's requests side by side), ``check`` (cache health
-against a baseline, for cron) and ``ttl --observed`` (the TTL the writes asked for, per day), listed in
-:data:`COMMANDS` and registered by :mod:`traceflow.cli.app`.
+session's requests side by side), ``compare`` (misses at a boundary against matched idle gaps),
+``check`` (cache health against a baseline, for cron) and ``ttl --observed`` (the TTL the writes
+asked for, per day), listed in :data:`COMMANDS` and registered by :mod:`traceflow.cli.app`.
 
 ``ttl`` itself is defined in :mod:`traceflow.cli.analyses`; its ``--observed`` flag calls
 :func:`observed_ttl` here. ``traceflow check`` exits :data:`~traceflow.analysis.health.ALERT_EXIT` (4)
@@ -149,6 +149,72 @@ def timeline(
     echo(t.table(records, bars=not no_bars), fmt)
 
 
+@with_selection
+@with_lake_query
+def compare(
+    boundary: Annotated[
+        str,
+        typer.Option("--boundary", help="resume, version or model: the transition to compare."),
+    ] = "resume",
+    confidence: Annotated[
+        float, typer.Option("--confidence", help="Confidence of the intervals (0.95).")
+    ] = 0.95,
+    prices: PricesOpt = None,
+    miss_tokens: MissTokensOpt = 1024,
+    compaction_drop: CompactionDropOpt = 0.5,
+    *,
+    selection: Selection,
+    query: LakeQuery,
+) -> None:
+    """Miss rate at a boundary (resume, version change, model switch) against idle gaps of matched
+    length and TTL in the same sessions, with confidence intervals."""
+    from traceflow.analysis import compare as c
+    from traceflow.analysis import misses as m
+    from traceflow.output import Rows
+    from traceflow.prices import PriceModel
+
+    fmt = query.fmt
+    con = query.connect(["requests", "events", "metric_points"])
+    options = m.MissOptions(
+        prices=PriceModel.load(prices), miss_tokens=miss_tokens, compaction_drop=compaction_drop
+    )
+    result = c.compare(con, selection, boundary, options, confidence)
+    if fmt == "json":
+        echo(result, fmt)
+        return
+    b, k, d = result["boundaries"], result["controls"], result["difference"]
+    rows = Rows(
+        ["", "requests", "misses", "miss_rate", "ci_low", "ci_high", "missed_tokens_per_request"],
+        [
+            (
+                f"at {boundary}",
+                b["requests"],
+                b["misses"],
+                b["miss_rate"],
+                b["ci_low"],
+                b["ci_high"],
+                b["missed_tokens_per_request"],
+            ),
+            (
+                "matched idle gaps",
+                k["requests"],
+                k["misses"],
+                k["miss_rate"],
+                k["ci_low"],
+                k["ci_high"],
+                k["missed_tokens_per_request"],
+            ),
+            ("difference", None, None, d["miss_rate"], d["ci_low"], d["ci_high"], None),
+        ],
+    )
+    if fmt in ("table", "markdown"):
+        typer.echo(
+            f"{boundary}: {b['requests']} transitions matched to idle gaps of the same length and TTL "
+            f"({b['unmatched']} without a match); {result['confidence']:.0%} intervals"
+        )
+    echo(rows, fmt)
+
+
 def observed_ttl(
     selection: Selection, groups: list[str], prices: Path | None, data: Path | None, fmt: str
 ) -> None:
@@ -277,4 +343,9 @@ def check(
 
 
 #: The commands of this module, by name (registered by :mod:`traceflow.cli.app`).
-COMMANDS: dict[str, Callable[..., Any]] = {"misses": misses, "timeline": timeline, "check": check}
+COMMANDS: dict[str, Callable[..., Any]] = {
+    "misses": misses,
+    "timeline": timeline,
+    "compare": compare,
+    "check": check,
+}
