@@ -431,3 +431,20 @@ def test_compare_resumes_with_matched_idle_gaps(lake: Lake, tmp_path: Path, cli:
     assert code == 0 and "matched idle gaps" in out and out.startswith("resume: 5 transitions")
     code, _, err = cli("compare", "--boundary", "moon")
     assert code == 2 and "choose from resume, version, model" in err
+
+
+def test_the_readme_worked_example_is_this_corpus(corpus: Lake, cli: Cli) -> None:
+    from traceflow.analysis.timeline import table, timeline
+    from traceflow.output import Rows, render
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    code, out, _ = cli("misses")
+    assert code == 0 and out.strip() in readme
+    keep = ["gap", "cold", "read", "write_5m", "write_1h", "context", "ttl", "restart", "cause"]
+    keep += ["missed", "cost_usd"]
+    con = corpus.connect(["requests", "events", "metric_points"])
+    for session in "abcd":
+        rows = table(timeline(con, session), bars=False)
+        idx = [rows.columns.index(k) for k in keep]
+        text = render(Rows(keep, [[r[i] for i in idx] for r in rows.rows]), "table")
+        assert text in readme, session

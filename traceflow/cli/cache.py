@@ -123,8 +123,7 @@ def timeline(
     *,
     query: LakeQuery,
 ) -> None:
-    """One session's requests in order, with gap, model, version, tokens, TTL in force and the cause
-    of each miss.
+    """One session's requests in order: gap, model, version, tokens, TTL in force, miss cause.
 
     JSON: a list, one object per request (cause null for a hit).
     """
@@ -166,8 +165,11 @@ def compare(
     selection: Selection,
     query: LakeQuery,
 ) -> None:
-    """Miss rate at a boundary (resume, version change, model switch) against idle gaps of matched
-    length and TTL in the same sessions, with confidence intervals."""
+    """Compare misses at a boundary (resume, version, model) with idle gaps of matched length and TTL.
+
+    The miss rates with Wilson intervals, their difference with Newcombe's interval, and the missed
+    tokens per request on both sides.
+    """
     from traceflow.analysis import compare as c
     from traceflow.analysis import misses as m
     from traceflow.output import Rows
