@@ -74,14 +74,15 @@ marks AS (
     ) AS m
 ),
 marked AS (
-    -- the first main-stream request after each restart (a --continue mark: of the same user)
+    -- the first main-stream request after each restart (a --continue mark: of the same user); two
+    -- requests of one session starting the same microsecond both rank first (one row each below)
     SELECT r.session_id, r.position, m.start_type
     FROM carried r
     JOIN marks m
       ON r.parent_session_id IS NULL AND r.position > 1
      AND (m.session_id = r.session_id OR (m.start_type = 'continue' AND m.user_id = r.user_id))
      AND m.t_us > r.prev_end_us AND m.t_us <= r.t_start_us
-    QUALIFY row_number() OVER (
+    QUALIFY rank() OVER (
         PARTITION BY m.session_id, m.user_id, m.t_us, m.start_type
         ORDER BY CASE WHEN m.session_id = r.session_id THEN 0 ELSE 1 END, r.t_start_us, r.session_id) = 1
 ),
