@@ -27,7 +27,7 @@
 -- Reads request_steps, the window of steps.sql (over the whole lake); in a bare DuckDB create it
 -- first as steps.sql says, then run this file with its other parameters.
 -- traceflow narrows the selection in the `filter` block (not `selection`, which would narrow the
--- window too). DuckDB dialect: epoch_us.
+-- window too). DuckDB dialect: epoch_us, hash.
 -- params:  $since TIMESTAMPTZ = NULL        only requests at or after this time
 --          $until TIMESTAMPTZ = NULL        only requests before this time
 --          $miss_tokens BIGINT = 1024       how far below the reusable prefix a cache read is a miss
@@ -38,26 +38,21 @@
 --          prev_context_tokens, cold_input_tokens, cache_read_tokens, cache_write_tokens,
 --          cache_write_5m_tokens, cache_write_1h_tokens, output_tokens, first_read_tokens,
 --          reusable_tokens, missed_tokens, ttl_in_force_s, compaction_event, restart, miss, cause
-WITH prev AS (
-    -- what the previous request of the stream wrote, and the stream's first cache read
+WITH carried AS (
+    -- one window over each stream's earlier requests: its last write, as (position) * 2 + (1 if
+    -- 1-hour), whose running maximum carries it across the requests that wrote nothing; and the
+    -- stream's first cache read. Streams are keyed by the 64-bit hash of (session_id,
+    -- parent_session_id), as in steps.sql.
     SELECT *,
-        lag(cache_write_tokens) OVER s AS prev_write_tokens,
-        max(CASE WHEN position = 1 THEN cache_read_tokens END)
-            OVER (PARTITION BY session_id, parent_session_id) AS first_read_tokens
+        max(CASE WHEN cache_write_tokens > 0
+                 THEN position * 2
+                      + CASE WHEN coalesce(cache_write_1h_tokens, 0) > coalesce(cache_write_5m_tokens, 0)
+                             THEN 1 ELSE 0 END END) OVER earlier AS last_write_code,
+        CASE WHEN position = 1 THEN cache_read_tokens
+             ELSE first_value(cache_read_tokens) OVER earlier END AS first_read_tokens
     FROM request_steps
-    WINDOW s AS (PARTITION BY session_id, parent_session_id ORDER BY position)
-),
-carried AS (
-    -- the stream's last write before this request, as (its position) * 2 + (1 if 1-hour): the
-    -- running maximum carries it across the requests that wrote nothing
-    SELECT *,
-        max(CASE WHEN position > 1 AND prev_write_tokens > 0
-                 THEN (position - 1) * 2
-                      + CASE WHEN coalesce(prev_cache_write_1h_tokens, 0) > coalesce(prev_cache_write_5m_tokens, 0)
-                             THEN 1 ELSE 0 END END)
-            OVER (PARTITION BY session_id, parent_session_id ORDER BY position
-                  ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS last_write_code
-    FROM prev
+    WINDOW earlier AS (PARTITION BY hash(session_id, parent_session_id) ORDER BY position
+                       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
 ),
 marks AS (
     -- each agent-process restart within a session: (session, user, time, start_type)
