@@ -69,17 +69,25 @@ marks AS (
     ) AS m
 ),
 marked AS (
-    -- the first main-stream request after each restart (a --continue mark: of the same user); two
-    -- requests of one session starting the same microsecond both rank first (one row each below)
-    SELECT r.session_id, r.position, m.start_type
-    FROM carried r
-    JOIN marks m
-      ON r.parent_session_id IS NULL AND r.position > 1
-     AND (m.session_id = r.session_id OR (m.start_type = 'continue' AND m.user_id = r.user_id))
-     AND m.t_us > r.prev_end_us AND m.t_us <= r.t_start_us
-    QUALIFY rank() OVER (
-        PARTITION BY m.session_id, m.user_id, m.t_us, m.start_type
-        ORDER BY CASE WHEN m.session_id = r.session_id THEN 0 ELSE 1 END, r.t_start_us, r.session_id) = 1
+    -- the first main-stream request after each restart: of the mark's session, or (a --continue
+    -- mark, whose session id is transient) of the same user; two equi-joins, not one OR-join, so
+    -- that neither compares every request with every mark. Two requests of one session starting the
+    -- same microsecond both rank first (one row each below).
+    SELECT session_id, position, start_type FROM (
+        SELECT r.session_id, r.position, r.t_start_us, m.session_id AS m_session, m.user_id AS m_user,
+               m.t_us, m.start_type, 0 AS pref
+        FROM carried r JOIN marks m ON m.session_id = r.session_id
+        WHERE r.parent_session_id IS NULL AND r.position > 1
+          AND m.t_us > r.prev_end_us AND m.t_us <= r.t_start_us
+        UNION ALL
+        SELECT r.session_id, r.position, r.t_start_us, m.session_id AS m_session, m.user_id AS m_user,
+               m.t_us, m.start_type, 1 AS pref
+        FROM carried r JOIN marks m ON m.user_id = r.user_id
+        WHERE m.start_type = 'continue' AND r.parent_session_id IS NULL AND r.position > 1
+          AND m.t_us > r.prev_end_us AND m.t_us <= r.t_start_us
+    ) AS c
+    QUALIFY rank() OVER (PARTITION BY m_session, m_user, t_us, start_type
+                         ORDER BY pref, t_start_us, session_id) = 1
 ),
 restarted AS (
     -- one row per request; an OTLP start_type wins over a transcript's `restart`

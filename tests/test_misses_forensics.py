@@ -228,6 +228,9 @@ def test_real_continue_and_resume_are_classed(lake: Lake, cli: Cli, source: str)
     prompt_24, _ = _fake_prompt(24)
     _, read_25 = _fake_prompt(25)
     assert flagged["missed_tokens"].to_list() == [0, 0, prompt_24 - read_25]
+    # a connection without the metric_points view reads no OTLP restart point
+    bare = misses.miss_rows(lake.connect(["requests", "events"]))
+    assert bare["restart"].null_count() == (20 if source == "otlp" else 17)
     code, out, err = cli("misses", "--format", "json")
     assert code == 0, err
     assert json.loads(out)["by_cause"]["resume"] == {
