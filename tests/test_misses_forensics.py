@@ -451,3 +451,27 @@ def test_the_readme_worked_example_is_this_corpus(corpus: Lake, cli: Cli) -> Non
         idx = [rows.columns.index(k) for k in keep]
         text = render(Rows(keep, [[r[i] for i in idx] for r in rows.rows]), "table")
         assert text in readme, session
+
+
+def test_write_amplification_per_session_and_per_day(corpus: Lake, cli: Cli) -> None:
+    # writes / reads per session: a 20,000 / 10,000; b 26,000 / 135,049; c 27,400 / 36,100; d reads 0
+    per_session = {"a": 20000 / 10000, "b": 26000 / 135049, "c": 27400 / 36100, "d": None}
+    code, out, err = cli("sessions", "--list", "--format", "json")
+    assert code == 0, err
+    got = {r["root_session_id"]: r["write_amplification"] for r in json.loads(out)}
+    assert got == {k: (pytest.approx(v) if v is not None else None) for k, v in per_session.items()}
+    code, out, _ = cli("sessions", "--format", "json")
+    summary = json.loads(out)
+    assert summary["write_amplification"] == pytest.approx(90600 / 181149)
+    assert summary["write_amplification_p50"] == pytest.approx(27400 / 36100)  # the median of three
+    assert summary["write_amplification_max"] == pytest.approx(2.0)
+    code, out, _ = cli("report", "--format", "json")
+    assert code == 0
+    assert json.loads(out)["write_amplification"] == [
+        {
+            "day": "2026-05-04",
+            "cache_write_tokens": 90600,
+            "cache_read_tokens": 181149,
+            "write_amplification": pytest.approx(90600 / 181149),
+        }
+    ]
