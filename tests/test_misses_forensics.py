@@ -475,3 +475,37 @@ def test_write_amplification_per_session_and_per_day(corpus: Lake, cli: Cli) -> 
             "write_amplification": pytest.approx(90600 / 181149),
         }
     ]
+
+
+@pytest.mark.slow
+def test_clicking_a_session_of_the_misses_chart_opens_its_timeline(corpus: Lake, tmp_path: Path) -> None:
+    """In a real headless Chromium (as tests/test_report_browser.py): the session bar links to the
+    session's timeline in the page, and the linked <details> opens."""
+    import time
+
+    from tests.test_report_browser import _driver, _need_browser
+    from traceflow.dashboards.render import render_html
+
+    _need_browser()
+    page, _, _ = render_html(corpus.connect())
+    path = tmp_path / "report.html"
+    path.write_text(page)
+    driver = _driver()
+    try:
+        driver.get(path.as_uri())
+        deadline = time.monotonic() + 60
+        while driver.execute_script("return document.body.dataset.chartsDone") != "true":
+            assert time.monotonic() < deadline, "the charts were not drawn"
+            time.sleep(0.2)
+        bars = driver.find_elements("css selector", '#chart-misses path[aria-label*="session: c;"]')
+        assert bars, "no bar of session c in the misses chart"
+        assert not driver.execute_script("return document.getElementById('timeline-c').open")
+        driver.execute_script("arguments[0].dispatchEvent(new MouseEvent('click', {bubbles: true}))", bars[0])
+        while driver.execute_script("return location.hash") != "#timeline-c":
+            assert time.monotonic() < deadline, "the click did not follow the link"
+            time.sleep(0.1)
+        assert driver.execute_script("return document.getElementById('timeline-c').open")
+        text = driver.execute_script("return document.getElementById('timeline-c').textContent")
+        assert "session c: 7 requests" in text and "resume" in text
+    finally:
+        driver.quit()
