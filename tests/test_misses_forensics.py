@@ -509,3 +509,38 @@ def test_clicking_a_session_of_the_misses_chart_opens_its_timeline(corpus: Lake,
         assert "session c: 7 requests" in text and "resume" in text
     finally:
         driver.quit()
+
+
+def test_compare_version_and_model_boundaries(lake: Lake, tmp_path: Path, cli: Cli) -> None:
+    """Three sessions, gaps of 90 s: q2 a control (hit), q3 on a new client version (sessions 0 and
+    1 miss), q4 a control (hit), q5 on Opus (a model switch, a miss in each), q6 a control after the
+    switch (hit). Every request writes 5-minute tokens: one stratum (5 min, 60-120 s)."""
+    for i in range(3):
+        s = Session(f"v{i}", T0 + dt.timedelta(hours=i), OLD)
+        s.request(0, cold=3, read=0, w5m=10000)  # q1 10003
+        s.request(90, cold=3, read=10000, w5m=500)  # q2 10503: hit
+        s.version = NEW
+        if i < 2:
+            s.request(90, cold=3, read=0, w5m=11000)  # q3 11003 on 2.1.69: miss 10503
+        else:
+            s.request(90, cold=3, read=10500, w5m=500)  # q3 on 2.1.69: hit
+        s.request(90, cold=3, read=11000, w5m=500)  # q4 11503: hit
+        s.request(90, cold=3, read=0, w5m=12000, model=OPUS)  # q5 12003 on Opus: miss 11503
+        s.request(90, cold=3, read=12000, w5m=500, model=OPUS)  # q6 12503: hit
+        s.write(tmp_path / "logs" / f"v{i}.jsonl")
+    run_import(lake, CLAUDE, [tmp_path / "logs"])
+    code, out, err = cli("compare", "--boundary", "version", "--format", "json")
+    assert code == 0, err
+    got = json.loads(out)
+    assert (got["boundaries"]["requests"], got["boundaries"]["misses"]) == (3, 2)
+    # the controls: q2, q4, q6 of each session (no boundary of any kind), all hits
+    assert (got["controls"]["requests"], got["controls"]["misses"]) == (9, 0)
+    assert got["boundaries"]["missed_tokens_per_request"] == pytest.approx(2 * 10503 / 3)
+    assert got["difference"]["miss_rate"] == pytest.approx(2 / 3)
+    lo, hi = got["boundaries"]["ci_low"], got["boundaries"]["ci_high"]
+    assert lo < 2 / 3 < hi and got["controls"]["ci_low"] == 0.0
+    code, out, _ = cli("compare", "--boundary", "model", "--format", "json")
+    got = json.loads(out)
+    assert (got["boundaries"]["requests"], got["boundaries"]["misses"]) == (3, 3)
+    assert got["boundaries"]["missed_tokens"] == 3 * 11503
+    assert (got["controls"]["requests"], got["controls"]["misses"]) == (9, 0)
