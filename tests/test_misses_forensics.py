@@ -544,3 +544,20 @@ def test_compare_version_and_model_boundaries(lake: Lake, tmp_path: Path, cli: C
     assert (got["boundaries"]["requests"], got["boundaries"]["misses"]) == (3, 3)
     assert got["boundaries"]["missed_tokens"] == 3 * 11503
     assert (got["controls"]["requests"], got["controls"]["misses"]) == (9, 0)
+
+
+@pytest.mark.parametrize("split_min", [1, 61, 125, 127, 187])
+def test_misses_add_up_over_disjoint_windows(corpus: Lake, cli: Cli, split_min: int) -> None:
+    """The carried TTL, the first read and the restarts are judged over the whole lake: a window's
+    misses do not depend on where it starts (split inside sessions a, b, c: after c's first restart)."""
+    cut = (T0 + dt.timedelta(minutes=split_min)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    halves = []
+    for args in (("--until", cut), ("--since", cut)):
+        code, out, err = cli("misses", *args, "--format", "json")
+        assert code == 0, err
+        halves.append(json.loads(out))
+    assert halves[0]["requests"] + halves[1]["requests"] == EXPECTED["requests"]
+    for cause, want in EXPECTED["by_cause"].items():
+        got = [h["by_cause"][cause] for h in halves]
+        assert got[0]["misses"] + got[1]["misses"] == want["misses"], cause
+        assert got[0]["missed_tokens"] + got[1]["missed_tokens"] == want["missed_tokens"], cause
