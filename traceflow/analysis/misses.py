@@ -61,9 +61,9 @@ COMPACTION_DROP = 0.5
 #: How far above the stream's first cache read a miss's read may be and still be a prefix break.
 PREFIX_TOKENS = 1024
 #: The ``misses.sql`` block that reads the OTLP restart points, and what stands for it without them.
-_NO_POINTS = (
-    "SELECT CAST(NULL AS VARCHAR) AS session_id, CAST(NULL AS VARCHAR) AS user_id, "
-    "CAST(NULL AS BIGINT) AS t_us, CAST(NULL AS VARCHAR) AS start_type WHERE false"
+_NO_POINTS = (  # STRING: DuckDB's alias of VARCHAR, Spark's text type
+    "SELECT CAST(NULL AS STRING) AS session_id, CAST(NULL AS STRING) AS user_id, "
+    "CAST(NULL AS BIGINT) AS t_us, CAST(NULL AS STRING) AS start_type WHERE false"
 )
 
 
@@ -114,9 +114,10 @@ def _run(
 
 
 def _has_view(con: duckdb.DuckDBPyConnection | sql.Engine, name: str) -> bool:
-    """Whether ``con`` has the view ``name`` (another engine has every view of the lake)."""
+    """Whether ``con`` has the view ``name`` (another engine: among the tables it registered)."""
     if isinstance(con, sql.Engine):
-        return True
+        tables = getattr(con, "tables", None)
+        return tables is None or name in tables
     found = con.execute(
         "SELECT count(*) FROM duckdb_views() WHERE view_name = ? AND NOT internal", [name]
     ).fetchone()
