@@ -561,3 +561,21 @@ def test_misses_add_up_over_disjoint_windows(corpus: Lake, cli: Cli, split_min: 
         got = [h["by_cause"][cause] for h in halves]
         assert got[0]["misses"] + got[1]["misses"] == want["misses"], cause
         assert got[0]["missed_tokens"] + got[1]["missed_tokens"] == want["missed_tokens"], cause
+
+
+def test_a_restart_appended_to_an_imported_transcript_is_found(lake: Lake, tmp_path: Path) -> None:
+    """`--continue` appends to the session's file: the exit seen by one import and the prompt seen by
+    the next still make a restart (the importer keeps the file's state between imports)."""
+    s = Session("g", T0, NEW)
+    s.request(0, cold=3, read=0, w5m=8000)  # 8003
+    s.request(5, cold=3, read=8000, w5m=500)  # 8503: hit
+    s.exit()
+    path = s.write(tmp_path / "logs" / "g.jsonl")
+    run_import(lake, CLAUDE, [tmp_path / "logs"])
+    s.request(30, cold=3, read=0, w5m=9000)  # 9003 after the restart: resume 8503
+    s.write(path)
+    summary = run_import(lake, CLAUDE, [tmp_path / "logs"])
+    assert summary.rows["requests"] == 1
+    frame = misses.miss_rows(lake.connect(["requests", "events", "metric_points"])).sort("position")
+    assert frame["restart"].to_list() == [None, None, "restart"]
+    assert (frame["cause"][2], frame["missed_tokens"][2]) == ("resume", 8503)
