@@ -14,8 +14,8 @@
 -- writes as its process exits, is followed by a new prompt) when this is the first main-stream
 -- request of the session after the agent process restarted: the restart fell after the previous
 -- request's end and no later than this request's start. A `--continue` point carries a transient
--- session id: it marks the first main-stream request of the same user after it (sessions that
--- already had requests), since the continued session is not named.
+-- session id (and a point may carry none: OTEL_METRICS_INCLUDE_SESSION_ID=false): such a point
+-- marks the first main-stream request of the same user after it, since its session is not named.
 -- first_read_tokens: the cache read of the stream's first request (its static prefix).
 -- cause, first match wins: first_request (first of its stream; a sub-agent is its own stream),
 -- model_switch (another model than the previous request's), compaction (a compaction event of the
@@ -70,9 +70,9 @@ marks AS (
 ),
 marked AS (
     -- the first main-stream request after each restart: of the mark's session, or (a --continue
-    -- mark, whose session id is transient) of the same user; two equi-joins, not one OR-join, so
-    -- that neither compares every request with every mark. Two requests of one session starting the
-    -- same microsecond both rank first (one row each below).
+    -- mark, whose session id is transient, or a point without a session id) of the same user; two
+    -- equi-joins, not one OR-join, so that neither compares every request with every mark. Two
+    -- requests of one session starting the same microsecond both rank first (one row each below).
     SELECT session_id, position, start_type FROM (
         SELECT r.session_id, r.position, r.t_start_us, m.session_id AS m_session, m.user_id AS m_user,
                m.t_us, m.start_type, 0 AS pref
@@ -83,7 +83,8 @@ marked AS (
         SELECT r.session_id, r.position, r.t_start_us, m.session_id AS m_session, m.user_id AS m_user,
                m.t_us, m.start_type, 1 AS pref
         FROM carried r JOIN marks m ON m.user_id = r.user_id
-        WHERE m.start_type = 'continue' AND r.parent_session_id IS NULL AND r.position > 1
+        WHERE (m.start_type = 'continue' OR m.session_id IS NULL)
+          AND r.parent_session_id IS NULL AND r.position > 1
           AND m.t_us > r.prev_end_us AND m.t_us <= r.t_start_us
     ) AS c
     QUALIFY rank() OVER (PARTITION BY m_session, m_user, t_us, start_type

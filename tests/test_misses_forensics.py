@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 
 from tests.conftest import TESTDATA
-from tests.test_misses import OPUS, READ, W1H, W5M, Cli, Transcript
+from tests.test_misses import OPUS, READ, SONNET, W1H, W5M, Cli, Transcript
 from traceflow.analysis import misses
 from traceflow.importers import get
 from traceflow.importers.run import run_import
@@ -579,3 +579,69 @@ def test_a_restart_appended_to_an_imported_transcript_is_found(lake: Lake, tmp_p
     frame = misses.miss_rows(lake.connect(["requests", "events", "metric_points"])).sort("position")
     assert frame["restart"].to_list() == [None, None, "restart"]
     assert (frame["cause"][2], frame["missed_tokens"][2]) == ("resume", 8503)
+
+
+def test_otlp_restart_points_by_session_or_by_user(lake: Lake) -> None:
+    """session.count points as the OTLP mapper stores them: one with the session's id (a --resume),
+    one without any (OTEL_METRICS_INCLUDE_SESSION_ID=false): the latter marks the user's first
+    main-stream request after it, of whichever session."""
+    sec = dt.timedelta(seconds=1)
+    rows = []
+    # (session, start s, read, write): p3 follows the id-less point at 290 s; q2 the point of q at 350 s
+    for i, (session, start, read, write) in enumerate(
+        [
+            ("p", 0, 0, 8000),
+            ("p", 10, 8000, 500),
+            ("q", 100, 0, 7000),
+            ("p", 300, 0, 9000),
+            ("p", 310, 9000, 100),
+            ("q", 400, 0, 7500),
+        ]
+    ):
+        rows.append(
+            {
+                "event_id": f"r{i}",
+                "source": "otlp",
+                "agent": "claude-code",
+                "agent_version": NEW,
+                "user_id": "u1",
+                "session_id": session,
+                "model": SONNET,
+                "started_at": T0 + start * sec,
+                "ended_at": T0 + (start + 2) * sec,
+                "cold_input_tokens": 3,
+                "cache_read_tokens": read,
+                "cache_write_tokens": write,
+                "cache_write_5m_tokens": write,
+                "cache_write_1h_tokens": 0,
+                "output_tokens": 50,
+                "attributes": {},
+                "seq": i,
+            }
+        )
+    lake.append("requests", rows)
+    points = [
+        {
+            "event_id": f"m{i}",
+            "source": "otlp",
+            "agent": "claude-code",
+            "session_id": session,
+            "user_id": "u1",
+            "name": "claude_code.session.count",
+            "unit": "",
+            "temporality": "delta",
+            "start_time": T0 + at * sec,
+            "time": T0 + (at + 30) * sec,
+            "value": 1.0,
+            "delta": 1.0,
+            "attributes": {"start_type": "resume"},
+        }
+        for i, (session, at) in enumerate([(None, 290), ("q", 350)])
+    ]
+    lake.append("metric_points", points)
+    frame = misses.miss_rows(lake.connect(["requests", "events", "metric_points"]))
+    flagged = frame.filter(frame["restart"].is_not_null()).sort("started_at")
+    assert list(zip(flagged["session_id"], flagged["position"], flagged["cause"], strict=True)) == [
+        ("p", 3, "resume"),  # the id-less point at 290 s: p3 (300 s) is the user's first request after it
+        ("q", 2, "resume"),  # q's own point at 350 s; its gap 400 - 102 = 298 s is within the 5 min TTL
+    ]
