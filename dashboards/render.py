@@ -12,7 +12,7 @@ import html as html_mod
 import importlib
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -85,7 +85,9 @@ CHARTS: tuple[ChartDef, ...] = (
         "Cache misses by cause",
         "Requests that missed the prompt cache (red: how many; blue: the reusable prefix tokens they did "
         "not read), by cause: the first request of a stream, a model switch, a compaction, an idle gap "
-        "past the TTL in force, or nothing the data explains. Unexplained misses are the ones to chase.",
+        "past the TTL in force, a restart of the agent process (resume), a read that fell back to the "
+        "static prefix (prefix_break), or nothing the data explains. Below, the sessions that lost the "
+        "most: click one for its timeline.",
     ),
     ChartDef(
         "context_growth",
@@ -206,6 +208,15 @@ pre{font-size:11.5px;overflow-x:auto;background:#f6f8fa;padding:10px}
 .chart{min-height:60px}.error{color:#b91c1c}nav a{margin-right:10px;font-size:13px}
 """
 
+#: Opens the session timeline a misses-chart link points at (a closed <details> would stay shut).
+_OPEN_LINKED = """<script>(function () {
+  function open() {
+    var el = location.hash && document.getElementById(location.hash.slice(1));
+    if (el && el.tagName === 'DETAILS') { el.open = true; el.scrollIntoView(); }
+  }
+  window.addEventListener('hashchange', open); open();
+})();</script>"""
+
 _JS = """
 (function () {
   var specs = JSON.parse(document.getElementById('tf-specs').textContent);
@@ -248,9 +259,22 @@ def html_document(
     notes: Sequence[str] = (),
     refresh_s: float | None = None,
     version: str = "",
+    timelines: Mapping[str, str] | None = None,
 ) -> str:
-    """One self-contained HTML page: headline, charts with captions, notes, and the full text summary."""
+    """One self-contained HTML page: headline, charts with captions, the ``timelines`` (session id ->
+    text) the misses chart links to, notes, and the full text summary."""
+    from traceflow.analysis.timeline import anchor
+
     esc = html_mod.escape
+    timeline_items = "".join(
+        f'<details id="{anchor(s)}"><summary>{esc(s)}</summary><pre>{esc(text)}</pre></details>'
+        for s, text in (timelines or {}).items()
+    )
+    timeline_section = (
+        f'<section id="timelines"><h2>Session timelines</h2>{timeline_items}</section>{_OPEN_LINKED}'
+        if timeline_items
+        else ""
+    )
     specs = {f"chart-{c.key}": chart.to_dict() for c, chart in charts}
     nav = " ".join(f'<a href="#sec-{c.key}">{esc(c.heading)}</a>' for c, _ in charts)
     sections = "\n".join(
@@ -272,6 +296,7 @@ def html_document(
 <main>
 <section id="summary"><h2>Summary</h2><ul class="headline">{bullets}</ul><nav>{nav}</nav></section>
 {sections}
+{timeline_section}
 <section id="notes"><h2>Notes</h2><ul>{note_items}</ul>
 <details><summary>All numbers (the text report)</summary><pre>{esc(summary_text)}</pre></details></section>
 </main>
@@ -379,6 +404,7 @@ def render_html(
         notes=_notes(data, options.kv_bytes_per_token is not None),
         refresh_s=refresh_s,
         version=version,
+        timelines=data.timelines,
     )
     return page, charts, data
 

@@ -59,6 +59,8 @@ class ReportData:
     #: (:mod:`traceflow.store.time_base`); times of a trace stored from 1970 are drawn as offsets
     #: from its start (``+2 h``).
     time_base: str = "agent"
+    #: The timeline (as text) of each session the misses chart links to, by session id.
+    timelines: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -198,20 +200,81 @@ def reuse_frame(sessions: pl.DataFrame, bins: int = 20) -> pl.DataFrame:
     )
 
 
+#: Sessions of the misses chart (most missed tokens first), each linked to its timeline.
+MISS_SESSIONS = 10
+#: Requests shown of each linked session's timeline in the HTML report.
+TIMELINE_ROWS = 300
+
+
 def misses_frame(
     con: duckdb.DuckDBPyConnection, selection: Selection | None, prices: PriceModel | None = None
 ) -> pl.DataFrame:
-    """One row per miss cause: ``cause, misses, missed_tokens, cost_usd`` (see
-    :mod:`traceflow.analysis.misses`)."""
+    """One row per miss cause (``session`` null): ``session, cause, misses, missed_tokens,
+    cost_usd`` (see :mod:`traceflow.analysis.misses`); then, for the :data:`MISS_SESSIONS` sessions
+    with the most missed tokens, one row per session and cause of its misses."""
     import polars as pl
 
-    from traceflow.analysis.misses import MissOptions, miss_report
+    from traceflow.analysis.misses import CAUSES, MissOptions, miss_counts
 
-    report = miss_report(con, selection, MissOptions(prices=prices))
-    return pl.DataFrame(
-        [{"cause": cause, **v} for cause, v in report["by_cause"].items()],
-        schema={"cause": pl.String, "misses": pl.Int64, "missed_tokens": pl.Int64, "cost_usd": pl.Float64},
+    counts = miss_counts(con, selection, ["session"], MissOptions(prices=prices)).filter(
+        pl.col("cause").is_not_null()
     )
+    totals = counts.group_by("cause").agg(
+        pl.col("misses").sum(), pl.col("missed_tokens").sum(), pl.col("cost_usd").sum()
+    )
+    by_cause = {r["cause"]: r for r in totals.iter_rows(named=True)}
+    rows = [
+        {
+            "session": None,
+            "cause": c,
+            "misses": int(by_cause[c]["misses"]) if c in by_cause else 0,
+            "missed_tokens": int(by_cause[c]["missed_tokens"]) if c in by_cause else 0,
+            "cost_usd": float(by_cause[c]["cost_usd"]) if c in by_cause else 0.0,
+        }
+        for c in CAUSES
+    ]
+    per_session = counts.filter(pl.col("session").is_not_null() & (pl.col("missed_tokens") > 0))
+    top = (
+        per_session.group_by("session")
+        .agg(pl.col("missed_tokens").sum())
+        .sort(["missed_tokens", "session"], descending=[True, False])
+        .head(MISS_SESSIONS)["session"]
+        .to_list()
+    )
+    linked = per_session.filter(pl.col("session").is_in(top)).sort(["session", "cause"])
+    for r in linked.iter_rows(named=True):
+        rows.append({k: r[k] for k in ("session", "cause", "misses", "missed_tokens", "cost_usd")})
+    return pl.DataFrame(
+        rows,
+        schema={
+            "session": pl.String,
+            "cause": pl.String,
+            "misses": pl.Int64,
+            "missed_tokens": pl.Int64,
+            "cost_usd": pl.Float64,
+        },
+    )
+
+
+def timeline_texts(
+    con: duckdb.DuckDBPyConnection, misses: pl.DataFrame, prices: PriceModel | None = None
+) -> dict[str, str]:
+    """The terminal timeline (``traceflow timeline``) of each session of the misses chart, as text
+    (at most :data:`TIMELINE_ROWS` requests each)."""
+    from traceflow.analysis.misses import MissOptions
+    from traceflow.analysis.timeline import headline, table, timelines
+    from traceflow.output import Rows, render
+
+    if misses.is_empty() or "session" not in misses.columns:
+        return {}
+    sessions = sorted({s for s in misses["session"].to_list() if s is not None})
+    out = {}
+    for session, records in timelines(con, sessions, MissOptions(prices=prices)).items():
+        shown = table(records[:TIMELINE_ROWS])
+        more = len(records) - TIMELINE_ROWS
+        tail = f"\n({more:,} more requests: traceflow timeline {session})" if more > 0 else ""
+        out[session] = headline(session, records) + "\n" + render(Rows.of(shown), "table") + tail
+    return out
 
 
 def context_frame(
@@ -415,6 +478,7 @@ def gather(
     f["gaps"] = report.gap_histogram
     f["ttl_cost"] = ttl_whatif(con, sel, CURVE_TTLS, options.prices)
     f["misses"] = misses_frame(con, sel, options.prices) if n else pl.DataFrame()
+    out.timelines = timeline_texts(con, f["misses"], options.prices)
     f["context_growth"] = context_frame(con, where, params)
     ws = []
     given_kv = options.kv_bytes_per_token

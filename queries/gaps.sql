@@ -13,11 +13,11 @@
 --          $until TIMESTAMPTZ = NULL  only requests before this time
 -- returns: root_session_id, session_id, parent_session_id, agent, model, user_id, source, prompt_id,
 --          started_at, position, gap_s, kind, context_tokens, prefix_tokens, cache_read_tokens,
---          cache_write_tokens, gap_bin
+--          cache_write_tokens, gap_bin, agent_version
 
 SELECT root_session_id, session_id, parent_session_id, agent, model, user_id, source, prompt_id,
        t_start AS started_at, position, gap_s, kind,
-       context_tokens, prefix_tokens, cache_read_tokens, cache_write_tokens, gap_bin
+       context_tokens, prefix_tokens, cache_read_tokens, cache_write_tokens, gap_bin, agent_version
 FROM request_steps
 WHERE position > 1
 /*@order*/ ORDER BY root_session_id, session_id, parent_session_id NULLS FIRST, position /*@end*/;

@@ -9,6 +9,8 @@
 -- events of the session within its time span; compactions: the larger of the two. resumes: requests
 -- after an idle gap of at least $resume_after_s; resume_reload_tokens: their cached prefix (as in
 -- ttl.sql), which had to be reloaded; resume_cache_write_tokens: what they reported writing.
+-- agent_version: the client version of the session's first request. write_amplification: cache
+-- write tokens / cache read tokens (NULL when nothing was read).
 -- Reads request_steps, the window of steps.sql over the requests from $since to $until; in a bare
 -- DuckDB create it first as steps.sql says, then run this file with its other parameters.
 -- params:  $since TIMESTAMPTZ = NULL        only requests at or after this time
@@ -19,7 +21,7 @@
 --          turns, subagents, subagent_requests, context_start, context_end, context_max,
 --          growth_tokens, growth_per_turn, context_drops, compaction_events, compactions, resumes,
 --          resume_reload_tokens, resume_cache_write_tokens, cold_input_tokens, cache_read_tokens,
---          cache_write_tokens, output_tokens, reuse_ratio
+--          cache_write_tokens, output_tokens, reuse_ratio, agent_version, write_amplification
 
 WITH flagged AS (
     -- only integers pass the window: the session's names and token sums come from a plain aggregate
@@ -62,7 +64,8 @@ per_session AS (
         sum(cold_input_tokens)::BIGINT AS cold_input_tokens,
         sum(cache_read_tokens)::BIGINT AS cache_read_tokens,
         sum(cache_write_tokens)::BIGINT AS cache_write_tokens,
-        sum(output_tokens)::BIGINT AS output_tokens
+        sum(output_tokens)::BIGINT AS output_tokens,
+        min_by(agent_version, t_start_us) AS agent_version
     FROM request_steps
     WHERE root_session_id IS NOT NULL
     GROUP BY root_key
@@ -86,7 +89,9 @@ SELECT p.root_session_id, p.agent, p.model, p.user_id, p.source, p.started_at, p
        w.resumes, w.resume_reload_tokens, w.resume_cache_write_tokens,
        p.cold_input_tokens, p.cache_read_tokens, p.cache_write_tokens, p.output_tokens,
        p.cache_read_tokens
-         / nullif(p.cold_input_tokens + p.cache_read_tokens + p.cache_write_tokens, 0)::DOUBLE AS reuse_ratio
+         / nullif(p.cold_input_tokens + p.cache_read_tokens + p.cache_write_tokens, 0)::DOUBLE AS reuse_ratio,
+       p.agent_version,
+       p.cache_write_tokens / nullif(p.cache_read_tokens, 0)::DOUBLE AS write_amplification
 FROM per_session p
 JOIN per_stream w ON w.root_key = p.root_key
 LEFT JOIN compaction_events c ON c.root_key = p.root_key

@@ -16,7 +16,8 @@
 --          $until TIMESTAMPTZ = NULL  only requests before this time
 -- returns: root_session_id, root_key, is_main, session_id, parent_session_id, agent, model, user_id,
 --          source, prompt_id, prompt_key, t_start, t_end, t_start_us, t_end_us, context_tokens,
---          cold_input_tokens, cache_read_tokens, cache_write_tokens, output_tokens, position,
+--          cold_input_tokens, cache_read_tokens, cache_write_tokens, output_tokens,
+--          agent_version, cache_write_5m_tokens, cache_write_1h_tokens, position,
 --          prev_end_us, next_end_us, prev_prompt_key, prev_context_tokens, prev_output_tokens,
 --          prev_model, prev_cache_write_5m_tokens, prev_cache_write_1h_tokens, gap_s, kind,
 --          prefix_tokens, gap_bin
@@ -57,6 +58,7 @@ stream AS (
         coalesce(cache_read_tokens, 0) AS cache_read_tokens,
         coalesce(cache_write_tokens, 0) AS cache_write_tokens,
         coalesce(output_tokens, 0) AS output_tokens,
+        agent_version, cache_write_5m_tokens, cache_write_1h_tokens,
         row_number() OVER w AS position,
         lag(t_end_us) OVER w AS prev_end_us,
         -- next_end_us: when a later request of the stream has first ended (the next request's end,

@@ -126,15 +126,21 @@ def test_real_transcripts_give_the_rows_plain_json_gives(testdata: Path) -> None
     names = frames["events"]["name"].value_counts().sort("name").rows()
     want: dict[str, int] = {}
     for f in files:
+        exited = False  # a cost-state line: the process exited; the next prompt is a restart
         for line in f.read_text().splitlines():
             rec = json.loads(line)
             kind, content = rec.get("type"), (rec.get("message") or {}).get("content")
-            if (
+            if kind == "cost-state":
+                exited = True
+            elif (
                 kind == "user"
                 and not rec.get("isMeta")
                 and not (isinstance(content, list) and any(b.get("type") == "tool_result" for b in content))
             ):
                 want["user_prompt"] = want.get("user_prompt", 0) + 1
+                if exited and "subagents" not in f.parts:
+                    want["session_restart"] = want.get("session_restart", 0) + 1
+                exited = False
             elif kind == "system" and rec.get("subtype") in ("turn_duration", "compact_boundary"):
                 name = "turn_duration" if rec["subtype"] == "turn_duration" else "compaction"
                 want[name] = want.get(name, 0) + 1

@@ -162,6 +162,9 @@ EXPECTED = {
             # r5 after 1-hour writes (Sonnet), s2's second request after 5-minute writes (Sonnet)
             "cost_usd": 10803 * 3e-6 * (W1H - READ) + 5003 * 3e-6 * (W5M - READ),
         },
+        "resume": {"misses": 0, "missed_tokens": 0, "cost_usd": 0.0},
+        # r9 reads 2,000, more than s1's first read (0) + 1,024: not a prefix break
+        "prefix_break": {"misses": 0, "missed_tokens": 0, "cost_usd": 0.0},
         "unexplained": {"misses": 1, "missed_tokens": 6303, "cost_usd": 6303 * 5e-6 * (W1H - READ)},
     },
 }
@@ -251,6 +254,8 @@ def test_selection_keeps_the_previous_request_of_the_window(designed: Lake, cli:
         "model_switch": 1,
         "compaction": 2,
         "ttl_expired": 1,
+        "resume": 0,
+        "prefix_break": 0,
         "unexplained": 1,
     }
 

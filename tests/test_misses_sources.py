@@ -148,9 +148,11 @@ def test_codex_misses_get_their_causes(lake: Lake, tmp_path: Path, cli: Cli) -> 
         "model_switch": (1, 10700),
         "compaction": (1, 4000),
         "ttl_expired": (1, 10500),
+        "resume": (0, 0),
+        "prefix_break": (0, 0),  # c5 reads 2,000: above the first read (0) + 1,024
         "unexplained": (1, 8800),
     }
-    assert all(v["cost_usd"] > 0 for c, v in got["by_cause"].items() if c != "first_request")
+    assert all(v["cost_usd"] > 0 for v in got["by_cause"].values() if v["misses"] and v["missed_tokens"])
 
 
 def test_codex_ttl_observed_is_inferred_from_the_misses_after_gaps(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from traceflow.engines.rewrite import RULES, nulls_last, to_spark
@@ -57,8 +59,9 @@ def test_other_time_zones_and_unsupported_functions_fail() -> None:
 def test_every_packaged_query_rewrites_to_spark(name: str) -> None:
     """No DuckDB-only construct is left in any packaged query (the Spark run is tests/test_conformance.py)."""
     text = to_spark(sql.load(name).sql())
+    code = re.sub(r"'(?:[^']|'')*'", "''", text)  # a JSON path literal ('$.key') is no parameter
     for left in ("$", "TIMESTAMPTZ", "epoch_us", "strftime", "generate_series", "NOT MATERIALIZED"):
-        assert left not in text, (name, left)
+        assert left not in code, (name, left)
     assert "hash(" not in text.replace("xxhash64(", ""), name
 
 

@@ -20,9 +20,10 @@ S = 1_000_000
 
 # (event_id, session, start s, end s, cold, read, write, output); contexts (cold + read + write):
 # r1 5,100 (first of s1: a first_request miss); r2 5,310 after Bash, Read, Bash (reusable
-# min(5,100, 5,310) = 5,100, read 5,000: a hit); r3 5,310 after Edit (reusable 5,310, read 1,000:
-# an unexplained miss of 4,310 tokens, gap 1 s); r4 5,410 after no tool (a hit); q1 in s2, no tools
-# (a first_request miss), at the same time as r2: s1's tool results are not s2's.
+# min(5,100, 5,310) = 5,100, read 5,000: a hit); r3 5,310 after Edit (reusable 5,310, read 1,000,
+# at most s1's first read (0) + 1,024: a prefix_break miss of 4,310 tokens, gap 1 s); r4 5,410 after
+# no tool (a hit); q1 in s2, no tools (a first_request miss), at the same time as r2: s1's tool
+# results are not s2's.
 REQUESTS = [
     ("r1", "s1", 0, 1, 100, 0, 5000, 50),
     ("r2", "s1", 2, 3, 10, 5000, 300, 40),
@@ -114,7 +115,7 @@ def test_misses_by_tool(tools: Lake, cli: Cli) -> None:
     assert code == 0, err
     got = _groups(out)
     assert got["Edit"]["requests"] == 1 and got["Edit"]["misses"] == 1
-    assert got["Edit"]["by_cause"]["unexplained"]["missed_tokens"] == 5310 - 1000
+    assert got["Edit"]["by_cause"]["prefix_break"]["missed_tokens"] == 5310 - 1000
     for tool in ("Bash", "Read"):
         assert got[tool]["requests"] == 1 and got[tool]["misses"] == 0
     assert got[None]["requests"] == 3 and got[None]["misses"] == 2

@@ -11,7 +11,15 @@ the 7 days before the window):
 * ``silence``: the window holds fewer than ``min_requests`` requests (default 1: none at all) while the
   baseline had traffic -- a dead collector, an expired key, an agent that stopped sending.
 
-The two ratio checks need requests in both periods; without them they do not fire and the result says
+* ``version_regression``: the share of requests that were client misses (``resume``,
+  ``prefix_break`` or ``unexplained``) rose by more than ``max_version_rise`` (absolute) with a client
+  version seen in the window against the version seen before it (versions in the order they first
+  appeared in the lake), both over the baseline and the window, each with at least
+  :data:`MIN_VERSION_REQUESTS` requests; the alert names both versions;
+* ``write_amplification``: cache write tokens / cache read tokens rose by more than
+  ``max_amplification_rise`` relative to the baseline's (1.0: doubled).
+
+The other checks need requests in both periods; without them they do not fire and the result says
 so. ``silence`` needs only a baseline with requests.
 :data:`ALERT_EXIT` is the exit status of ``traceflow check`` when a check fired.
 """
@@ -21,7 +29,8 @@ from __future__ import annotations
 import datetime as dt
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from traceflow.analysis import misses
@@ -43,6 +52,12 @@ MAX_UNEXPLAINED_RISE = 0.05
 MIN_REQUESTS = 1
 #: Default baseline length, in days before the window.
 BASELINE_DAYS = 7
+#: Default largest rise (absolute share of requests) of client misses with a new client version.
+MAX_VERSION_RISE = 0.05
+#: Requests each of two versions needs before their client-miss shares are compared.
+MIN_VERSION_REQUESTS = 10
+#: Default largest relative rise of the write amplification (cache writes / cache reads).
+MAX_AMPLIFICATION_RISE = 1.0
 
 
 def default_window(now: dt.datetime | None = None) -> tuple[dt.datetime, dt.datetime]:
@@ -62,11 +77,13 @@ def _period(con: duckdb.DuckDBPyConnection, selection: Selection) -> dict[str, A
     requests = counts["requests"]
     judged = requests - counts["not_applicable"]  # requests without a session or block hashes are not
     unexplained = counts["by_cause"]["unexplained"]["misses"]
+    read, write = mix.get("cache_read_tokens"), mix.get("cache_write_tokens")
     return {
         "since": selection.since,
         "until": selection.until,
         "requests": requests,
         "reuse_ratio": mix.get("reuse_ratio"),
+        "write_amplification": write / read if read else None,
         "misses": counts["misses"],
         "unexplained_misses": unexplained,
         "unexplained_share": unexplained / judged if judged else None,
@@ -84,6 +101,10 @@ class Health:
     min_requests: int
     fired: list[dict[str, Any]]
     notes: list[str]
+    max_version_rise: float = MAX_VERSION_RISE
+    max_amplification_rise: float = MAX_AMPLIFICATION_RISE
+    #: Per client version over the baseline and the window: requests, client misses, their share.
+    versions: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def alert(self) -> bool:
@@ -100,7 +121,10 @@ class Health:
                 "max_drop": self.max_drop,
                 "max_unexplained_rise": self.max_unexplained_rise,
                 "min_requests": self.min_requests,
+                "max_version_rise": self.max_version_rise,
+                "max_amplification_rise": self.max_amplification_rise,
             },
+            "versions": self.versions,
             "notes": self.notes,
         }
 
@@ -113,6 +137,8 @@ def check(
     max_drop: float = MAX_DROP,
     max_unexplained_rise: float = MAX_UNEXPLAINED_RISE,
     min_requests: int = MIN_REQUESTS,
+    max_version_rise: float = MAX_VERSION_RISE,
+    max_amplification_rise: float = MAX_AMPLIFICATION_RISE,
     now: dt.datetime | None = None,
 ) -> Health:
     """Compare the selection's window (default :func:`default_window`) with the ``baseline_days``
@@ -125,6 +151,8 @@ def check(
         raise UsageError("--baseline-days must be positive")
     if min_requests < 0:
         raise UsageError(f"--min-requests {min_requests} must be 0 or more (0 turns the silence check off)")
+    if max_version_rise < 0 or max_amplification_rise < 0:
+        raise UsageError("--max-version-rise and --max-amplification-rise must be 0 or more")
     sel = selection or Selection()
     since, until = sel.since, sel.until
     if since is None and until is None:
@@ -173,7 +201,33 @@ def check(
                     "window_unexplained_misses": window["unexplained_misses"],
                 }
             )
-    return Health(window, baseline, max_drop, max_unexplained_rise, min_requests, fired, notes)
+        wa, ba = window["write_amplification"], baseline["write_amplification"]
+        if wa is not None and ba and (wa - ba) / ba > max_amplification_rise:
+            fired.append(
+                {
+                    "check": "write_amplification",
+                    "window": wa,
+                    "baseline": ba,
+                    "rise": (wa - ba) / ba,
+                    "threshold": max_amplification_rise,
+                }
+            )
+    whole = replace(sel, since=since - dt.timedelta(days=baseline_days), until=until)
+    versions = version_shares(con, whole, replace(sel, since=since, until=until))
+    if not empty:
+        fired += version_regressions(versions, max_version_rise)
+    return Health(
+        window,
+        baseline,
+        max_drop,
+        max_unexplained_rise,
+        min_requests,
+        fired,
+        notes,
+        max_version_rise,
+        max_amplification_rise,
+        versions,
+    )
 
 
 def _silence(window: int, baseline: int, baseline_days: float, min_requests: int) -> dict[str, Any]:
@@ -190,6 +244,67 @@ def _silence(window: int, baseline: int, baseline_days: float, min_requests: int
             "is the collector (or the agent's telemetry) still running?"
         ),
     }
+
+
+def version_shares(
+    con: duckdb.DuckDBPyConnection, period: Selection, window: Selection
+) -> list[dict[str, Any]]:
+    """Per client version with requests in ``period``, in the order the versions first appeared in
+    the lake: ``version, first_seen, requests, client_misses, client_share`` (over ``period``) and
+    ``in_window`` (it has requests in ``window``). Requests without a version are left out."""
+    import polars as pl
+
+    counts = misses.miss_counts(con, period, ["version"])
+    counts = counts.filter(pl.col("version").is_not_null())
+    if counts.is_empty():
+        return []
+    seen = dict(
+        con.execute(
+            "SELECT agent_version, min(coalesce(started_at, ended_at)) FROM requests "
+            "WHERE agent_version IS NOT NULL GROUP BY 1"
+        ).fetchall()
+    )
+    active = {r["version"] for r in token_mix_rows(con, window, ["version"]).records()}
+    out = []
+    for (version,), part in counts.group_by(["version"], maintain_order=True):
+        requests = int(part["requests"].sum())
+        client = int(part.filter(pl.col("cause").is_in(misses.CLIENT_CAUSES))["misses"].sum())
+        out.append(
+            {
+                "version": version,
+                "first_seen": seen.get(version),
+                "requests": requests,
+                "client_misses": client,
+                "client_share": client / requests if requests else None,
+                "in_window": version in active,
+            }
+        )
+    return sorted(out, key=lambda v: (v["first_seen"] is None, v["first_seen"], v["version"]))
+
+
+def version_regressions(versions: list[dict[str, Any]], max_rise: float) -> list[dict[str, Any]]:
+    """The ``version_regression`` alerts: each version in the window whose client-miss share rose by
+    more than ``max_rise`` over the version before it (both with enough requests)."""
+    fired = []
+    for prev, new in pairwise(versions):
+        if not new["in_window"]:
+            continue
+        if min(prev["requests"], new["requests"]) < MIN_VERSION_REQUESTS:
+            continue
+        rise = new["client_share"] - prev["client_share"]
+        if rise > max_rise:
+            fired.append(
+                {
+                    "check": "version_regression",
+                    "version": new["version"],
+                    "previous_version": prev["version"],
+                    "window": new["client_share"],
+                    "baseline": prev["client_share"],
+                    "rise": rise,
+                    "threshold": max_rise,
+                }
+            )
+    return fired
 
 
 def post_webhook(url: str, body: dict[str, Any], timeout_s: float = 10.0) -> int:

@@ -7,10 +7,14 @@ Per request (``queries/misses.sql``, over the ``request_steps`` window):
 * a request **misses** when it is the first of its stream, or when its cache read is more than
   ``miss_tokens`` (1,024) below its reusable prefix; its *missed tokens* are the reusable prefix minus
   the cache read (0 for a stream's first request: nothing of its own stream was there to reuse);
+* the *TTL in force* is the TTL of the stream's last write before the request (1 h when most of that
+  request's writes were 1-hour writes, else 5 min), carried across requests that wrote nothing;
 * the cause of a miss, first match wins: ``first_request`` → ``model_switch`` → ``compaction`` (a
   compaction event of the stream, or a context drop of more than ``compaction_drop``) →
-  ``ttl_expired`` (the idle gap exceeds the TTL in force for the previous request's cache: 1 h when
-  most of its writes were 1-hour writes, else 5 min) → ``unexplained``.
+  ``ttl_expired`` (the idle gap exceeds the TTL in force) → ``resume`` (the first main-stream
+  request after the agent process restarted: OTLP ``claude_code.session.count`` with ``start_type``
+  resume/continue, a transcript's ``session_restart`` event) → ``prefix_break`` (the read fell back
+  to at most the stream's first read + ``prefix_tokens``, above zero) → ``unexplained``.
 
 A request without a session (Mooncake, Bailian, Azure) has no stream, so it is never a
 ``first_request`` miss: where it has prefix block hashes it is judged from them instead
@@ -21,6 +25,9 @@ figures are null when no request of the selection could be judged).
 What a miss costs, under the price model (:class:`~traceflow.prices.PriceModel`): its missed tokens
 times the model's base input price times (the write multiplier of the TTL in force − the read
 multiplier), what writing them again added over reading them.
+
+Where the lake has no ``metric_points`` view (a connection opened without it), the OTLP restart
+points are read as none; transcripts' restart events still count.
 """
 
 from __future__ import annotations
@@ -40,12 +47,30 @@ if TYPE_CHECKING:
     from traceflow.store.selection import Selection
 
 #: Miss causes, in the order they are tested (first match wins).
-CAUSES: tuple[str, ...] = ("first_request", "model_switch", "compaction", "ttl_expired", "unexplained")
+CAUSES: tuple[str, ...] = (
+    "first_request",
+    "model_switch",
+    "compaction",
+    "ttl_expired",
+    "resume",
+    "prefix_break",
+    "unexplained",
+)
+#: The causes a client (not the TTL, the model or the conversation) is to blame for: ``check`` and
+#: ``compare`` watch their share.
+CLIENT_CAUSES: tuple[str, ...] = ("resume", "prefix_break", "unexplained")
 
 #: What a stream's request may fall short of its reusable prefix and still be a hit.
 MISS_TOKENS = 1024
 #: A context drop (share of the previous request's) that counts as a compaction, as in ``compactions``.
 COMPACTION_DROP = 0.5
+#: How far above the stream's first cache read a miss's read may be and still be a prefix break.
+PREFIX_TOKENS = 1024
+#: The ``misses.sql`` block that reads the OTLP restart points, and what stands for it without them.
+_NO_POINTS = (  # STRING: DuckDB's alias of VARCHAR, Spark's text type
+    "SELECT CAST(NULL AS STRING) AS session_id, CAST(NULL AS STRING) AS user_id, "
+    "CAST(NULL AS BIGINT) AS t_us, CAST(NULL AS STRING) AS start_type WHERE false"
+)
 
 
 @dataclass(frozen=True)
@@ -88,12 +113,15 @@ def _run(
 
     block, params = sql.selection_block(selection, "t_start")
     params = {**params, "miss_tokens": options.miss_tokens}
+    blocks = {"filter": block}
+    if not _has_view(con, "metric_points"):
+        blocks["restart_points"] = _NO_POINTS
     # requests with a session: their stream (misses.sql); without: their block hashes (block_misses.sql)
     streams = sql.run(
         con,
         "misses",
-        {**params, "compaction_drop": options.compaction_drop},
-        blocks={"filter": block},
+        {**params, "compaction_drop": options.compaction_drop, "prefix_tokens": PREFIX_TOKENS},
+        blocks=blocks,
         wrap=_only(wrap, "session_id IS NOT NULL"),
     )
     hashed = sql.run(
@@ -103,7 +131,19 @@ def _run(
         blocks={"filter": block},
         wrap=_only(wrap, "session_id IS NULL"),
     )
-    return pl.concat([streams, hashed], how="vertical_relaxed")
+    # block_misses.sql has the columns of misses.sql that apply to a request without a stream
+    return pl.concat([streams, hashed], how="diagonal_relaxed")
+
+
+def _has_view(con: duckdb.DuckDBPyConnection | sql.Engine, name: str) -> bool:
+    """Whether ``con`` has the view ``name`` (another engine: among the tables it registered)."""
+    if isinstance(con, sql.Engine):
+        tables = getattr(con, "tables", None)
+        return tables is None or name in tables
+    found = con.execute(
+        "SELECT count(*) FROM duckdb_views() WHERE view_name = ? AND NOT internal", [name]
+    ).fetchone()
+    return bool(found and found[0])
 
 
 def _only(wrap: str | None, condition: str) -> str:

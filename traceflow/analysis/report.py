@@ -52,6 +52,8 @@ class Report:
     #: ``series``: the time base of the time sections (None without requests); ``sources``: each
     #: source's time base; ``note``: what the time sections leave out, when the selection mixes them.
     time_base: dict[str, Any] = field(default_factory=dict)
+    #: Per UTC day: cache write and read tokens and their ratio, the write amplification.
+    write_amplification: pl.DataFrame | None = None
 
     def gaps_dict(self) -> dict[str, Any]:
         rows = self.gap_summary.to_dicts()
@@ -70,6 +72,9 @@ class Report:
             "sessions": _one(self.sessions),
             "load": _one(self.load),
             "working_set": self.working_set.to_dicts(),
+            "write_amplification": (
+                self.write_amplification.to_dicts() if self.write_amplification is not None else []
+            ),
             "time_base": self.time_base,
             "settings": {
                 "ttls": list(self.ttls),
@@ -118,6 +123,7 @@ def build_report(
             load_series(con, series_sel, resolution_s), resolution_s, arrivals=applies, note=arrivals
         ),
         working_set=working_set_summary(con, series_sel, all_ttls, resolution_s, kv_bytes_per_token),
+        write_amplification=write_amplification_by_day(con, selection),
         ttls=all_ttls,
         resume_after_s=resume_after_s,
         kv_bytes_per_token=kv_bytes_per_token,
@@ -125,6 +131,35 @@ def build_report(
             "series": bases[0] if bases else None,
             "sources": {str(s.source): s.time_base for s in sources},
             "note": note,
+        },
+    )
+
+
+def write_amplification_by_day(con: duckdb.DuckDBPyConnection, selection: Selection | None) -> pl.DataFrame:
+    """Per UTC day (``mix --by day``): ``day, cache_write_tokens, cache_read_tokens,
+    write_amplification`` (writes / reads; null on a day without reads)."""
+    import polars as pl
+
+    from traceflow.analysis.mix import token_mix_rows
+
+    rows = token_mix_rows(con, selection, ["day"]).records()
+    return pl.DataFrame(
+        [
+            {
+                "day": r["day"],
+                "cache_write_tokens": r["cache_write_tokens"],
+                "cache_read_tokens": r["cache_read_tokens"],
+                "write_amplification": (
+                    r["cache_write_tokens"] / r["cache_read_tokens"] if r["cache_read_tokens"] else None
+                ),
+            }
+            for r in rows
+        ],
+        schema={
+            "day": pl.String,
+            "cache_write_tokens": pl.Int64,
+            "cache_read_tokens": pl.Int64,
+            "write_amplification": pl.Float64,
         },
     )
 
@@ -243,6 +278,12 @@ def headline(report: Report) -> list[str]:
             f"{sess['sessions_with_compaction']:,} compacted, {sess['sessions_with_resume']:,} resumed after "
             f"{_dur(report.resume_after_s)} idle (reloading {_num(sess['resume_reload_tokens'])} tokens)."
         )
+        if sess.get("write_amplification") is not None:
+            lines.append(
+                f"Write amplification (cache writes / reads): {sess['write_amplification']:.3g} overall; "
+                f"per session median {sess['write_amplification_p50']:.3g}, "
+                f"max {sess['write_amplification_max']:.3g}."
+            )
     ld = _one(report.load)
     if ld.get("new_sessions_per_min") is None and ld.get("note"):
         lines.append(f"Arrivals: {ld['note']}.")
@@ -308,6 +349,11 @@ def _section_tables(report: Report) -> list[tuple[str, Rows | pl.DataFrame]]:
         ),
         ("Cache writes after short and long gaps (observed)", report.ttl.validation),
         ("Sessions", _transpose(report.sessions)),
+        *(
+            [("Write amplification per day", report.write_amplification)]
+            if report.write_amplification is not None
+            else []
+        ),
         ("Arrivals and load", _transpose(report.load)),
         ("KV working set", report.working_set),
     ]

@@ -63,6 +63,10 @@ SUMMARY: tuple[Column, ...] = (
         "sum(cache_read_tokens)"
         " / nullif(sum(cold_input_tokens + cache_read_tokens + cache_write_tokens), 0)::DOUBLE",
     ),
+    # cache writes / cache reads (null when nothing was read): over all sessions, and per session
+    ("write_amplification", "sum(cache_write_tokens) / nullif(sum(cache_read_tokens), 0)::DOUBLE"),
+    ("write_amplification_p50", Quantile("write_amplification", 0.5)),
+    ("write_amplification_max", "max(write_amplification)"),
 )
 
 

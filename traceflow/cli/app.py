@@ -70,6 +70,8 @@ COMMANDS: dict[str, str] = {
     "fit": "replay",
     "synth": "replay",
     "misses": "cache",
+    "timeline": "cache",
+    "compare": "cache",
     "check": "cache",
     "blocks": "blocks",
     "statusline": "statusline",

@@ -1,6 +1,7 @@
-"""The cache commands: ``misses`` (why requests missed the prompt cache), ``check`` (cache health
-against a baseline, for cron) and ``ttl --observed`` (the TTL the writes asked for, per day), listed in
-:data:`COMMANDS` and registered by :mod:`traceflow.cli.app`.
+"""The cache commands: ``misses`` (why requests missed the prompt cache), ``timeline`` (one
+session's requests side by side), ``compare`` (misses at a boundary against matched idle gaps),
+``check`` (cache health against a baseline, for cron) and ``ttl --observed`` (the TTL the writes
+asked for, per day), listed in :data:`COMMANDS` and registered by :mod:`traceflow.cli.app`.
 
 ``ttl`` itself is defined in :mod:`traceflow.cli.analyses`; its ``--observed`` flag calls
 :func:`observed_ttl` here. ``traceflow check`` exits :data:`~traceflow.analysis.health.ALERT_EXIT` (4)
@@ -68,7 +69,7 @@ def misses(
 
     fmt = query.fmt
     groups = split_by(by)
-    con = query.connect(["requests", "events"])
+    con = query.connect(["requests", "events", "metric_points"])
     options = m.MissOptions(
         prices=PriceModel.load(prices), miss_tokens=miss_tokens, compaction_drop=compaction_drop
     )
@@ -115,6 +116,110 @@ def misses(
     echo(result, fmt)
 
 
+@with_lake_query
+def timeline(
+    session: Annotated[str, typer.Argument(help="The session id (its sub-agents come with it).")],
+    prices: PricesOpt = None,
+    miss_tokens: MissTokensOpt = 1024,
+    compaction_drop: CompactionDropOpt = 0.5,
+    no_bars: Annotated[bool, typer.Option("--no-bars", help="Leave out the read/write/cold bars.")] = False,
+    *,
+    query: LakeQuery,
+) -> None:
+    """One session's requests in order: gap, model, version, tokens, TTL in force, miss cause.
+
+    JSON: a list, one object per request (cause null for a hit).
+    """
+    from traceflow.analysis import misses as m
+    from traceflow.analysis import timeline as t
+    from traceflow.output import Rows
+    from traceflow.prices import PriceModel
+
+    fmt = query.fmt
+    con = query.connect(["requests", "events", "metric_points"])
+    options = m.MissOptions(
+        prices=PriceModel.load(prices), miss_tokens=miss_tokens, compaction_drop=compaction_drop
+    )
+    records = t.timeline(con, session, options)
+    if fmt == "json":
+        echo(records, fmt)
+        return
+    if fmt == "csv":
+        echo(Rows(t.KEYS, [[r[k] for k in t.KEYS] for r in records]), fmt)
+        return
+    typer.echo(t.headline(session, records))
+    echo(t.table(records, bars=not no_bars), fmt)
+
+
+@with_selection
+@with_lake_query
+def compare(
+    boundary: Annotated[
+        str,
+        typer.Option("--boundary", help="resume, version or model: the transition to compare."),
+    ] = "resume",
+    confidence: Annotated[
+        float, typer.Option("--confidence", help="Confidence of the intervals (0.95).")
+    ] = 0.95,
+    prices: PricesOpt = None,
+    miss_tokens: MissTokensOpt = 1024,
+    compaction_drop: CompactionDropOpt = 0.5,
+    *,
+    selection: Selection,
+    query: LakeQuery,
+) -> None:
+    """Compare misses at a boundary (resume, version, model) with idle gaps of matched length and TTL.
+
+    The miss rates with Wilson intervals, their difference with Newcombe's interval, and the missed
+    tokens per request on both sides.
+    """
+    from traceflow.analysis import compare as c
+    from traceflow.analysis import misses as m
+    from traceflow.output import Rows
+    from traceflow.prices import PriceModel
+
+    fmt = query.fmt
+    con = query.connect(["requests", "events", "metric_points"])
+    options = m.MissOptions(
+        prices=PriceModel.load(prices), miss_tokens=miss_tokens, compaction_drop=compaction_drop
+    )
+    result = c.compare(con, selection, boundary, options, confidence)
+    if fmt == "json":
+        echo(result, fmt)
+        return
+    b, k, d = result["boundaries"], result["controls"], result["difference"]
+    rows = Rows(
+        ["", "requests", "misses", "miss_rate", "ci_low", "ci_high", "missed_tokens_per_request"],
+        [
+            (
+                f"at {boundary}",
+                b["requests"],
+                b["misses"],
+                b["miss_rate"],
+                b["ci_low"],
+                b["ci_high"],
+                b["missed_tokens_per_request"],
+            ),
+            (
+                "matched idle gaps",
+                k["requests"],
+                k["misses"],
+                k["miss_rate"],
+                k["ci_low"],
+                k["ci_high"],
+                k["missed_tokens_per_request"],
+            ),
+            ("difference", None, None, d["miss_rate"], d["ci_low"], d["ci_high"], None),
+        ],
+    )
+    if fmt in ("table", "markdown"):
+        typer.echo(
+            f"{boundary}: {b['requests']} transitions matched to idle gaps of the same length and TTL "
+            f"({b['unmatched']} without a match); {result['confidence']:.0%} intervals"
+        )
+    echo(rows, fmt)
+
+
 def observed_ttl(
     selection: Selection, groups: list[str], prices: Path | None, data: Path | None, fmt: str
 ) -> None:
@@ -123,7 +228,7 @@ def observed_ttl(
     from traceflow.output import Rows
     from traceflow.prices import PriceModel
 
-    con = open_lake(data).connect(["requests", "events"])
+    con = open_lake(data).connect(["requests", "events", "metric_points"])
     result = ttl_in_force(con, selection, groups, PriceModel.load(prices))
     if fmt == "json":
         echo(result, fmt)
@@ -164,6 +269,21 @@ def check(
             help="Alert when the share of requests that are unexplained misses rose more than this (0.05).",
         ),
     ] = 0.05,
+    max_version_rise: Annotated[
+        float,
+        typer.Option(
+            "--max-version-rise",
+            help="Alert when a new client version's share of resume, prefix_break and unexplained "
+            "misses is more than this above the previous version's (0.05).",
+        ),
+    ] = 0.05,
+    max_amplification_rise: Annotated[
+        float,
+        typer.Option(
+            "--max-amplification-rise",
+            help="Alert when cache writes / cache reads rose more than this share (1.0: doubled).",
+        ),
+    ] = 1.0,
     baseline_days: Annotated[
         float, typer.Option("--baseline-days", help="Baseline: this many days before the window.")
     ] = 7,
@@ -189,7 +309,7 @@ def check(
     from traceflow.analysis import health
     from traceflow.errors import TraceflowError
 
-    con = open_lake(data).connect(["requests", "events"])
+    con = open_lake(data).connect(["requests", "events", "metric_points"])
     result = health.check(
         con,
         selection,
@@ -197,6 +317,8 @@ def check(
         max_drop=max_drop,
         max_unexplained_rise=max_unexplained_rise,
         min_requests=min_requests,
+        max_version_rise=max_version_rise,
+        max_amplification_rise=max_amplification_rise,
     )
     body = result.as_dict()
     if fmt == "json":
@@ -205,11 +327,20 @@ def check(
         from traceflow.output import Rows
 
         rows = []
-        for key in ("requests", "reuse_ratio", "misses", "unexplained_misses", "unexplained_share"):
+        for key in (
+            "requests",
+            "reuse_ratio",
+            "misses",
+            "unexplained_misses",
+            "unexplained_share",
+            "write_amplification",
+        ):
             rows.append((key, result.window.get(key), result.baseline.get(key)))
         head = f"cache health: {body['status']}"
         fired = [
-            f"fired: {f['check']} (threshold {f['threshold']})"
+            f"fired: {f['check']}"
+            + (f" {f['version']} after {f['previous_version']}" if "version" in f else "")
+            + f" (threshold {f['threshold']})"
             + (f": {f['reason']}" if "reason" in f else "")
             for f in result.fired
         ]
@@ -226,4 +357,9 @@ def check(
 
 
 #: The commands of this module, by name (registered by :mod:`traceflow.cli.app`).
-COMMANDS: dict[str, Callable[..., Any]] = {"misses": misses, "check": check}
+COMMANDS: dict[str, Callable[..., Any]] = {
+    "misses": misses,
+    "timeline": timeline,
+    "compare": compare,
+    "check": check,
+}

@@ -79,7 +79,7 @@ ByOpt = Annotated[
     typer.Option(
         "--by",
         help="Group by agent, model, session, day, week (ISO, labelled by its Monday), month, user, "
-        "source, project, host, subagent_type, "
+        "source, version, project, host, subagent_type, "
         "attr:NAME (a resource attribute) or tool (the tool whose result a request followed); "
         "repeatable or comma-separated.",
     ),

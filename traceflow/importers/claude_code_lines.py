@@ -18,12 +18,19 @@ from traceflow.importers.claude_code_records import (
     ANY_RECORD,
     DECODER,
     Assistant,
+    CostState,
     System,
     User,
     invalid_utf8_lines,
     micros,
 )
-from traceflow.importers.claude_code_rows import block, error_event, prompt_event, system_event
+from traceflow.importers.claude_code_rows import (
+    block,
+    error_event,
+    prompt_event,
+    restart_event,
+    system_event,
+)
 from traceflow.rows import LineError, Parsed, iso_micros
 
 #: The record types decoded into typed structs (a line of another type is only validated).
@@ -98,6 +105,8 @@ def read_lines(
             tool_result = type(content) is list and "tool_result" in [b.type for b in content]
             if not tool_result and not rec.isMeta:
                 st["prompt_id"] = rec.promptId or rec.uuid or st.get("prompt_id")
+                if st.pop("exited", False) and rec.timestamp is not None and not file_agent:
+                    events.append(restart_event(rec, path, no, st))
                 events.append(prompt_event(rec, path, no, file_agent, st))
             elif rec.promptId:
                 st["prompt_id"] = rec.promptId
@@ -106,6 +115,8 @@ def read_lines(
             prev_was_user = True
         elif isinstance(rec, System) and rec.subtype in _SYSTEM_EVENTS:
             events.append(system_event(rec, path, no, file_agent, st))
+        elif isinstance(rec, CostState):
+            st["exited"] = True  # the process wrote its totals as it exited
     st["last_user_ts"] = last_user_ts
     st["prev_was_user"] = prev_was_user
     for key in ("session_id", "prompt_id"):  # absent and None mean the same

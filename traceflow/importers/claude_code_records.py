@@ -34,7 +34,6 @@ IGNORED_TYPES = (
     "tools-used",
     "last-prompt",
     "mode",
-    "cost-state",
     "custom-title",
     "agent-name",
     "pr-link",
@@ -131,6 +130,11 @@ class System(_Line, tag="system"):
     compactMetadata: CompactMetadata | None = None
 
 
+class CostState(msgspec.Struct, tag="cost-state", tag_field="type"):
+    """The running totals the client writes as its process exits (2.1.332; nothing is read of it): a
+    prompt after one is the first of a new process, a ``--continue`` or ``--resume``."""
+
+
 class Ignored(msgspec.Struct):
     """A record of one of :data:`IGNORED_TYPES` (validated, nothing read)."""
 
@@ -148,8 +152,8 @@ _IGNORED = tuple(
 )
 
 #: Everything :data:`DECODER` may return.
-DECODER: msgspec.json.Decoder[Assistant | User | System | Ignored] = msgspec.json.Decoder(
-    Union[(Assistant, User, System, *_IGNORED)]
+DECODER: msgspec.json.Decoder[Assistant | User | System | CostState | Ignored] = msgspec.json.Decoder(
+    Union[(Assistant, User, System, CostState, *_IGNORED)]
 )
 ANY_RECORD = msgspec.json.Decoder(AnyRecord)
 

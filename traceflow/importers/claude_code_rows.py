@@ -131,6 +131,15 @@ def prompt_event(rec: User, path: str, no: int, file_agent: str | None, st: dict
     return row
 
 
+def restart_event(rec: User, path: str, no: int, st: dict[str, Any]) -> Row:
+    """The ``session_restart`` event of the first prompt after a ``cost-state`` line: the session
+    went on in a new agent process (``--continue`` or ``--resume``; the transcript does not say
+    which), at the prompt's time."""
+    session, parent = ids(rec, None, st)
+    attrs = {"file": path, "start_type": "restart", "evidence": "cost-state"}
+    return _event("session_restart", path, no, rec, session, parent, st.get("prompt_id"), attrs)
+
+
 def system_event(rec: System, path: str, no: int, file_agent: str | None, st: dict[str, Any]) -> Row:
     """The ``turn_duration`` or ``compaction`` event of a system line."""
     session, parent = ids(rec, file_agent, st)

@@ -2,7 +2,8 @@
 
 Two kinds of grouping:
 
-* **Columns** (``agent``, ``model``, ``session``, ``day``, ``week``, ``month``, ``user``, ``source``;
+* **Columns** (``agent``, ``model``, ``session``, ``day``, ``week``, ``month``, ``user``, ``source``,
+  ``version``;
   ``kind`` for gaps): an expression over a ``requests`` row (``mix``) and one over the rows of the
   per-stream queries (``misses.sql``, ``gaps.sql``, ``sessions.sql``: ``root_session_id``,
   ``started_at``, ...). The periods (``day``, ``week``: the ISO week, labelled by its Monday,
@@ -60,6 +61,7 @@ COLUMNS: dict[str, tuple[str | None, str]] = {
     "month": (zones.period_sql("month", REQUEST_TIME, "UTC"), zones.period_sql("month", "started_at", "UTC")),
     "user": ("user_id", "user_id"),
     "source": ("source", "source"),
+    "version": ("agent_version", "agent_version"),  # the agent's client version, per request
     "kind": (None, "kind"),
 }
 
