@@ -18,17 +18,25 @@
 --          $until TIMESTAMPTZ = NULL        only requests before this time
 --          $miss_tokens BIGINT = 1024       how many expired block tokens make a request a miss
 --          $ttl_s INTEGER = 300             how long a block stays cached after its last use (seconds)
--- returns: root_session_id, session_id, parent_session_id, agent, model, prev_model, user_id, source,
---          prompt_id, started_at, position, gap_s, context_tokens, prev_context_tokens,
---          cache_read_tokens, cache_write_tokens, reusable_tokens, missed_tokens, ttl_in_force_s,
---          compaction_event, miss, cause
+-- returns: root_session_id, session_id, parent_session_id, agent, agent_version, model, prev_model,
+--          user_id, source, prompt_id, started_at, ended_at, position, gap_s, context_tokens,
+--          prev_context_tokens, cold_input_tokens, cache_read_tokens, cache_write_tokens,
+--          cache_write_5m_tokens, cache_write_1h_tokens, output_tokens, first_read_tokens,
+--          reusable_tokens, missed_tokens, ttl_in_force_s, compaction_event, restart, miss, cause
+--          (the columns of misses.sql; the per-stream ones NULL)
 WITH req AS (
-    SELECT event_id, session_id, parent_session_id, agent, model, user_id, source, prompt_id, seq,
+    SELECT event_id, session_id, parent_session_id, agent, agent_version, model, user_id, source,
+           prompt_id, seq,
            coalesce(started_at, ended_at) AS t_start,
+           coalesce(ended_at, started_at) AS t_end,
            epoch_us(coalesce(started_at, ended_at)) AS t_us,
            (coalesce(cold_input_tokens, 0) + coalesce(cache_read_tokens, 0)
              + coalesce(cache_write_tokens, 0))::BIGINT AS context_tokens,
-           cache_read_tokens, cache_write_tokens, hash_ids, block_size,
+           coalesce(cold_input_tokens, 0) AS cold_input_tokens,
+           coalesce(cache_read_tokens, 0) AS cache_read_tokens,
+           coalesce(cache_write_tokens, 0) AS cache_write_tokens,
+           cache_write_5m_tokens, cache_write_1h_tokens,
+           coalesce(output_tokens, 0) AS output_tokens, hash_ids, block_size,
            coalesce(json_extract_string(attributes, '$.hash_scope'), source) AS scope,
            coalesce(len(hash_ids), 0) > 0 AND coalesce(block_size, 0) > 0 AS judged
     FROM requests
@@ -64,13 +72,16 @@ sel AS (
       AND (CAST($until AS TIMESTAMPTZ) IS NULL OR t_start < CAST($until AS TIMESTAMPTZ)) /*@end*/
 )
 SELECT coalesce(parent_session_id, session_id) AS root_session_id, session_id, parent_session_id, agent,
-       model, CAST(NULL AS STRING) AS prev_model, user_id, source, prompt_id, t_start AS started_at,
+       agent_version, model, CAST(NULL AS STRING) AS prev_model, user_id, source, prompt_id,
+       t_start AS started_at, t_end AS ended_at,
        CAST(NULL AS BIGINT) AS position, CAST(NULL AS DOUBLE) AS gap_s, context_tokens,
-       CAST(NULL AS BIGINT) AS prev_context_tokens,
-       cache_read_tokens, cache_write_tokens, reusable_tokens,
+       CAST(NULL AS BIGINT) AS prev_context_tokens, cold_input_tokens,
+       cache_read_tokens, cache_write_tokens, cache_write_5m_tokens, cache_write_1h_tokens,
+       output_tokens, CAST(NULL AS BIGINT) AS first_read_tokens, reusable_tokens,
        CASE WHEN miss THEN expired_tokens WHEN judged THEN 0 END::BIGINT AS missed_tokens,
        CAST($ttl_s AS INTEGER) AS ttl_in_force_s,
        false AS compaction_event,
+       false AS restart,
        miss,
        CASE WHEN miss THEN 'ttl_expired' END AS cause
 FROM sel

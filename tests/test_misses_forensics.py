@@ -86,6 +86,7 @@ def _cost(tokens: int, per_m: float, write: float) -> float:
 EXPECTED: dict[str, Any] = {
     "requests": 19,
     "misses": 12,
+    "not_applicable": 0,  # every request has a session
     "missed_tokens": 10003 + 6003 + 5479 + 6002 + 8503 + 9203 + 6003 + 5003,
     "by_cause": {
         "first_request": {"misses": 4, "missed_tokens": 0, "cost_usd": 0.0},
