@@ -50,6 +50,7 @@ COLUMNS = (
     "output_tokens",
     "total_tokens",
     "cost_usd",
+    "unpriced_tokens",
     "first_at",
     "last_at",
     "tokens_per_min",
@@ -88,6 +89,8 @@ class Block:
     write: int = 0
     output: int = 0
     cost: float = 0.0
+    #: Tokens of requests without a priced model (no model name): left out of ``cost``.
+    unpriced: int = 0
     first_at: dt.datetime | None = None
     last_at: dt.datetime | None = None
     models: list[str] = field(default_factory=list)
@@ -102,7 +105,11 @@ class Block:
         self.read += h.read
         self.write += h.write
         self.output += h.output
-        self.cost += token_cost(prices, h.model, (h.cold, h.read, h.write, h.output, h.write_1h))[1]
+        cost = token_cost(prices, h.model, (h.cold, h.read, h.write, h.output, h.write_1h))
+        if cost is None:
+            self.unpriced += h.cold + h.read + h.write + h.output
+        else:
+            self.cost += cost[1]
         self.first_at = h.first_at if self.first_at is None else min(self.first_at, h.first_at)
         self.last_at = h.last_at if self.last_at is None else max(self.last_at, h.last_at)
         if h.model is not None and h.model not in self.models:
@@ -140,6 +147,7 @@ class Block:
             "output_tokens": self.output,
             "total_tokens": self.total,
             "cost_usd": self.cost,
+            "unpriced_tokens": self.unpriced,
             "first_at": self.first_at,
             "last_at": self.last_at,
             "tokens_per_min": burn[0] if burn else None,
