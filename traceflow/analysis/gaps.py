@@ -134,7 +134,7 @@ def gap_summary(
     # input, which at 100 M gaps costs more than the second scan.
     # Another engine (Spark) has no histogram(): it always counts the bins in a second query.
     separate = (
-        histogram and not by and (isinstance(con, sql.Engine) or sql.uses_stored_steps(con, blocks, params))
+        histogram and not by and (isinstance(con, sql.Engine) or sql.uses_stored_steps(con))
     )
     if histogram and not separate:
         columns.append(("hist", f"histogram({_HIST_KEY})"))
