@@ -13,7 +13,8 @@
 -- DuckDB dialect: epoch_us, hash.
 -- traceflow supplies request_steps to a per-stream query: the rows `traceflow compact` stored for
 -- the whole lake (while no request file was added since), else this query over the whole lake, as a
--- CTE of the query. In a bare DuckDB that has the views, create it first (a view cannot take
+-- CTE of the query (over the sessions that have a selected request, every request of those kept:
+-- the same rows). In a bare DuckDB that has the views, create it first (a view cannot take
 -- parameters; bind $since and $until to NULL for the whole lake), then run the file:
 --     con.execute("CREATE TEMP TABLE request_steps AS " + steps_sql, {"since": None, "until": None})
 --     con.execute(resumes_sql, {"since": None, "until": None, "resume_after_s": 900})
@@ -27,10 +28,14 @@
 --          prefix_tokens, gap_bin
 
 WITH sel AS (
-    -- every request of the lake; requests without tokens (failed calls) neither read nor write a cache
+    -- every request of the lake; requests without tokens (failed calls) neither read nor write a cache.
+    -- roots: traceflow narrows the window to the sessions (sub-agents included) that have a selected
+    -- request, whose every request it keeps: each row's window reads its own stream only, so the
+    -- selected rows are the same as over the whole lake
     SELECT *
     FROM requests
     WHERE total_tokens > 0 AND coalesce(started_at, ended_at) IS NOT NULL
+      AND /*@roots*/ true /*@end*/
 ),
 keyed AS (
     -- integer keys keep the window's sort cheap: a stream is keyed by the 64-bit hash of

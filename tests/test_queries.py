@@ -135,17 +135,23 @@ def test_the_window_is_composed_as_the_first_cte() -> None:
 
 
 def test_a_selection_filters_the_rows_of_the_window(con: Any) -> None:
-    """The window runs over the whole lake; the selection block filters its rows afterwards, with the
-    request's time read as the steps' t_start."""
+    """The window runs over every request of the sessions that have a selected request; the selection
+    block filters its rows afterwards, with the request's time read as the steps' t_start."""
     block, params = sql.selection_block(
         Selection(since=dt.datetime(2026, 8, 1, tzinfo=dt.UTC), sessions=("B",))
     )
     text = sql.statement(con, sql.load("gaps"), {"selection": block, "order": ""}, params)
     assert text.startswith("WITH request_steps AS NOT MATERIALIZED (") and "/*@order*/  /*@end*/" in text
     window, _, query = text.partition("\n)\n-- gaps:")
-    assert "$sel_" not in window and "/*@selection*/ true /*@end*/" in window
+    assert "/*@selection*/ true /*@end*/" in window  # the window's own rows: not filtered
+    roots = "coalesce(parent_session_id, session_id, event_id)"
+    assert f"/*@roots*/ {roots} IN (SELECT {roots} FROM requests WHERE" in window
+    assert f"AND {block}) /*@end*/" in window  # the sessions that have a selected request
     assert "(t_start >= $sel_0 AND coalesce(parent_session_id, session_id) IN ($sel_1))" in query
     assert "coalesce(started_at, ended_at)" not in query
+    # without a selection the window runs over every request
+    whole = sql.statement(con, sql.load("gaps"), {"selection": "(true)"}, {})
+    assert "/*@roots*/ true /*@end*/" in whole
     # a query that does not read the window keeps its own selection block
     text = sql.statement(con, sql.load("token_mix"), {"selection": block}, params)
     assert "request_steps" not in text and "$sel_0" in text

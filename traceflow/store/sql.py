@@ -318,10 +318,11 @@ def statement(
     """The statement :func:`run` executes for ``query`` with these blocks and parameters.
 
     A per-stream query (see :func:`reads_steps`) reads :data:`STEPS`: the lake's stored steps while
-    they are fresh (:func:`uses_stored_steps`), otherwise ``queries/steps.sql`` over the whole lake,
-    composed as the query's first CTE. Its ``selection`` block (:func:`steps_selection`) filters the
-    rows of :data:`STEPS` after the window. ``steps`` itself reads the stored steps in the same case,
-    with the same filter.
+    they are fresh (:func:`uses_stored_steps`), otherwise ``queries/steps.sql`` over the whole lake
+    (narrowed to the sessions with a selected request, :func:`roots_block`: the same rows), composed
+    as the query's first CTE. Its ``selection`` block (written for the requests view, as
+    :func:`selection_block` writes it; :func:`steps_selection`) filters the rows of :data:`STEPS`
+    after the window. ``steps`` itself reads the stored steps in the same case, with the same filter.
     """
     wanted = dict(blocks or {})
     if query.name == "steps" or reads_steps(query):
@@ -332,11 +333,32 @@ def statement(
     stored = uses_stored_steps(con)
     if query.name == "steps":
         if not stored:
-            return query.sql(wanted)
+            return query.sql({**wanted, "roots": roots_block(blocks)})
         where = wanted.get("selection") or _block_text(query, "selection")
         return f"SELECT * FROM {STEPS} -- stored by compaction\nWHERE {where}"
     sql = query.sql(wanted)
-    return sql if stored else with_steps(sql, load("steps").sql({"selection": "true"}))
+    if stored:
+        return sql
+    return with_steps(sql, load("steps").sql({"selection": "true", "roots": roots_block(blocks)}))
+
+
+def roots_block(blocks: Mapping[str, str] | None) -> str:
+    """The ``roots`` block of ``steps.sql`` for a run with these blocks: the requests of the sessions
+    that have a request the ``selection`` block selects (``true``: every request, without one).
+
+    A session is ``coalesce(parent_session_id, session_id)`` with its sub-agents, a request without
+    a session its own; every request of such a session is kept, so each selected request's stream is
+    whole and its window row is the whole lake's. The block is written for the requests view, as
+    :func:`selection_block` writes it.
+    """
+    selection = (blocks or {}).get("selection")
+    if selection is None or selection.strip().strip("()").strip().lower() == "true":
+        return "true"
+    root = "coalesce(parent_session_id, session_id, event_id)"
+    return (
+        f"{root} IN (SELECT {root} FROM requests WHERE total_tokens > 0 AND "
+        f"coalesce(started_at, ended_at) IS NOT NULL AND {selection})"
+    )
 
 
 def _block_text(query: Query, name: str) -> str:
