@@ -1,8 +1,9 @@
 -- gap_histogram: idle gaps (as in gaps.sql) counted in log-spaced bins from 0.1 s to 1 day, by kind.
 -- Bin edges (seconds): 0, 0.1, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200,
 -- 14400, 28800, 86400, then open-ended; a bin holds lo <= gap < hi. Empty bins have no row.
--- Reads request_steps, the window of steps.sql over the requests from $since to $until; in a bare
--- DuckDB create it first as steps.sql says, then run this file with its other parameters.
+-- Reads request_steps, the window of steps.sql (over the whole lake), and keeps the requests from
+-- $since to $until: the selection narrows the rows, never a request's previous one. In a bare DuckDB
+-- create request_steps first as steps.sql says, then run this file with its parameters.
 -- params:  $since TIMESTAMPTZ = NULL  only requests at or after this time
 --          $until TIMESTAMPTZ = NULL  only requests before this time
 -- returns: bin, lo_s, hi_s, gaps, human_gaps, agent_gaps, unknown_gaps
@@ -21,6 +22,8 @@ binned AS (
     SELECT kind, gap_bin AS bin
     FROM request_steps
     WHERE position > 1
+      AND /*@selection*/ (CAST($since AS TIMESTAMPTZ) IS NULL OR t_start >= CAST($since AS TIMESTAMPTZ))
+      AND (CAST($until AS TIMESTAMPTZ) IS NULL OR t_start < CAST($until AS TIMESTAMPTZ)) /*@end*/
 )
 SELECT e.bin, e.lo_s, e.hi_s,
        count(*)::BIGINT AS gaps,

@@ -7,8 +7,9 @@
 -- unknown when the source has no prompt ids. A stream's first request has no gap and no row.
 -- gap_bin is the gap's bin in the log-spaced histogram (see steps.sql).
 -- Requests without tokens (failed calls) are left out. DuckDB dialect: epoch_us.
--- Reads request_steps, the window of steps.sql over the requests from $since to $until; in a bare
--- DuckDB create it first as steps.sql says, then run this file with its other parameters.
+-- Reads request_steps, the window of steps.sql (over the whole lake), and keeps the requests from
+-- $since to $until: the selection narrows the rows, never a request's previous one. In a bare DuckDB
+-- create request_steps first as steps.sql says, then run this file with its parameters.
 -- params:  $since TIMESTAMPTZ = NULL  only requests at or after this time
 --          $until TIMESTAMPTZ = NULL  only requests before this time
 -- returns: root_session_id, session_id, parent_session_id, agent, model, user_id, source, prompt_id,
@@ -20,4 +21,6 @@ SELECT root_session_id, session_id, parent_session_id, agent, model, user_id, so
        context_tokens, prefix_tokens, cache_read_tokens, cache_write_tokens, gap_bin, agent_version
 FROM request_steps
 WHERE position > 1
+  AND /*@selection*/ (CAST($since AS TIMESTAMPTZ) IS NULL OR t_start >= CAST($since AS TIMESTAMPTZ))
+  AND (CAST($until AS TIMESTAMPTZ) IS NULL OR t_start < CAST($until AS TIMESTAMPTZ)) /*@end*/
 /*@order*/ ORDER BY root_session_id, session_id, parent_session_id NULLS FIRST, position /*@end*/;

@@ -1,15 +1,17 @@
 -- load: arrivals and load over time, one row per bucket of $resolution_s seconds from the first to
 -- the last request: new sessions (sub-agents fold into their session; a request without a session
 -- id is not a session: sessionless traces such as Mooncake count as requests only), sessions open
--- (between their first request's start and their last request's end), requests, and tokens per
--- second by kind.
+-- (between their first selected request's start and their last selected request's end), requests,
+-- and tokens per second by kind. A session is new in the bucket of its first request in the whole
+-- lake, and only where that request is selected: a window that starts inside a session does not
+-- count it as new, so new sessions, like requests and tokens, add up over disjoint windows.
 -- A request counts in the bucket where it starts. Requests without tokens are left out. The grid
 -- never passes $max_buckets buckets: a wider one is an error that says to coarsen $resolution_s
 -- (traceflow picks a coarser width itself: traceflow.store.time_base.grid_resolution).
 -- DuckDB dialect: generate_series, to_timestamp.
 -- Reads request_steps (one row per request with tokens; only its times, session and tokens), the
--- window of steps.sql over the requests from $since to $until; in a bare DuckDB create it first as
--- steps.sql says, then run this file with its other parameters.
+-- window of steps.sql (over the whole lake), and keeps the requests from $since to $until. In a bare
+-- DuckDB create request_steps first as steps.sql says, then run this file with its parameters.
 -- params:  $since TIMESTAMPTZ = NULL    only requests at or after this time
 --          $until TIMESTAMPTZ = NULL    only requests before this time
 --          $resolution_s DOUBLE = 60    bucket width in seconds
@@ -27,6 +29,15 @@ req AS (
            t_start_us AS start_us, t_end_us AS end_us,
            cold_input_tokens, cache_read_tokens, cache_write_tokens, output_tokens
     FROM request_steps
+    WHERE /*@selection*/ (CAST($since AS TIMESTAMPTZ) IS NULL OR t_start >= CAST($since AS TIMESTAMPTZ))
+      AND (CAST($until AS TIMESTAMPTZ) IS NULL OR t_start < CAST($until AS TIMESTAMPTZ)) /*@end*/
+),
+firsts AS (
+    -- each session's first start in the whole lake (the selection narrows req, not this)
+    SELECT root_key, min(t_start_us) AS first_us
+    FROM request_steps
+    WHERE root_session_id IS NOT NULL
+    GROUP BY root_key
 ),
 agg AS (
     -- one pass, two groupings: each session's span (by_session = 1) and each bucket's totals;
@@ -46,11 +57,14 @@ agg AS (
     GROUP BY GROUPING SETS ((r.root_key), (r.bucket))
 ),
 session_changes AS (
-    -- a session is open from the bucket of its first start to that of its last end
+    -- a session is open from the bucket of its first selected start to that of its last selected
+    -- end; it is new there when that start is its first in the whole lake
     SELECT bucket, sum(new_sessions)::BIGINT AS new_sessions, sum(delta)::BIGINT AS delta
     FROM (
-        SELECT CAST(floor(a.first_us / k.res_us) AS BIGINT) AS bucket, 1 AS new_sessions, 1 AS delta
-        FROM agg a, knobs k WHERE a.by_session = 1 AND a.root_key IS NOT NULL
+        SELECT CAST(floor(a.first_us / k.res_us) AS BIGINT) AS bucket,
+               CASE WHEN a.first_us = f.first_us THEN 1 ELSE 0 END AS new_sessions, 1 AS delta
+        FROM agg a JOIN firsts f ON f.root_key = a.root_key, knobs k
+        WHERE a.by_session = 1 AND a.root_key IS NOT NULL
         UNION ALL
         SELECT CAST(floor(a.last_us / k.res_us) AS BIGINT) + 1 AS bucket, 0 AS new_sessions, -1 AS delta
         FROM agg a, knobs k WHERE a.by_session = 1 AND a.root_key IS NOT NULL

@@ -1,18 +1,25 @@
 -- sessions: one row per session (sub-agents folded into the session that spawned them): turns,
 -- requests, duration, context at start and end, growth per turn, compactions, sub-agents, resumes.
 -- Streams and gaps as in gaps.sql; a request without a session_id is not a session and is left out
--- (sessionless traces such as Mooncake have no sessions). Context figures, turns, growth, drops and
--- resumes come from the main stream (parent_session_id NULL). turns: the main stream's prompt_id
--- changes (each request is a turn where prompt ids are unknown). growth_tokens: the sum of context increases between consecutive
--- main-stream requests; growth_per_turn = growth_tokens / turns. context_drops: requests whose
--- context fell by more than $compaction_drop of the previous one; compaction_events: 'compaction'
--- events of the session within its time span; compactions: the larger of the two. resumes: requests
--- after an idle gap of at least $resume_after_s; resume_reload_tokens: their cached prefix (as in
--- ttl.sql), which had to be reloaded; resume_cache_write_tokens: what they reported writing.
--- agent_version: the client version of the session's first request. write_amplification: cache
--- write tokens / cache read tokens (NULL when nothing was read).
--- Reads request_steps, the window of steps.sql over the requests from $since to $until; in a bare
--- DuckDB create it first as steps.sql says, then run this file with its other parameters.
+-- (sessionless traces such as Mooncake have no sessions). A session's row sums its selected requests
+-- (those from $since to $until), each judged against its stream's previous request in the whole lake,
+-- so the per-request counts (requests, turns, sub-agents, growth, drops, resumes, tokens) add up over
+-- disjoint windows. Context figures, turns, growth, drops and resumes come from the main stream
+-- (parent_session_id NULL). turns: requests that open a turn: the stream's first request or a new
+-- prompt_id (each request is a turn where prompt ids are unknown). subagents: sub-agent streams whose
+-- first request is selected. context_start, context_end: the context of the first and last selected
+-- main-stream request (NULL without one). growth_tokens: the sum of context increases over the
+-- previous main-stream request; growth_per_turn = growth_tokens / turns (NULL without turns).
+-- context_drops: requests whose context fell by more than $compaction_drop of the previous one;
+-- compaction_events: 'compaction' events of the session within the time span of its selected
+-- requests; compactions: the larger of the two. resumes: requests after an idle gap of at least
+-- $resume_after_s; resume_reload_tokens: their cached prefix (as in ttl.sql), which had to be
+-- reloaded; resume_cache_write_tokens: what they reported writing. agent_version: the client version
+-- of the session's first selected request. write_amplification: cache write tokens / cache read
+-- tokens (NULL when nothing was read).
+-- Reads request_steps, the window of steps.sql (over the whole lake), and keeps the requests from
+-- $since to $until: the selection narrows the rows, never a request's previous one. In a bare DuckDB
+-- create request_steps first as steps.sql says, then run this file with its parameters.
 -- params:  $since TIMESTAMPTZ = NULL        only requests at or after this time
 --          $until TIMESTAMPTZ = NULL        only requests before this time
 --          $resume_after_s DOUBLE = 900     idle seconds after which a request is a resume
@@ -25,7 +32,7 @@
 
 WITH flagged AS (
     -- only integers pass the window: the session's names and token sums come from a plain aggregate
-    SELECT root_key, is_main, position, t_start_us, t_end_us, next_end_us, context_tokens,
+    SELECT root_key, is_main, position, t_start_us, t_end_us, context_tokens,
         prefix_tokens, cache_write_tokens,
         CASE WHEN position = 1 OR prompt_key IS NULL OR prev_prompt_key IS NULL OR prompt_key <> prev_prompt_key
              THEN 1 ELSE 0 END AS new_turn,
@@ -35,14 +42,16 @@ WITH flagged AS (
         CASE WHEN position > 1 THEN greatest(context_tokens - prev_context_tokens, 0) ELSE 0 END AS growth
     FROM request_steps
     WHERE root_session_id IS NOT NULL
+      AND /*@selection*/ (CAST($since AS TIMESTAMPTZ) IS NULL OR t_start >= CAST($since AS TIMESTAMPTZ))
+      AND (CAST($until AS TIMESTAMPTZ) IS NULL OR t_start < CAST($until AS TIMESTAMPTZ)) /*@end*/
 ),
 per_stream AS (
     SELECT root_key,
         sum(CASE WHEN is_main THEN new_turn ELSE 0 END)::BIGINT AS turns,
         sum(CASE WHEN NOT is_main AND position = 1 THEN 1 ELSE 0 END)::BIGINT AS subagents,
         sum(CASE WHEN NOT is_main THEN 1 ELSE 0 END)::BIGINT AS subagent_requests,
-        max(CASE WHEN is_main AND position = 1 THEN context_tokens END) AS context_start,
-        max(CASE WHEN is_main AND next_end_us IS NULL THEN context_tokens END) AS context_end,
+        min_by(context_tokens, position) FILTER (WHERE is_main) AS context_start,
+        max_by(context_tokens, position) FILTER (WHERE is_main) AS context_end,
         max(CASE WHEN is_main THEN context_tokens END) AS context_max,
         sum(CASE WHEN is_main THEN growth ELSE 0 END)::BIGINT AS growth_tokens,
         sum(CASE WHEN is_main THEN context_drop ELSE 0 END)::BIGINT AS context_drops,
@@ -68,6 +77,8 @@ per_session AS (
         min_by(agent_version, t_start_us) AS agent_version
     FROM request_steps
     WHERE root_session_id IS NOT NULL
+      AND /*@selection*/ (CAST($since AS TIMESTAMPTZ) IS NULL OR t_start >= CAST($since AS TIMESTAMPTZ))
+      AND (CAST($until AS TIMESTAMPTZ) IS NULL OR t_start < CAST($until AS TIMESTAMPTZ)) /*@end*/
     GROUP BY root_key
 ),
 compaction_events AS (

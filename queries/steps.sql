@@ -1,19 +1,25 @@
 -- steps: one row per request in stream order: its stream, position, gap, kind and reusable prefix.
 -- This is the per-request window, written once: the per-stream queries (gaps, gap_histogram,
--- resumes, compactions, sessions, ttl, ttl_validation, working_set) read its rows as request_steps.
--- A stream is one (session_id, parent_session_id), so a sub-agent is its own stream; requests are
--- ordered by (started_at, seq); gap_s is the idle time since the previous request of the stream
--- ended (clamped at 0, NULL for the first); kind is agent (same prompt_id), human (new prompt_id) or
--- unknown; prefix_tokens is the previous request's context plus its output, at most this request's
--- context. Requests without tokens are left out. DuckDB dialect: epoch_us, hash.
+-- resumes, compactions, sessions, ttl, ttl_validation, working_set, load, misses) read its rows as
+-- request_steps. A stream is one (session_id, parent_session_id), so a sub-agent is its own stream;
+-- requests are ordered by (started_at, seq); gap_s is the idle time since the earlier requests of the
+-- stream had all ended (the latest end among them; clamped at 0, NULL for the first); kind is agent
+-- (same prompt_id), human (new prompt_id) or unknown; prefix_tokens is the previous request's context
+-- plus its output, at most this request's context. Requests without tokens are left out.
+-- The window always runs over the whole lake: a selection narrows the rows reported, never what a
+-- request is compared with, so the first request of a selection keeps its previous request (and a
+-- request's row is the same in every selection that holds it). $since and $until select the rows
+-- after the window; each per-stream query applies the selection to request_steps the same way.
+-- DuckDB dialect: epoch_us, hash.
 -- traceflow supplies request_steps to a per-stream query: the rows `traceflow compact` stored for
--- the whole lake (while no request file was added since and the run selects the whole lake), else
--- this query with the run's selection, as a CTE of the query. In a bare DuckDB that has the views,
--- create it first with $since and $until bound (a view cannot take parameters), then run the file:
+-- the whole lake (while no request file was added since), else this query over the whole lake, as a
+-- CTE of the query (over the sessions that have a selected request, every request of those kept:
+-- the same rows). In a bare DuckDB that has the views, create it first (a view cannot take
+-- parameters; bind $since and $until to NULL for the whole lake), then run the file:
 --     con.execute("CREATE TEMP TABLE request_steps AS " + steps_sql, {"since": None, "until": None})
---     con.execute(resumes_sql, {"resume_after_s": 900})  -- the query's other parameters
--- params:  $since TIMESTAMPTZ = NULL  only requests at or after this time
---          $until TIMESTAMPTZ = NULL  only requests before this time
+--     con.execute(resumes_sql, {"since": None, "until": None, "resume_after_s": 900})
+-- params:  $since TIMESTAMPTZ = NULL  only rows of requests at or after this time
+--          $until TIMESTAMPTZ = NULL  only rows of requests before this time
 -- returns: root_session_id, root_key, is_main, session_id, parent_session_id, agent, model, user_id,
 --          source, prompt_id, prompt_key, t_start, t_end, t_start_us, t_end_us, context_tokens,
 --          cold_input_tokens, cache_read_tokens, cache_write_tokens, output_tokens,
@@ -23,12 +29,14 @@
 --          prefix_tokens, gap_bin
 
 WITH sel AS (
-    -- the selection; requests without tokens (failed calls) neither read nor write a cache
+    -- every request of the lake; requests without tokens (failed calls) neither read nor write a cache.
+    -- roots: traceflow narrows the window to the sessions (sub-agents included) that have a selected
+    -- request, whose every request it keeps: each row's window reads its own stream only, so the
+    -- selected rows are the same as over the whole lake
     SELECT *
     FROM requests
     WHERE total_tokens > 0 AND coalesce(started_at, ended_at) IS NOT NULL
-      AND /*@selection*/ (CAST($since AS TIMESTAMPTZ) IS NULL OR coalesce(started_at, ended_at) >= CAST($since AS TIMESTAMPTZ))
-      AND (CAST($until AS TIMESTAMPTZ) IS NULL OR coalesce(started_at, ended_at) < CAST($until AS TIMESTAMPTZ)) /*@end*/
+      AND /*@roots*/ true /*@end*/
 ),
 keyed AS (
     -- integer keys keep the window's sort cheap: a stream is keyed by the 64-bit hash of
@@ -60,7 +68,9 @@ stream AS (
         coalesce(output_tokens, 0) AS output_tokens,
         agent_version, cache_write_5m_tokens, cache_write_1h_tokens,
         row_number() OVER w AS position,
-        lag(t_end_us) OVER w AS prev_end_us,
+        -- prev_end_us: when every earlier request of the stream had ended (the latest of their ends:
+        -- with overlapping requests the previous row may end before an earlier one); NULL for the first
+        max(t_end_us) OVER earlier AS prev_end_us,
         -- next_end_us: when a later request of the stream has first ended (the next request's end,
         -- unless a request after it ended sooner); NULL for the stream's last request
         min(t_end_us) OVER later AS next_end_us,
@@ -74,10 +84,11 @@ stream AS (
         lag(cache_write_1h_tokens) OVER w AS prev_cache_write_1h_tokens
     FROM keyed
     WINDOW w AS (PARTITION BY stream_key ORDER BY t_start_us, seq),
+           earlier AS (PARTITION BY stream_key ORDER BY t_start_us, seq ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING),
            later AS (PARTITION BY stream_key ORDER BY t_start_us, seq ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING)
 ),
 steps AS (
-    -- gap_s: idle seconds since the previous request of the stream ended (NULL for its first request)
+    -- gap_s: idle seconds since the earlier requests of the stream had all ended (NULL for its first)
     -- kind: agent (same prompt_id), human (new prompt_id), unknown (no prompt ids)
     -- prefix_tokens: the cached prefix this request could reuse: the previous request's context plus
     -- its output, at most this request's context (a compaction keeps less)
@@ -115,4 +126,7 @@ steps AS (
              ELSE 19 END AS gap_bin
     FROM stream
 )
-SELECT * FROM steps;
+-- the selection, after the window: it narrows the rows, not what each row was computed from
+SELECT * FROM steps
+WHERE /*@selection*/ (CAST($since AS TIMESTAMPTZ) IS NULL OR t_start >= CAST($since AS TIMESTAMPTZ))
+  AND (CAST($until AS TIMESTAMPTZ) IS NULL OR t_start < CAST($until AS TIMESTAMPTZ)) /*@end*/;

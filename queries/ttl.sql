@@ -4,8 +4,9 @@
 -- writes it again (rewrite_tokens); otherwise it reads the prefix and writes only what is new. The
 -- prefix is the previous request's context plus its output, at most this request's context. A
 -- stream's first request writes its whole context. traceflow.analysis.ttl prices the tokens.
--- Reads request_steps, the window of steps.sql over the requests from $since to $until; in a bare
--- DuckDB create it first as steps.sql says, then run this file with its other parameters.
+-- Reads request_steps, the window of steps.sql (over the whole lake), and keeps the requests from
+-- $since to $until: the selection narrows the rows, never a request's previous one. In a bare DuckDB
+-- create request_steps first as steps.sql says, then run this file with its parameters.
 -- params:  $since TIMESTAMPTZ = NULL  only requests at or after this time
 --          $until TIMESTAMPTZ = NULL  only requests before this time
 --          $ttl_s DOUBLE = 300        the cache TTL in seconds
@@ -24,5 +25,7 @@ SELECT t.ttl_s, s.model,
        sum(s.context_tokens - CASE WHEN s.gap_s > t.ttl_s THEN 0 ELSE s.prefix_tokens END)::BIGINT AS write_tokens,
        sum(s.output_tokens)::BIGINT AS output_tokens
 FROM request_steps s CROSS JOIN ttls t
+WHERE /*@selection*/ (CAST($since AS TIMESTAMPTZ) IS NULL OR t_start >= CAST($since AS TIMESTAMPTZ))
+  AND (CAST($until AS TIMESTAMPTZ) IS NULL OR t_start < CAST($until AS TIMESTAMPTZ)) /*@end*/
 GROUP BY t.ttl_s, s.model
 ORDER BY t.ttl_s, s.model NULLS FIRST;

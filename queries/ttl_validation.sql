@@ -2,8 +2,9 @@
 -- and read after short, medium and long idle gaps (as in gaps.sql). If the provider's TTL is near
 -- $short_s, requests after longer gaps write far more (their prefix expired). Only requests that
 -- report cache tokens (read + write > 0) count.
--- Reads request_steps, the window of steps.sql over the requests from $since to $until; in a bare
--- DuckDB create it first as steps.sql says, then run this file with its other parameters.
+-- Reads request_steps, the window of steps.sql (over the whole lake), and keeps the requests from
+-- $since to $until: the selection narrows the rows, never a request's previous one. In a bare DuckDB
+-- create request_steps first as steps.sql says, then run this file with its parameters.
 -- params:  $since TIMESTAMPTZ = NULL  only requests at or after this time
 --          $until TIMESTAMPTZ = NULL  only requests before this time
 --          $short_s DOUBLE = 300      gaps up to this are short (the 5-minute TTL)
@@ -18,6 +19,8 @@ WITH classed AS (
              ELSE 3 END AS gap_order
     FROM request_steps
     WHERE position > 1 AND cache_read_tokens + cache_write_tokens > 0
+      AND /*@selection*/ (CAST($since AS TIMESTAMPTZ) IS NULL OR t_start >= CAST($since AS TIMESTAMPTZ))
+      AND (CAST($until AS TIMESTAMPTZ) IS NULL OR t_start < CAST($until AS TIMESTAMPTZ)) /*@end*/
 )
 SELECT CASE gap_order WHEN 1 THEN 'short' WHEN 2 THEN 'medium' ELSE 'long' END AS gap_class,
        CASE gap_order WHEN 1 THEN 0.0 WHEN 2 THEN CAST($short_s AS DOUBLE) ELSE CAST($long_s AS DOUBLE) END AS gap_from_s,

@@ -7,8 +7,12 @@
 -- model's KV bytes per token for bytes. The grid never passes $max_buckets buckets: a wider one is
 -- an error that says to coarsen $resolution_s (traceflow picks a coarser width itself:
 -- traceflow.store.time_base.grid_resolution).
--- Reads request_steps, the window of steps.sql over the requests from $since to $until; in a bare
--- DuckDB create it first as steps.sql says, then run this file with its other parameters.
+-- The selected requests (from $since to $until) make the series, each holding its context until
+-- the TTL or a later request of its stream in the whole lake ends: the series of disjoint windows add
+-- up to the series of their union, bucket by bucket.
+-- Reads request_steps, the window of steps.sql (over the whole lake), and keeps the requests from
+-- $since to $until: the selection narrows the rows, never a request's next one. In a bare DuckDB
+-- create request_steps first as steps.sql says, then run this file with its parameters.
 -- params:  $since TIMESTAMPTZ = NULL    only requests at or after this time
 --          $until TIMESTAMPTZ = NULL    only requests before this time
 --          $ttl_s DOUBLE = 300          how long an idle stream's context is kept
@@ -26,6 +30,8 @@ held AS (
            least(s.t_end_us + k.ttl_us, coalesce(s.next_end_us, s.t_end_us + k.ttl_us)) AS t1,
            s.context_tokens AS tokens
     FROM request_steps s, knobs k
+    WHERE /*@selection*/ (CAST($since AS TIMESTAMPTZ) IS NULL OR s.t_start >= CAST($since AS TIMESTAMPTZ))
+      AND (CAST($until AS TIMESTAMPTZ) IS NULL OR s.t_start < CAST($until AS TIMESTAMPTZ)) /*@end*/
 ),
 deltas AS (
     -- +context at t0, -context at t1 (one reference to held: a CTE used twice is materialised)

@@ -175,9 +175,10 @@ def test_gap_summary_by_session_and_kind(con: Any) -> None:
 def test_selection_filters_the_gaps(con: Any) -> None:
     only_b = gaps.gap_summary(con, Selection(sessions=("B",))).to_dicts()[0]
     assert (only_b["gaps"], only_b["p50_s"]) == (1, 20.0)
-    # a time window drops the first request of a stream: a3 becomes A's first request
+    # a time window narrows the gaps reported, not what a request is compared with: a3, the first
+    # request of A in the window, keeps its 600 s gap after a2 (the window is the whole lake's)
     late = gaps.gap_rows(con, Selection(since=at(600))).select("session_id", "gap_s").rows()
-    assert sorted(late) == [("A", 0.0), ("A", 10.0), ("A", 5400.0)]
+    assert sorted(late) == [("A", 0.0), ("A", 10.0), ("A", 600.0), ("A", 5400.0)]
 
 
 def test_no_requests_gives_zero_gaps(lake: Lake) -> None:
@@ -522,3 +523,61 @@ def test_requests_without_a_session_stand_alone(lake: Lake) -> None:
     assert summary["requests"] == 3 and summary["note"].startswith("not applicable")
     w = ttl.ttl_whatif(con).to_dicts()[0]
     assert (w["expired_requests"], w["write_tokens"]) == (0, 3000)
+
+
+# ---------------------------------------------------------------------------------------------
+# one quantile definition: every p50/p90/p95/p99 is the linear interpolation between order
+# statistics at (n - 1) * p (numpy's default method, DuckDB's quantile_cont), computed here by numpy
+
+
+def _linear(values: list[float], p: float) -> float | None:
+    import numpy as np
+
+    return float(np.quantile(np.array(values, dtype=float), p, method="linear")) if values else None
+
+
+def test_gaps_sessions_and_working_set_share_one_quantile_definition(con: Any) -> None:
+    rows = gaps.gap_rows(con).to_dicts()
+    summary = gaps.gap_summary(con).to_dicts()[0]
+    for kind, prefix in ((None, ""), ("human", "human_"), ("agent", "agent_")):
+        values = [r["gap_s"] for r in rows if kind is None or r["kind"] == kind]
+        for p in (0.5, 0.9, 0.99):
+            assert summary[f"{prefix}p{round(p * 100)}_s"] == pytest.approx(_linear(values, p)), (kind, p)
+    per_session = sessions.sessions(con).to_dicts()
+    s = sessions.session_summary(con).to_dicts()[0]
+    for key, column, p in (
+        ("requests_p50", "requests", 0.5),
+        ("turns_p50", "turns", 0.5),
+        ("duration_p50_s", "duration_s", 0.5),
+        ("duration_p90_s", "duration_s", 0.9),
+        ("context_start_p50", "context_start", 0.5),
+        ("context_end_p90", "context_end", 0.9),
+        ("growth_per_turn_p50", "growth_per_turn", 0.5),
+    ):
+        values = [r[column] for r in per_session if r[column] is not None]
+        assert s[key] == pytest.approx(_linear(values, p)), key
+    series = working_set.working_set_series(con, ttl_s=300, resolution_s=60)
+    ws = working_set.summarise(series, 300, 60)
+    tokens = series["tokens"].to_list()
+    assert (ws["p50_tokens"], ws["p95_tokens"]) == pytest.approx(
+        (_linear(tokens, 0.5), _linear(tokens, 0.95))
+    )
+
+
+def test_no_sessions_sum_to_zero_and_have_no_quantiles(con: Any) -> None:
+    """Counts and sums over no sessions are 0 (they add up over windows); quantiles, means and
+    ratios are null: there is no data."""
+    s = sessions.session_summary(con, Selection(since=at(10**6))).to_dicts()[0]
+    assert (s["sessions"], s["requests"], s["turns"], s["resumes"], s["resume_reload_tokens"]) == (
+        0,
+        0,
+        0,
+        0,
+        0,
+    )
+    assert (s["requests_p50"], s["duration_mean_s"], s["growth_per_turn_mean"], s["reuse_ratio"]) == (
+        None,
+        None,
+        None,
+        None,
+    )

@@ -3,6 +3,7 @@ plain SQL in a bare DuckDB), returns the columns its header promises, and is doc
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from pathlib import Path
 from typing import Any
@@ -133,12 +134,24 @@ def test_the_window_is_composed_as_the_first_cte() -> None:
         sql.with_steps("WITH RECURSIVE a AS (SELECT 1) SELECT * FROM a", "SELECT 1 AS x")
 
 
-def test_a_selection_goes_to_the_window(con: Any) -> None:
-    """The selection block and $since/$until select the requests the window runs over."""
-    block, params = sql.selection_block(Selection(sessions=("B",)))
+def test_a_selection_filters_the_rows_of_the_window(con: Any) -> None:
+    """The window runs over every request of the sessions that have a selected request; the selection
+    block filters its rows afterwards, with the request's time read as the steps' t_start."""
+    block, params = sql.selection_block(
+        Selection(since=dt.datetime(2026, 8, 1, tzinfo=dt.UTC), sessions=("B",))
+    )
     text = sql.statement(con, sql.load("gaps"), {"selection": block, "order": ""}, params)
-    assert text.startswith("WITH request_steps AS NOT MATERIALIZED (") and "$sel_0" in text
-    assert "/*@order*/  /*@end*/" in text
+    assert text.startswith("WITH request_steps AS NOT MATERIALIZED (") and "/*@order*/  /*@end*/" in text
+    window, _, query = text.partition("\n)\n-- gaps:")
+    assert "/*@selection*/ true /*@end*/" in window  # the window's own rows: not filtered
+    roots = "coalesce(parent_session_id, session_id, event_id)"
+    assert f"/*@roots*/ {roots} IN (SELECT {roots} FROM requests WHERE" in window
+    assert f"AND {block}) /*@end*/" in window  # the sessions that have a selected request
+    assert "(t_start >= $sel_0 AND coalesce(parent_session_id, session_id) IN ($sel_1))" in query
+    assert "coalesce(started_at, ended_at)" not in query
+    # without a selection the window runs over every request
+    whole = sql.statement(con, sql.load("gaps"), {"selection": "(true)"}, {})
+    assert "/*@roots*/ true /*@end*/" in whole
     # a query that does not read the window keeps its own selection block
     text = sql.statement(con, sql.load("token_mix"), {"selection": block}, params)
     assert "request_steps" not in text and "$sel_0" in text
@@ -160,7 +173,7 @@ def test_params_bind_from_strings(con: Any) -> None:
     a = sql.run(con, "ttl", {"ttl_s": "600"})
     assert a["ttl_s"].unique().to_list() == [600.0]
     later = sql.run(con, "gaps", {"since": "2026-08-01T10:10:00Z"})
-    assert later.height == 3
+    assert later.height == 4  # a3 (10:10:20), a4, a5, a6: a3 keeps its gap after a2
     top = sql.run(con, "tokens_by_session", {"limit": "2"})
     assert top.height == 2
 

@@ -1,13 +1,15 @@
 """The per-request steps that compaction stores (``queries/steps.sql`` → the ``request_steps`` view).
 
-The analyses of the whole lake read the stored steps instead of recomputing the per-stream window;
-these tests check that every per-stream analysis gives the same answer both ways, on the 36 real
-Claude Code sessions of the kv-cache-tester corpus, and that stored steps are never used when they
-are stale (rows added since) or when a selection narrows the lake.
+The analyses read the stored steps instead of recomputing the per-stream window (which always runs
+over the whole lake, so the stored steps answer every selection); these tests check that every
+per-stream analysis gives the same answer both ways, for the whole lake and for narrower selections,
+on the 36 real Claude Code sessions of the kv-cache-tester corpus, and that stored steps are never
+used when they are stale (rows added since).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +19,7 @@ import pytest
 from tests.conftest import EXAMPLES
 from traceflow.store import sql
 from traceflow.store.lake import STEPS_VIEW, Lake
+from traceflow.store.selection import Selection
 
 Cli = Callable[..., tuple[int, str, str]]
 
@@ -109,15 +112,34 @@ def test_stale_steps_are_not_used(weka_lake: None, lake: Lake, cli: Cli) -> None
     assert _normalise(cli("gaps", "--format", "json")[1]) == _normalise(gaps_after)
 
 
-def test_a_selection_runs_the_window(weka_lake: None, lake: Lake, cli: Cli) -> None:
-    args = ("gaps", "--since", "2020-01-01", "--format", "json")
-    before = cli(*args)[1]
+#: selections that narrow the lake (kv-cache-tester times start at 1970-01-01 00:00; median 00:29)
+SELECTIONS = [
+    ["--since", "1970-01-01T00:30:00Z"],
+    ["--until", "1970-01-01T00:30:00Z"],
+    ["--session", "trace_0276"],
+    ["--since", "1970-01-01T00:10:00Z", "--until", "1970-01-01T01:00:00Z"],
+]
+
+
+def test_a_selection_reads_the_stored_steps_too(weka_lake: None, lake: Lake, cli: Cli) -> None:
+    """The window is the whole lake's for every selection, so stored steps answer a narrowed
+    selection too, with the same figures as the window composed into the query."""
+    argvs = [[*a, *s] for a in (["gaps"], ["ttl"], ["sessions"], ["working-set"]) for s in SELECTIONS]
+    before = {}
+    for argv in argvs:
+        code, out, err = cli(*argv, "--format", "json")
+        assert code == 0, (argv, err)
+        before[" ".join(argv)] = out
     assert cli("compact")[0] == 0
-    assert _normalise(cli(*args)[1]) == _normalise(before)
-    # the library decides per run: a filtered selection runs the window (steps.sql) over it
-    assert not sql._whole_lake({"selection": "(coalesce(started_at, ended_at) >= $sel_0)"}, None)
-    assert sql._whole_lake({"selection": "(true)"}, None)
-    assert not sql._whole_lake(None, {"since": "2026-01-01"})
+    con = lake.connect()
+    assert _materialised(lake)
+    block, params = sql.selection_block(Selection(since=dt.datetime(1970, 1, 1, 0, 30, tzinfo=dt.UTC)))
+    text = sql.statement(con, sql.load("gaps"), {"selection": block}, params)
+    assert "row_number() OVER" not in text and "t_start >= $sel_0" in text
+    for argv in argvs:
+        code, out, err = cli(*argv, "--format", "json")
+        assert code == 0, (argv, err)
+        assert _normalise(out) == _normalise(before[" ".join(argv)]), argv
 
 
 def test_every_per_stream_query_reads_the_stored_steps_like_the_window(lake: Lake) -> None:
@@ -131,6 +153,7 @@ def test_every_per_stream_query_reads_the_stored_steps_like_the_window(lake: Lak
     assert len(per_stream) == 10
     names = [*per_stream, "steps"]
     before = {n: sql.run(con, n) for n in names}
+    narrow = {n: sql.run(con, n, {"since": "2026-08-01T10:10:00Z"}) for n in names}
     for n in names:
         assert "row_number() OVER" in sql.statement(con, sql.load(n)), n
     lake.compact("requests")
@@ -140,8 +163,11 @@ def test_every_per_stream_query_reads_the_stored_steps_like_the_window(lake: Lak
         text = sql.statement(con, sql.load(n))
         assert "row_number() OVER" not in text and "FROM request_steps" in text, n
         assert sorted_rows(sql.run(con, n).rows()) == sorted_rows(before[n].rows()), n
-    # a narrower selection composes the window over it, stored steps or not
-    assert "row_number() OVER" in sql.statement(con, sql.load("gaps"), None, {"since": "2026-08-01"})
+    # a narrower selection reads the stored steps too, and filters their rows like the window's
+    since = {"since": "2026-08-01T10:10:00Z"}
+    for n in names:
+        assert "row_number() OVER" not in sql.statement(con, sql.load(n), None, since), n
+        assert sorted_rows(sql.run(con, n, since).rows()) == sorted_rows(narrow[n].rows()), n
 
 
 MIXES = [

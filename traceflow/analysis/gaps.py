@@ -1,11 +1,14 @@
 """Inter-turn idle gaps (DESIGN §3): how long a session sits idle between requests, against cache TTLs.
 
 Within a session *stream* (one ``(session_id, parent_session_id)``: a sub-agent is its own stream),
-requests are ordered by ``(started_at, seq)`` and a request's idle gap is its ``started_at``
-minus the previous request's ``ended_at``, clamped at 0. A gap is an *agent* gap when both requests
+requests are ordered by ``(started_at, seq)`` and a request's idle gap is its ``started_at`` minus
+the latest ``ended_at`` among the earlier requests of the stream (the previous request's, unless an
+earlier one overlapping it ended later), clamped at 0. A gap is an *agent* gap when both requests
 serve the same ``prompt_id`` (a tool loop), a *human* gap when the prompt is new, *unknown* when the
-source has no prompt ids. The SQL is ``queries/gaps.sql`` and ``queries/gap_histogram.sql``; this
-module aggregates them in DuckDB (nothing per gap reaches Python).
+source has no prompt ids. Gaps are computed over the whole lake and the selection keeps the gaps of
+its requests (the first request of a window keeps its gap), so gap counts add up over disjoint
+windows. The SQL is ``queries/gaps.sql`` and ``queries/gap_histogram.sql``; this module aggregates
+them in DuckDB (nothing per gap reaches Python).
 """
 
 from __future__ import annotations
@@ -133,9 +136,7 @@ def gap_summary(
     # window is computed once. DuckDB evaluates histogram() through a materialised copy of the
     # input, which at 100 M gaps costs more than the second scan.
     # Another engine (Spark) has no histogram(): it always counts the bins in a second query.
-    separate = (
-        histogram and not by and (isinstance(con, sql.Engine) or sql.uses_stored_steps(con, blocks, params))
-    )
+    separate = histogram and not by and (isinstance(con, sql.Engine) or sql.uses_stored_steps(con))
     if histogram and not separate:
         columns.append(("hist", f"histogram({_HIST_KEY})"))
     inner = grouped_sql(keys, columns, by_rank=by_rank)

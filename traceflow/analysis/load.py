@@ -10,7 +10,10 @@ summary also gives the index *within each hour*: the buckets cut into consecutiv
 from the first bucket (not clock hours), each bucket against its window's mean, pooled; it is near 1
 when arrivals are Poisson at a slowly varying rate.
 
-Only requests with a session id make sessions (a sessionless trace such as Mooncake has requests and
+A session is new in the bucket of its first request in the whole lake, and only in a selection that
+holds that request: a window that starts inside a session shows it open, not new (new sessions add
+up over disjoint windows, as requests and tokens do). Only requests with a session id make sessions
+(a sessionless trace such as Mooncake has requests and
 tokens per second but no sessions), and the series needs one time base: a selection that mixes real
 telemetry with relative-time traces is refused, naming ``--source`` (:mod:`traceflow.store.time_base`).
 The grid has at most :data:`~traceflow.store.time_base.MAX_BUCKETS` buckets: past that the bucket

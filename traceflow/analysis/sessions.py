@@ -32,12 +32,13 @@ DEFAULT_COMPACTION_DROP = 0.5
 
 #: Aggregate columns of :func:`session_summary` after the ``by`` columns (JSON keys are a contract);
 #: the quantiles are DuckDB's ``quantile_cont``, on another engine computed by rank
-#: (:mod:`traceflow.store.quantiles`).
+#: (:mod:`traceflow.store.quantiles`). Counts and sums are 0 over no sessions (they add up over
+#: windows); quantiles, means and ratios are null there (no data).
 SUMMARY: tuple[Column, ...] = (
     ("sessions", "count(*)::BIGINT"),
-    ("requests", "sum(requests)::BIGINT"),
-    ("turns", "sum(turns)::BIGINT"),
-    ("subagents", "sum(subagents)::BIGINT"),
+    ("requests", "coalesce(sum(requests), 0)::BIGINT"),
+    ("turns", "coalesce(sum(turns), 0)::BIGINT"),
+    ("subagents", "coalesce(sum(subagents), 0)::BIGINT"),
     ("sessions_with_subagents", "count(*) FILTER (WHERE subagents > 0)::BIGINT"),
     ("requests_p50", Quantile("requests", 0.5)),
     ("requests_mean", "avg(requests)"),
@@ -52,12 +53,12 @@ SUMMARY: tuple[Column, ...] = (
     ("context_max", "max(context_max)"),
     ("growth_per_turn_p50", Quantile("growth_per_turn", 0.5)),
     ("growth_per_turn_mean", "sum(growth_tokens) / nullif(sum(turns), 0)::DOUBLE"),
-    ("compactions", "sum(compactions)::BIGINT"),
+    ("compactions", "coalesce(sum(compactions), 0)::BIGINT"),
     ("sessions_with_compaction", "count(*) FILTER (WHERE compactions > 0)::BIGINT"),
-    ("resumes", "sum(resumes)::BIGINT"),
+    ("resumes", "coalesce(sum(resumes), 0)::BIGINT"),
     ("sessions_with_resume", "count(*) FILTER (WHERE resumes > 0)::BIGINT"),
-    ("resume_reload_tokens", "sum(resume_reload_tokens)::BIGINT"),
-    ("resume_cache_write_tokens", "sum(resume_cache_write_tokens)::BIGINT"),
+    ("resume_reload_tokens", "coalesce(sum(resume_reload_tokens), 0)::BIGINT"),
+    ("resume_cache_write_tokens", "coalesce(sum(resume_cache_write_tokens), 0)::BIGINT"),
     (
         "reuse_ratio",
         "sum(cache_read_tokens)"
@@ -69,6 +70,11 @@ SUMMARY: tuple[Column, ...] = (
     ("write_amplification_max", "max(write_amplification)"),
 )
 
+
+#: The columns of :data:`SUMMARY` that count or sum (0, not null, for a group without sessions).
+SUMS = tuple(
+    name for name, expr in SUMMARY if isinstance(expr, str) and expr.startswith(("count(", "coalesce(sum("))
+)
 
 #: Columns of :func:`session_summary` after :data:`SUMMARY`.
 SUMMARY_EXTRA = ("sessionless_requests", "note")
@@ -160,8 +166,9 @@ def _with_sessionless(
         frame = frame.with_columns(
             pl.lit(int(counts["sessionless_requests"][0])).alias("sessionless_requests")
         )
+    frame = frame.with_columns(pl.col(c).fill_null(0) for c in SUMS)  # groups with no session
     n = pl.col("sessionless_requests").fill_null(0)
-    none = n.gt(0) & pl.col("sessions").fill_null(0).eq(0)
+    none = n.gt(0) & pl.col("sessions").eq(0)
     return frame.with_columns(
         n.cast(pl.Int64).alias("sessionless_requests"),
         pl.when(none).then(None).otherwise(pl.col("sessions")).alias("sessions"),

@@ -4,7 +4,9 @@ Model (``queries/ttl.sql``), per session stream (gaps as in :mod:`traceflow.anal
 
 * a request's *prefix* is what the previous request of its stream left in the cache: that request's
   context plus its output (the next request resends both), at most this request's context (after a
-  compaction less is reusable);
+  compaction less is reusable); the previous request is the stream's in the whole lake, whatever the
+  selection (the first request of a ``--since`` window is no cold start), so the tokens and costs of
+  disjoint windows add up;
 * under TTL ``T`` a request whose idle gap exceeds ``T`` finds the prefix expired and writes it again
   (``rewrite_tokens``); otherwise it reads the prefix and writes only the rest of its context;
   a stream's first request writes its whole context;

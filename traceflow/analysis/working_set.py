@@ -2,7 +2,9 @@
 
 At time t it is the sum of ``context_tokens`` of the session streams (a sub-agent counts apart)
 whose last request ended within the TTL before t: a request's context counts from its end until the
-TTL runs out or a later request of its stream ends (``queries/working_set.sql``). The series gives, per
+TTL runs out or a later request of its stream ends (``queries/working_set.sql``; the later request is
+the stream's in the whole lake, so the series of disjoint windows add up bucket by bucket, and a
+selection's series is what its requests hold). The series gives, per
 bucket (default a minute), the average over the bucket and the value at its end; peak and
 percentiles are taken over the bucket averages from the first request to the last expiry (use a
 finer ``resolution_s`` for sharper peaks). Times ``kv_bytes_per_token`` (KV_TIER_SIZING §1: e.g.

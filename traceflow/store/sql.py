@@ -21,9 +21,12 @@ each file runs as it is in any DuckDB that has the views.
 
 The per-request window (each request's stream, position, gap, kind and reusable prefix) is written
 once, in ``queries/steps.sql``; the per-stream queries read its rows as ``request_steps``
-(:data:`STEPS`). :func:`statement` supplies them: the steps stored by ``traceflow compact`` when they
-are fresh and the run selects the whole lake, else ``steps.sql`` with the run's selection block and
-``$since``/``$until``, composed as the query's first CTE. In a bare DuckDB, ``CREATE TEMP TABLE
+(:data:`STEPS`). The window always runs over the whole lake, and each per-stream query applies its
+``selection`` block to the rows of ``request_steps`` afterwards: a selection narrows what is reported,
+never what a request is compared with (the first request of a window keeps its previous request), so
+figures summed over requests add up over disjoint windows. :func:`statement` supplies the rows: the
+steps stored by ``traceflow compact`` while they are fresh (for any selection), else ``steps.sql``
+over the whole lake, composed as the query's first CTE. In a bare DuckDB, ``CREATE TEMP TABLE
 request_steps AS`` the steps file first (``queries/steps.sql`` says how).
 """
 
@@ -36,6 +39,7 @@ from importlib.resources import files
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from traceflow.errors import MissingParameter, QueryError, UnknownQuery, UsageError
+from traceflow.store.selection import REQUEST_TIME
 
 if TYPE_CHECKING:
     import duckdb
@@ -289,6 +293,22 @@ def reads_steps(query: Query) -> bool:
     return query.name != "steps" and bool(_READS_STEPS.search(_code(query.text)))
 
 
+#: A request's time in the rows of :data:`STEPS` (``selection.REQUEST_TIME`` there).
+STEPS_TIME = "t_start"
+
+
+def steps_selection(block: str) -> str:
+    """A ``selection`` block for the rows of :data:`STEPS`: the requests view's time expression
+    (:data:`~traceflow.store.selection.REQUEST_TIME`, as :func:`selection_block` writes it) read as
+    the steps' ``t_start`` (the same value); the filter columns (agent, model, session, user, source)
+    have the same names there.
+
+    >>> steps_selection("(coalesce(started_at, ended_at) >= $sel_0 AND model IN ($sel_1))")
+    '(t_start >= $sel_0 AND model IN ($sel_1))'
+    """
+    return block.replace(REQUEST_TIME, STEPS_TIME)
+
+
 def statement(
     con: duckdb.DuckDBPyConnection | Engine,
     query: Query,
@@ -297,21 +317,56 @@ def statement(
 ) -> str:
     """The statement :func:`run` executes for ``query`` with these blocks and parameters.
 
-    A per-stream query (see :func:`reads_steps`) reads :data:`STEPS`: the lake's stored steps when
-    they are fresh and the run selects the whole lake (:func:`uses_stored_steps`); otherwise
-    ``queries/steps.sql`` with the run's ``selection`` block and ``$since``/``$until``, composed as
-    the query's first CTE. ``steps`` itself reads the stored steps in the same case.
+    A per-stream query (see :func:`reads_steps`) reads :data:`STEPS`: the lake's stored steps while
+    they are fresh (:func:`uses_stored_steps`), otherwise ``queries/steps.sql`` over the whole lake
+    (narrowed to the sessions with a selected request, :func:`roots_block`: the same rows), composed
+    as the query's first CTE. Its ``selection`` block (written for the requests view, as
+    :func:`selection_block` writes it; :func:`steps_selection`) filters the rows of :data:`STEPS`
+    after the window. ``steps`` itself reads the stored steps in the same case, with the same filter.
     """
     wanted = dict(blocks or {})
-    if query.name == "steps" and uses_stored_steps(con, blocks, params):
-        return f"SELECT * FROM {STEPS} -- stored by compaction"
-    if not reads_steps(query):
+    if query.name == "steps" or reads_steps(query):
+        if "selection" in wanted:
+            wanted["selection"] = steps_selection(wanted["selection"])
+    else:
         return query.sql(wanted)
-    window = {"selection": wanted.pop("selection")} if "selection" in wanted else {}
+    stored = uses_stored_steps(con)
+    if query.name == "steps":
+        if not stored:
+            return query.sql({**wanted, "roots": roots_block(blocks)})
+        where = wanted.get("selection") or _block_text(query, "selection")
+        return f"SELECT * FROM {STEPS} -- stored by compaction\nWHERE {where}"
     sql = query.sql(wanted)
-    if uses_stored_steps(con, window, params):
+    if stored:
         return sql
-    return with_steps(sql, load("steps").sql(window))
+    return with_steps(sql, load("steps").sql({"selection": "true", "roots": roots_block(blocks)}))
+
+
+def roots_block(blocks: Mapping[str, str] | None) -> str:
+    """The ``roots`` block of ``steps.sql`` for a run with these blocks: the requests of the sessions
+    that have a request the ``selection`` block selects (``true``: every request, without one).
+
+    A session is ``coalesce(parent_session_id, session_id)`` with its sub-agents, a request without
+    a session its own; every request of such a session is kept, so each selected request's stream is
+    whole and its window row is the whole lake's. The block is written for the requests view, as
+    :func:`selection_block` writes it.
+    """
+    selection = (blocks or {}).get("selection")
+    if selection is None or selection.strip().strip("()").strip().lower() == "true":
+        return "true"
+    root = "coalesce(parent_session_id, session_id, event_id)"
+    return (
+        f"{root} IN (SELECT {root} FROM requests WHERE total_tokens > 0 AND "
+        f"coalesce(started_at, ended_at) IS NOT NULL AND {selection})"
+    )
+
+
+def _block_text(query: Query, name: str) -> str:
+    """The default text of ``query``'s block ``name``."""
+    for m in _BLOCK.finditer(query.text):
+        if m.group(1) == name:
+            return m.group(2).strip()
+    raise QueryError(f"query {query.name!r} has no block {name!r}")
 
 
 def with_steps(sql: str, steps: str) -> str:
@@ -329,22 +384,10 @@ def with_steps(sql: str, steps: str) -> str:
     return f"{cte},\n{sql[m.end() :]}"
 
 
-def uses_stored_steps(
-    con: duckdb.DuckDBPyConnection | Engine,
-    blocks: Mapping[str, str] | None,
-    params: Mapping[str, Any] | None,
-) -> bool:
-    """Whether a run with these blocks and parameters reads the steps stored by compaction."""
-    return _whole_lake(blocks, params) and materialised(con, STEPS)
-
-
-def _whole_lake(blocks: Mapping[str, str] | None, params: Mapping[str, Any] | None) -> bool:
-    """Whether a query run selects every request (the case the stored steps answer)."""
-    selection = (blocks or {}).get("selection")
-    if selection is not None:
-        return selection.strip().strip("()").strip().lower() == "true"
-    given = params or {}
-    return given.get("since") is None and given.get("until") is None
+def uses_stored_steps(con: duckdb.DuckDBPyConnection | Engine) -> bool:
+    """Whether the per-stream queries read the steps stored by compaction (fresh ones answer every
+    selection: the window is the whole lake's either way)."""
+    return materialised(con, STEPS)
 
 
 def materialised(con: duckdb.DuckDBPyConnection | Engine, view: str) -> bool:
