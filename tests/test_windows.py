@@ -140,10 +140,14 @@ def ttl_figures(con: Any, sel: Selection) -> dict[str, float]:
 
 def miss_figures(con: Any, sel: Selection) -> dict[str, float]:
     rep = misses.miss_report(con, sel)
-    out: dict[str, float] = {k: rep[k] for k in ("requests", "misses", "missed_tokens")}
+    # a window whose requests could not be judged (no session, no block hashes) has null miss figures:
+    # "not applicable", which adds as nothing
+    out: dict[str, float] = {
+        k: rep[k] or 0 for k in ("requests", "misses", "missed_tokens", "not_applicable")
+    }
     for cause, v in rep["by_cause"].items():
-        out[f"{cause}/misses"] = v["misses"]
-        out[f"{cause}/missed_tokens"] = v["missed_tokens"]
+        out[f"{cause}/misses"] = v["misses"] or 0
+        out[f"{cause}/missed_tokens"] = v["missed_tokens"] or 0
     return out
 
 
