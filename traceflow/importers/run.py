@@ -27,13 +27,14 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
 from traceflow import importers
 from traceflow.errors import MissingPath, UsageError
 from traceflow.importers.base import FileContext, Importer, finish
+from traceflow.importers.compressed import CorruptInput, is_packed, open_input
 from traceflow.rows import LineError, Parsed
 from traceflow.schema import TABLES
 from traceflow.store.lake import Lake, frame_from_rows
@@ -187,25 +188,35 @@ def _chunks(plan: FilePlan, whole_file: bool) -> Iterator[tuple[bytes, int]]:
     otherwise it is still being written and waits for the next import. A plan without its head hash
     (``head == ""``, read from the start) gets it from the first bytes read.
     """
-    with open(plan.path, "rb") as fh:
-        fh.seek(plan.start)
+    with open_input(plan.path) as fh:
+        packed = is_packed(fh)  # offsets count decompressed bytes
+        if packed:
+            _skip(fh, plan.start)
+        else:
+            fh.seek(plan.start)
         if whole_file:
-            data = fh.read(plan.size - plan.start)
-            _take_head(plan, data)
+            data = fh.read() if packed else fh.read(plan.size - plan.start)
+            if not packed:
+                _take_head(plan, data)
             yield data, plan.start + len(data)
             return
         offset = plan.start
         remaining = plan.size - plan.start
         carry = b""
-        while remaining > 0:
-            block = fh.read(min(_CHUNK_BYTES, remaining))
+        more = packed or remaining > 0
+        while more:
+            block = fh.read(_CHUNK_BYTES if packed else min(_CHUNK_BYTES, remaining))
             if not block:
                 break
-            _take_head(plan, block)
             remaining -= len(block)
+            if packed:
+                more = bool(fh.peek(1))  # type: ignore[attr-defined]
+            else:
+                _take_head(plan, block)
+                more = remaining > 0
             data = carry + block
-            cut = data.rfind(b"\n") + 1 if remaining > 0 else len(data)
-            if remaining <= 0 and not data.endswith(b"\n"):
+            cut = data.rfind(b"\n") + 1 if more else len(data)
+            if not more and not data.endswith(b"\n"):
                 cut = data.rfind(b"\n") + 1
                 if _whole_last_line(data[cut:], plan.mtime_ns) or _is_json(data):
                     cut = len(data)  # complete: a settled last row, or one pretty-printed document
@@ -213,6 +224,15 @@ def _chunks(plan: FilePlan, whole_file: bool) -> Iterator[tuple[bytes, int]]:
             if piece:
                 yield piece, offset + len(piece)
                 offset += len(piece)
+
+
+def _skip(fh: BinaryIO, n: int) -> None:
+    """Read and drop the first ``n`` bytes of a decompressing stream (it cannot seek)."""
+    while n > 0:
+        got = len(fh.read(min(n, _CHUNK_BYTES)))
+        if not got:
+            return
+        n -= got
 
 
 def _take_head(plan: FilePlan, first: bytes) -> None:
@@ -539,12 +559,12 @@ def _no_files_of_format(importer: Importer, root: Path) -> UsageError:
 def _first_record(path: str) -> dict[str, Any] | None:
     """The first non-blank line of a file as a JSON object, or None."""
     try:
-        with open(path, "rb") as fh:
+        with open_input(path) as fh:
             for line in fh:
                 if line.strip():
                     rec = orjson.loads(line)
                     return rec if isinstance(rec, dict) else None
-    except (OSError, orjson.JSONDecodeError):
+    except (OSError, orjson.JSONDecodeError, CorruptInput):
         return None
     return None
 
