@@ -8,7 +8,6 @@ import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 import zstandard
@@ -45,8 +44,14 @@ SAMPLES: dict[str, Callable[[], tuple[str, bytes]]] = {
         b"Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
         b"5,ChatGPT,472,18,490,Conversation log\n45,ChatGPT,1087,0,1087,API log\n",
     ),
-    "tracelab": lambda: ("round_trace.jsonl", (TESTDATA / "tracelab-example" / "round_trace.jsonl").read_bytes()),
-    "kvcache-tester": lambda: ("trace_0265.json", (TESTDATA / "weka_cc_traces" / "trace_0265.json").read_bytes()),
+    "tracelab": lambda: (
+        "round_trace.jsonl",
+        (TESTDATA / "tracelab-example" / "round_trace.jsonl").read_bytes(),
+    ),
+    "kvcache-tester": lambda: (
+        "trace_0265.json",
+        (TESTDATA / "weka_cc_traces" / "trace_0265.json").read_bytes(),
+    ),
     "claude-code": lambda: ("agent-a1b2.jsonl", (EXAMPLES / "claude-transcript.jsonl").read_bytes()),
     "codex": lambda: (
         "rollout-2025-10-01T10-00-00-0199a0b0-0000-7000-8000-000000000001.jsonl",
@@ -94,7 +99,9 @@ def test_every_importer_has_a_sample() -> None:
 
 @pytest.mark.parametrize("kind", ["gz", "zst"])
 @pytest.mark.parametrize("source", sorted(SAMPLES))
-def test_compressed_file_imports_the_same_rows_as_the_plain_one(source: str, kind: str, tmp_path: Path) -> None:
+def test_compressed_file_imports_the_same_rows_as_the_plain_one(
+    source: str, kind: str, tmp_path: Path
+) -> None:
     plain, n_plain = _import(tmp_path, source, "plain")
     packed, n_packed = _import(tmp_path, source, kind)
     assert n_plain > 0
@@ -102,18 +109,33 @@ def test_compressed_file_imports_the_same_rows_as_the_plain_one(source: str, kin
     assert packed == plain  # every column, event_id included: a compressed copy of a file adds nothing
 
 
-def test_import_mooncake_of_the_repositorys_own_gz(cli: Callable[..., tuple[int, str, str]], lake: Lake) -> None:
+def test_import_mooncake_of_the_repositorys_own_gz(
+    cli: Callable[..., tuple[int, str, str]], lake: Lake
+) -> None:
     """The issue's case: ``import mooncake mooncake_*.jsonl.gz`` failed with "invalid JSON (str is not
     valid UTF-8...)"; it imports the same requests as the unpacked file."""
-    code, out, err = cli("import", "mooncake", str(STORED / "mooncake_synthetic_trace.jsonl.gz"), "--format", "json")
+    code, out, err = cli(
+        "import", "mooncake", str(STORED / "mooncake_synthetic_trace.jsonl.gz"), "--format", "json"
+    )
     assert code == 0, err
-    plain_lines = sum(1 for line in (TESTDATA / "mooncake_synthetic_trace.jsonl").read_bytes().splitlines() if line)
+    plain_lines = sum(
+        1 for line in (TESTDATA / "mooncake_synthetic_trace.jsonl").read_bytes().splitlines() if line
+    )
     assert json.loads(out)["rows"]["requests"] == plain_lines
-    packed = lake.connect().execute("SELECT event_id, cold_input_tokens FROM requests ORDER BY event_id").fetchall()
+    packed = (
+        lake.connect()
+        .execute("SELECT event_id, cold_input_tokens FROM requests ORDER BY event_id")
+        .fetchall()
+    )
     other = Lake(lake.root.parent / "plain")
     other.ensure()
     run_import(other, importers.get("mooncake"), [TESTDATA / "mooncake_synthetic_trace.jsonl"], jobs=1)
-    assert packed == other.connect().execute("SELECT event_id, cold_input_tokens FROM requests ORDER BY event_id").fetchall()
+    assert (
+        packed
+        == other.connect()
+        .execute("SELECT event_id, cold_input_tokens FROM requests ORDER BY event_id")
+        .fetchall()
+    )
 
 
 def test_compression_is_told_by_content_not_name(lake: Lake, tmp_path: Path) -> None:
@@ -136,7 +158,9 @@ def test_multi_member_files_read_as_their_concatenation(kind: str, tmp_path: Pat
 
 
 @pytest.mark.parametrize("kind", ["gz", "zst"])
-def test_truncated_file_is_one_clear_error(kind: str, cli: Callable[..., tuple[int, str, str]], tmp_path: Path) -> None:
+def test_truncated_file_is_one_clear_error(
+    kind: str, cli: Callable[..., tuple[int, str, str]], tmp_path: Path
+) -> None:
     whole = COMPRESS[kind](_head_lines(TESTDATA / "mooncake_synthetic_trace.jsonl", 2000))
     path = tmp_path / f"cut.jsonl.{kind}"
     path.write_bytes(whole[: len(whole) // 2])

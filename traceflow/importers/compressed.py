@@ -18,7 +18,7 @@ import gzip
 import io
 import zlib
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from traceflow.errors import UsageError
 
@@ -153,13 +153,9 @@ def open_input(path: Path | str) -> BinaryIO:
         raw.seek(0)
         if kind is None:
             return raw
-        inner: BinaryIO
-        if kind == "gzip":
-            inner = gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[assignment]
-        else:
-            inner = _ZstdReader(raw)  # type: ignore[assignment]
+        inner: Any = gzip.GzipFile(fileobj=raw, mode="rb") if kind == "gzip" else _ZstdReader(raw)
         checked = _Checked(inner, raw, str(path), kind)
-        return io.BufferedReader(checked, buffer_size=1 << 20)  # type: ignore[return-value]
+        return io.BufferedReader(checked, buffer_size=1 << 20)
     except BaseException:
         raw.close()
         raise

@@ -84,13 +84,15 @@ class ImportSummary:
         }
 
     def __str__(self) -> str:
-        parts = [f"{n} {t}" for t, n in self.rows.items() if n]
+        from traceflow.units import format_size
+
+        parts = [f"{n:,} {t}" for t, n in self.rows.items() if n]
         text = (
-            f"imported {self.source}: {self.files_read} of {self.files_seen} files read "
-            f"({self.bytes_read / 1e6:.1f} MB), {', '.join(parts) or 'no new rows'}"
+            f"imported {self.source}: {self.files_read:,} of {self.files_seen:,} files read "
+            f"({format_size(self.bytes_read)}), {', '.join(parts) or 'no new rows'}"
         )
         if self.skipped:
-            text += f"; {self.skipped} record(s) skipped (see above)"
+            text += f"; {self.skipped:,} record(s) skipped (see above)"
         return text
 
 
