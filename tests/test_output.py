@@ -124,3 +124,17 @@ def test_import_summary_has_sizes_and_separators(cli: Cli) -> None:
     code, out, _ = cli("import", "mooncake", str(TESTDATA / "mooncake_synthetic_trace.jsonl"))
     lines = sum(1 for line in (TESTDATA / "mooncake_synthetic_trace.jsonl").read_bytes().splitlines() if line)
     assert f"{lines:,} requests" in out and lines >= 1000
+
+
+def test_one_metric_per_row_takes_its_unit_from_the_row_name() -> None:
+    rows = Rows(
+        ["metric", "all", "human"],
+        [("gaps", 2.0, 1.0), ("p50_s", 220.8, 441.0), ("reuse_ratio", 0.633, None), ("note", "text", None)],
+    )
+    lines = render_table(rows, width=None).splitlines()[2:]
+    assert [line.split() for line in lines] == [
+        ["gaps", "2", "1"],
+        ["p50_s", "3m", "41s", "7m", "21s"],
+        ["reuse_ratio", "63.3", "%"],
+        ["note", "text"],
+    ]

@@ -66,6 +66,8 @@ _GAP = 2
 def _kind(name: str) -> str:
     """The unit of a column, from its name: money, percent, size, bandwidth, duration, rate or plain."""
     n = name.lower()
+    if "_vs_" in n:  # a ratio of two costs or counts
+        return "plain"
     if "usd" in n or n.startswith("cost") or n.endswith("_cost"):
         return "money"
     if n.endswith("_bytes_per_s"):
@@ -157,13 +159,27 @@ def cells(result: Rows) -> list[list[str]]:
         for name, col in zip(result.columns, zip(*result.rows, strict=True), strict=True)
     ]
     numeric = result.numeric()
-    for i, col in enumerate(columns):
-        if numeric[i] or any(numeric[:i]):
-            break
+    if _by_row(result, numeric):  # one metric per row (``metric  all  human``): units from the row's name
+        for r, row in enumerate(result.rows):
+            at = [i for i in range(1, len(row)) if _is_number(row[i])]
+            for i, text in zip(at, _column_cells(str(row[0]), [row[i] for i in at]), strict=True):
+                columns[i][r] = text
+    labels = numeric.index(True) if True in numeric else 0  # the leading columns that name a row
+    for i, col in enumerate(columns[:labels]):
         columns[i] = [
             UNKNOWN if v is None else c for v, c in zip((r[i] for r in result.rows), col, strict=True)
         ]
     return [list(row) for row in zip(*columns, strict=True)] if columns else [[] for _ in result.rows]
+
+
+def _by_row(result: Rows, numeric: list[bool]) -> bool:
+    """Whether ``result`` holds one metric per row: a first column of names, some of which carry a
+    unit (``p50_s``), and other columns whose own names carry none."""
+    if not result.rows or not result.columns or numeric[0]:
+        return False
+    if any(_kind(name) != "plain" for name in result.columns[1:]):
+        return False
+    return any(isinstance(row[0], str) and _kind(row[0]) != "plain" for row in result.rows)
 
 
 def terminal_width() -> int | None:
