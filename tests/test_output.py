@@ -138,3 +138,7 @@ def test_one_metric_per_row_takes_its_unit_from_the_row_name() -> None:
         ["reuse_ratio", "63.3", "%"],
         ["note", "text"],
     ]
+
+
+def test_an_empty_result_says_no_rows() -> None:
+    assert render_table(Rows(["model", "cost_usd"], []), width=None).splitlines()[2] == "(no rows)"

@@ -154,6 +154,8 @@ UNKNOWN = "(unknown)"
 def cells(result: Rows) -> list[list[str]]:
     """The table's rows as text, each column with its unit (see :func:`_kind`); a missing label in
     the leading label columns reads :data:`UNKNOWN`."""
+    if not result.rows:
+        return []
     columns = [
         _column_cells(name, col)
         for name, col in zip(result.columns, zip(*result.rows, strict=True), strict=True)
