@@ -422,6 +422,8 @@ def run_import(
             if f not in seen:
                 seen.add(f)
                 files.append(f)
+    if not paths and not files:  # the default folders are there, but hold no logs
+        raise _nothing_in_default_location(importer, roots)
     summary = ImportSummary(source=importer.name, files_seen=len(files))
     lake.ensure()
     with _locked_state(lake, importer) as state:
@@ -544,6 +546,14 @@ def _no_default_location(importer: Importer) -> UsageError:
     return UsageError(
         f"{importer.name} has no default location; pass the path of {_reads(importer)}: "
         f"traceflow import {importer.name} PATH"
+    )
+
+
+def _nothing_in_default_location(importer: Importer, roots: Sequence[Path]) -> UsageError:
+    where = ", ".join(str(r) for r in roots)
+    return UsageError(
+        f"no {importer.name} logs in {where} (the default location): nothing to import; "
+        f"pass the path of {_reads(importer)}: traceflow import {importer.name} PATH"
     )
 
 
