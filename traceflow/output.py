@@ -72,7 +72,7 @@ def _kind(name: str) -> str:
         return "money"
     if n.endswith("_bytes_per_s"):
         return "bandwidth"
-    if n.endswith("_bytes") or n == "bytes":
+    if n.endswith("_bytes") or n == "bytes" or "_bytes_per_" in n:  # a size, or a size per token
         return "size"
     if "share" in n or n.endswith(("_ratio", "_fraction")) or n == "ratio":
         return "percent"
@@ -138,7 +138,7 @@ def _unit_text(kind: str, x: float, raw: Any, places: int) -> str:
         return format_elapsed(x)
     if kind == "ms":
         return format_elapsed(x / 1000)
-    text = f"{x:,.{places}f}"
+    text = f"{x:,.{places}f}" if not x or abs(x) >= 10**-places else f"{x:.3g}"  # tiny: not 0.0000
     return f"{text}/s" if kind == "per_s" else text
 
 
