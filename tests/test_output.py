@@ -142,3 +142,24 @@ def test_one_metric_per_row_takes_its_unit_from_the_row_name() -> None:
 
 def test_an_empty_result_says_no_rows() -> None:
     assert render_table(Rows(["model", "cost_usd"], []), width=None).splitlines()[2] == "(no rows)"
+
+
+def test_long_text_is_cut_evenly_to_fit_and_the_label_kept_whole() -> None:
+    rows = Rows(
+        ["name", "summary", "returns"],
+        [
+            (
+                "gap_histogram",
+                "idle gaps between consecutive requests of a session " * 3,
+                "bin, lo_s, hi_s, " * 8,
+            )
+        ],
+    )
+    lines = render_table(rows, width=70).splitlines()
+    assert max(len(line) for line in lines) <= 70
+    row = lines[2]
+    assert row.startswith("gap_histogram  ")
+    assert row.count("…") == 2
+    summary, returns = (part.strip() for part in row[len("gap_histogram") :].split("…")[:2])
+    assert abs(len(summary) - len(returns.lstrip())) <= 2  # cut evenly
+    assert any("long text cut" in line for line in lines[3:])

@@ -61,6 +61,8 @@ WIDE = False
 #: Columns kept when a table is cut to fit (besides its leading label columns), by name fragment.
 _KEEP = ("requests", "total", "cost", "usd", "reuse_ratio", "hit_ratio")
 _GAP = 2
+#: The narrowest a text column is cut to, to fit a table (its header's longest word if that is wider).
+_MIN_TEXT = 16
 
 
 def _kind(name: str) -> str:
@@ -205,9 +207,10 @@ def _header_lines(name: str, width: int) -> list[str]:
 def _fit(result: Rows, text: list[list[str]], limit: int) -> tuple[list[int], list[int], list[list[str]]]:
     """Which columns to show within ``limit`` characters, their widths and header lines.
 
-    Headers first wrap at their underscores; if the table is still too wide, columns are left out
-    from the right, first those that are neither a leading label column nor in :data:`_KEEP`, then
-    the kept ones; the first column always stays.
+    Headers first wrap at their underscores; then long text is cut (the widest text column first,
+    down to :data:`_MIN_TEXT` characters; :func:`render_table` marks a cut with ``…``); if the table
+    is still too wide, columns are left out from the right, first those that are neither a leading
+    label column nor in :data:`_KEEP`, then the kept ones; the first column always stays.
     """
     numeric = result.numeric()
     n = len(result.columns)
@@ -221,6 +224,16 @@ def _fit(result: Rows, text: list[list[str]], limit: int) -> tuple[list[int], li
 
     def total(cols: list[int]) -> int:
         return sum(narrow[i] for i in cols) + _GAP * (len(cols) - 1)
+
+    # Text that may be cut: not the labels that name a row (all of them before the first number,
+    # or the first column of a table of text), not numbers.
+    whole = range(labels) if labels < n else range(1)
+    floor = [narrow[i] if numeric[i] or i in whole else max(word_w[i], _MIN_TEXT) for i in range(n)]
+    while total(shown) > limit:  # one character at a time from the widest: the cuts stay even
+        widest = max(range(n), key=lambda i: narrow[i] if narrow[i] > floor[i] else -1)
+        if narrow[widest] <= floor[widest]:
+            break
+        narrow[widest] -= 1
 
     for keep_pass in (False, True):
         for i in reversed(range(max(labels, 1), n)):
@@ -252,12 +265,17 @@ def render_table(result: Rows, width: int | None = None) -> str:
     if limit is not None and sum(full) + _GAP * (n - 1) > limit:
         shown, widths, headers = _fit(result, text, limit)
 
+    cut = False
+
+    def fitted(cell: str, i: int) -> str:
+        nonlocal cut
+        if len(cell) <= widths[i]:
+            return cell.rjust(widths[i]) if numeric[i] else cell.ljust(widths[i])
+        cut = True
+        return cell[: widths[i] - 1] + "…"
+
     def line(row: Sequence[str]) -> str:
-        return (
-            (" " * _GAP)
-            .join(row[i].rjust(widths[i]) if numeric[i] else row[i].ljust(widths[i]) for i in shown)
-            .rstrip()
-        )
+        return (" " * _GAP).join(fitted(row[i], i) for i in shown).rstrip()
 
     depth = max(len(headers[i]) for i in shown) if shown else 1
     head = []
@@ -268,11 +286,13 @@ def render_table(result: Rows, width: int | None = None) -> str:
     if not text:
         out.append("(no rows)")
     hidden = [result.columns[i] for i in range(n) if i not in shown]
+    notes = []
     if hidden:
-        note = (
-            f"note: {len(hidden)} of {n} columns left out to fit {limit} characters: {', '.join(hidden)}; "
-            "--wide, a wider terminal or --format csv shows them"
-        )
+        notes.append(f"{len(hidden)} of {n} columns left out to fit {limit} characters: {', '.join(hidden)}")
+    if cut:
+        notes.append(f"long text cut (…) to fit {limit} characters")
+    if notes:
+        note = f"note: {'; '.join(notes)}; --wide, a wider terminal or --format csv shows all"
         out += textwrap.wrap(note, width=max(limit or 0, 40), break_on_hyphens=False)
     return "\n".join(out)
 
