@@ -187,3 +187,18 @@ def test_grown_compressed_file_is_read_again_without_duplicates(lake: Lake, tmp_
         fh.write(gzip.compress(b"".join(lines[40:])))
     run_import(lake, importers.get("mooncake"), [path])
     assert lake.connect().execute("SELECT count(*) FROM requests").fetchone() == (60,)
+
+
+@pytest.mark.parametrize("kind", ["gz", "zst"])
+def test_a_fresh_compressed_csv_keeps_its_last_row_without_a_newline(
+    kind: str, lake: Lake, tmp_path: Path
+) -> None:
+    """A plain file's unterminated last row waits until the file has settled (it may be being
+    written); a compressed file is written whole, so its last row counts at once."""
+    text = (
+        b"Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+        b"5,ChatGPT,472,18,490,Conversation log\n45,ChatGPT,1087,0,1087,API log"
+    )
+    path = tmp_path / f"BurstGPT_1.csv.{kind}"
+    path.write_bytes(COMPRESS[kind](text))
+    assert run_import(lake, importers.get("burstgpt"), [path]).rows["requests"] == 2

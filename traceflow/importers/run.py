@@ -189,6 +189,9 @@ def _chunks(plan: FilePlan, whole_file: bool) -> Iterator[tuple[bytes, int]]:
     parses as JSON, or the file has not changed for :data:`_SETTLED_S` seconds (a CSV's last row);
     otherwise it is still being written and waits for the next import. A plan without its head hash
     (``head == ""``, read from the start) gets it from the first bytes read.
+
+    A compressed file (:mod:`traceflow.importers.compressed`) is decompressed as it is read, to its
+    end; its offsets count decompressed bytes, and its head hash is the compressed file's.
     """
     with open_input(plan.path) as fh:
         packed = is_packed(fh)  # offsets count decompressed bytes
@@ -220,8 +223,10 @@ def _chunks(plan: FilePlan, whole_file: bool) -> Iterator[tuple[bytes, int]]:
             cut = data.rfind(b"\n") + 1 if more else len(data)
             if not more and not data.endswith(b"\n"):
                 cut = data.rfind(b"\n") + 1
-                if _whole_last_line(data[cut:], plan.mtime_ns) or _is_json(data):
-                    cut = len(data)  # complete: a settled last row, or one pretty-printed document
+                if packed or _whole_last_line(data[cut:], plan.mtime_ns) or _is_json(data):
+                    # complete: a compressed file (written whole), a settled last row, or one
+                    # pretty-printed document
+                    cut = len(data)
             piece, carry = data[:cut], data[cut:]
             if piece:
                 yield piece, offset + len(piece)
