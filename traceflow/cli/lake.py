@@ -69,7 +69,7 @@ def import_(
     fmt: FormatOpt = "table",
     jobs: Annotated[
         int | None,
-        typer.Option(help="Worker processes for large imports (default: CPUs; 1 when all are busy)."),
+        typer.Option(help="Worker processes for large imports (default: CPUs; 1 when none is free)."),
     ] = None,
 ) -> None:
     """Import agent logs or trace files into the lake; files already imported add nothing."""
