@@ -14,7 +14,7 @@ _zstd: Any
 try:  # optional: zstd bodies are accepted only where the zstandard module is installed
     import zstandard as _zstd
 except ImportError:  # pragma: no cover - depends on the environment
-    _zstd = None
+    _zstd = None  # type: ignore[assignment]
 
 ENCODINGS = ("gzip", "x-gzip", "deflate", "identity") + (("zstd",) if _zstd is not None else ())
 

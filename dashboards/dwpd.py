@@ -16,6 +16,8 @@ if TYPE_CHECKING:
     import polars as pl
 
 TITLE = "SSD tier: drive writes per day"
+#: The rating is drawn as a rule only when the busiest day reaches this share of it.
+RULE_FROM = 0.1
 
 
 def chart(frame: pl.DataFrame) -> alt.TopLevelMixin:
@@ -31,11 +33,21 @@ def chart(frame: pl.DataFrame) -> alt.TopLevelMixin:
         )
     )
     layers = [bars]
+    title: str | alt.TitleParams = TITLE
     if "rated_dwpd" in frame.columns and frame["rated_dwpd"].null_count() < frame.height:
         rated = float(frame["rated_dwpd"].drop_nulls()[0])
-        rule = alt.Chart(values([{"rated": rated, "label": f"rated {rated:g} DWPD"}]))
-        layers.append(rule.mark_rule(color="#e45756", strokeDash=[4, 3]).encode(y="rated:Q"))
-        layers.append(
-            rule.mark_text(align="left", x=4, dy=-6, color="#e45756").encode(y="rated:Q", text="label:N")
-        )
-    return top(alt.layer(*layers).properties(title=TITLE, width=WIDTH, height=HEIGHT))
+        peak = float(frame["dwpd"].max() or 0.0)  # type: ignore[arg-type]
+        if peak >= RULE_FROM * rated:
+            rule = alt.Chart(values([{"rated": rated, "label": f"rated {rated:g} DWPD"}]))
+            layers.append(rule.mark_rule(color="#e45756", strokeDash=[4, 3]).encode(y="rated:Q"))
+            layers.append(
+                rule.mark_text(align="left", x=4, dy=-6, color="#e45756").encode(y="rated:Q", text="label:N")
+            )
+        else:
+            # A rule at the rating would stretch the axis until the bars vanish: the axis follows
+            # the data and the rating is stated above it.
+            title = alt.TitleParams(
+                TITLE,
+                subtitle=f"peak {peak:.3g} DWPD: {peak / rated:.2%} of the drives' rated {rated:g} DWPD",
+            )
+    return top(alt.layer(*layers).properties(title=title, width=WIDTH, height=HEIGHT))

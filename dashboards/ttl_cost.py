@@ -15,6 +15,14 @@ if TYPE_CHECKING:
     import polars as pl
 
 TITLE = "TTL what-if: cost and expired requests per cache TTL"
+RED = "#e45756"
+#: Vega expression: an axis value in seconds as ``30s``, ``5m``, ``1h``, ``1d``.
+DURATION_LABEL = (
+    "datum.value >= 86400 ? format(datum.value / 86400, '.3~g') + 'd'"
+    " : datum.value >= 3600 ? format(datum.value / 3600, '.3~g') + 'h'"
+    " : datum.value >= 60 ? format(datum.value / 60, '.3~g') + 'm'"
+    " : format(datum.value, '.3~g') + 's'"
+)
 
 
 def chart(frame: pl.DataFrame) -> alt.TopLevelMixin:
@@ -28,8 +36,14 @@ def chart(frame: pl.DataFrame) -> alt.TopLevelMixin:
         frame = frame.with_columns(pl.lit(None, pl.Float64).alias("share_requests_expired"))
     if "ttl" not in frame.columns:
         frame = frame.with_columns(pl.col("ttl_s").cast(pl.String).alias("ttl"))
+    ticks = sorted({float(t) for t in frame["ttl_s"].drop_nulls() if t and t > 0})
     base = alt.Chart(data(frame)).encode(
-        x=alt.X("ttl_s:Q", scale=alt.Scale(type="log"), title="cache TTL (seconds, log)"),
+        x=alt.X(
+            "ttl_s:Q",
+            scale=alt.Scale(type="log"),
+            title="cache TTL (log scale)",
+            axis=alt.Axis(values=ticks, labelExpr=DURATION_LABEL),
+        ),
         tooltip=[
             "ttl:N",
             alt.Tooltip("cost_usd:Q", format="$,.2f", title="cost"),
@@ -50,11 +64,13 @@ def chart(frame: pl.DataFrame) -> alt.TopLevelMixin:
         .mark_text(dy=-14, color="#54a24b")
         .encode(y="cost_usd:Q", text=alt.Text("ttl:N"))
     )
-    expired = base.mark_line(point=True, strokeDash=[5, 3], color="#e45756").encode(
+    expired = base.mark_line(
+        point=alt.OverlayMarkDef(color=RED, fill=RED), strokeDash=[5, 3], color=RED
+    ).encode(
         y=alt.Y(
             "share_requests_expired:Q",
             title="requests whose prefix expired",
-            axis=alt.Axis(format="%", titleColor="#e45756"),
+            axis=alt.Axis(format="%", titleColor=RED),
         )
     )
     return top(

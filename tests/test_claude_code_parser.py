@@ -337,6 +337,46 @@ def test_worker_processes_give_what_one_process_gives(
     assert len(flushed.files("requests")) > len(one.files("requests"))
 
 
+def test_default_jobs_is_one_process_without_a_free_cpu(
+    testdata: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(os, "getloadavg", lambda: (3.0, 9.0, 9.0))  # one CPU free
+    assert importing.default_jobs() == 4
+    monkeypatch.setattr(os, "getloadavg", lambda: (3.1, 0.0, 0.0))
+    assert importing.default_jobs() == 1
+
+    def no_load_average() -> tuple[float, float, float]:
+        raise OSError("no load average")
+
+    monkeypatch.setattr(os, "getloadavg", no_load_average)
+    assert importing.default_jobs() == 4
+    # A large import (several batches) on a busy machine starts no worker process, and imports the
+    # same rows as --jobs 1.
+    src = tmp_path / "logs"
+    for f in sorted((testdata / "claude-code-otlp").glob("*/transcripts/**/*.jsonl")):
+        target = src / f.relative_to(testdata)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(f.read_bytes())
+    monkeypatch.setattr(importing, "_BATCH_BYTES", 64 << 10)
+    monkeypatch.setattr(importing, "_PARALLEL_MIN_BYTES", 0)
+    one = Lake(tmp_path / "one")
+    run_import(one, CLAUDE, [src], jobs=1)
+    monkeypatch.setattr(os, "getloadavg", lambda: (12.0, 12.0, 12.0))
+    pools: list[str] = []
+    get_context = multiprocessing.get_context
+
+    def spy(method: str) -> Any:
+        pools.append(method)
+        return get_context(method)
+
+    monkeypatch.setattr(multiprocessing, "get_context", spy)
+    busy = Lake(tmp_path / "busy")
+    assert run_import(busy, CLAUDE, [src]).rows["requests"] > 0
+    assert pools == []
+    assert _tables(one) == _tables(busy)
+
+
 def test_plan_resolves_paths_as_path_resolve(tmp_path: Path) -> None:
     real = tmp_path / "real"
     (real / "sub").mkdir(parents=True)

@@ -21,6 +21,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -141,7 +142,10 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     for name, what in PATHS.items():
         dest = root / name
         dest.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(what, Path):
+        if isinstance(what, Path) and what.is_dir():
+            # a copy: `import claude-code` does not enter a linked folder (it imported nothing here)
+            shutil.copytree(what, dest)
+        elif isinstance(what, Path):
             dest.symlink_to(what)
         else:
             dest.write_text(what)

@@ -258,3 +258,13 @@ def user_cache_dir() -> Path:
     """``$XDG_CACHE_HOME/traceflow``, else ``~/.cache/traceflow``: downloads and bundles kept between runs."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "traceflow"
+
+
+def quiet_grpc_fork() -> None:
+    """Turn gRPC's fork handlers off in this process (unless ``GRPC_ENABLE_FORK_SUPPORT`` is set).
+
+    The collector forks only to exec its sealer, which never uses gRPC; with the handlers on, gRPC
+    logs ``fork_posix.cc: Other threads are currently calling into gRPC, skipping fork() handlers``
+    at every sealer start.
+    """
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")

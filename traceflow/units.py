@@ -186,3 +186,29 @@ def format_bandwidth(bytes_per_s: float) -> str:
     '5.08 GB/s'
     """
     return f"{format_size(bytes_per_s)}/s"
+
+
+def format_elapsed(seconds: float) -> str:
+    """A duration for people: ``250 ms``, ``42.3 s``, ``5m 30s``, ``6h 6m``, ``2d 3h``.
+
+    >>> [format_elapsed(t) for t in (0.25, 42.34, 330, 21_997.2, 183_600, -90)]
+    ['250 ms', '42.3 s', '5m 30s', '6h 6m', '2d 3h', '-1m 30s']
+    """
+    value = float(seconds)
+    if not math.isfinite(value):
+        return str(value)
+    if value < 0:
+        return "-" + format_elapsed(-value)
+    if value < 1:
+        return f"{value * 1000:.3g} ms" if value else "0 s"
+    if value < 60:
+        return f"{value:.3g} s" if value < 10 else f"{value:.1f} s"
+    whole = round(value)
+    for big, big_name, small, small_name in (
+        (86_400, "d", 3_600, "h"),
+        (3_600, "h", 60, "m"),
+        (60, "m", 1, "s"),
+    ):
+        if whole >= big:
+            return f"{whole // big}{big_name} {(whole % big) // small}{small_name}"
+    return f"{whole} s"  # pragma: no cover - value >= 60 above

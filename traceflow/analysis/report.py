@@ -168,6 +168,16 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.1f}%"
 
 
+def _count(x: float | None, noun: str) -> str:
+    """``x`` and ``noun``, plural unless ``x`` prints as 1: ``1 turn``, ``2 turns``, ``1.5 turns``.
+
+    >>> _count(1, "turn"), _count(2.0, "turn"), _count(1.5, "turn"), _count(None, "turn")
+    ('1 turn', '2 turns', '1.5 turns', 'n/a turns')
+    """
+    text = _num(x)
+    return f"{text} {noun}" if text == "1" else f"{text} {noun}s"
+
+
 def _num(x: float | None) -> str:
     if x is None:
         return "n/a"
@@ -271,7 +281,8 @@ def headline(report: Report) -> list[str]:
         )
     if sess.get("sessions"):
         lines.append(
-            f"Sessions: median {_num(sess['requests_p50'])} requests and {_num(sess['turns_p50'])} turns "
+            f"Sessions: median {_count(sess['requests_p50'], 'request')} and "
+            f"{_count(sess['turns_p50'], 'turn')} "
             f"over {_dur(sess['duration_p50_s'])}; context {_num(sess['context_start_p50'])} -> "
             f"{_num(sess['context_end_p50'])} tokens (median), "
             f"{_num(sess['growth_per_turn_mean'])} per turn; "
@@ -285,8 +296,9 @@ def headline(report: Report) -> list[str]:
                 f"max {sess['write_amplification_max']:.3g}."
             )
     ld = _one(report.load)
-    if ld.get("new_sessions_per_min") is None and ld.get("note"):
-        lines.append(f"Arrivals: {ld['note']}.")
+    if ld.get("new_sessions_per_min") is None:  # too few sessions for a rate (one, say)
+        if ld.get("note"):
+            lines.append(f"Arrivals: {ld['note']}.")
     elif ld.get("sessions"):
         verdict = "consistent with Poisson" if ld.get("poisson") else "not Poisson"
         within = ld.get("index_of_dispersion_within_hour")

@@ -100,7 +100,8 @@ def import_(
     data: DataOpt = None,
     fmt: FormatOpt = "table",
     jobs: Annotated[
-        int | None, typer.Option(help="Worker processes for large imports (default: CPUs).")
+        int | None,
+        typer.Option(help="Worker processes for large imports (default: CPUs; 1 when none is free)."),
     ] = None,
 ) -> None:
     """Import agent logs or trace files into the lake; files already imported add nothing."""

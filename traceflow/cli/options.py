@@ -57,6 +57,24 @@ FormatOpt = Annotated[
     str, typer.Option("--format", "-f", help="table, json, csv or markdown.", callback=check_format)
 ]
 
+
+def _set_wide(wide: bool) -> bool:
+    """``--wide``: tables keep every column, whatever the terminal's width (see ``traceflow.output``)."""
+    from traceflow import output
+
+    output.WIDE = wide
+    return wide
+
+
+WideOpt = Annotated[
+    bool,
+    typer.Option(
+        "--wide",
+        help="Tables: every column, however wide (by default they fit the terminal).",
+        callback=_set_wide,
+    ),
+]
+
 EngineOpt = Annotated[
     str,
     typer.Option(
@@ -126,6 +144,7 @@ LAKE_QUERY_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
     ("engine", EngineOpt, "duckdb"),
     ("spark_remote", SparkRemoteOpt, None),
     ("fmt", FormatOpt, "table"),
+    ("wide", WideOpt, False),
 )
 
 
@@ -177,6 +196,7 @@ class LakeQuery:
     engine: str
     spark_remote: str | None
     fmt: str
+    wide: bool = False
 
     def connect(self, tables: list[str]) -> Any:
         """The lake's DuckDB connection over ``tables``, or with ``--engine spark`` a Spark engine."""

@@ -139,6 +139,9 @@ def fit(
     )
     dump_profile(profile, output)
     fitted = profile["fitted"]
+    for note in ("sample_note", "arrival_note"):
+        if fitted.get(note):
+            typer.echo(f"traceflow: warning: {fitted[note]}", err=True)
     med = fitted["medians"]
     _echo(
         {

@@ -119,6 +119,7 @@ def serve(
     ] = s.DEFAULT_ROLL_INTERVAL_S,
 ) -> None:
     """Receive OTLP logs, metrics and traces over HTTP (4318) and gRPC (4317) into the lake."""
+    config.quiet_grpc_fork()  # before gRPC starts
     from traceflow.collectors.server import run_server
 
     tls_cert = _setting(tls_cert, "tls_cert", None, Path)

@@ -177,19 +177,8 @@ def _kv_rows(d: dict[str, Any], skip: tuple[str, ...] = ()) -> Any:
     from traceflow.output import Rows
 
     rows = [(k, _fmt_num(v)) for k, v in d.items() if not isinstance(v, list | dict) and k not in skip]
-    return Rows(
-        ["metric", "value"], [(k, v if v is None or isinstance(v, str) else _show(v)) for k, v in rows]
-    )
-
-
-def _show(v: Any) -> str:
-    if isinstance(v, bool):
-        return str(v).lower()
-    if isinstance(v, int):
-        return f"{v:,}"
-    if isinstance(v, float):
-        return f"{v:,.6g}" if abs(v) < 1e6 else f"{v:,.4e}"
-    return str(v)
+    # Numbers stay numbers: the table gives each its unit from the metric's name (traceflow.output).
+    return Rows(["metric", "value"], [(k, str(v).lower() if isinstance(v, bool) else v) for k, v in rows])
 
 
 def _table(records: list[dict[str, Any]]) -> Any:

@@ -78,8 +78,8 @@ class AzureImporter(TraceImporter):
         started = datetime_micros(rec["timestamp"]) if "timestamp" in rec else None
         if started is None:
             raise ValueError("no TIMESTAMP column")
-        attributes: dict[str, Any] = {"file": ctx.path.name}
-        lowered = ctx.path.name.lower()
+        attributes: dict[str, Any] = {"file": ctx.plain.name}
+        lowered = ctx.plain.name.lower()
         workload = "code" if "code" in lowered else "conv" if "conv" in lowered else None
         if workload:
             attributes["workload"] = workload

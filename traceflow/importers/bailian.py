@@ -44,7 +44,7 @@ class BailianImporter(HashedBlockImporter):
             roots = ctx.state["roots"] = {}
         root = chat if parent < 0 else int(roots.get(str(parent), parent))
         roots[str(chat)] = root
-        stem = ctx.path.stem
+        stem = ctx.plain.stem
         extra: dict[str, Any] = {"parent_chat_id": parent}
         extra.update({name: rec[name] for name in ("type", "turn") if rec.get(name) is not None})
         return {"session_id": f"{stem}:{root}", "prompt_id": f"{stem}:{chat}", "request_id": str(chat)}, extra

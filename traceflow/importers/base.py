@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Protocol
 
 import orjson
 
+from traceflow.importers.compressed import plain_path
 from traceflow.rows import LineError, Parsed
 
 
@@ -30,6 +31,11 @@ class FileContext:
     #: An importer that counted the lines of ``data`` may set the number of the line after them
     #: (``first_line + data.count(b"\n")``), which spares the caller counting them again.
     next_line: int | None = None
+
+    @property
+    def plain(self) -> Path:
+        """``path`` without a ``.gz``/``.zst`` suffix: the name importers read meaning from."""
+        return plain_path(self.path)
 
 
 class Importer(Protocol):

@@ -40,8 +40,10 @@ from traceflow.importers.base import FileContext
 from traceflow.importers.claude_code_frames import events_frame, requests_frame
 from traceflow.importers.claude_code_lines import read_lines
 from traceflow.importers.claude_code_rows import SOURCE
+from traceflow.importers.compressed import with_compressed
 from traceflow.rows import Parsed
 
+_NAMES = with_compressed((".jsonl",))  # transcripts, plain or compressed
 _IGNORED_ERRNOS = (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP)  # as pathlib ignores them
 
 
@@ -62,7 +64,7 @@ def _jsonl_files(root: Path) -> list[Path]:
             continue
         for entry in entries:
             name = entry.name
-            if name.endswith(".jsonl"):
+            if name.endswith(_NAMES):
                 path = Path(folder, name)
                 try:
                     regular = path.is_file() if entry.is_symlink() else entry.is_file(follow_symlinks=False)
@@ -104,7 +106,8 @@ class ClaudeCodeImporter:
         out = Parsed()
         path = str(ctx.path)
         # A sub-agent transcript lives in <session>/subagents/agent-<id>.jsonl.
-        file_agent = ctx.path.stem[len("agent-") :] if ctx.path.stem.startswith("agent-") else None
+        stem = ctx.plain.stem
+        file_agent = stem[len("agent-") :] if stem.startswith("agent-") else None
         acc: list[tuple[Any, ...]] = []  # one tuple per assistant block line, see COLUMNS
         no = read_lines(data, ctx.first_line - 1, out, acc, path, file_agent, ctx.state)
         # ``no`` counted a last line without its newline too.

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from traceflow.importers.claude_code_rows import COLUMNS, SOURCE
+from traceflow.importers.compressed import plain_name
 from traceflow.rows import Row
 
 
@@ -78,7 +79,7 @@ def _request_ids(requests: list[Any], messages: list[Any], files: list[str], seq
             h.update(b"\x1f" + str(m).encode())
         else:
             h = by_line.copy()
-            h.update(b"\x1f" + str(f).encode() + b"\x1f" + str(n).encode())
+            h.update(b"\x1f" + plain_name(str(f)).encode() + b"\x1f" + str(n).encode())
         out.append(h.hexdigest())
     return out
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from traceflow.importers.claude_code_records import Assistant, Message, System, Usage, User, micros
+from traceflow.importers.compressed import plain_name
 from traceflow.rows import Row, stable_id
 
 #: ``events.source`` and ``requests.source`` of this importer's rows.
@@ -183,7 +184,8 @@ def _event(
 ) -> Row:
     """An ``events`` row of this importer."""
     return {
-        "event_id": stable_id("claude-jsonl-event", path, no, name),
+        # The name without .gz/.zst: a transcript compressed in place keeps its ids.
+        "event_id": stable_id("claude-jsonl-event", plain_name(path), no, name),
         "source": SOURCE,
         "agent": "claude-code",
         "agent_version": rec.version,

@@ -44,6 +44,7 @@ import orjson
 
 from traceflow import config
 from traceflow.importers.base import FileContext, json_records
+from traceflow.importers.compressed import with_compressed
 from traceflow.rows import LineError, Parsed, Row, as_int, iso_micros, split_inclusive, stable_id
 
 SOURCE = "codex-jsonl"
@@ -129,14 +130,15 @@ class CodexImporter:
             return [root]
         if not root.is_dir():
             return []
-        return sorted(p for p in root.rglob("rollout-*.jsonl") if p.is_file())
+        names = with_compressed((".jsonl",))
+        return sorted(p for p in root.rglob("rollout-*") if p.name.endswith(names) and p.is_file())
 
     def parse(self, data: bytes, ctx: FileContext) -> Parsed:
         out = Parsed()
         st = ctx.state
         path = str(ctx.path)
         if not st.get("session_id"):
-            st["session_id"] = _session_from_path(ctx.path)
+            st["session_id"] = _session_from_path(ctx.plain)
         for line_no, _, obj in json_records(data, ctx, out.errors, "invalid JSON: {}"):
             try:
                 self._line(obj, line_no, st, out)

@@ -41,6 +41,7 @@ import orjson
 
 from traceflow import config
 from traceflow.importers.base import FileContext, json_records
+from traceflow.importers.compressed import plain_path, with_compressed
 from traceflow.rows import LineError, Parsed, Row, as_int, iso_micros, split_inclusive, stable_id
 
 SOURCE = "gemini-jsonl"
@@ -162,12 +163,17 @@ class GeminiImporter:
         if not root.is_dir():
             return []
         found: set[Path] = set()
-        for p in root.rglob("*.jsonl"):
-            if p.is_file() and "chats" in p.parent.parts[-2:]:
+        lines = with_compressed((".jsonl",))
+        plain = set()
+        for p in root.rglob("*.jsonl*"):
+            if p.name.endswith(lines) and p.is_file() and "chats" in p.parent.parts[-2:]:
                 found.add(p)
-        for p in root.rglob("session-*.json"):
+                plain.add(plain_path(p))
+        legacy = with_compressed((".json",))
+        for p in root.rglob("session-*.json*"):
             # Legacy single-record files; once resumed, the CLI migrates them to a .jsonl sibling.
-            if p.is_file() and p.parent.name == "chats" and p.with_suffix(".jsonl") not in found:
+            sibling = plain_path(p).with_suffix(".jsonl")
+            if p.name.endswith(legacy) and p.is_file() and p.parent.name == "chats" and sibling not in plain:
                 found.add(p)
         return sorted(found)
 
@@ -175,7 +181,7 @@ class GeminiImporter:
         out = Parsed()
         conv = _Conversation()
         path = str(ctx.path)
-        if ctx.path.suffix == ".json":
+        if ctx.plain.suffix == ".json":
             self._legacy(data, ctx, conv, out)
         else:
             for line_no, _, rec in json_records(data, ctx, out.errors, "invalid JSON: {}"):
@@ -260,7 +266,7 @@ class GeminiImporter:
 
     # -- rows ----------------------------------------------------------------------------------
     def _emit(self, ctx: FileContext, conv: _Conversation, out: Parsed) -> None:
-        session_id = conv.first_session_id or ctx.path.stem
+        session_id = conv.first_session_id or ctx.plain.stem
         parent_session_id: str | None = None
         # Sub-agents record to chats/<parentSessionId>/<sessionId>.jsonl.
         if ctx.path.parent.parent.name == "chats" and ctx.path.parent.name != "chats":

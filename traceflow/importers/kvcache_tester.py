@@ -118,10 +118,10 @@ class KVCacheTesterImporter:
                 LineError(path, 1, "not a kv-cache-tester trace (no requests list); file skipped")
             )
             return out
-        trace = str(doc.get("id") or ctx.path.stem)
+        trace = str(doc.get("id") or ctx.plain.stem)
         block = as_float(doc.get("block_size"))
         block_size = int(block) if block and block > 0 else DEFAULT_BLOCK_SIZE
-        tr = _Trace(ctx.path.name, trace, block_size, f"{self.source}:{trace}")
+        tr = _Trace(ctx.plain.name, trace, block_size, f"{self.source}:{trace}")
         pending: list[_Pending] = []
         prompt: str | None = None
         seq = 0

@@ -30,6 +30,7 @@ import orjson
 
 from traceflow.errors import DecodeError
 from traceflow.importers.base import FileContext
+from traceflow.importers.compressed import CorruptInput, open_input, plain_path
 from traceflow.otlp.decode import MetricState, map_request, signal_of_json
 from traceflow.rows import LineError, Parsed
 
@@ -95,9 +96,12 @@ class OtlpJsonImporter:
             return [root]
         out = []
         for p in sorted(root.rglob("*")):
-            if p.suffix in _SUFFIXES and p.is_file():
-                with open(p, "rb") as fh:
-                    head = fh.read(_SNIFF_BYTES)
+            if plain_path(p).suffix in _SUFFIXES and p.is_file():
+                try:
+                    with open_input(p) as fh:
+                        head = fh.read(_SNIFF_BYTES)
+                except CorruptInput:
+                    head = b""
                 if _OTLP_KEY.search(head):
                     out.append(p)
         return out

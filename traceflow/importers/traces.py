@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from traceflow.importers.base import FileContext, json_records
+from traceflow.importers.compressed import with_compressed
 from traceflow.rows import LineError, Parsed, Row, as_int, stable_id
 
 #: The absolute time that relative trace timestamps (Mooncake, kv-cache-tester, Bailian, BurstGPT)
@@ -37,7 +38,7 @@ def file_key(ctx: FileContext, first_record: bytes) -> str:
     key = ctx.state.get("file_key")
     if not isinstance(key, str):
         digest = hashlib.blake2b(first_record.strip(), digest_size=8).hexdigest()
-        key = f"{ctx.path.name}#{digest}"
+        key = f"{ctx.plain.name}#{digest}"
         ctx.state["file_key"] = key
     return key
 
@@ -46,7 +47,7 @@ def discover_files(root: Path, suffixes: tuple[str, ...]) -> list[Path]:
     """``[root]`` for a file, else the files under ``root`` with one of ``suffixes``, sorted."""
     if root.is_file():
         return [root]
-    return sorted(p for p in root.rglob("*") if p.is_file() and p.name.endswith(suffixes))
+    return sorted(p for p in root.rglob("*") if p.is_file() and p.name.endswith(with_compressed(suffixes)))
 
 
 def int_list(value: Any) -> list[int]:

@@ -139,9 +139,15 @@ def parse_tier(spec: str) -> Tier:
     where = f"--tier {spec!r}:"
     read = parse_bandwidth(options["read"], f"{where} read") if "read" in options else DEFAULT_READ_BW[kind]
     latency = options.get("latency")
+    capacity = parse_size(size, f"--tier {name}", unlimited=True)
+    if capacity <= 0:
+        raise UsageError(
+            f"--tier {spec!r}: a tier holds more than 0 bytes; give its size (e.g. {name}=80GB) "
+            "or leave the tier out"
+        )
     return Tier(
         name=name,
-        capacity_bytes=parse_size(size, f"--tier {name}", unlimited=True),
+        capacity_bytes=capacity,
         kind=kind,
         read_bytes_per_s=read,
         latency_s=parse_duration(latency, f"{where} latency", zero=True) if latency is not None else 0.0,

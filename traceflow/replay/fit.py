@@ -34,6 +34,11 @@ if TYPE_CHECKING:
 QUANTILE_POINTS = 51
 
 
+#: Below this many requests or sessions a fit warns that its distributions are rough.
+FEW_REQUESTS = 200
+FEW_SESSIONS = 10
+
+
 def fit(
     con: duckdb.DuckDBPyConnection,
     selection: Selection | None = None,
@@ -183,6 +188,12 @@ def fit_frame(
         "compactions": int(drop.sum()),
         "pauses": int(pause.sum()),
     }
+    if frame.height < FEW_REQUESTS or n_sessions < FEW_SESSIONS:
+        profile["fitted"]["sample_note"] = (
+            f"fitted on only {frame.height:,} requests in {n_sessions:,} sessions: the distributions "
+            f"rest on a few values each, so a workload synthesised from them is rough; fit at least "
+            f"{FEW_REQUESTS:,} requests in {FEW_SESSIONS} sessions (a wider --since/--until, or more sources)"
+        )
     if rate is None:
         profile["fitted"]["arrival_note"] = (
             "all sessions start at the same time (a source without absolute times, such as "
