@@ -10,13 +10,9 @@ import io
 import zlib
 from typing import Any
 
-_zstd: Any
-try:  # optional: zstd bodies are accepted only where the zstandard module is installed
-    import zstandard as _zstd
-except ImportError:  # pragma: no cover - depends on the environment
-    _zstd = None  # type: ignore[assignment]
+import zstandard as _zstd  # a dependency: zstd bodies are always accepted
 
-ENCODINGS = ("gzip", "x-gzip", "deflate", "identity") + (("zstd",) if _zstd is not None else ())
+ENCODINGS = ("gzip", "x-gzip", "deflate", "identity", "zstd")
 
 
 class BodyTooLarge(Exception):
@@ -91,8 +87,7 @@ class Inflater:
             raise BadBody(f"truncated {self.encoding} body")
         return b""
 
-    def _finish_zstd(self, compressed: bytes) -> bytes:  # pragma: no cover - needs zstandard
-        assert _zstd is not None
+    def _finish_zstd(self, compressed: bytes) -> bytes:
         out = []
         try:
             reader = _zstd.ZstdDecompressor().stream_reader(io.BytesIO(compressed), read_across_frames=True)
