@@ -203,7 +203,8 @@ CTX = {SONNET: SONNET_CTX, OPUS: OPUS_CTX, None: NULL_CTX}
 
 
 def hand_cost(reads: dict[str | None, int], write_mult: float) -> float:
-    price = {SONNET: (3.0, 15.0), OPUS: (5.0, 25.0), None: (3.0, 15.0)}
+    # requests without a model name (C and D) are not priced
+    price = {SONNET: (3.0, 15.0), OPUS: (5.0, 25.0)}
     total = 0.0
     for model, (pin, pout) in price.items():
         total += (reads[model] * 0.1 + (CTX[model] - reads[model]) * write_mult) * pin / 1e6 + OUTPUT[
@@ -237,7 +238,7 @@ def test_ttl_whatif_costs_and_best(con: Any) -> None:
     assert rows["5m"]["share_requests_expired"] == pytest.approx(2 / 14)
     assert rows["5m"]["share_tokens_rewritten"] == pytest.approx(13600 / 65005)
     assert rows["5m"]["expiry_cost_usd"] == pytest.approx(13600 * 3e-6 * (1.25 - 0.1))
-    # 0.1503 (5m) < 0.1675 (1h): few expiries, so the cheaper writes win
+    # 0.1433 (5m) < 0.1569 (1h): few expiries, so the cheaper writes win
     assert rows["5m"]["best"] and not rows["1h"]["best"]
     assert rows["1h"]["cost_vs_best"] == pytest.approx(hand_cost(READ_1H, 2.0) / hand_cost(READ_5M, 1.25))
 
@@ -265,9 +266,15 @@ def test_observed_cost_prices_the_reported_tokens(con: Any) -> None:
     assert obs[OPUS]["reported_cost_usd"] is None
 
 
+#: The 30-minute write multiplier: log-linear between 1.25 (5 min) and 2.0 (1 h).
+WRITE_30M = 1.25 + 0.75 * math.log(1800 / 300) / math.log(3600 / 300)
+
+
 def test_ttl_report_as_dict(con: Any) -> None:
     d = ttl.ttl_report(con, ttls=ttl.ttl_list([1800])).as_dict()
-    assert d["best_ttl"] == "5m" and d["best_ttl_s"] == 300.0
+    # 30 min: a5's expiry only, as at 1 h, at the 1.791 multiplier: 0.14294 < 0.14331 (5m) < 0.15692 (1h)
+    assert hand_cost(READ_1H, WRITE_30M) < hand_cost(READ_5M, 1.25) < hand_cost(READ_1H, 2.0)
+    assert d["best_ttl"] == "30m" and d["best_ttl_s"] == 1800.0
     assert [r["ttl"] for r in d["ttls"]] == ["5m", "30m", "1h"]
     assert {"by_model", "observed", "validation", "prices"} <= d.keys()
     json.dumps(d, default=str)

@@ -85,6 +85,44 @@ def test_a_mooncake_lake_is_unpriced(lake: Lake, cli: Cli) -> None:
     assert got["unpriced_tokens"] == got["total_tokens"] > 0
 
 
+def test_the_ttl_what_if_does_not_price_requests_without_a_model(lake: Lake, cli: Cli) -> None:
+    # one Sonnet session of two requests (the second reads the first's 10,000-token prompt after 10 s)
+    # beside a public trace's request that names no model: only the session is priced
+    second = {
+        **_request("b", "claude-code-jsonl", "claude-sonnet-4-5", 100, 10_000, 0, 50),
+        "started_at": REAL + dt.timedelta(seconds=12),
+        "ended_at": REAL + dt.timedelta(seconds=14),
+    }
+    lake.append(
+        "requests",
+        [
+            _request("a", "claude-code-jsonl", "claude-sonnet-4-5", 0, 0, 10_000, 100),
+            second,
+            _request("m1", "mooncake", None, 70_000, 0, 0, 300),
+        ],
+    )
+    got = as_json(cli, "ttl", "--ttl", "5m")
+    five = next(r for r in got["ttls"] if r["ttl_s"] == 300)
+    # the what-if at 5 minutes: the first request writes its 10,000-token prompt; the second reads
+    # the first's prompt + output (10,100 = its whole prompt) and writes nothing new
+    per_in, per_out = 3e-6, 15e-6
+    want = 10_100 * per_in * 0.1 + 10_000 * per_in * 1.25 + 150 * per_out
+    assert five["cost_usd"] == pytest.approx(want)
+    by_model = {r["model"]: r for r in got["by_model"] if r["ttl_s"] == 300}
+    assert by_model[None]["cost_usd"] is None and by_model[None]["expiry_cost_usd"] is None
+    assert got["observed"]["cost_usd"] == pytest.approx(
+        (10_000 * 1.25 + 100 + 10_000 * 0.1) * per_in + 150 * per_out  # as reported: write, cold, read
+    )
+
+
+@pytest.mark.realdata
+def test_a_mooncake_lake_has_no_ttl_costs(lake: Lake, cli: Cli) -> None:
+    run_import(lake, get("mooncake"), [TESTDATA / "mooncake_conversation_trace.jsonl"])
+    got = as_json(cli, "ttl")
+    assert got["ttls"] and all(r["cost_usd"] is None and r["best"] is False for r in got["ttls"])
+    assert got["best_ttl_s"] is None and got["observed"]["cost_usd"] is None
+
+
 # -- time bases --------------------------------------------------------------------------------
 
 AZURE_2023 = dt.datetime(2023, 11, 16, 18, 0, tzinfo=dt.UTC)

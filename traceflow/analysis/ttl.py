@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 #: The providers' TTLs, always compared.
 PROVIDER_TTLS: tuple[float, ...] = (300.0, 3600.0)
 
+#: The cost columns of the what-if (USD; null for requests without a model name, which are not priced).
+COSTS = ("cost_read_usd", "cost_write_usd", "cost_output_usd", "cost_usd", "expiry_cost_usd")
+
 #: Columns of :func:`ttl_whatif`, in order (JSON keys are a contract).
 COLUMNS = (
     "ttl_s",
@@ -92,8 +95,11 @@ def price_tokens(tokens: pl.DataFrame, prices: PriceModel) -> pl.DataFrame:
 
     rows = []
     for r in tokens.to_dicts():
-        p = prices.price(r["model"])
         w = prices.write_multiplier(r["ttl_s"])
+        p = prices.priced(r["model"])
+        if p is None:  # a request without a model name is not priced: its costs are null
+            rows.append({**r, "write_multiplier": w, **dict.fromkeys(COSTS)})
+            continue
         per_in = p.input / 1e6
         cost_read = r["read_tokens"] * per_in * prices.read_multiplier
         cost_write = r["write_tokens"] * per_in * w
@@ -113,14 +119,7 @@ def price_tokens(tokens: pl.DataFrame, prices: PriceModel) -> pl.DataFrame:
     schema.update(
         {
             k: pl.Float64()
-            for k in (
-                "write_multiplier",
-                "cost_read_usd",
-                "cost_write_usd",
-                "cost_output_usd",
-                "cost_usd",
-                "expiry_cost_usd",
-            )
+            for k in ("write_multiplier", *COSTS)
         }
     )
     return pl.DataFrame(rows, schema=schema)
@@ -139,9 +138,17 @@ def summarise(priced: pl.DataFrame, ttls: Sequence[float] | None = None) -> pl.D
         "write_tokens",
         "output_tokens",
     ]
-    costs = ["cost_read_usd", "cost_write_usd", "cost_output_usd", "cost_usd", "expiry_cost_usd"]
+    costs = list(COSTS)
     wanted = [float(t) for t in (ttls if ttls is not None else priced["ttl_s"].unique().sort().to_list())]
-    grouped = priced.group_by("ttl_s").agg([pl.col(c).sum() for c in sums + costs]) if priced.height else None
+    # a cost is null where no request of the TTL was priced (only requests without a model name)
+    grouped = (
+        priced.group_by("ttl_s").agg(
+            [pl.col(c).sum() for c in sums]
+            + [pl.when(pl.col(c).count() > 0).then(pl.col(c).sum()).alias(c) for c in costs]
+        )
+        if priced.height
+        else None
+    )
     base = pl.DataFrame({"ttl_s": wanted}, schema={"ttl_s": pl.Float64})
     if grouped is None:
         frame = base.with_columns(
@@ -149,7 +156,7 @@ def summarise(priced: pl.DataFrame, ttls: Sequence[float] | None = None) -> pl.D
         )
     else:
         frame = base.join(grouped, on="ttl_s", how="left").with_columns(
-            [pl.col(c).fill_null(0).cast(pl.Int64) for c in sums] + [pl.col(c).fill_null(0.0) for c in costs]
+            [pl.col(c).fill_null(0).cast(pl.Int64) for c in sums]
         )
     best_cost = frame["cost_usd"].min() if frame.height else None
     frame = frame.sort("ttl_s").with_columns(
@@ -160,9 +167,10 @@ def summarise(priced: pl.DataFrame, ttls: Sequence[float] | None = None) -> pl.D
     )
     # The cheapest TTL is the best; among equal costs the shortest (it holds the least memory).
     best_idx = None
-    if frame.height and frame["requests"].sum() > 0:
-        costs_list = frame["cost_usd"].to_list()
-        best_idx = min(range(len(costs_list)), key=lambda i: (round(costs_list[i], 9), i))
+    costs_list = frame["cost_usd"].to_list()
+    priced_idx = [i for i, c in enumerate(costs_list) if c is not None]
+    if frame.height and frame["requests"].sum() > 0 and priced_idx:
+        best_idx = min(priced_idx, key=lambda i: (round(costs_list[i], 9), i))
     frame = frame.with_columns(
         pl.Series("best", [i == best_idx for i in range(frame.height)], dtype=pl.Boolean)
     )
@@ -195,9 +203,12 @@ def observed_cost(
     block, params = sql.selection_block(selection)
     frame = sql.run(con, "tokens_by_model", params, blocks={"selection": block})
     w5, w1h = pm.write_multiplier(300.0), pm.write_multiplier(3600.0)
-    costs = []
+    costs: list[float | None] = []
     for r in frame.to_dicts():
-        p = pm.price(r["model"])
+        p = pm.priced(r["model"])
+        if p is None:  # no model name: not priced
+            costs.append(None)
+            continue
         per_in = p.input / 1e6
         unsplit = r["cache_write_tokens"] - r["cache_write_5m_tokens"] - r["cache_write_1h_tokens"]
         costs.append(
@@ -251,7 +262,9 @@ class TtlResult:
     def as_dict(self) -> dict[str, Any]:
         """The ``traceflow ttl --format json`` object (stable keys)."""
         best = self.best_ttl_s
-        observed_total = float(self.observed["cost_usd"].sum()) if self.observed.height else 0.0
+        priced = self.observed["cost_usd"].drop_nulls() if self.observed.height else None
+        # null where nothing was priced (only requests without a model name)
+        observed_total = float(priced.sum()) if priced is not None and len(priced) else None
         reported = self.observed["reported_cost_usd"].drop_nulls()
         return {
             "best_ttl_s": best,
