@@ -116,12 +116,7 @@ def price_tokens(tokens: pl.DataFrame, prices: PriceModel) -> pl.DataFrame:
             }
         )
     schema = dict(tokens.schema)
-    schema.update(
-        {
-            k: pl.Float64()
-            for k in ("write_multiplier", *COSTS)
-        }
-    )
+    schema.update({k: pl.Float64() for k in ("write_multiplier", *COSTS)})
     return pl.DataFrame(rows, schema=schema)
 
 
