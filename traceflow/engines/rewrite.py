@@ -1,192 +1,541 @@
-"""DuckDB SQL -> Spark SQL: the few mechanical rewrites the packaged queries need, as a table.
+"""DuckDB SQL -> Spark SQL through a parsed syntax tree: what is exact is translated, the rest refused.
 
-The packaged ``queries/*.sql`` and the analyses' wrappers are written in DuckDB's dialect. Spark 4
-reads nearly all of it as it is (``::`` casts, ``GROUP BY ALL``, ``FILTER``, named ``WINDOW``,
-``QUALIFY``, ``SEMI``/``ANTI JOIN``, ``IS NOT DISTINCT FROM``); :func:`to_spark` applies the rest,
-each rule a regular expression over the code with comments removed and string literals set aside:
+The packaged ``queries/*.sql`` and the SQL the analyses generate (``traceflow.store``: ``--by``
+groupings, quantiles by rank, the replay's request scan) are written in DuckDB's dialect.
+:func:`to_spark` parses a statement with SQLGlot's DuckDB parser, checks **every node** of the tree
+against a list of constructs known to mean the same on Spark 4 (with the session pinned to UTC and
+ANSI mode on, :data:`traceflow.engines.spark.SETTINGS`), translates the ones that are spelled or
+behave differently, and prints the tree with SQLGlot's Spark generator. A node that is on no list
+raises :class:`~traceflow.errors.QueryError` naming it: nothing passes through unchecked.
 
-- ``$name`` -> ``:name`` (Spark's named parameters)
-- ``TIMESTAMPTZ`` -> ``TIMESTAMP`` (the session time zone is pinned to UTC)
-- ``x AT TIME ZONE 'UTC'`` -> ``x`` (the same, for the UTC zone only)
-- ``epoch_us(`` -> ``unix_micros(``, ``to_timestamp(`` -> ``timestamp_seconds(`` (keeps microseconds)
-- ``strftime(x, '%Y-%m-%d')`` -> ``date_format(x, 'yyyy-MM-dd')``
-- ``unnest(generate_series(a, b))`` -> ``explode(sequence(a, b))``
-- ``hash(`` -> ``xxhash64(`` (64-bit like DuckDB's; Spark's ``hash`` is 32-bit murmur3 and collides)
-- ``json_extract_string(`` -> ``get_json_object(`` (a JSON path's value as text, NULL where absent)
-- ``quantile_cont(x, [p, q])`` -> ``percentile(x, array(p, q))`` (exact, never ``percentile_approx``;
-  but ``percentile`` keeps every distinct value of a group in one task's memory and interpolates with
-  other roundings than DuckDB, so the analyses do not send ``quantile_cont`` to Spark: they compute
-  their quantiles by rank, :mod:`traceflow.store.quantiles`, in bounded memory and bit-identically)
-- ``fma(a, b, c)`` -> ``java_method('java.lang.Math', 'fma', a, b, c)`` (``a * b + c`` rounded once,
-  as text: the caller casts it to DOUBLE; DuckDB has no ``fma``, :mod:`traceflow.store.quantiles`
-  needs it on Spark only)
-- ``name[i]`` -> ``element_at(name, i)`` (DuckDB lists are 1-based, Spark's ``[]`` is 0-based)
-- ``1.5`` -> ``1.5D`` (a decimal literal is DECIMAL in Spark: its averages would round)
-- ``LIMIT CAST(x AS BIGINT)`` -> ``LIMIT CAST(x AS INT)``
-- ``AS NOT MATERIALIZED (`` -> ``AS (`` (a CTE hint Spark does not parse)
-- ``"name"`` -> ```name``` (double quotes make a string in Spark, an identifier in DuckDB)
-- ``FROM t WHERE (a) ...`` -> ``FROM t WHERE true AND (a) ...`` (Spark reads ``WHERE (a)`` after a
-  table as an alias with a column list)
-- ``ORDER BY a, b DESC`` -> ``ORDER BY a NULLS LAST, b DESC NULLS LAST`` (DuckDB sorts NULLs last,
-  Spark first)
+Translated (DuckDB -> Spark), each to the same values:
 
-Everything else is an error rather than a silent difference: :data:`UNSUPPORTED` lists the DuckDB
-functions that have no exact Spark twin here (``histogram``). SQLGlot is not used at run time: it
-transpiled these queries wrongly (it kept ``hash`` and ``epoch_us`` and truncated ``to_timestamp``).
+- ``$name`` -> ``:name`` (named parameters); ``"ident"`` -> ```ident```; strings re-escaped
+- ``ORDER BY x`` -> ``ORDER BY x NULLS LAST`` (DuckDB sorts NULLs last by default, Spark first in
+  ascending order): every sort key gets an explicit ``NULLS FIRST``/``NULLS LAST``
+- ``1.5`` -> ``1.5D`` (a decimal literal would keep Spark's arithmetic in DECIMAL: its averages
+  round; DuckDB turns the literal to DOUBLE next to a DOUBLE, and the packaged SQL uses them there)
+- ``CAST(x AS BIGINT|INTEGER)`` -> ``CAST(bround(x) AS ...)`` (DuckDB rounds a fraction half to even,
+  Spark truncates); ``TIMESTAMPTZ`` -> ``TIMESTAMP`` (an instant; the session zone is UTC);
+  ``LIMIT CAST(x AS BIGINT)`` -> ``LIMIT CAST(x AS INT)``
+- ``x AT TIME ZONE 'UTC'`` -> ``x`` (UTC only: the session zone)
+- ``strftime(x, '%Y-%m-%d')`` -> ``date_format(x, 'yyyy-MM-dd')``: the directives of
+  :data:`STRFTIME` (``%Y %m %d %H %M %S``) and the separators ``- : space T``; a format that is not
+  a literal or holds another directive is refused
+- ``epoch_us(x)`` -> ``unix_micros(x)``; ``to_timestamp(s)`` ->
+  ``timestamp_micros(CAST(bround(s * 1000000.0D) AS BIGINT))`` (DuckDB rounds to the microsecond
+  half to even; Spark's ``timestamp_seconds`` truncates)
+- ``floor(x)``, ``ceil(x)`` -> the same as a DOUBLE (DuckDB's type), exact for every double: Spark's
+  are BIGINT, so NaN and magnitudes of 2^52 and more (already whole) are passed through as they are
+- ``json_extract_string(j, '$.a."b.c"')`` (and ``->>``) -> ``get_json_object(j, '$.a['b.c']')``: the
+  path re-spelled for Spark's parser (a quoted key in a DuckDB path is NULL on Spark as written)
+- ``list[i]`` -> ``try_element_at(list, nullif(i, 0))`` for every index expression (DuckDB lists are
+  1-based and give NULL out of range, index 0 included; Spark's ``[]`` is 0-based)
+- ``[a, b]`` -> ``array(a, b)``; ``unnest(generate_series(a, b))`` -> ``explode(CASE WHEN a <= b THEN
+  sequence(a, b) END)`` (Spark counts down where ``a > b``; DuckDB gives no rows)
+- ``any_value(x)`` -> ``any_value(x, true)`` (DuckDB skips NULLs; Spark's may return one)
+- ``hash(...)`` -> ``xxhash64(...)``: 64-bit like DuckDB's (Spark's ``hash`` is 32-bit and collides).
+  The *values* differ: hashes are keys inside a query (equal where the inputs are equal), never
+  results (``tests/conformance_support.py``: ``HASHED``)
+- ``fma(a, b, c)`` -> ``CAST(java_method('java.lang.Math', 'fma', a, b, c) AS DOUBLE)`` (one
+  rounding; DuckDB has no ``fma``: :mod:`traceflow.store.quantiles` sends it to Spark only)
+- ``error(msg)`` -> ``raise_error(msg)``; ``random()`` -> ``rand()``
+- ``UNION ALL BY NAME`` -> ``UNION ALL`` with each side's columns put in the first side's order, a
+  column one side lacks as NULL (Spark SQL has no ``BY NAME``); every column must be named
+- ``AS [NOT] MATERIALIZED (`` -> ``AS (`` (a planning hint)
+- ``WHERE (a) ...`` -> ``WHERE true AND (a) ...`` (Spark reads ``WHERE (`` after a table as an alias)
+
+Refused (:class:`QueryError`), among others: ``quantile_cont`` and the other DuckDB aggregates
+without an exact Spark twin (the analyses compute quantiles by rank, :mod:`traceflow.store.quantiles`),
+``round(x, n)`` (Spark rounds the exact decimal, DuckDB the scaled double), casts to VARCHAR (number
+formatting differs) and to naive TIMESTAMP, time zones other than UTC, ``QUALIFY``, ``* EXCLUDE``,
+``USING``, intervals, slices, a JSON path that is not a literal, any function not listed here.
+
+Known bounds (documented, not checked): an attribute's JSON number is returned as each engine
+prints it (equal for the integers and the shortest-form decimals collectors write); ``ln`` of 0
+or less is an error on DuckDB and NULL on Spark; a division by zero is ``inf`` on DuckDB and an
+error on Spark (ANSI); SQL that DuckDB accepts by implicit casts Spark may refuse (an error, never a
+different number). ``tests/test_rewrite.py`` checks each rule; ``tests/test_differential.py``
+requires both engines to give the same results for generated lakes.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import ClassVar
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.dialects.duckdb import DuckDB
+from sqlglot.dialects.spark import Spark
+from sqlglot.errors import ErrorLevel, SqlglotError
+from sqlglot.generators.spark import SparkGenerator
 
 from traceflow.errors import QueryError
 
-#: Comments and string literals, found left to right so that a quote inside a comment is no string.
-_TOKENS = re.compile(r"'(?:[^']|'')*'|--[^\n]*|/\*.*?\*/", re.S)
-_PLACEHOLDER = "\x00{}\x00"
-_PLACEHOLDER_RE = re.compile(r"\x00(\d+)\x00")
+#: strftime directives and their Spark ``date_format`` letters.
+STRFTIME = {"%Y": "yyyy", "%m": "MM", "%d": "dd", "%H": "HH", "%M": "mm", "%S": "ss"}
+_SEPARATORS = {"-": "-", ":": ":", " ": " ", "T": "'T'"}
 
-#: strftime formats and their Spark ``date_format`` patterns.
-FORMATS = {"%Y-%m-%d": "yyyy-MM-dd", "%Y-%m-%d %H:%M:%S": "yyyy-MM-dd HH:mm:ss", "%Y-%m": "yyyy-MM"}
+#: DuckDB functions (parsed as calls SQLGlot does not know) and their Spark names, by arity
+#: (None: any).
+CALLS: dict[str, tuple[str, int | None]] = {
+    "hash": ("xxhash64", None),
+    "epoch_us": ("unix_micros", 1),
+    "error": ("raise_error", 1),
+}
 
-#: DuckDB functions with no exact Spark equivalent through a text rewrite.
-UNSUPPORTED = ("histogram", "list", "string_agg", "quantile_disc", "approx_quantile")
+#: Cast targets: DuckDB type -> Spark type (others are refused).
+TYPES = {
+    exp.DataType.Type.BIGINT: "BIGINT",
+    exp.DataType.Type.INT: "INT",
+    exp.DataType.Type.DOUBLE: "DOUBLE",
+    exp.DataType.Type.DATE: "DATE",
+    exp.DataType.Type.TIMESTAMPTZ: "TIMESTAMP",
+}
+_INTEGER_TYPES = (exp.DataType.Type.BIGINT, exp.DataType.Type.INT)
 
+#: Nodes that mean the same in both dialects once their children are translated (SQLGlot's Spark
+#: generator prints them). Everything else has a rule in :data:`_RULES` or is refused.
+SAME = (
+    exp.Select, exp.From, exp.Where, exp.Group, exp.Having, exp.Order, exp.Table, exp.TableAlias,
+    exp.Subquery, exp.With, exp.Column, exp.Identifier, exp.Boolean, exp.Null, exp.Paren,
+    exp.Tuple, exp.Values, exp.Alias, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Neg, exp.EQ, exp.NEQ,
+    exp.GT, exp.GTE, exp.LT, exp.LTE, exp.And, exp.Or, exp.Not, exp.Is, exp.NullSafeEQ,
+    exp.NullSafeNEQ, exp.Between, exp.DPipe, exp.Case, exp.If, exp.Filter, exp.WindowSpec,
+    exp.Coalesce, exp.Greatest, exp.Least, exp.Abs, exp.Ln, exp.IsNan, exp.Count, exp.Sum,
+    exp.Min, exp.Max, exp.Avg, exp.Nullif, exp.RowNumber, exp.Lag, exp.Lead, exp.Grouping,
+    exp.GroupingSets, exp.Contains, exp.Array, exp.Distinct, exp.Var,
+)  # fmt: skip
 
-@dataclass(frozen=True)
-class Rule:
-    """One rewrite: ``pattern`` (over the code, strings masked) -> ``replacement``."""
-
-    name: str
-    pattern: re.Pattern[str]
-    replacement: str | Callable[[re.Match[str]], str]
-
-
-def _rule(name: str, pattern: str, replacement: str | Callable[[re.Match[str]], str]) -> Rule:
-    return Rule(name, re.compile(pattern, re.I), replacement)
-
-
-#: The rewrites, applied in this order (see the module docstring).
-RULES: tuple[Rule, ...] = (
-    _rule("named parameter", r"\$([A-Za-z_]\w*)", r":\1"),
-    _rule("timestamptz", r"\bTIMESTAMPTZ\b", "TIMESTAMP"),
-    _rule("epoch_us", r"\bepoch_us\s*\(", "unix_micros("),
-    _rule("to_timestamp", r"\bto_timestamp\s*\(", "timestamp_seconds("),
-    _rule("strftime", r"\bstrftime\s*\(", "date_format("),
-    _rule("generate_series", r"\bunnest\s*\(\s*generate_series\s*\(", "explode(sequence("),
-    _rule("hash", r"(?<![\w.])hash\s*\(", "xxhash64("),
-    _rule("json_extract_string", r"\bjson_extract_string\s*\(", "get_json_object("),
-    _rule("quantile_cont", r"\bquantile_cont\s*\(", "percentile("),
-    _rule("fma", r"(?<![\w.])fma\s*\(", "java_method('java.lang.Math', 'fma', "),
-    _rule("error", r"(?<![\w.])error\s*\(", "raise_error("),
-    _rule("list index", r"\b([A-Za-z_]\w*)\[\s*(\d+)\s*\]", r"element_at(\1, \2)"),
-    _rule("list literal", r"(?<![\w\])\s])(\s*)\[([^\[\]]*)\]", r"\1array(\2)"),
-    _rule("decimal literal", r"(?<![\w.])(\d+\.\d+(?:[eE][+-]?\d+)?)(?![\w.])", r"\1D"),
-    _rule("limit cast", r"\bLIMIT\s+CAST\s*\(([^()]*?)\s+AS\s+BIGINT\s*\)", r"LIMIT CAST(\1 AS INT)"),
-    _rule("not materialized", r"\bAS\s+NOT\s+MATERIALIZED\s*\(", "AS ("),
-    _rule("quoted identifier", r'"([^"]*)"', r"`\1`"),
-    _rule("where parenthesis", r"\bWHERE\s+\(", "WHERE true AND ("),
-)
-
-_AT_UTC = re.compile(r"\s+AT\s+TIME\s+ZONE\s+\x00(\d+)\x00", re.I)
-_ORDER_BY = re.compile(r"\bORDER\s+BY\b", re.I)
-_ORDER_END = re.compile(r"\b(?:LIMIT|OFFSET|ROWS|RANGE|GROUPS|WINDOW|UNION|EXCEPT|INTERSECT)\b", re.I)
-_NULLS = re.compile(r"\bNULLS\s+(?:FIRST|LAST)\s*$", re.I)
+_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_TWO52 = "4503599627370496.0D"  # doubles this large are whole numbers
 
 
-def _mask(sql: str) -> tuple[str, list[str]]:
-    """``sql`` without comments, its string literals replaced by numbered placeholders."""
-    strings: list[str] = []
+class _DuckDBAsWritten(DuckDB):
+    """DuckDB's dialect with list indexes kept as written (1-based): SQLGlot shifts a literal
+    index to 0-based but leaves an expression as it is, so the two would need telling apart."""
 
-    def sub(m: re.Match[str]) -> str:
-        text = m.group(0)
-        if text.startswith("'"):
-            strings.append(text)
-            return _PLACEHOLDER.format(len(strings) - 1)
-        return " " if text.startswith("/*") else ""
-
-    return _TOKENS.sub(sub, sql), strings
+    INDEX_OFFSET = 0
 
 
-def _unmask(code: str, strings: list[str]) -> str:
-    return _PLACEHOLDER_RE.sub(lambda m: strings[int(m.group(1))], code)
+class _SparkExplicit(Spark):
+    """Spark's dialect printing ``NULLS FIRST``/``NULLS LAST`` on every sort key and keeping a
+    ``WITH`` where it is (SQLGlot hoists nested ones to the top, where two CTEs may share a name)."""
+
+    class Generator(SparkGenerator):
+        EXPRESSIONS_WITHOUT_NESTED_CTES: ClassVar[set[type[exp.Expr]]] = set()  # Spark nests them
+
+        def ordered_sql(self, expression: exp.Ordered) -> str:
+            desc = " DESC" if expression.args.get("desc") else ""
+            nulls = " NULLS FIRST" if expression.args.get("nulls_first") else " NULLS LAST"
+            return f"{self.sql(expression, 'this')}{desc}{nulls}"
+
+        def where_sql(self, expression: exp.Where) -> str:
+            text = self.sql(expression, "this")
+            if text.startswith("("):
+                text = f"true AND {text}"
+            return f"{self.seg('WHERE')}{self.sep()}{text}"
 
 
-def _split_top(text: str) -> list[str]:
-    """``text`` split at the commas outside parentheses."""
-    parts: list[str] = []
-    depth, start = 0, 0
-    for i, ch in enumerate(text):
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-    parts.append(text[start:])
-    return parts
+def refuse(node: exp.Expression, why: str = "") -> QueryError:
+    """The error for a construct with no exact Spark translation here."""
+    text = node.sql(dialect="duckdb")
+    if len(text) > 120:
+        text = text[:117] + "..."
+    reason = f": {why}" if why else ""
+    return QueryError(
+        f"{type(node).__name__} `{text}` has no exact Spark translation in traceflow{reason}; "
+        "this SQL runs on DuckDB only (--engine duckdb)"
+    )
 
 
-def nulls_last(code: str) -> str:
-    """Every ``ORDER BY`` item without a ``NULLS`` clause gets ``NULLS LAST`` (DuckDB's default)."""
-    out: list[str] = []
-    pos = 0
-    for m in _ORDER_BY.finditer(code):
-        if m.start() < pos:
-            continue
-        out.append(code[pos : m.end()])
-        # the clause runs to a closing parenthesis, a keyword that ends it, or the end of the text
-        depth, end = 0, len(code)
-        i = m.end()
-        while i < len(code):
-            ch = code[i]
-            if ch == "(":
-                depth += 1
-            elif ch == ")":
-                if depth == 0:
-                    end = i
-                    break
-                depth -= 1
-            elif ch == ";" and depth == 0:
-                end = i
-                break
-            elif depth == 0 and (kw := _ORDER_END.match(code, i)) and (i == 0 or not code[i - 1].isalnum()):
-                end = kw.start()
-                break
+def _call(name: str, *args: exp.Expression) -> exp.Anonymous:
+    return exp.Anonymous(this=name, expressions=list(args))
+
+
+def _double(number: str) -> exp.Expression:
+    return exp.Literal.number(number)
+
+
+def _cast(node: exp.Expression, to: str) -> exp.Cast:
+    return exp.Cast(this=node, to=exp.DataType.build(to, dialect="spark"))
+
+
+def _only(node: exp.Expression, *allowed: str) -> None:
+    """Refuse ``node`` if it carries an argument outside ``allowed`` (a modifier with no rule)."""
+    extra = [k for k, v in node.args.items() if v not in (None, False, []) and k not in allowed]
+    if extra:
+        raise refuse(node, f"its {', '.join(extra)} is not supported")
+
+
+def _literal(node: exp.Expression) -> exp.Expression:
+    _only(node, "this", "is_string")
+    if node.is_string:
+        return node
+    text = node.name
+    if re.fullmatch(r"\d+", text):
+        return node
+    if re.fullmatch(r"\d+\.\d*(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+", text):
+        return _double(f"{text}D")  # DOUBLE on both engines
+    raise refuse(node, "an unknown number literal")
+
+
+def _placeholder(node: exp.Expression) -> exp.Expression:
+    _only(node, "this", "kind")
+    name = node.args.get("this")
+    if name is not None and not re.fullmatch(r"[A-Za-z_]\w*", str(name)):
+        raise refuse(node, "a parameter is named ($name) or positional (?)")
+    return node
+
+
+def _strftime_pattern(node: exp.Expression) -> str:
+    fmt = node.args.get("format")
+    if not isinstance(fmt, exp.Literal) or not fmt.is_string:
+        raise refuse(node, "the format must be a string literal")
+    text, out, i = fmt.name, [], 0
+    while i < len(text):
+        two = text[i : i + 2]
+        if two in STRFTIME:
+            out.append(STRFTIME[two])
+            i += 2
+        elif text[i] in _SEPARATORS:
+            out.append(_SEPARATORS[text[i]])
             i += 1
-        items = _split_top(code[m.end() : end])
-        fixed = []
-        for item in items:
-            body = item.rstrip()
-            tail = item[len(body) :]
-            fixed.append(body if _NULLS.search(body) else f"{body} NULLS LAST{tail}")
-        out.append(",".join(fixed))
-        if not out[-1].endswith((" ", "\n")) and code[end : end + 1] not in ("", ")", ";"):
-            out.append(" ")
-        pos = end
-    out.append(code[pos:])
+        else:
+            raise refuse(node, f"the format {text!r} has {text[i : i + 2]!r} (known: {' '.join(STRFTIME)})")
     return "".join(out)
+
+
+def _json_path(node: exp.Expression) -> str:
+    path = node.args.get("expression")
+    if not isinstance(path, exp.JSONPath):
+        raise refuse(node, "the JSON path must be a string literal")
+    parts = path.expressions
+    if not parts or not isinstance(parts[0], exp.JSONPathRoot):
+        raise refuse(node, "the JSON path must start at $")
+    out = ["$"]
+    for part in parts[1:]:
+        if isinstance(part, exp.JSONPathKey) and isinstance(part.this, str):
+            key = part.this
+            if _KEY.match(key):
+                out.append(f".{key}")
+            elif "'" in key or "]" in key or "[" in key:
+                raise refuse(node, f"Spark's JSON paths cannot spell the key {key!r}")
+            else:
+                out.append(f"['{key}']")
+        elif isinstance(part, exp.JSONPathSubscript) and isinstance(part.this, int) and part.this >= 0:
+            out.append(f"[{part.this}]")
+        else:
+            raise refuse(node, f"the JSON path step {part.sql(dialect='duckdb')!r} is not supported")
+    return "".join(out)
+
+
+def _floor_ceil(name: str) -> Callable[[exp.Expression], exp.Expression]:
+    def rule(node: exp.Expression) -> exp.Expression:
+        _only(node, "this")
+        x = _tr(node.this)
+        passthrough = exp.or_(
+            _call("isnan", x.copy()), exp.GTE(this=exp.Abs(this=x.copy()), expression=_double(_TWO52))
+        )
+        return exp.Case(
+            ifs=[exp.If(this=passthrough, true=_cast(x.copy(), "DOUBLE"))],
+            default=_cast(_call(name, x), "DOUBLE"),
+        )
+
+    return rule
+
+
+def _union(node: exp.Expression) -> exp.Expression:
+    _only(node, "this", "expression", "distinct", "by_name")
+    if node.args.get("by_name"):
+        return _union_by_name(node)
+    return _same(node)
+
+
+def _names(select: exp.Expression) -> list[str]:
+    inner = select.this if isinstance(select, exp.Subquery) else select
+    if not isinstance(inner, exp.Select):
+        raise refuse(select, "UNION BY NAME needs a SELECT on each side")
+    names = []
+    for e in inner.expressions:
+        if isinstance(e, exp.Star) or not e.alias_or_name or isinstance(e.this, exp.Star):
+            raise refuse(select, "UNION BY NAME needs every column named (no *)")
+        names.append(e.alias_or_name)
+    return names
+
+
+def _union_by_name(node: exp.Expression) -> exp.Expression:
+    left, right = node.this, node.expression
+    lnames, rnames = _names(left), _names(right)
+    order = lnames + [n for n in rnames if n not in lnames]
+    sides = []
+    for side, names in ((left, lnames), (right, rnames)):
+        cols = [
+            exp.column(n, quoted=True) if n in names else exp.alias_(exp.null(), n, quoted=True)
+            for n in order
+        ]
+        sides.append(exp.select(*cols).from_(exp.Subquery(this=_tr(side), alias=exp.TableAlias(this="_u"))))
+    return exp.Union(this=sides[0], expression=sides[1], distinct=bool(node.args.get("distinct")))
+
+
+def _cast_rule(node: exp.Expression) -> exp.Expression:
+    _only(node, "this", "to")
+    to = node.args["to"]
+    if not isinstance(to, exp.DataType) or to.this not in TYPES or to.expressions:
+        raise refuse(node, f"casts to {to.sql(dialect='duckdb')} are not supported")
+    x = _tr(node.this)
+    if to.this in _INTEGER_TYPES and not (isinstance(x, exp.Literal) and x.is_string):
+        x = _call("bround", x)  # DuckDB rounds half to even, Spark truncates
+    return _cast(x, TYPES[to.this])
+
+
+def _limit(node: exp.Expression) -> exp.Expression:
+    _only(node, "expression")
+    x = node.expression
+    value: exp.Expression
+    if isinstance(x, exp.Cast) and x.to.this in _INTEGER_TYPES and isinstance(x.this, exp.Placeholder):
+        value = _cast(_call("bround", _placeholder(x.this)), "INT")  # LIMIT takes an INT
+    elif isinstance(x, exp.Literal) and re.fullmatch(r"\d+", x.name) and not x.is_string:
+        value = x
+    elif isinstance(x, exp.Placeholder):
+        value = _placeholder(x)
+    else:
+        raise refuse(node, "LIMIT takes a number or a parameter")
+    return exp.Limit(expression=value)
+
+
+def _ordered(node: exp.Expression) -> exp.Expression:
+    _only(node, "this", "desc", "nulls_first")
+    return exp.Ordered(
+        this=_tr(node.this), desc=bool(node.args.get("desc")), nulls_first=bool(node.args.get("nulls_first"))
+    )
+
+
+def _at_utc(node: exp.Expression) -> exp.Expression:
+    _only(node, "this", "zone")
+    zone = node.args.get("zone")
+    if not (isinstance(zone, exp.Literal) and zone.is_string and zone.name == "UTC"):
+        raise refuse(node, "only UTC (the session zone) is supported")
+    return _tr(node.this)
+
+
+def _explode(node: exp.Expression) -> exp.Expression:
+    _only(node, "this")
+    series = node.this
+    if not isinstance(series, exp.GenerateSeries) or not isinstance(node.parent, exp.Select | exp.Alias):
+        raise refuse(node, "only unnest(generate_series(a, b)) in a SELECT list is supported")
+    _only(series, "start", "end", "is_end_exclusive")
+    if series.args.get("is_end_exclusive"):
+        raise refuse(node, "range() is not supported")
+    a, b = _tr(series.args["start"]), _tr(series.args["end"])
+    seq = exp.Case(
+        ifs=[exp.If(this=exp.LTE(this=a.copy(), expression=b.copy()), true=_call("sequence", a, b))]
+    )
+    return _call("explode", seq)
+
+
+def _any_value(node: exp.Expression) -> exp.Expression:
+    inner = node.this if isinstance(node, exp.IgnoreNulls) else node
+    if not isinstance(inner, exp.AnyValue):
+        raise refuse(node)
+    _only(inner, "this")
+    return _call("any_value", _tr(inner.this), exp.true())
+
+
+def _bracket(node: exp.Expression) -> exp.Expression:
+    _only(node, "this", "expressions", "offset", "safe")
+    if len(node.expressions) != 1 or isinstance(node.expressions[0], exp.Slice):
+        raise refuse(node, "slices and multiple indexes are not supported")
+    index = node.expressions[0]
+    if isinstance(index, exp.Literal) and index.is_string:
+        raise refuse(node, "a struct or map key is not supported")
+    if isinstance(index, exp.Literal) and re.fullmatch(r"\d+", index.name):
+        if int(index.name) == 0:
+            return exp.null()  # DuckDB's list[0] is NULL; Spark's element_at(list, 0) an error
+        return _call("try_element_at", _tr(node.this), index.copy())
+    position = exp.Nullif(this=_tr(index), expression=exp.Literal.number(0))
+    return _call("try_element_at", _tr(node.this), position)
+
+
+def _anonymous(node: exp.Expression) -> exp.Expression:
+    name = node.name.lower()
+    args = [_tr(a) for a in node.expressions]
+    if name == "fma" and len(args) == 3:
+        return _cast(
+            _call("java_method", exp.Literal.string("java.lang.Math"), exp.Literal.string("fma"), *args),
+            "DOUBLE",
+        )
+    if name not in CALLS:
+        raise refuse(
+            node,
+            f"{node.name}() is not one of the functions translated ({', '.join(sorted([*CALLS, 'fma']))})",
+        )
+    spark, arity = CALLS[name]
+    if arity is not None and len(args) != arity:
+        raise refuse(node, f"{node.name}() takes {arity} argument(s) here")
+    return _call(spark, *args)
+
+
+def _round(node: exp.Expression) -> exp.Expression:
+    _only(node, "this")  # round(x, n) rounds the exact decimal on Spark, the scaled double on DuckDB
+    return exp.Round(this=_tr(node.this))
+
+
+def _unix_to_time(node: exp.Expression) -> exp.Expression:
+    _only(node, "this")
+    micros = exp.Mul(this=exp.Paren(this=_tr(node.this)), expression=_double("1000000.0D"))
+    return _call("timestamp_micros", _cast(_call("bround", micros), "BIGINT"))
+
+
+def _cte(node: exp.Expression) -> exp.Expression:
+    _only(node, "this", "alias", "materialized")
+    return exp.CTE(this=_tr(node.this), alias=_tr(node.args["alias"]))
+
+
+def _join(node: exp.Expression) -> exp.Expression:
+    _only(node, "this", "on", "kind", "side")
+    kind, side = node.args.get("kind"), node.args.get("side")
+    if kind not in (None, "CROSS", "SEMI", "ANTI", "INNER", "OUTER") or side not in (
+        None,
+        "LEFT",
+        "RIGHT",
+        "FULL",
+    ):
+        raise refuse(node, f"{side or ''} {kind or ''} JOIN is not supported")
+    return _same(node)
+
+
+def _star(node: exp.Expression) -> exp.Expression:
+    _only(node)  # EXCLUDE, REPLACE, RENAME
+    return node.copy()
+
+
+def _window(node: exp.Expression) -> exp.Expression:
+    _only(node, "this", "partition_by", "order", "spec", "alias", "over")
+    return _same(node)
+
+
+def _select(node: exp.Expression) -> exp.Expression:
+    _only(
+        node,
+        "expressions",
+        "from_",
+        "from",
+        "joins",
+        "where",
+        "group",
+        "having",
+        "order",
+        "limit",
+        "with_",
+        "with",
+        "distinct",
+        "windows",
+        "kind",
+    )
+    distinct = node.args.get("distinct")
+    if isinstance(distinct, exp.Distinct) and distinct.args.get("on"):
+        raise refuse(node, "DISTINCT ON is not supported")
+    return _same(node)
+
+
+def _in(node: exp.Expression) -> exp.Expression:
+    _only(node, "this", "expressions")
+    return _same(node)
+
+
+def _group(node: exp.Expression) -> exp.Expression:
+    _only(node, "expressions", "all", "grouping_sets")
+    return _same(node)
+
+
+def _time_to_str(node: exp.Expression) -> exp.Expression:
+    _only(node, "this", "format")
+    return _call("date_format", _tr(node.this), exp.Literal.string(_strftime_pattern(node)))
+
+
+def _json(node: exp.Expression) -> exp.Expression:
+    _only(node, "this", "expression", "only_json_types", "scalar_only")
+    return _call("get_json_object", _tr(node.this), exp.Literal.string(_json_path(node)))
+
+
+def _rand(node: exp.Expression) -> exp.Expression:
+    _only(node)
+    return _call("rand")
+
+
+_RULES: dict[type[exp.Expression], Callable[[exp.Expression], exp.Expression]] = {
+    exp.Literal: _literal,
+    exp.Placeholder: _placeholder,
+    exp.Cast: _cast_rule,
+    exp.Limit: _limit,
+    exp.Ordered: _ordered,
+    exp.AtTimeZone: _at_utc,
+    exp.TimeToStr: _time_to_str,
+    exp.UnixToTime: _unix_to_time,
+    exp.JSONExtractScalar: _json,
+    exp.Explode: _explode,
+    exp.AnyValue: _any_value,
+    exp.IgnoreNulls: _any_value,
+    exp.Bracket: _bracket,
+    exp.Anonymous: _anonymous,
+    exp.Floor: _floor_ceil("floor"),
+    exp.Ceil: _floor_ceil("ceil"),
+    exp.Round: _round,
+    exp.Union: _union,
+    exp.CTE: _cte,
+    exp.Join: _join,
+    exp.Star: _star,
+    exp.Window: _window,
+    exp.Select: _select,
+    exp.In: _in,
+    exp.Group: _group,
+    exp.Rand: _rand,
+}
+
+
+def _same(node: exp.Expression) -> exp.Expression:
+    """``node`` with its children translated."""
+    out = node.copy()
+    for key, value in node.args.items():
+        if isinstance(value, exp.Expression):
+            out.set(key, _tr(value))
+        elif isinstance(value, list):
+            out.set(key, [_tr(v) if isinstance(v, exp.Expression) else v for v in value])
+    return out
+
+
+def _tr(node: exp.Expression) -> exp.Expression:
+    rule = _RULES.get(type(node))
+    if rule is not None:
+        return rule(node)
+    if type(node) in SAME:
+        return _same(node)
+    raise refuse(node)
+
+
+def parse(sql: str) -> exp.Expression:
+    """The one DuckDB statement in ``sql`` as a tree; QueryError if it is none or several."""
+    try:
+        trees = [t for t in sqlglot.parse(sql, read=_DuckDBAsWritten) if isinstance(t, exp.Expression)]
+    except SqlglotError as e:
+        raise QueryError(f"cannot translate this SQL to Spark: {str(e).splitlines()[0]}") from None
+    if len(trees) != 1:
+        raise QueryError(f"cannot translate to Spark: expected one statement, found {len(trees)}")
+    return trees[0]
 
 
 def to_spark(sql: str) -> str:
     """The Spark SQL text of a DuckDB statement (see the module docstring for what changes)."""
-    code, strings = _mask(sql)
-    for name in UNSUPPORTED:
-        if re.search(rf"(?<![\w.]){name}\s*\(", code, re.I):
-            raise QueryError(f"{name}() has no exact Spark equivalent; this query runs on DuckDB only")
-
-    def at_utc(m: re.Match[str]) -> str:
-        zone = strings[int(m.group(1))]
-        if zone.upper() != "'UTC'":
-            raise QueryError(f"AT TIME ZONE {zone}: only UTC is supported on Spark (the session zone)")
-        return ""
-
-    code = _AT_UTC.sub(at_utc, code)
-    for rule in RULES:
-        code = rule.pattern.sub(rule.replacement, code)
-    code = nulls_last(code)
-    strings = [f"'{FORMATS[s[1:-1]]}'" if s[1:-1] in FORMATS else s for s in strings]
-    return _unmask(code, strings).strip()
+    tree = _tr(parse(sql))
+    try:
+        return tree.sql(
+            dialect=_SparkExplicit,
+            comments=False,
+            normalize_functions="lower",
+            unsupported_level=ErrorLevel.RAISE,
+        )
+    except SqlglotError as e:
+        raise QueryError(f"cannot translate this SQL to Spark: {str(e).splitlines()[0]}") from None
