@@ -406,6 +406,16 @@ RULE_QUERIES = {
     "decimal literals": "SELECT i, avg(CASE WHEN x > 0.5 THEN 1.0 ELSE 0.0 END) OVER () AS share, "
     "x * 0.1 AS y FROM t ORDER BY i",
     "round": "SELECT i, round(x) AS r FROM t WHERE abs(x) < 1e15 ORDER BY i",
+    "UTC local time": "SELECT i, to_timestamp(i * 5000.5 + 1e9) AT TIME ZONE 'UTC' AS local, "
+    "date_trunc('hour', to_timestamp(i * 5000.5 + 1e9) AT TIME ZONE 'UTC') AS h, "
+    "date_trunc('day', to_timestamp(i * 50000.5 + 1e9)) AS d, "
+    "CAST(to_timestamp(i * 50000.5 + 1e9) AT TIME ZONE 'UTC' AS DATE) AS day FROM t ORDER BY i",
+    "arg_min skips NULLs": "SELECT g, arg_min(v, i) AS first_v, arg_max(v, i) AS last_v, "
+    "arg_min(i, v) AS at_min, bool_or(v > 5) AS big FROM t GROUP BY g ORDER BY g",
+    "last_value ignoring NULLs": "SELECT i, last_value(v IGNORE NULLS) OVER (ORDER BY i) AS carried, "
+    "first_value(v) OVER (ORDER BY i) AS first FROM t ORDER BY i",
+    "qualify": "SELECT g, i, CAST(NULL AS VARCHAR) AS nothing FROM t "
+    "QUALIFY row_number() OVER (PARTITION BY g ORDER BY v DESC, i) = 1 ORDER BY g",
 }
 
 

@@ -63,7 +63,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import sqlglot
 from sqlglot import exp
@@ -106,7 +106,7 @@ SAME = (
     exp.NullSafeNEQ, exp.Between, exp.DPipe, exp.Case, exp.If, exp.Filter, exp.WindowSpec,
     exp.Coalesce, exp.Greatest, exp.Least, exp.Abs, exp.Ln, exp.IsNan, exp.Count, exp.Sum,
     exp.Min, exp.Max, exp.Avg, exp.Nullif, exp.RowNumber, exp.Lag, exp.Lead, exp.Grouping,
-    exp.GroupingSets, exp.Contains, exp.Array, exp.Distinct, exp.Var,
+    exp.GroupingSets, exp.Contains, exp.Array, exp.Distinct, exp.Var, exp.Qualify,
 )  # fmt: skip
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -126,6 +126,11 @@ class _SparkExplicit(Spark):
 
     class Generator(SparkGenerator):
         EXPRESSIONS_WITHOUT_NESTED_CTES: ClassVar[set[type[exp.Expr]]] = set()  # Spark nests them
+        # no rewriting of SELECTs: Spark 4 has QUALIFY (SQLGlot's subquery for it leaks a column);
+        # DISTINCT ON, UNNEST and ANY, which the others rewrite, are refused before this
+        TRANSFORMS: ClassVar[dict[Any, Any]] = {
+            k: v for k, v in SparkGenerator.TRANSFORMS.items() if k is not exp.Select
+        }
 
         def ordered_sql(self, expression: exp.Ordered) -> str:
             desc = " DESC" if expression.args.get("desc") else ""
@@ -283,6 +288,15 @@ def _union_by_name(node: exp.Expression) -> exp.Expression:
 def _cast_rule(node: exp.Expression) -> exp.Expression:
     _only(node, "this", "to")
     to = node.args["to"]
+    text = (exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR)
+    if isinstance(to, exp.DataType) and to.this in text and not to.expressions:
+        if not isinstance(node.this, exp.Null) and not (
+            isinstance(node.this, exp.Literal) and node.this.is_string
+        ):
+            raise refuse(
+                node, "a cast to VARCHAR of anything but NULL or a string formats numbers differently"
+            )
+        return _cast(_tr(node.this), "STRING")
     if not isinstance(to, exp.DataType) or to.this not in TYPES or to.expressions:
         raise refuse(node, f"casts to {to.sql(dialect='duckdb')} are not supported")
     x = _tr(node.this)
@@ -313,12 +327,20 @@ def _ordered(node: exp.Expression) -> exp.Expression:
     )
 
 
-def _at_utc(node: exp.Expression) -> exp.Expression:
+def _utc_instant(node: exp.Expression) -> exp.Expression:
+    """The instant under ``x AT TIME ZONE 'UTC'`` (the session zone is UTC)."""
     _only(node, "this", "zone")
     zone = node.args.get("zone")
     if not (isinstance(zone, exp.Literal) and zone.is_string and zone.name == "UTC"):
         raise refuse(node, "only UTC (the session zone) is supported")
+    if isinstance(node.this, exp.AtTimeZone):
+        raise refuse(node, "AT TIME ZONE twice")
     return _tr(node.this)
+
+
+def _at_utc(node: exp.Expression) -> exp.Expression:
+    """``x AT TIME ZONE 'UTC'``: DuckDB's local (naive) time in UTC, Spark's ``TIMESTAMP_NTZ``."""
+    return _cast(_utc_instant(node), "TIMESTAMP_NTZ")
 
 
 def _explode(node: exp.Expression) -> exp.Expression:
@@ -336,12 +358,56 @@ def _explode(node: exp.Expression) -> exp.Expression:
     return _call("explode", seq)
 
 
-def _any_value(node: exp.Expression) -> exp.Expression:
-    inner = node.this if isinstance(node, exp.IgnoreNulls) else node
-    if not isinstance(inner, exp.AnyValue):
-        raise refuse(node)
+#: Aggregates and window functions that take Spark's ``ignore NULLs`` flag: DuckDB's
+#: ``any_value`` always skips NULLs; ``first_value``/``last_value`` do with ``IGNORE NULLS``.
+_NULL_FLAG: dict[type[exp.Expression], str] = {
+    exp.AnyValue: "any_value",
+    exp.FirstValue: "first_value",
+    exp.LastValue: "last_value",
+}
+
+
+def _ignore_nulls(node: exp.Expression) -> exp.Expression:
+    skip = isinstance(node, exp.IgnoreNulls)
+    inner = node.this if skip else node
+    name = _NULL_FLAG.get(type(inner))
+    if name is None:
+        raise refuse(node, "IGNORE NULLS is supported on any_value, first_value and last_value")
     _only(inner, "this")
-    return _call("any_value", _tr(inner.this), exp.true())
+    if name == "any_value" or skip:
+        return _call(name, _tr(inner.this), exp.true())
+    return _call(name, _tr(inner.this))
+
+
+def _arg_min_max(node: exp.Expression) -> exp.Expression:
+    """DuckDB's ``arg_min(x, y)`` skips rows where ``x`` or ``y`` is NULL; Spark's ``min_by`` only
+    those where ``y`` is: the order value is NULLed where ``x`` is."""
+    _only(node, "this", "expression")
+    x, y = _tr(node.this), _tr(node.expression)
+    known = exp.If(this=exp.Not(this=exp.Is(this=x.copy(), expression=exp.null())), true=y)
+    name = "min_by" if isinstance(node, exp.ArgMin) else "max_by"
+    return _call(name, x, exp.Case(ifs=[known]))
+
+
+#: ``date_trunc`` units (the same boundaries on both engines in UTC; weeks start on Monday).
+TRUNC_UNITS = ("YEAR", "QUARTER", "MONTH", "WEEK", "DAY", "HOUR", "MINUTE", "SECOND")
+
+
+def _trunc(node: exp.Expression) -> exp.Expression:
+    _only(node, "this", "unit")
+    unit = node.args.get("unit")
+    name = unit.name.upper() if isinstance(unit, exp.Var | exp.Literal) else ""
+    if name not in TRUNC_UNITS:
+        raise refuse(node, f"date_trunc units are {', '.join(TRUNC_UNITS).lower()}")
+    x = node.this
+    if isinstance(x, exp.AtTimeZone):  # DuckDB truncates the local time and keeps it local
+        return _cast(_call("date_trunc", exp.Literal.string(name), _utc_instant(x)), "TIMESTAMP_NTZ")
+    return _call("date_trunc", exp.Literal.string(name), _tr(x))
+
+
+def _logical(node: exp.Expression) -> exp.Expression:
+    _only(node, "this")
+    return _call("bool_or" if isinstance(node, exp.LogicalOr) else "bool_and", _tr(node.this))
 
 
 def _bracket(node: exp.Expression) -> exp.Expression:
@@ -434,6 +500,7 @@ def _select(node: exp.Expression) -> exp.Expression:
         "distinct",
         "windows",
         "kind",
+        "qualify",
     )
     distinct = node.args.get("distinct")
     if isinstance(distinct, exp.Distinct) and distinct.args.get("on"):
@@ -477,8 +544,15 @@ _RULES: dict[type[exp.Expression], Callable[[exp.Expression], exp.Expression]] =
     exp.UnixToTime: _unix_to_time,
     exp.JSONExtractScalar: _json,
     exp.Explode: _explode,
-    exp.AnyValue: _any_value,
-    exp.IgnoreNulls: _any_value,
+    exp.AnyValue: _ignore_nulls,
+    exp.FirstValue: _ignore_nulls,
+    exp.LastValue: _ignore_nulls,
+    exp.IgnoreNulls: _ignore_nulls,
+    exp.ArgMin: _arg_min_max,
+    exp.ArgMax: _arg_min_max,
+    exp.TimestampTrunc: _trunc,
+    exp.LogicalOr: _logical,
+    exp.LogicalAnd: _logical,
     exp.Bracket: _bracket,
     exp.Anonymous: _anonymous,
     exp.Floor: _floor_ceil("floor"),
