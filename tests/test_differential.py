@@ -377,15 +377,22 @@ RULE_ROWS = [
     (10, 2.675, '{"team":"x"}', [4], 1, 1, 2, "g5", None),
 ]
 RULE_SCHEMA = (
-    "i BIGINT, x DOUBLE, a STRING, l ARRAY<BIGINT>, p BIGINT, lo BIGINT, hi BIGINT, g STRING, v BIGINT"
+    "i BIGINT, x DOUBLE, a STRING, hash_ids ARRAY<BIGINT>, p BIGINT, lo BIGINT, hi BIGINT, g STRING, v BIGINT"
 )
-DUCK_SCHEMA = "i BIGINT, x DOUBLE, a VARCHAR, l BIGINT[], p BIGINT, lo BIGINT, hi BIGINT, g VARCHAR, v BIGINT"
+DUCK_SCHEMA = (
+    "i BIGINT, x DOUBLE, a VARCHAR, hash_ids BIGINT[], p BIGINT, lo BIGINT, hi BIGINT, g VARCHAR, v BIGINT"
+)
 
 RULE_QUERIES = {
     "cast rounds half to even": "SELECT i, CAST(x AS BIGINT) AS c, CAST(x * 3 AS INTEGER) AS d FROM t "
     "WHERE abs(x) < 1e15 ORDER BY i",
     "floor and ceil": "SELECT i, floor(x) AS f, ceil(x) AS c, floor(lo) AS fl FROM t ORDER BY i",
-    "list index": "SELECT i, l[p] AS e, l[1] AS first, l[0] AS zero, l[p + 1] AS after FROM t ORDER BY i",
+    "list index": "SELECT i, hash_ids[p] AS e, hash_ids[1] AS first, hash_ids[0] AS zero, "
+    "hash_ids[p + 1] AS after, len(hash_ids) AS n, length(a) AS chars, p % 2 AS odd FROM t ORDER BY i",
+    "unnest with subscripts": "SELECT i, unnest(hash_ids) AS h, generate_subscripts(hash_ids, 1) AS k "
+    "FROM t WHERE i > 1 ORDER BY i, k",
+    "join using": "SELECT a.*, b.v AS w FROM t AS a LEFT JOIN (SELECT i, v FROM t WHERE v > 5) AS b USING (i) "
+    "ORDER BY a.i",
     "json paths": "SELECT i, json_extract_string(a, '$.resource.\"project\"') AS p, "
     "json_extract_string(a, '$.resource.\"host.name\"') AS h, a ->> '$.team' AS team, "
     "json_extract_string(a, '$.project') AS own FROM t ORDER BY i",

@@ -17,8 +17,9 @@ Translated (DuckDB -> Spark), each to the same values:
   round; DuckDB turns the literal to DOUBLE next to a DOUBLE, and the packaged SQL uses them there)
 - ``CAST(x AS BIGINT|INTEGER)`` -> ``CAST(bround(x) AS ...)`` (DuckDB rounds a fraction half to even,
   Spark truncates); ``TIMESTAMPTZ`` -> ``TIMESTAMP`` (an instant; the session zone is UTC);
-  ``LIMIT CAST(x AS BIGINT)`` -> ``LIMIT CAST(x AS INT)``
-- ``x AT TIME ZONE 'UTC'`` -> ``x`` (UTC only: the session zone)
+  ``LIMIT CAST(x AS BIGINT)`` -> ``LIMIT CAST(bround(x) AS INT)``; ``CAST(NULL AS VARCHAR)``
+- ``x AT TIME ZONE 'UTC'`` -> ``CAST(x AS TIMESTAMP_NTZ)`` (DuckDB's naive local time; UTC only);
+  ``date_trunc('hour', x)`` -> ``date_trunc('HOUR', x)`` (naive again where ``x`` was)
 - ``strftime(x, '%Y-%m-%d')`` -> ``date_format(x, 'yyyy-MM-dd')``: the directives of
   :data:`STRFTIME` (``%Y %m %d %H %M %S``) and the separators ``- : space T``; a format that is not
   a literal or holds another directive is refused
@@ -29,11 +30,16 @@ Translated (DuckDB -> Spark), each to the same values:
   are BIGINT, so NaN and magnitudes of 2^52 and more (already whole) are passed through as they are
 - ``json_extract_string(j, '$.a."b.c"')`` (and ``->>``) -> ``get_json_object(j, '$.a['b.c']')``: the
   path re-spelled for Spark's parser (a quoted key in a DuckDB path is NULL on Spark as written)
-- ``list[i]`` -> ``try_element_at(list, nullif(i, 0))`` for every index expression (DuckDB lists are
-  1-based and give NULL out of range, index 0 included; Spark's ``[]`` is 0-based)
+- ``list[i]`` -> ``try_element_at(list, CAST(nullif(i, 0) AS INT))`` for every index expression
+  (DuckDB lists are 1-based and give NULL out of range, index 0 included; Spark's ``[]`` is 0-based);
+  ``len(list)`` of a lake list column (``hash_ids``) -> ``size(list)``, of a string ``length``
 - ``[a, b]`` -> ``array(a, b)``; ``unnest(generate_series(a, b))`` -> ``explode(CASE WHEN a <= b THEN
-  sequence(a, b) END)`` (Spark counts down where ``a > b``; DuckDB gives no rows)
-- ``any_value(x)`` -> ``any_value(x, true)`` (DuckDB skips NULLs; Spark's may return one)
+  sequence(a, b) END)`` (Spark counts down where ``a > b``; DuckDB gives no rows); ``unnest(l)`` ->
+  ``explode(l)``, and with ``generate_subscripts(l, 1)`` beside it a ``LATERAL VIEW posexplode(l)``
+- ``any_value(x)`` -> ``any_value(x, true)`` (DuckDB skips NULLs; Spark's may return one);
+  ``first_value``/``last_value(x IGNORE NULLS)`` -> ``...(x, true)``; ``arg_min(x, y)`` ->
+  ``min_by(x, CASE WHEN x IS NOT NULL THEN y END)`` (DuckDB skips a NULL ``x``), ``arg_max`` alike;
+  ``bool_or``, ``bool_and``
 - ``hash(...)`` -> ``xxhash64(...)``: 64-bit like DuckDB's (Spark's ``hash`` is 32-bit and collides).
   The *values* differ: hashes are keys inside a query (equal where the inputs are equal), never
   results (``tests/conformance_support.py``: ``HASHED``)
@@ -42,14 +48,17 @@ Translated (DuckDB -> Spark), each to the same values:
 - ``error(msg)`` -> ``raise_error(msg)``; ``random()`` -> ``rand()``
 - ``UNION ALL BY NAME`` -> ``UNION ALL`` with each side's columns put in the first side's order, a
   column one side lacks as NULL (Spark SQL has no ``BY NAME``); every column must be named
-- ``AS [NOT] MATERIALIZED (`` -> ``AS (`` (a planning hint)
+- ``AS [NOT] MATERIALIZED (`` -> ``AS (`` (a planning hint); nested ``WITH`` stays nested
 - ``WHERE (a) ...`` -> ``WHERE true AND (a) ...`` (Spark reads ``WHERE (`` after a table as an alias)
+- ``QUALIFY``, ``FILTER (WHERE ...)``, ``GROUP BY ALL``, ``GROUPING SETS``, named windows, ``SEMI``
+  and ``ANTI`` joins, ``JOIN ... USING`` (not under an unqualified ``*``: Spark orders the columns
+  otherwise), ``IS [NOT] DISTINCT FROM``: as they are
 
 Refused (:class:`QueryError`), among others: ``quantile_cont`` and the other DuckDB aggregates
 without an exact Spark twin (the analyses compute quantiles by rank, :mod:`traceflow.store.quantiles`),
 ``round(x, n)`` (Spark rounds the exact decimal, DuckDB the scaled double), casts to VARCHAR (number
-formatting differs) and to naive TIMESTAMP, time zones other than UTC, ``QUALIFY``, ``* EXCLUDE``,
-``USING``, intervals, slices, a JSON path that is not a literal, any function not listed here.
+formatting differs) and to naive TIMESTAMP, time zones other than UTC, ``* EXCLUDE``, ``DISTINCT
+ON``, intervals, slices, a JSON path that is not a literal, any function not listed here.
 
 Known bounds (documented, not checked): an attribute's JSON number is returned as each engine
 prints it (equal for the integers and the shortest-form decimals collectors write); ``ln`` of 0
@@ -73,6 +82,7 @@ from sqlglot.errors import ErrorLevel, SqlglotError
 from sqlglot.generators.spark import SparkGenerator
 
 from traceflow.errors import QueryError
+from traceflow.schema import TABLES
 
 #: strftime directives and their Spark ``date_format`` letters.
 STRFTIME = {"%Y": "yyyy", "%m": "MM", "%d": "dd", "%H": "HH", "%M": "mm", "%S": "ss"}
@@ -106,7 +116,7 @@ SAME = (
     exp.NullSafeNEQ, exp.Between, exp.DPipe, exp.Case, exp.If, exp.Filter, exp.WindowSpec,
     exp.Coalesce, exp.Greatest, exp.Least, exp.Abs, exp.Ln, exp.IsNan, exp.Count, exp.Sum,
     exp.Min, exp.Max, exp.Avg, exp.Nullif, exp.RowNumber, exp.Lag, exp.Lead, exp.Grouping,
-    exp.GroupingSets, exp.Contains, exp.Array, exp.Distinct, exp.Var, exp.Qualify,
+    exp.GroupingSets, exp.Contains, exp.Array, exp.Distinct, exp.Var, exp.Qualify, exp.Mod,
 )  # fmt: skip
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -333,7 +343,10 @@ def _utc_instant(node: exp.Expression) -> exp.Expression:
     zone = node.args.get("zone")
     if not (isinstance(zone, exp.Literal) and zone.is_string and zone.name == "UTC"):
         raise refuse(node, "only UTC (the session zone) is supported")
-    if isinstance(node.this, exp.AtTimeZone):
+    inner = node.this
+    while isinstance(inner, exp.Paren):
+        inner = inner.this
+    if isinstance(inner, exp.AtTimeZone):
         raise refuse(node, "AT TIME ZONE twice")
     return _tr(node.this)
 
@@ -344,10 +357,13 @@ def _at_utc(node: exp.Expression) -> exp.Expression:
 
 
 def _explode(node: exp.Expression) -> exp.Expression:
+    """``unnest(x)`` in a SELECT list: rows per element on both engines (none for NULL or empty)."""
     _only(node, "this")
     series = node.this
-    if not isinstance(series, exp.GenerateSeries) or not isinstance(node.parent, exp.Select | exp.Alias):
-        raise refuse(node, "only unnest(generate_series(a, b)) in a SELECT list is supported")
+    if not isinstance(node.parent, exp.Select | exp.Alias):
+        raise refuse(node, "unnest() is supported as a SELECT column only")
+    if not isinstance(series, exp.GenerateSeries):
+        return _call("explode", _tr(series))
     _only(series, "start", "end", "is_end_exclusive")
     if series.args.get("is_end_exclusive"):
         raise refuse(node, "range() is not supported")
@@ -356,6 +372,68 @@ def _explode(node: exp.Expression) -> exp.Expression:
         ifs=[exp.If(this=exp.LTE(this=a.copy(), expression=b.copy()), true=_call("sequence", a, b))]
     )
     return _call("explode", seq)
+
+
+def _unaliased(e: exp.Expression) -> exp.Expression:
+    return e.this if isinstance(e, exp.Alias) else e
+
+
+def _is_subscripts(e: exp.Expression) -> bool:
+    inner = _unaliased(e)
+    return isinstance(inner, exp.Anonymous) and inner.name.lower() == "generate_subscripts"
+
+
+def _with_subscripts(node: exp.Select) -> exp.Expression:
+    """``SELECT ..., unnest(l) AS x, generate_subscripts(l, 1) AS i FROM ...`` (DuckDB zips the two)
+    -> ``SELECT ..., _px._val AS x, _px._pos + 1 AS i FROM ... LATERAL VIEW posexplode(l) _px``."""
+    items = node.expressions
+    unnests = [e for e in items if isinstance(_unaliased(e), exp.Explode)]
+    subs = [e for e in items if _is_subscripts(e)]
+    clauses = ("group", "having", "qualify", "windows", "distinct")  # ORDER BY, LIMIT come after both
+    if len(unnests) != 1 or len(subs) != 1 or any(node.args.get(c) for c in clauses):
+        raise refuse(node, "generate_subscripts() pairs with one unnest() of the same list, nothing else")
+    lst = _unaliased(unnests[0]).this
+    args = _unaliased(subs[0]).expressions
+    one = len(args) == 2 and isinstance(args[1], exp.Literal) and args[1].name == "1"
+    if isinstance(lst, exp.GenerateSeries) or not one or args[0] != lst:
+        raise refuse(node, "generate_subscripts(l, 1) pairs with unnest(l) of the same list")
+    out = node.copy()
+    out.set(
+        "expressions",
+        [
+            exp.alias_(exp.column("_val", "_px"), e.alias_or_name)
+            if e is unnests[0]
+            else exp.alias_(
+                exp.Add(this=exp.column("_pos", "_px"), expression=exp.Literal.number(1)), e.alias_or_name
+            )
+            if e is subs[0]
+            else e
+            for e in items
+        ],
+    )
+    translated = _same(out)
+    view = exp.Lateral(
+        this=_call("posexplode", _tr(lst)),
+        view=True,
+        alias=exp.TableAlias(
+            this=exp.to_identifier("_px"), columns=[exp.to_identifier("_pos"), exp.to_identifier("_val")]
+        ),
+    )
+    translated.set("laterals", [view])
+    return translated
+
+
+#: The lake's list columns (``hash_ids``): ``length`` of one is its size, of anything else the
+#: string's length in characters (on both engines).
+LIST_COLUMNS = frozenset(c for t in TABLES.values() for c, ty in t.columns.items() if ty.endswith("[]"))
+
+
+def _length(node: exp.Expression) -> exp.Expression:
+    _only(node, "this")
+    x = node.this
+    if isinstance(node, exp.ArraySize) or (isinstance(x, exp.Column) and x.name in LIST_COLUMNS):
+        return _call("size", _tr(x))  # NULL for NULL with ANSI on (not -1)
+    return _call("length", _tr(x))
 
 
 #: Aggregates and window functions that take Spark's ``ignore NULLs`` flag: DuckDB's
@@ -422,7 +500,7 @@ def _bracket(node: exp.Expression) -> exp.Expression:
             return exp.null()  # DuckDB's list[0] is NULL; Spark's element_at(list, 0) an error
         return _call("try_element_at", _tr(node.this), index.copy())
     position = exp.Nullif(this=_tr(index), expression=exp.Literal.number(0))
-    return _call("try_element_at", _tr(node.this), position)
+    return _call("try_element_at", _tr(node.this), _cast(position, "INT"))  # Spark's index is an INT
 
 
 def _anonymous(node: exp.Expression) -> exp.Expression:
@@ -461,7 +539,11 @@ def _cte(node: exp.Expression) -> exp.Expression:
 
 
 def _join(node: exp.Expression) -> exp.Expression:
-    _only(node, "this", "on", "kind", "side")
+    _only(node, "this", "on", "kind", "side", "using")
+    select = node.parent
+    using = node.args.get("using") and isinstance(select, exp.Select)
+    if using and any(isinstance(e, exp.Star) for e in select.expressions):
+        raise refuse(node, "SELECT * over JOIN ... USING orders its columns otherwise on Spark")
     kind, side = node.args.get("kind"), node.args.get("side")
     if kind not in (None, "CROSS", "SEMI", "ANTI", "INNER", "OUTER") or side not in (
         None,
@@ -505,6 +587,8 @@ def _select(node: exp.Expression) -> exp.Expression:
     distinct = node.args.get("distinct")
     if isinstance(distinct, exp.Distinct) and distinct.args.get("on"):
         raise refuse(node, "DISTINCT ON is not supported")
+    if isinstance(node, exp.Select) and any(_is_subscripts(e) for e in node.expressions):
+        return _with_subscripts(node)
     return _same(node)
 
 
@@ -544,6 +628,8 @@ _RULES: dict[type[exp.Expression], Callable[[exp.Expression], exp.Expression]] =
     exp.UnixToTime: _unix_to_time,
     exp.JSONExtractScalar: _json,
     exp.Explode: _explode,
+    exp.Length: _length,
+    exp.ArraySize: _length,
     exp.AnyValue: _ignore_nulls,
     exp.FirstValue: _ignore_nulls,
     exp.LastValue: _ignore_nulls,
