@@ -391,8 +391,8 @@ RULE_QUERIES = {
     "hash_ids[p + 1] AS after, len(hash_ids) AS n, length(a) AS chars, p % 2 AS odd FROM t ORDER BY i",
     "unnest with subscripts": "SELECT i, unnest(hash_ids) AS h, generate_subscripts(hash_ids, 1) AS k "
     "FROM t WHERE i > 1 ORDER BY i, k",
-    "join using": "SELECT a.*, b.v AS w FROM t AS a LEFT JOIN (SELECT i, v FROM t WHERE v > 5) AS b USING (i) "
-    "ORDER BY a.i",
+    "join using": "SELECT a.*, b.v AS w FROM t AS a "
+    "LEFT JOIN (SELECT i, v FROM t WHERE v > 5) AS b USING (i) ORDER BY a.i",
     "json paths": "SELECT i, json_extract_string(a, '$.resource.\"project\"') AS p, "
     "json_extract_string(a, '$.resource.\"host.name\"') AS h, a ->> '$.team' AS team, "
     "json_extract_string(a, '$.project') AS own FROM t ORDER BY i",

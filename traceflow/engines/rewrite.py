@@ -541,8 +541,8 @@ def _cte(node: exp.Expression) -> exp.Expression:
 def _join(node: exp.Expression) -> exp.Expression:
     _only(node, "this", "on", "kind", "side", "using")
     select = node.parent
-    using = node.args.get("using") and isinstance(select, exp.Select)
-    if using and any(isinstance(e, exp.Star) for e in select.expressions):
+    star = isinstance(select, exp.Select) and any(isinstance(e, exp.Star) for e in select.expressions)
+    if node.args.get("using") and star:
         raise refuse(node, "SELECT * over JOIN ... USING orders its columns otherwise on Spark")
     kind, side = node.args.get("kind"), node.args.get("side")
     if kind not in (None, "CROSS", "SEMI", "ANTI", "INNER", "OUTER") or side not in (
