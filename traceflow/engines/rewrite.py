@@ -81,12 +81,16 @@ from sqlglot.dialects.spark import Spark
 from sqlglot.errors import ErrorLevel, SqlglotError
 from sqlglot.generators.spark import SparkGenerator
 
+from traceflow.engines.sqltree import RULES, call, cast, double, only, refuse, translate
 from traceflow.errors import QueryError
 from traceflow.schema import TABLES
 
 #: strftime directives and their Spark ``date_format`` letters.
 STRFTIME = {"%Y": "yyyy", "%m": "MM", "%d": "dd", "%H": "HH", "%M": "mm", "%S": "ss"}
+
+
 _SEPARATORS = {"-": "-", ":": ":", " ": " ", "T": "'T'"}
+
 
 #: DuckDB functions (parsed as calls SQLGlot does not know) and their Spark names, by arity
 #: (None: any).
@@ -96,30 +100,10 @@ CALLS: dict[str, tuple[str, int | None]] = {
     "error": ("raise_error", 1),
 }
 
-#: Cast targets: DuckDB type -> Spark type (others are refused).
-TYPES = {
-    exp.DataType.Type.BIGINT: "BIGINT",
-    exp.DataType.Type.INT: "INT",
-    exp.DataType.Type.DOUBLE: "DOUBLE",
-    exp.DataType.Type.DATE: "DATE",
-    exp.DataType.Type.TIMESTAMPTZ: "TIMESTAMP",
-}
-_INTEGER_TYPES = (exp.DataType.Type.BIGINT, exp.DataType.Type.INT)
-
-#: Nodes that mean the same in both dialects once their children are translated (SQLGlot's Spark
-#: generator prints them). Everything else has a rule in :data:`_RULES` or is refused.
-SAME = (
-    exp.Select, exp.From, exp.Where, exp.Group, exp.Having, exp.Order, exp.Table, exp.TableAlias,
-    exp.Subquery, exp.With, exp.Column, exp.Identifier, exp.Boolean, exp.Null, exp.Paren,
-    exp.Tuple, exp.Values, exp.Alias, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Neg, exp.EQ, exp.NEQ,
-    exp.GT, exp.GTE, exp.LT, exp.LTE, exp.And, exp.Or, exp.Not, exp.Is, exp.NullSafeEQ,
-    exp.NullSafeNEQ, exp.Between, exp.DPipe, exp.Case, exp.If, exp.Filter, exp.WindowSpec,
-    exp.Coalesce, exp.Greatest, exp.Least, exp.Abs, exp.Ln, exp.IsNan, exp.Count, exp.Sum,
-    exp.Min, exp.Max, exp.Avg, exp.Nullif, exp.RowNumber, exp.Lag, exp.Lead, exp.Grouping,
-    exp.GroupingSets, exp.Contains, exp.Array, exp.Distinct, exp.Var, exp.Qualify, exp.Mod,
-)  # fmt: skip
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
 _TWO52 = "4503599627370496.0D"  # doubles this large are whole numbers
 
 
@@ -152,57 +136,6 @@ class _SparkExplicit(Spark):
             if text.startswith("("):
                 text = f"true AND {text}"
             return f"{self.seg('WHERE')}{self.sep()}{text}"
-
-
-def refuse(node: exp.Expression, why: str = "") -> QueryError:
-    """The error for a construct with no exact Spark translation here."""
-    text = node.sql(dialect="duckdb")
-    if len(text) > 120:
-        text = text[:117] + "..."
-    reason = f": {why}" if why else ""
-    return QueryError(
-        f"{type(node).__name__} `{text}` has no exact Spark translation in traceflow{reason}; "
-        "this SQL runs on DuckDB only (--engine duckdb)"
-    )
-
-
-def _call(name: str, *args: exp.Expression) -> exp.Anonymous:
-    return exp.Anonymous(this=name, expressions=list(args))
-
-
-def _double(number: str) -> exp.Expression:
-    return exp.Literal.number(number)
-
-
-def _cast(node: exp.Expression, to: str) -> exp.Cast:
-    return exp.Cast(this=node, to=exp.DataType.build(to, dialect="spark"))
-
-
-def _only(node: exp.Expression, *allowed: str) -> None:
-    """Refuse ``node`` if it carries an argument outside ``allowed`` (a modifier with no rule)."""
-    extra = [k for k, v in node.args.items() if v not in (None, False, []) and k not in allowed]
-    if extra:
-        raise refuse(node, f"its {', '.join(extra)} is not supported")
-
-
-def _literal(node: exp.Expression) -> exp.Expression:
-    _only(node, "this", "is_string")
-    if node.is_string:
-        return node
-    text = node.name
-    if re.fullmatch(r"\d+", text):
-        return node
-    if re.fullmatch(r"\d+\.\d*(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+", text):
-        return _double(f"{text}D")  # DOUBLE on both engines
-    raise refuse(node, "an unknown number literal")
-
-
-def _placeholder(node: exp.Expression) -> exp.Expression:
-    _only(node, "this", "kind")
-    name = node.args.get("this")
-    if name is not None and not re.fullmatch(r"[A-Za-z_]\w*", str(name)):
-        raise refuse(node, "a parameter is named ($name) or positional (?)")
-    return node
 
 
 def _strftime_pattern(node: exp.Expression) -> str:
@@ -249,97 +182,22 @@ def _json_path(node: exp.Expression) -> str:
 
 def _floor_ceil(name: str) -> Callable[[exp.Expression], exp.Expression]:
     def rule(node: exp.Expression) -> exp.Expression:
-        _only(node, "this")
-        x = _tr(node.this)
+        only(node, "this")
+        x = translate(node.this)
         passthrough = exp.or_(
-            _call("isnan", x.copy()), exp.GTE(this=exp.Abs(this=x.copy()), expression=_double(_TWO52))
+            call("isnan", x.copy()), exp.GTE(this=exp.Abs(this=x.copy()), expression=double(_TWO52))
         )
         return exp.Case(
-            ifs=[exp.If(this=passthrough, true=_cast(x.copy(), "DOUBLE"))],
-            default=_cast(_call(name, x), "DOUBLE"),
+            ifs=[exp.If(this=passthrough, true=cast(x.copy(), "DOUBLE"))],
+            default=cast(call(name, x), "DOUBLE"),
         )
 
     return rule
 
 
-def _union(node: exp.Expression) -> exp.Expression:
-    _only(node, "this", "expression", "distinct", "by_name")
-    if node.args.get("by_name"):
-        return _union_by_name(node)
-    return _same(node)
-
-
-def _names(select: exp.Expression) -> list[str]:
-    inner = select.this if isinstance(select, exp.Subquery) else select
-    if not isinstance(inner, exp.Select):
-        raise refuse(select, "UNION BY NAME needs a SELECT on each side")
-    names = []
-    for e in inner.expressions:
-        if isinstance(e, exp.Star) or not e.alias_or_name or isinstance(e.this, exp.Star):
-            raise refuse(select, "UNION BY NAME needs every column named (no *)")
-        names.append(e.alias_or_name)
-    return names
-
-
-def _union_by_name(node: exp.Expression) -> exp.Expression:
-    left, right = node.this, node.expression
-    lnames, rnames = _names(left), _names(right)
-    order = lnames + [n for n in rnames if n not in lnames]
-    sides = []
-    for side, names in ((left, lnames), (right, rnames)):
-        cols = [
-            exp.column(n, quoted=True) if n in names else exp.alias_(exp.null(), n, quoted=True)
-            for n in order
-        ]
-        sides.append(exp.select(*cols).from_(exp.Subquery(this=_tr(side), alias=exp.TableAlias(this="_u"))))
-    return exp.Union(this=sides[0], expression=sides[1], distinct=bool(node.args.get("distinct")))
-
-
-def _cast_rule(node: exp.Expression) -> exp.Expression:
-    _only(node, "this", "to")
-    to = node.args["to"]
-    text = (exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR)
-    if isinstance(to, exp.DataType) and to.this in text and not to.expressions:
-        if not isinstance(node.this, exp.Null) and not (
-            isinstance(node.this, exp.Literal) and node.this.is_string
-        ):
-            raise refuse(
-                node, "a cast to VARCHAR of anything but NULL or a string formats numbers differently"
-            )
-        return _cast(_tr(node.this), "STRING")
-    if not isinstance(to, exp.DataType) or to.this not in TYPES or to.expressions:
-        raise refuse(node, f"casts to {to.sql(dialect='duckdb')} are not supported")
-    x = _tr(node.this)
-    if to.this in _INTEGER_TYPES and not (isinstance(x, exp.Literal) and x.is_string):
-        x = _call("bround", x)  # DuckDB rounds half to even, Spark truncates
-    return _cast(x, TYPES[to.this])
-
-
-def _limit(node: exp.Expression) -> exp.Expression:
-    _only(node, "expression")
-    x = node.expression
-    value: exp.Expression
-    if isinstance(x, exp.Cast) and x.to.this in _INTEGER_TYPES and isinstance(x.this, exp.Placeholder):
-        value = _cast(_call("bround", _placeholder(x.this)), "INT")  # LIMIT takes an INT
-    elif isinstance(x, exp.Literal) and re.fullmatch(r"\d+", x.name) and not x.is_string:
-        value = x
-    elif isinstance(x, exp.Placeholder):
-        value = _placeholder(x)
-    else:
-        raise refuse(node, "LIMIT takes a number or a parameter")
-    return exp.Limit(expression=value)
-
-
-def _ordered(node: exp.Expression) -> exp.Expression:
-    _only(node, "this", "desc", "nulls_first")
-    return exp.Ordered(
-        this=_tr(node.this), desc=bool(node.args.get("desc")), nulls_first=bool(node.args.get("nulls_first"))
-    )
-
-
 def _utc_instant(node: exp.Expression) -> exp.Expression:
     """The instant under ``x AT TIME ZONE 'UTC'`` (the session zone is UTC)."""
-    _only(node, "this", "zone")
+    only(node, "this", "zone")
     zone = node.args.get("zone")
     if not (isinstance(zone, exp.Literal) and zone.is_string and zone.name == "UTC"):
         raise refuse(node, "only UTC (the session zone) is supported")
@@ -348,79 +206,30 @@ def _utc_instant(node: exp.Expression) -> exp.Expression:
         inner = inner.this
     if isinstance(inner, exp.AtTimeZone):
         raise refuse(node, "AT TIME ZONE twice")
-    return _tr(node.this)
+    return translate(node.this)
 
 
 def _at_utc(node: exp.Expression) -> exp.Expression:
     """``x AT TIME ZONE 'UTC'``: DuckDB's local (naive) time in UTC, Spark's ``TIMESTAMP_NTZ``."""
-    return _cast(_utc_instant(node), "TIMESTAMP_NTZ")
+    return cast(_utc_instant(node), "TIMESTAMP_NTZ")
 
 
 def _explode(node: exp.Expression) -> exp.Expression:
     """``unnest(x)`` in a SELECT list: rows per element on both engines (none for NULL or empty)."""
-    _only(node, "this")
+    only(node, "this")
     series = node.this
     if not isinstance(node.parent, exp.Select | exp.Alias):
         raise refuse(node, "unnest() is supported as a SELECT column only")
     if not isinstance(series, exp.GenerateSeries):
-        return _call("explode", _tr(series))
-    _only(series, "start", "end", "is_end_exclusive")
+        return call("explode", translate(series))
+    only(series, "start", "end", "is_end_exclusive")
     if series.args.get("is_end_exclusive"):
         raise refuse(node, "range() is not supported")
-    a, b = _tr(series.args["start"]), _tr(series.args["end"])
+    a, b = translate(series.args["start"]), translate(series.args["end"])
     seq = exp.Case(
-        ifs=[exp.If(this=exp.LTE(this=a.copy(), expression=b.copy()), true=_call("sequence", a, b))]
+        ifs=[exp.If(this=exp.LTE(this=a.copy(), expression=b.copy()), true=call("sequence", a, b))]
     )
-    return _call("explode", seq)
-
-
-def _unaliased(e: exp.Expression) -> exp.Expression:
-    return e.this if isinstance(e, exp.Alias) else e
-
-
-def _is_subscripts(e: exp.Expression) -> bool:
-    inner = _unaliased(e)
-    return isinstance(inner, exp.Anonymous) and inner.name.lower() == "generate_subscripts"
-
-
-def _with_subscripts(node: exp.Select) -> exp.Expression:
-    """``SELECT ..., unnest(l) AS x, generate_subscripts(l, 1) AS i FROM ...`` (DuckDB zips the two)
-    -> ``SELECT ..., _px._val AS x, _px._pos + 1 AS i FROM ... LATERAL VIEW posexplode(l) _px``."""
-    items = node.expressions
-    unnests = [e for e in items if isinstance(_unaliased(e), exp.Explode)]
-    subs = [e for e in items if _is_subscripts(e)]
-    clauses = ("group", "having", "qualify", "windows", "distinct")  # ORDER BY, LIMIT come after both
-    if len(unnests) != 1 or len(subs) != 1 or any(node.args.get(c) for c in clauses):
-        raise refuse(node, "generate_subscripts() pairs with one unnest() of the same list, nothing else")
-    lst = _unaliased(unnests[0]).this
-    args = _unaliased(subs[0]).expressions
-    one = len(args) == 2 and isinstance(args[1], exp.Literal) and args[1].name == "1"
-    if isinstance(lst, exp.GenerateSeries) or not one or args[0] != lst:
-        raise refuse(node, "generate_subscripts(l, 1) pairs with unnest(l) of the same list")
-    out = node.copy()
-    out.set(
-        "expressions",
-        [
-            exp.alias_(exp.column("_val", "_px"), e.alias_or_name)
-            if e is unnests[0]
-            else exp.alias_(
-                exp.Add(this=exp.column("_pos", "_px"), expression=exp.Literal.number(1)), e.alias_or_name
-            )
-            if e is subs[0]
-            else e
-            for e in items
-        ],
-    )
-    translated = _same(out)
-    view = exp.Lateral(
-        this=_call("posexplode", _tr(lst)),
-        view=True,
-        alias=exp.TableAlias(
-            this=exp.to_identifier("_px"), columns=[exp.to_identifier("_pos"), exp.to_identifier("_val")]
-        ),
-    )
-    translated.set("laterals", [view])
-    return translated
+    return call("explode", seq)
 
 
 #: The lake's list columns (``hash_ids``): ``length`` of one is its size, of anything else the
@@ -429,11 +238,11 @@ LIST_COLUMNS = frozenset(c for t in TABLES.values() for c, ty in t.columns.items
 
 
 def _length(node: exp.Expression) -> exp.Expression:
-    _only(node, "this")
+    only(node, "this")
     x = node.this
     if isinstance(node, exp.ArraySize) or (isinstance(x, exp.Column) and x.name in LIST_COLUMNS):
-        return _call("size", _tr(x))  # NULL for NULL with ANSI on (not -1)
-    return _call("length", _tr(x))
+        return call("size", translate(x))  # NULL for NULL with ANSI on (not -1)
+    return call("length", translate(x))
 
 
 #: Aggregates and window functions that take Spark's ``ignore NULLs`` flag: DuckDB's
@@ -451,20 +260,20 @@ def _ignore_nulls(node: exp.Expression) -> exp.Expression:
     name = _NULL_FLAG.get(type(inner))
     if name is None:
         raise refuse(node, "IGNORE NULLS is supported on any_value, first_value and last_value")
-    _only(inner, "this")
+    only(inner, "this")
     if name == "any_value" or skip:
-        return _call(name, _tr(inner.this), exp.true())
-    return _call(name, _tr(inner.this))
+        return call(name, translate(inner.this), exp.true())
+    return call(name, translate(inner.this))
 
 
 def _arg_min_max(node: exp.Expression) -> exp.Expression:
     """DuckDB's ``arg_min(x, y)`` skips rows where ``x`` or ``y`` is NULL; Spark's ``min_by`` only
     those where ``y`` is: the order value is NULLed where ``x`` is."""
-    _only(node, "this", "expression")
-    x, y = _tr(node.this), _tr(node.expression)
+    only(node, "this", "expression")
+    x, y = translate(node.this), translate(node.expression)
     known = exp.If(this=exp.Not(this=exp.Is(this=x.copy(), expression=exp.null())), true=y)
     name = "min_by" if isinstance(node, exp.ArgMin) else "max_by"
-    return _call(name, x, exp.Case(ifs=[known]))
+    return call(name, x, exp.Case(ifs=[known]))
 
 
 #: ``date_trunc`` units (the same boundaries on both engines in UTC; weeks start on Monday).
@@ -472,24 +281,24 @@ TRUNC_UNITS = ("YEAR", "QUARTER", "MONTH", "WEEK", "DAY", "HOUR", "MINUTE", "SEC
 
 
 def _trunc(node: exp.Expression) -> exp.Expression:
-    _only(node, "this", "unit")
+    only(node, "this", "unit")
     unit = node.args.get("unit")
     name = unit.name.upper() if isinstance(unit, exp.Var | exp.Literal) else ""
     if name not in TRUNC_UNITS:
         raise refuse(node, f"date_trunc units are {', '.join(TRUNC_UNITS).lower()}")
     x = node.this
     if isinstance(x, exp.AtTimeZone):  # DuckDB truncates the local time and keeps it local
-        return _cast(_call("date_trunc", exp.Literal.string(name), _utc_instant(x)), "TIMESTAMP_NTZ")
-    return _call("date_trunc", exp.Literal.string(name), _tr(x))
+        return cast(call("date_trunc", exp.Literal.string(name), _utc_instant(x)), "TIMESTAMP_NTZ")
+    return call("date_trunc", exp.Literal.string(name), translate(x))
 
 
 def _logical(node: exp.Expression) -> exp.Expression:
-    _only(node, "this")
-    return _call("bool_or" if isinstance(node, exp.LogicalOr) else "bool_and", _tr(node.this))
+    only(node, "this")
+    return call("bool_or" if isinstance(node, exp.LogicalOr) else "bool_and", translate(node.this))
 
 
 def _bracket(node: exp.Expression) -> exp.Expression:
-    _only(node, "this", "expressions", "offset", "safe")
+    only(node, "this", "expressions", "offset", "safe")
     if len(node.expressions) != 1 or isinstance(node.expressions[0], exp.Slice):
         raise refuse(node, "slices and multiple indexes are not supported")
     index = node.expressions[0]
@@ -498,17 +307,17 @@ def _bracket(node: exp.Expression) -> exp.Expression:
     if isinstance(index, exp.Literal) and re.fullmatch(r"\d+", index.name):
         if int(index.name) == 0:
             return exp.null()  # DuckDB's list[0] is NULL; Spark's element_at(list, 0) an error
-        return _call("try_element_at", _tr(node.this), index.copy())
-    position = exp.Nullif(this=_tr(index), expression=exp.Literal.number(0))
-    return _call("try_element_at", _tr(node.this), _cast(position, "INT"))  # Spark's index is an INT
+        return call("try_element_at", translate(node.this), index.copy())
+    position = exp.Nullif(this=translate(index), expression=exp.Literal.number(0))
+    return call("try_element_at", translate(node.this), cast(position, "INT"))  # Spark's index is an INT
 
 
 def _anonymous(node: exp.Expression) -> exp.Expression:
     name = node.name.lower()
-    args = [_tr(a) for a in node.expressions]
+    args = [translate(a) for a in node.expressions]
     if name == "fma" and len(args) == 3:
-        return _cast(
-            _call("java_method", exp.Literal.string("java.lang.Math"), exp.Literal.string("fma"), *args),
+        return cast(
+            call("java_method", exp.Literal.string("java.lang.Math"), exp.Literal.string("fma"), *args),
             "DOUBLE",
         )
     if name not in CALLS:
@@ -519,161 +328,61 @@ def _anonymous(node: exp.Expression) -> exp.Expression:
     spark, arity = CALLS[name]
     if arity is not None and len(args) != arity:
         raise refuse(node, f"{node.name}() takes {arity} argument(s) here")
-    return _call(spark, *args)
+    return call(spark, *args)
 
 
 def _round(node: exp.Expression) -> exp.Expression:
-    _only(node, "this")  # round(x, n) rounds the exact decimal on Spark, the scaled double on DuckDB
-    return exp.Round(this=_tr(node.this))
+    only(node, "this")  # round(x, n) rounds the exact decimal on Spark, the scaled double on DuckDB
+    return exp.Round(this=translate(node.this))
 
 
 def _unix_to_time(node: exp.Expression) -> exp.Expression:
-    _only(node, "this")
-    micros = exp.Mul(this=exp.Paren(this=_tr(node.this)), expression=_double("1000000.0D"))
-    return _call("timestamp_micros", _cast(_call("bround", micros), "BIGINT"))
-
-
-def _cte(node: exp.Expression) -> exp.Expression:
-    _only(node, "this", "alias", "materialized")
-    return exp.CTE(this=_tr(node.this), alias=_tr(node.args["alias"]))
-
-
-def _join(node: exp.Expression) -> exp.Expression:
-    _only(node, "this", "on", "kind", "side", "using")
-    select = node.parent
-    star = isinstance(select, exp.Select) and any(isinstance(e, exp.Star) for e in select.expressions)
-    if node.args.get("using") and star:
-        raise refuse(node, "SELECT * over JOIN ... USING orders its columns otherwise on Spark")
-    kind, side = node.args.get("kind"), node.args.get("side")
-    if kind not in (None, "CROSS", "SEMI", "ANTI", "INNER", "OUTER") or side not in (
-        None,
-        "LEFT",
-        "RIGHT",
-        "FULL",
-    ):
-        raise refuse(node, f"{side or ''} {kind or ''} JOIN is not supported")
-    return _same(node)
-
-
-def _star(node: exp.Expression) -> exp.Expression:
-    _only(node)  # EXCLUDE, REPLACE, RENAME
-    return node.copy()
-
-
-def _window(node: exp.Expression) -> exp.Expression:
-    _only(node, "this", "partition_by", "order", "spec", "alias", "over")
-    return _same(node)
-
-
-def _select(node: exp.Expression) -> exp.Expression:
-    _only(
-        node,
-        "expressions",
-        "from_",
-        "from",
-        "joins",
-        "where",
-        "group",
-        "having",
-        "order",
-        "limit",
-        "with_",
-        "with",
-        "distinct",
-        "windows",
-        "kind",
-        "qualify",
-    )
-    distinct = node.args.get("distinct")
-    if isinstance(distinct, exp.Distinct) and distinct.args.get("on"):
-        raise refuse(node, "DISTINCT ON is not supported")
-    if isinstance(node, exp.Select) and any(_is_subscripts(e) for e in node.expressions):
-        return _with_subscripts(node)
-    return _same(node)
-
-
-def _in(node: exp.Expression) -> exp.Expression:
-    _only(node, "this", "expressions")
-    return _same(node)
-
-
-def _group(node: exp.Expression) -> exp.Expression:
-    _only(node, "expressions", "all", "grouping_sets")
-    return _same(node)
+    only(node, "this")
+    micros = exp.Mul(this=exp.Paren(this=translate(node.this)), expression=double("1000000.0D"))
+    return call("timestamp_micros", cast(call("bround", micros), "BIGINT"))
 
 
 def _time_to_str(node: exp.Expression) -> exp.Expression:
-    _only(node, "this", "format")
-    return _call("date_format", _tr(node.this), exp.Literal.string(_strftime_pattern(node)))
+    only(node, "this", "format")
+    return call("date_format", translate(node.this), exp.Literal.string(_strftime_pattern(node)))
 
 
 def _json(node: exp.Expression) -> exp.Expression:
-    _only(node, "this", "expression", "only_json_types", "scalar_only")
-    return _call("get_json_object", _tr(node.this), exp.Literal.string(_json_path(node)))
+    only(node, "this", "expression", "only_json_types", "scalar_only")
+    return call("get_json_object", translate(node.this), exp.Literal.string(_json_path(node)))
 
 
 def _rand(node: exp.Expression) -> exp.Expression:
-    _only(node)
-    return _call("rand")
+    only(node)
+    return call("rand")
 
 
-_RULES: dict[type[exp.Expression], Callable[[exp.Expression], exp.Expression]] = {
-    exp.Literal: _literal,
-    exp.Placeholder: _placeholder,
-    exp.Cast: _cast_rule,
-    exp.Limit: _limit,
-    exp.Ordered: _ordered,
-    exp.AtTimeZone: _at_utc,
-    exp.TimeToStr: _time_to_str,
-    exp.UnixToTime: _unix_to_time,
-    exp.JSONExtractScalar: _json,
-    exp.Explode: _explode,
-    exp.Length: _length,
-    exp.ArraySize: _length,
-    exp.AnyValue: _ignore_nulls,
-    exp.FirstValue: _ignore_nulls,
-    exp.LastValue: _ignore_nulls,
-    exp.IgnoreNulls: _ignore_nulls,
-    exp.ArgMin: _arg_min_max,
-    exp.ArgMax: _arg_min_max,
-    exp.TimestampTrunc: _trunc,
-    exp.LogicalOr: _logical,
-    exp.LogicalAnd: _logical,
-    exp.Bracket: _bracket,
-    exp.Anonymous: _anonymous,
-    exp.Floor: _floor_ceil("floor"),
-    exp.Ceil: _floor_ceil("ceil"),
-    exp.Round: _round,
-    exp.Union: _union,
-    exp.CTE: _cte,
-    exp.Join: _join,
-    exp.Star: _star,
-    exp.Window: _window,
-    exp.Select: _select,
-    exp.In: _in,
-    exp.Group: _group,
-    exp.Rand: _rand,
-}
-
-
-def _same(node: exp.Expression) -> exp.Expression:
-    """``node`` with its children translated."""
-    out = node.copy()
-    for key, value in node.args.items():
-        if isinstance(value, exp.Expression):
-            out.set(key, _tr(value))
-        elif isinstance(value, list):
-            out.set(key, [_tr(v) if isinstance(v, exp.Expression) else v for v in value])
-    return out
-
-
-def _tr(node: exp.Expression) -> exp.Expression:
-    rule = _RULES.get(type(node))
-    if rule is not None:
-        return rule(node)
-    if type(node) in SAME:
-        return _same(node)
-    raise refuse(node)
+RULES.update(
+    {
+        exp.AtTimeZone: _at_utc,
+        exp.TimeToStr: _time_to_str,
+        exp.UnixToTime: _unix_to_time,
+        exp.JSONExtractScalar: _json,
+        exp.Explode: _explode,
+        exp.Length: _length,
+        exp.ArraySize: _length,
+        exp.AnyValue: _ignore_nulls,
+        exp.FirstValue: _ignore_nulls,
+        exp.LastValue: _ignore_nulls,
+        exp.IgnoreNulls: _ignore_nulls,
+        exp.ArgMin: _arg_min_max,
+        exp.ArgMax: _arg_min_max,
+        exp.TimestampTrunc: _trunc,
+        exp.LogicalOr: _logical,
+        exp.LogicalAnd: _logical,
+        exp.Bracket: _bracket,
+        exp.Anonymous: _anonymous,
+        exp.Floor: _floor_ceil("floor"),
+        exp.Ceil: _floor_ceil("ceil"),
+        exp.Round: _round,
+        exp.Rand: _rand,
+    }
+)
 
 
 def parse(sql: str) -> exp.Expression:
@@ -689,7 +398,7 @@ def parse(sql: str) -> exp.Expression:
 
 def to_spark(sql: str) -> str:
     """The Spark SQL text of a DuckDB statement (see the module docstring for what changes)."""
-    tree = _tr(parse(sql))
+    tree = translate(parse(sql))
     try:
         return tree.sql(
             dialect=_SparkExplicit,
