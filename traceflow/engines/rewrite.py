@@ -6,7 +6,9 @@ groupings, quantiles by rank, the replay's request scan) are written in DuckDB's
 against a list of constructs known to mean the same on Spark 4 (with the session pinned to UTC and
 ANSI mode on, :data:`traceflow.engines.spark.SETTINGS`), translates the ones that are spelled or
 behave differently, and prints the tree with SQLGlot's Spark generator. A node that is on no list
-raises :class:`~traceflow.errors.QueryError` naming it: nothing passes through unchecked.
+raises :class:`~traceflow.errors.QueryError` naming it: nothing passes through unchecked. The walk
+and the rules for a statement's structure are in :mod:`traceflow.engines.sqltree`; the rules for
+functions, the dialects and :func:`to_spark` here.
 
 Translated (DuckDB -> Spark), each to the same values:
 
