@@ -410,7 +410,8 @@ RULE_QUERIES = {
     "any_value skips NULLs": "SELECT g, any_value(v) AS v, count(*) AS n FROM t GROUP BY g ORDER BY g",
     "NULLs sort last": "SELECT i, v FROM t ORDER BY v, i",
     "NULLs sort last descending": "SELECT i, v FROM t ORDER BY v DESC, i DESC",
-    "window order": "SELECT i, row_number() OVER (ORDER BY v, i) AS r, "
+    "window order": "SELECT i, row_number() OVER (ORDER BY v, i) AS r, rank() OVER (ORDER BY g) AS rk, "
+    "dense_rank() OVER (ORDER BY v DESC) AS dr, "
     "lag(v) OVER (ORDER BY g DESC, i) AS prev FROM t ORDER BY i",
     "union by name": "SELECT * FROM (SELECT i AS a, v AS b FROM t "
     "UNION ALL BY NAME SELECT p AS c, i AS a FROM t) ORDER BY a, b, c",

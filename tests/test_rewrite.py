@@ -55,6 +55,7 @@ CASES = [
     ("SELECT len(hash_ids), length(s), x % 2 FROM t", "SELECT size(hash_ids), length(s), x % 2 FROM t"),
     ("SELECT r.*, p.n FROM r LEFT JOIN p USING (k)", "SELECT r.*, p.n FROM r LEFT JOIN p USING (k)"),
     ("SELECT CAST(NULL AS VARCHAR), bool_or(b) FROM t", "SELECT CAST(NULL AS STRING), bool_or(b) FROM t"),
+    ("SELECT rank() OVER (ORDER BY b) FROM t", "SELECT rank() OVER (ORDER BY b NULLS LAST) FROM t"),
     ("SELECT strftime(t, '%Y-%m-%dT%H:%M:%S')", "SELECT date_format(t, 'yyyy-MM-dd\\'T\\'HH:mm:ss')"),
     (
         "SELECT unnest(generate_series(lo, hi)) FROM g",

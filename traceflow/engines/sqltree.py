@@ -37,7 +37,8 @@ SAME = (
     exp.GT, exp.GTE, exp.LT, exp.LTE, exp.And, exp.Or, exp.Not, exp.Is, exp.NullSafeEQ,
     exp.NullSafeNEQ, exp.Between, exp.DPipe, exp.Case, exp.If, exp.Filter, exp.WindowSpec,
     exp.Coalesce, exp.Greatest, exp.Least, exp.Abs, exp.Ln, exp.IsNan, exp.Count, exp.Sum,
-    exp.Min, exp.Max, exp.Avg, exp.Nullif, exp.RowNumber, exp.Lag, exp.Lead, exp.Grouping,
+    exp.Min, exp.Max, exp.Avg, exp.Nullif, exp.RowNumber, exp.Rank, exp.DenseRank, exp.Lag, exp.Lead,
+    exp.Grouping,
     exp.GroupingSets, exp.Contains, exp.Array, exp.Distinct, exp.Var, exp.Qualify, exp.Mod,
 )  # fmt: skip
 
