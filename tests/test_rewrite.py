@@ -209,8 +209,9 @@ def _ordered_keys_explicit(text: str) -> None:
 @pytest.mark.parametrize("name", sql.names())
 def test_every_packaged_query_translates(name: str) -> None:
     text = to_spark(sql.load(name).sql())
+    code = re.sub(r"'(?:[^'\\]|\\.)*'", "''", text)  # Spark's string literals (backslash escapes) aside
     for left in ("$", "TIMESTAMPTZ", "epoch_us", "strftime", "generate_series", "MATERIALIZED", '"'):
-        assert left not in text, (name, left)
+        assert left not in code, (name, left)
     assert "hash(" not in text.replace("xxhash64(", ""), name
     _ordered_keys_explicit(text)
 
