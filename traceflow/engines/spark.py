@@ -1,5 +1,6 @@
 """The analyses on Apache Spark: a session pinned to UTC, the lake's tables as deduplicating temp views,
-and :class:`SparkEngine`, which runs the packaged queries' DuckDB text through :func:`to_spark`.
+and :class:`SparkEngine`, which runs the packaged queries' DuckDB text through
+:func:`traceflow.engines.rewrite.to_spark` (a syntax tree: exact translations, the rest refused).
 
 ``traceflow mix --engine spark`` (and gaps, ttl, sessions, load, working-set, misses) reads the same
 Parquet files as the embedded DuckDB, through views that keep one row per ``event_id`` chosen
@@ -27,7 +28,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from traceflow import config
-from traceflow.engines.rewrite import to_spark
 from traceflow.errors import LakeError, QueryError, UsageError
 from traceflow.schema import REQUESTS, TABLES
 from traceflow.store import lake as lake_mod
@@ -86,11 +86,12 @@ def session(
 ) -> SparkSession:
     """A Spark session: local mode (``local[*]``) by default, a master URL, or ``sc://`` Spark Connect."""
     try:
+        import sqlglot  # noqa: F401  (traceflow.engines.rewrite translates the SQL with it)
         from pyspark.sql import SparkSession
-    except ImportError:
+    except ImportError as e:
         raise UsageError(
-            "--engine spark needs pyspark: pip install 'traceflow[spark]' "
-            f"(pyspark=={SPARK_VERSION}, Java 17)"
+            f"--engine spark needs {e.name or 'pyspark'}: pip install 'traceflow[spark]' "
+            f"(pyspark=={SPARK_VERSION}, sqlglot, Java 17)"
         ) from None
     builder = SparkSession.builder.appName(app_name)
     if remote and remote.startswith("sc://"):
@@ -228,12 +229,14 @@ class SparkEngine:
 
     def spark_sql(self, sql: str) -> str:
         """The Spark text of a DuckDB statement (for ``--explain`` and tests)."""
+        from traceflow.engines.rewrite import to_spark
+
         return to_spark(sql)
 
     def frame(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> pl.DataFrame:
         import polars as pl
 
-        text = to_spark(sql)
+        text = self.spark_sql(sql)
         args: Any
         if params is None or (not isinstance(params, Mapping) and not params):
             args = None
