@@ -18,12 +18,12 @@
 --          $until TIMESTAMPTZ = NULL        only requests before this time
 --          $miss_tokens BIGINT = 1024       how many expired block tokens make a request a miss
 --          $ttl_s INTEGER = 300             how long a block stays cached after its last use (seconds)
+-- The columns are those of misses.sql; the per-stream ones (prev_model, position, gap_s, ...) are NULL.
 -- returns: root_session_id, session_id, parent_session_id, agent, agent_version, model, prev_model,
 --          user_id, source, prompt_id, started_at, ended_at, position, gap_s, context_tokens,
 --          prev_context_tokens, cold_input_tokens, cache_read_tokens, cache_write_tokens,
 --          cache_write_5m_tokens, cache_write_1h_tokens, output_tokens, first_read_tokens,
 --          reusable_tokens, missed_tokens, ttl_in_force_s, compaction_event, restart, miss, cause
---          (the columns of misses.sql; the per-stream ones NULL)
 WITH req AS (
     SELECT event_id, session_id, parent_session_id, agent, agent_version, model, user_id, source,
            prompt_id, seq,

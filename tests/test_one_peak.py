@@ -17,6 +17,7 @@ from traceflow.dashboards.render import write_report
 from traceflow.dashboards.report_data import ReportOptions, gather
 from traceflow.importers import get
 from traceflow.importers.run import run_import
+from traceflow.output import exact
 from traceflow.store.lake import Lake
 
 Cli = Callable[..., tuple[int, str, str]]
@@ -55,8 +56,9 @@ def as_json(cli: Cli, *args: str) -> Any:
 
 
 def _figures(working_set: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    # as printed: the CLI writes floats to 15 significant digits (traceflow.output.exact)
     return [
-        (w["ttl"], w["resolution_s"], w["peak_tokens"], w["p95_tokens"], w["mean_tokens"])
+        tuple(exact(w[k]) for k in ("ttl", "resolution_s", "peak_tokens", "p95_tokens", "mean_tokens"))
         for w in working_set
     ]
 
@@ -76,7 +78,10 @@ def test_report_dashboard_and_working_set_agree(long_lake: Lake, cli: Cli) -> No
         60_000.0,
     )  # ... not the peak
     assert _figures(dashboard["working_set"]) == _figures(report["working_set"]) == _figures(ws)
-    assert dashboard["load"] == report["load"] and report["load"]["resolution_s"] == 60.0
+    assert {k: exact(v) for k, v in dashboard["load"].items()} == {
+        k: exact(v) for k, v in report["load"].items()
+    }
+    assert report["load"]["resolution_s"] == 60.0
     # the headline sentences are the same, and name the buckets beside the figures
     served = write_report(long_lake, None, ReportOptions())["headline"]
     assert served == report["headline"]

@@ -106,7 +106,8 @@ def import_(
 ) -> None:
     """Import agent logs or trace files into the lake; files already imported add nothing."""
     from traceflow import importers
-    from traceflow.importers.run import ImportInterrupted, run_import
+    from traceflow.importers.interrupt import ImportInterrupted
+    from traceflow.importers.run import run_import
     from traceflow.output import to_json
 
     importer = importers.get(source)

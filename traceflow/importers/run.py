@@ -35,6 +35,13 @@ from traceflow import importers
 from traceflow.errors import MissingPath, UsageError
 from traceflow.importers.base import FileContext, Importer, finish
 from traceflow.importers.compressed import CorruptInput, is_packed, open_input
+from traceflow.importers.interrupt import (
+    ImportInterrupted,
+    interruptible,
+    remove_staged,
+    staging_names,
+    worker_pids,
+)
 from traceflow.rows import LineError, Parsed
 from traceflow.schema import TABLES
 from traceflow.store.lake import Lake, frame_from_rows
@@ -449,50 +456,13 @@ def run_import(
     summary = ImportSummary(source=importer.name, files_seen=len(files))
     lake.ensure()
     writers = {os.getpid()}  # the processes whose staging files are this import's
-    before = set(_staging_names(lake))
+    before = set(staging_names(lake))
     try:
         _import_files(lake, importer, files, summary, writers, progress, jobs)
     except KeyboardInterrupt:
-        removed = _remove_staged(lake, before, writers)
+        removed = remove_staged(lake, before, writers)
         raise ImportInterrupted(importer.name, removed) from None
     return summary
-
-
-class ImportInterrupted(KeyboardInterrupt):
-    """Ctrl-C (SIGINT) stopped an import. The files it had staged but not published were removed and
-    its bookkeeping was not saved, so running the same import again reads the files again and
-    completes it (the lake's ``event_id`` dedup absorbs the rows published before the stop)."""
-
-    def __init__(self, source: str, removed: int) -> None:
-        self.source, self.removed = source, removed
-        super().__init__(
-            f"the {source} import stopped before it finished; {removed} half-written staging file(s) "
-            "removed, nothing recorded as imported: run the same command again to complete it"
-        )
-
-    def __str__(self) -> str:
-        return str(self.args[0])
-
-
-def _staging_names(lake: Lake) -> list[str]:
-    try:
-        return [p.name for p in lake.staging.iterdir()]
-    except OSError:
-        return []
-
-
-def _remove_staged(lake: Lake, before: set[str], writers: set[int]) -> int:
-    """Remove the staging files (``<ns>-<pid>-<hex>.parquet``) that ``writers`` made after ``before``
-    was listed; another writer's (the collector's, a concurrent import's) stay."""
-    removed = 0
-    for name in _staging_names(lake):
-        parts = name.split("-")
-        if name in before or len(parts) != 3 or not parts[1].isdigit() or int(parts[1]) not in writers:
-            continue
-        with contextlib.suppress(FileNotFoundError):
-            (lake.staging / name).unlink()
-            removed += 1
-    return removed
 
 
 def _import_files(
@@ -541,7 +511,7 @@ def _import_files(
             # never does here: the workers parse, and write the parquet files too (_write_share).
             method = "spawn" if "polars" in sys.modules else "fork"
             ctx = multiprocessing.get_context(method)
-            with _interruptible(cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx)) as pool:
+            with interruptible(cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx)) as pool:
 
                 def store(results: list[BatchResult]) -> None:
                     ipc: dict[str, list[bytes]] = {}
@@ -552,7 +522,7 @@ def _import_files(
                         shares = [
                             pool.submit(_write_share, lake.location, ipc, i, workers) for i in range(workers)
                         ]
-                        writers.update(_worker_pids(pool))
+                        writers.update(worker_pids(pool))
                         lake.publish([staged for share in shares for staged in share.result()])
 
                 queued = iter(batches)
@@ -562,7 +532,7 @@ def _import_files(
                     # wait in memory only for the batches in flight.
                     for batch in queued:
                         running.add(pool.submit(_parse_batch_ipc, importer.name, batch))
-                        writers.update(_worker_pids(pool))
+                        writers.update(worker_pids(pool))
                         if len(running) >= 2 * workers:
                             break
                     if not running:
@@ -577,22 +547,6 @@ def _import_files(
             flush(None)
         # Raised before the bookkeeping is saved: the files count as unread for the right importer.
         _check_format(importer, summary, plans)
-
-
-def _worker_pids(pool: cf.ProcessPoolExecutor) -> set[int]:
-    """The pool's worker processes (they name the staging files they write)."""
-    return set(getattr(pool, "_processes", None) or {})
-
-
-@contextlib.contextmanager
-def _interruptible(pool: cf.ProcessPoolExecutor) -> Iterator[cf.ProcessPoolExecutor]:
-    """The pool, shut down on leaving; on Ctrl-C its queued batches are dropped rather than run."""
-    try:
-        yield pool
-    except BaseException:
-        pool.shutdown(wait=True, cancel_futures=True)
-        raise
-    pool.shutdown(wait=True)
 
 
 #: What each importer reads, for the messages below (the README's table of sources says the same).
