@@ -106,10 +106,11 @@ def misses(
     rows.append(("all", report["misses"], share(report["misses"]), report["missed_tokens"], total_cost))
     result = Rows(["cause", "misses", "share_of_requests", "missed_tokens", "cost_usd"], rows)
     if fmt in ("table", "markdown"):
-        head = f"{requests} requests, {report['misses'] if report['misses'] is not None else 'n/a'} misses"
+        misses = report["misses"]
+        head = f"{requests:,} requests, {f'{misses:,}' if misses is not None else 'n/a'} misses"
         if report["not_applicable"]:
             head += (
-                f"; {report['not_applicable']} request(s) without a session or block hashes not judged "
+                f"; {report['not_applicable']:,} request(s) without a session or block hashes not judged "
                 "(not applicable)"
             )
         typer.echo(head)
