@@ -103,6 +103,44 @@ def agentic_coding_turns(
     req_resumed: list[npt.NDArray[np.bool_]] = []
     chain_base: list[int] = []
     next_block = sys_blocks
+
+    def emit(
+        s: int,
+        start: int,
+        app: I64,
+        out: I64,
+        gaps: F64,
+        times: F64,
+        resumed: npt.NDArray[np.bool_],
+        keep: int,
+    ) -> None:
+        """A session's first ``keep`` turns from ``start`` tokens: each turn's context (compacted into a
+        fresh chain of blocks past the cap) and the requests' columns."""
+        nonlocal next_block
+        ctx = np.empty(keep, dtype=np.int64)
+        chains = np.empty(keep, dtype=np.int64)
+        cur = start
+        chain = len(chain_base)
+        chain_base.append(next_block)
+        next_block += cap_tokens // block_size + 1
+        for t in range(keep):
+            if t:
+                cur += int(out[t - 1]) + int(app[t])
+                if cur > cap_tokens:
+                    cur = system_tokens + int(rng.integers(compacted_tokens[0], compacted_tokens[1] + 1))
+                    chain = len(chain_base)
+                    chain_base.append(next_block)
+                    next_block += cap_tokens // block_size + 1
+            ctx[t] = cur
+            chains[t] = chain
+        req_time.append(times[:keep])
+        req_ctx.append(ctx)
+        req_chain.append(chains)
+        req_session.append(np.full(keep, s, dtype=np.int64))
+        req_out.append(out[:keep].astype(np.int64))
+        req_think.append((gaps - out / decode_tok_s)[:keep])
+        req_resumed.append(resumed[:keep])
+
     # the reference workload (single pass, its random stream unchanged) ...
     for s in range(n_sessions if cohort_sessions is None and at_cap == "compact" else 0):
         m = max_turns
@@ -124,29 +162,8 @@ def agentic_coding_turns(
         keep = int(np.searchsorted(times, duration_s))
         if keep == 0:
             continue
-        ctx = np.empty(keep, dtype=np.int64)
-        chains = np.empty(keep, dtype=np.int64)
-        cur = int(rng.integers(initial_tokens[0], initial_tokens[1] + 1)) + system_tokens
-        chain = len(chain_base)
-        chain_base.append(next_block)
-        next_block += cap_tokens // block_size + 1
-        for t in range(keep):
-            if t:
-                cur += int(out[t - 1]) + int(app[t])
-                if cur > cap_tokens:
-                    cur = system_tokens + int(rng.integers(compacted_tokens[0], compacted_tokens[1] + 1))
-                    chain = len(chain_base)
-                    chain_base.append(next_block)
-                    next_block += cap_tokens // block_size + 1
-            ctx[t] = cur
-            chains[t] = chain
-        req_time.append(times[:keep])
-        req_ctx.append(ctx)
-        req_chain.append(chains)
-        req_session.append(np.full(keep, s, dtype=np.int64))
-        req_out.append(out[:keep].astype(np.int64))
-        req_think.append((gaps - out / decode_tok_s)[:keep])
-        req_resumed.append(resumed[:keep])
+        start = int(rng.integers(initial_tokens[0], initial_tokens[1] + 1)) + system_tokens
+        emit(s, start, app, out, gaps, times, resumed, keep)
     # ... or the published run's: every session drawn first, then exactly `cohort_sessions` of those
     # that live to resume in the window
     drawn = []
@@ -188,29 +205,7 @@ def agentic_coding_turns(
             keep = min(keep, n_cap)
         if keep == 0:
             continue
-        ctx = np.empty(keep, dtype=np.int64)
-        chains = np.empty(keep, dtype=np.int64)
-        cur = start
-        chain = len(chain_base)
-        chain_base.append(next_block)
-        next_block += cap_tokens // block_size + 1
-        for t in range(keep):
-            if t:
-                cur += int(out[t - 1]) + int(app[t])
-                if cur > cap_tokens:
-                    cur = system_tokens + int(rng.integers(compacted_tokens[0], compacted_tokens[1] + 1))
-                    chain = len(chain_base)
-                    chain_base.append(next_block)
-                    next_block += cap_tokens // block_size + 1
-            ctx[t] = cur
-            chains[t] = chain
-        req_time.append(times[:keep])
-        req_ctx.append(ctx)
-        req_chain.append(chains)
-        req_session.append(np.full(keep, s, dtype=np.int64))
-        req_out.append(out[:keep].astype(np.int64))
-        req_think.append((gaps - out / decode_tok_s)[:keep])
-        req_resumed.append(resumed[:keep])
+        emit(s, start, app, out, gaps, times, resumed, keep)
     if not req_time:
         raise UsageError("no session arrived; use a longer duration or a higher rate")
     time = np.concatenate(req_time)
