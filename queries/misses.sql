@@ -44,10 +44,13 @@ WITH carried AS (
     -- stream's first cache read. Streams are keyed by the 64-bit hash of (session_id,
     -- parent_session_id), as in steps.sql.
     SELECT *,
-        max(CASE WHEN cache_write_tokens > 0
-                 THEN position * 2
-                      + CASE WHEN coalesce(cache_write_1h_tokens, 0) > coalesce(cache_write_5m_tokens, 0)
-                             THEN 1 ELSE 0 END END) OVER earlier AS last_write_code,
+        -- (a stream's first request has no earlier one: NULL; requests without a session share a
+        -- window partition here but are each a stream of their own)
+        CASE WHEN position > 1 THEN
+            max(CASE WHEN cache_write_tokens > 0
+                     THEN position * 2
+                          + CASE WHEN coalesce(cache_write_1h_tokens, 0) > coalesce(cache_write_5m_tokens, 0)
+                                 THEN 1 ELSE 0 END END) OVER earlier END AS last_write_code,
         CASE WHEN position = 1 THEN cache_read_tokens
              ELSE first_value(cache_read_tokens) OVER earlier END AS first_read_tokens
     FROM request_steps

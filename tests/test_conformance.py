@@ -80,6 +80,10 @@ def _lakes(request: pytest.FixtureRequest, lakes: dict[str, Lake], name: str) ->
     return lakes[name], lakes[name]
 
 
+#: The views both engines register: misses.sql reads the agents' restarts from metric_points.
+VIEWS = ["requests", "events", "metric_points"]
+
+
 class Engines:
     """The DuckDB connection and the Spark engine over one lake (Spark's views are per session, so
     they are registered again when a test moves to another lake)."""
@@ -94,10 +98,10 @@ class Engines:
         from traceflow.engines.spark import SparkEngine
 
         if self.current != name:
-            self.engine = SparkEngine(self.spark, spark_lake or lake, ["requests", "events"])
+            self.engine = SparkEngine(self.spark, spark_lake or lake, VIEWS)
             self.current = name
         if name not in self.connections:
-            self.connections[name] = lake.connect(["requests", "events"])
+            self.connections[name] = lake.connect(VIEWS)
         return self.connections[name], self.engine
 
 
