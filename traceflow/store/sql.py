@@ -331,15 +331,18 @@ def statement(
     else:
         return query.sql(wanted)
     stored = uses_stored_steps(con)
+    # the narrowing is DuckDB's: on another engine the window runs over the whole lake (the same rows;
+    # the IN-subquery has no exact Spark translation in traceflow.engines.rewrite)
+    roots = "true" if isinstance(con, Engine) else roots_block(blocks)
     if query.name == "steps":
         if not stored:
-            return query.sql({**wanted, "roots": roots_block(blocks)})
+            return query.sql({**wanted, "roots": roots})
         where = wanted.get("selection") or _block_text(query, "selection")
         return f"SELECT * FROM {STEPS} -- stored by compaction\nWHERE {where}"
     sql = query.sql(wanted)
     if stored:
         return sql
-    return with_steps(sql, load("steps").sql({"selection": "true", "roots": roots_block(blocks)}))
+    return with_steps(sql, load("steps").sql({"selection": "true", "roots": roots}))
 
 
 def roots_block(blocks: Mapping[str, str] | None) -> str:
