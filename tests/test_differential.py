@@ -287,8 +287,11 @@ def engines(spark: Any, lake: Lake) -> Iterator[tuple[Any, Any]]:
     """The lake's DuckDB connection and a Spark engine over it (its views dropped afterwards)."""
     from traceflow.engines.spark import SparkEngine
 
-    con = lake.connect(["requests", "events"])
-    engine = SparkEngine(spark, lake, ["requests", "events"])
+    # the views of both: misses.sql reads the agents' restarts from metric_points (registered on Spark
+    # here, not left to whatever an earlier test module's engine registered in the shared session)
+    views = ["requests", "events", "metric_points"]
+    con = lake.connect(views)
+    engine = SparkEngine(spark, lake, views)
     try:
         yield con, engine
     finally:
