@@ -141,16 +141,21 @@ def agentic_coding_turns(
         req_think.append((gaps - out / decode_tok_s)[:keep])
         req_resumed.append(resumed[:keep])
 
-    # the reference workload (single pass, its random stream unchanged) ...
-    for s in range(n_sessions if cohort_sessions is None and at_cap == "compact" else 0):
-        m = max_turns
+    def turns(m: int) -> tuple[I64, I64, F64]:
+        """A session's ``m`` turns, drawn in this order: appended tokens, answer tokens, and the gap
+        after each request (the answer's decode time plus an exponential think time)."""
         big_app = rng.random(m) < 0.15
         app = np.where(big_app, rng.integers(1_500, 3_501, m), rng.integers(250, 601, m))
         app = np.maximum(app + rng.integers(-100, 101, m), 1)
         big_out = rng.random(m) < 0.15
         out = np.where(big_out, rng.integers(400, 901, m), rng.integers(40, 201, m))
         out = np.maximum(out + rng.integers(-100, 101, m), 1)
-        gaps = out / decode_tok_s + rng.exponential(think_s, m)
+        return app, out, out / decode_tok_s + rng.exponential(think_s, m)
+
+    # the reference workload (single pass, its random stream unchanged) ...
+    for s in range(n_sessions if cohort_sessions is None and at_cap == "compact" else 0):
+        m = max_turns
+        app, out, gaps = turns(m)
         resumed = np.zeros(m, dtype=np.bool_)
         if rng.random() < cohort_share:
             k = int(rng.integers(pause_after_turns[0], pause_after_turns[1] + 1))
@@ -169,13 +174,7 @@ def agentic_coding_turns(
     drawn = []
     for s in range(0 if cohort_sessions is None and at_cap == "compact" else n_sessions):
         m = max_turns
-        big_app = rng.random(m) < 0.15
-        app = np.where(big_app, rng.integers(1_500, 3_501, m), rng.integers(250, 601, m))
-        app = np.maximum(app + rng.integers(-100, 101, m), 1)
-        big_out = rng.random(m) < 0.15
-        out = np.where(big_out, rng.integers(400, 901, m), rng.integers(40, 201, m))
-        out = np.maximum(out + rng.integers(-100, 101, m), 1)
-        gaps = out / decode_tok_s + rng.exponential(think_s, m)
+        app, out, gaps = turns(m)
         k = int(rng.integers(pause_after_turns[0], pause_after_turns[1] + 1))
         pause = float(rng.uniform(*pause_s))
         start = int(rng.integers(initial_tokens[0], initial_tokens[1] + 1)) + system_tokens
