@@ -65,6 +65,13 @@ class Usage(msgspec.Struct):
     speed: str | None = None
     service_tier: str | None = None
 
+    def ttl_split(self) -> tuple[int | None, int | None]:
+        """The cache write's (5-minute, 1-hour) tokens; (None, None) where the line has no split."""
+        split = self.cache_creation
+        if split is None:
+            return None, None
+        return split.ephemeral_5m_input_tokens or 0, split.ephemeral_1h_input_tokens or 0
+
 
 class Block(msgspec.Struct):
     """One content block of a message; only its type matters here."""

@@ -63,14 +63,7 @@ def block(
     trigger_ts: int | None,
 ) -> tuple[Any, ...]:
     """The fields of one assistant block line, in :data:`COLUMNS` order (without ``file``)."""
-    breakdown = usage.cache_creation
-    w5: int | None
-    w1: int | None
-    if breakdown is not None:
-        w5 = breakdown.ephemeral_5m_input_tokens or 0
-        w1 = breakdown.ephemeral_1h_input_tokens or 0
-    else:
-        w5 = w1 = None
+    w5, w1 = usage.ttl_split()
     details = usage.output_tokens_details
     session, parent = ids(rec, file_agent, st)
     return (

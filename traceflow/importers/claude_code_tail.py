@@ -51,9 +51,7 @@ def _request(rec: Assistant, offset: int) -> TailRequest | None:
         return None
     if msg.model == "<synthetic>" or rec.isApiErrorMessage:
         return None
-    split = usage.cache_creation
-    w5 = (split.ephemeral_5m_input_tokens or 0) if split is not None else None
-    w1 = (split.ephemeral_1h_input_tokens or 0) if split is not None else None
+    w5, w1 = usage.ttl_split()
     write = usage.cache_creation_input_tokens or 0
     if write == 0 and (w5 or w1):
         write = (w5 or 0) + (w1 or 0)
