@@ -1,4 +1,5 @@
-"""Arrivals and load over time (DESIGN §3): new sessions per minute and whether they arrive as a
+"""Arrivals and load over time (docs/forensics.md#traceflow-load): new sessions per minute and whether they
+arrive as a
 Poisson process, requests per second, sessions open at once, tokens per second by kind.
 
 The series is ``queries/load.sql`` (one row per bucket, default one minute, empty buckets included).
