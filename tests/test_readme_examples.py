@@ -19,6 +19,7 @@ command reference (``docs/hooks.py``) holds no examples: it is the CLI's own hel
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -138,6 +139,7 @@ def readme_examples(text: str = MANUAL) -> list[str]:
 PROSE = ["traceflow import claude-code", "traceflow mix --by model", "traceflow report --html report.html"]
 
 
+@functools.cache
 def _registered() -> set[str]:
     import typer.main
 

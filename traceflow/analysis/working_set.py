@@ -9,8 +9,8 @@ selection's series is what its requests hold). The series gives, per
 bucket (default a minute), the average over the bucket and the value at its end; peak and
 percentiles are taken over the bucket averages from the first request to the last expiry (use a
 finer ``resolution_s`` for sharper peaks). Times ``kv_bytes_per_token``
-(docs/sizing-formulas.md#kv-bytes-per-token: e.g.
-126,976 B for MiniMax-M2 at FP8) it is the memory a tier must hold.
+(docs/sizing-formulas.md#kv-bytes-per-token: e.g. 126,976 B for
+MiniMax-M2 at FP8) it is the memory a tier must hold.
 
 The series needs one time base (a selection that mixes real telemetry with relative-time traces is
 refused, naming ``--source``) and has at most :data:`~traceflow.store.time_base.MAX_BUCKETS` buckets:

@@ -198,8 +198,7 @@ def state_bytes(c: Mapping[str, Any], kind: str, state_dtype: str | None = None)
 
     Conv state in the model dtype; the recurrent state in ``mamba_ssm_cache_dtype`` when the config
     sets it, fp32 for GatedDeltaNet and lightning attention (ASSUMPTION,
-    docs/sizing-formulas.md#kv-bytes-per-token), else the
-    model dtype. ``state_dtype`` overrides both.
+    docs/sizing-formulas.md#kv-bytes-per-token), else the model dtype. ``state_dtype`` overrides both.
     """
     conv_b = dtype_bytes(state_dtype or _model_dtype(c))
     if kind == "gdn":

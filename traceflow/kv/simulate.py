@@ -5,8 +5,8 @@ prefix-block ids. Tiers are given in bytes and hold ``capacity // (B × kv_bytes
 policies and the exclusive / inclusive hierarchy are described in :mod:`traceflow.kv.engines`.
 
 A request's usable hit is its longest resident prefix (every engine in
-docs/sizing-formulas.md#the-tier-model needs a
-contiguous prefix); tokens after the first missing block are recomputed. So, per request,
+docs/sizing-formulas.md#the-tier-model needs a contiguous prefix); tokens after the first missing
+block are recomputed. So, per request,
 ``Σ_tiers hit_tokens + recomputed_tokens = input_tokens``.
 
 TTFT model (per request, documented in :func:`traceflow.kv.sizing.ttft_seconds`)::

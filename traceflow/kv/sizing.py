@@ -316,8 +316,8 @@ PRICES_FILE = Path(__file__).with_name("prices.json")
 
 @dataclass(frozen=True)
 class Prices:
-    """Dated planning prices (docs/sizing-formulas.md#planning-prices; ASSUMPTIONS, override with ``--prices
-    FILE``).
+    """Dated planning prices (docs/sizing-formulas.md#planning-prices; ASSUMPTIONS, override with
+    ``--prices FILE``).
 
     The defaults are data, :data:`PRICES_FILE` (``traceflow/kv/prices.json``), read by :meth:`default`.
     A ``--prices`` file is JSON with any of these keys, replacing just those; copying the shipped file is
