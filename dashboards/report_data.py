@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from traceflow.prices import PriceModel
     from traceflow.store.selection import Selection
 
-#: KV bytes per token assumed when none is given (MiniMax-M2 at FP8, DESIGN §5): for the hit-ratio
+#: KV bytes per token assumed when none is given (MiniMax-M2 at FP8,
+#: docs/sizing-formulas.md#kv-bytes-per-token): for the hit-ratio
 #: and SSD charts, which need bytes.
 DEFAULT_KV_BYTES_PER_TOKEN = 126_976.0
 #: TTLs of the what-if cost curve (seconds).

@@ -1,4 +1,4 @@
--- token_mix: the four token kinds' totals and shares, and the reuse ratio (DESIGN §3), over all
+-- token_mix: the four token kinds' totals and shares, and the reuse ratio (docs/everyday.md#traceflow-mix), over all
 -- requests in the time window (the same numbers as `traceflow mix`).
 -- reuse_ratio = cache_read / (cold_input + cache_read + cache_write), token-weighted.
 -- params:  $since TIMESTAMPTZ = NULL  only requests at or after this time

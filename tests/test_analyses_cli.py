@@ -189,7 +189,8 @@ def test_claude_transcript_gap_and_ttl_validation(lake: Lake) -> None:
     run_import(lake, importers.get("claude-code"), [EXAMPLES / "claude-transcript.jsonl"])
     con = lake.connect()
     rows = gaps.gap_rows(con).select("gap_s", "kind").rows()
-    assert rows == [(0.6, "agent"), (441.0, "human")]  # README: 10:07:30 - 10:00:09
+    # tests/data/agent-examples/README.md: 10:07:30 - 10:00:09
+    assert rows == [(0.6, "agent"), (441.0, "human")]
     v = {r["gap_class"]: r for r in ttl.ttl_validation(con).to_dicts()}
     # after the 441 s gap the request wrote 16,600 tokens; after the 0.6 s gap 310
     assert v["medium"]["cache_write_tokens"] == 16_600 and v["short"]["cache_write_tokens"] == 310
@@ -268,7 +269,8 @@ def test_weka_gaps_match_the_raw_files(weka: tuple[Any, dict[str, Any]]) -> None
     assert g["gaps"] == len(raw["gaps"])
     assert g["p50_s"] == pytest.approx(statistics.median(raw["gaps"]), abs=1e-6)
     assert g["max_s"] == pytest.approx(max(raw["gaps"]), abs=1e-6)
-    # published (REPLAY_FORMATS_AND_TRACES §4, 710 traces): think time p25/p50/p75 = 5/10/33 s; the
+    # published (docs/formats.md#kv-cache-tester-claude-code-sessions, 710 traces): think time p25/p50/p75 =
+    # 5/10/33 s; the
     # gap equals the client's think time within the 1 s rounding of t
     assert abs(g["p50_s"] - statistics.median(raw["think"])) <= 2.5
     assert 5 <= g["p50_s"] <= 15
@@ -308,7 +310,8 @@ def test_weka_ttl_and_working_set_run(weka: tuple[Any, dict[str, Any]]) -> None:
     "source, path, requests",
     [
         ("mooncake", "mooncake_conversation_trace.jsonl", 12_031),  # Mooncake FAST'25 Table 2
-        ("azure", "AzureLLMInferenceTrace_code_2023.csv", 8_819),  # REPLAY_FORMATS_AND_TRACES §4
+        # docs/formats.md#azure-llm-inference-trace-2023
+        ("azure", "AzureLLMInferenceTrace_code_2023.csv", 8_819),
     ],
 )
 def test_every_analysis_runs_on_public_traces(

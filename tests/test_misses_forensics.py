@@ -193,7 +193,7 @@ def test_misses_by_version(corpus: Lake, cli: Cli) -> None:
 
 
 def _fake_prompt(k: int) -> tuple[int, int]:
-    """The fake API's k-th answer (tests/data/claude-code-otlp, CLAUDE_CODE_REAL_CLIENT.md): input
+    """The fake API's k-th answer (tests/data/claude-code-otlp, tests/fake_anthropic.py): input
     11 + 100(k-1), cache creation 333 + 100(k-1), cache read 4444 + 100(k-1): (prompt, read)."""
     step = 100 * (k - 1)
     return (11 + step) + (333 + step) + (4444 + step), 4444 + step
@@ -437,11 +437,11 @@ def test_compare_resumes_with_matched_idle_gaps(lake: Lake, tmp_path: Path, cli:
     assert code == 2 and "choose from resume, version, model" in err
 
 
-def test_the_readme_worked_example_is_this_corpus(corpus: Lake, cli: Cli) -> None:
+def test_the_docs_worked_example_is_this_corpus(corpus: Lake, cli: Cli) -> None:
     from traceflow.analysis.timeline import table, timeline
     from traceflow.output import Rows, render
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "forensics.md").read_text()
     code, out, _ = cli("misses")
     assert code == 0 and out.strip() in readme
     keep = ["gap", "cold", "read", "write_5m", "write_1h", "context", "ttl", "restart", "cause"]

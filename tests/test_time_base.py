@@ -1,4 +1,5 @@
-"""Time bases (DESIGN §2): real telemetry beside relative-time traces on one small mixed lake.
+"""Time bases (docs/everyday.md#time-bases): real telemetry beside relative-time traces on one small mixed
+lake.
 
 Analyses over time refuse a mix naming ``--source`` (load, working-set, export) or keep to one time
 base and say so (report); no time grid passes the bucket cap; sessionless and t = 0-aligned traces

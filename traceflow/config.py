@@ -1,6 +1,6 @@
 """Settings: every one in one table, resolved as flag > environment variable > default.
 
-The README lists each setting (a test checks it). This module is the only reader of the process
+docs/settings.md lists each setting (a test checks it). This module is the only reader of the process
 environment for traceflow's own settings, and imports only the standard library: the result
 cache's fast path (``traceflow._entry``) resolves the data directory here before anything heavy.
 """

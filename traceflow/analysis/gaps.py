@@ -1,4 +1,5 @@
-"""Inter-turn idle gaps (DESIGN §3): how long a session sits idle between requests, against cache TTLs.
+"""Inter-turn idle gaps (docs/forensics.md#traceflow-gaps): how long a session sits idle between requests,
+against cache TTLs.
 
 Within a session *stream* (one ``(session_id, parent_session_id)``: a sub-agent is its own stream),
 requests are ordered by ``(started_at, seq)`` and a request's idle gap is its ``started_at`` minus

@@ -1,4 +1,5 @@
-"""Cache health (DESIGN §3): a window's prompt-cache reuse against a baseline, for alerts from cron.
+"""Cache health (docs/forensics.md#traceflow-check): a window's prompt-cache reuse against a baseline, for
+alerts from cron.
 
 Three checks, each comparing the window (default: the last whole UTC day) with the baseline (default:
 the 7 days before the window):

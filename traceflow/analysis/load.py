@@ -1,5 +1,5 @@
-"""Arrivals and load over time (DESIGN §3): new sessions per minute and whether they arrive as a
-Poisson process, requests per second, sessions open at once, tokens per second by kind.
+"""Arrivals and load over time (docs/forensics.md#traceflow-load): new sessions per minute and whether
+they arrive as a Poisson process, requests per second, sessions open at once, tokens per second by kind.
 
 The series is ``queries/load.sql`` (one row per bucket, default one minute, empty buckets included).
 The Poisson check is the index-of-dispersion test: for counts ``x_1..x_n`` per bucket, ``D =

@@ -1,4 +1,5 @@
-"""Cache misses and their causes (DESIGN §3): which requests missed the prompt cache, and why.
+"""Cache misses and their causes (docs/forensics.md#traceflow-misses): which requests missed the prompt
+cache, and why.
 
 Per request (``queries/misses.sql``, over the ``request_steps`` window):
 

@@ -1,4 +1,5 @@
-"""The token mix: the four kinds' totals, their shares, and the reuse ratio (DESIGN §3)."""
+"""The token mix: the four kinds' totals, their shares, and the reuse ratio
+(docs/everyday.md#traceflow-mix)."""
 
 from __future__ import annotations
 

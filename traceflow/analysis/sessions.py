@@ -1,4 +1,5 @@
-"""Sessions (DESIGN §3): turns, requests, duration, context growth, compactions, sub-agents, resumes.
+"""Sessions (docs/everyday.md#traceflow-sessions): turns, requests, duration, context growth, compactions,
+sub-agents, resumes.
 
 A session folds its sub-agents in (``coalesce(parent_session_id, session_id)``); the context figures,
 turns, growth, context drops and resumes come from its main stream. Definitions are in the header of

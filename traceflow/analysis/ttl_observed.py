@@ -1,4 +1,5 @@
-"""The TTL in force (DESIGN §3): the cache TTL the requests' writes asked for, per UTC day, and its changes.
+"""The TTL in force (docs/forensics.md#traceflow-misses): the cache TTL the requests' writes asked for, per
+UTC day, and its changes.
 
 * A day's ``ttl_in_force_s`` is 3600 when most of its split write tokens (those the source reports
   as 5-minute or 1-hour writes) were 1-hour writes, else 300; ``share_1h_writes`` is that share.

@@ -8,8 +8,8 @@ line it prints. This line says, for that session:
   included, and its token-weighted **reuse ratio** today, ``cache_read / (cold + read + write)``;
 * how long its **cache stays warm**: the TTL in force minus the time since the session's last
   request. The TTL in force is 1 hour when most of the session's cache-write tokens (today, main
-  stream) were 1-hour writes, else 5 minutes (DESIGN §3); a cache read refreshes the TTL, so the
-  clock starts at the last request, whatever it read or wrote.
+  stream) were 1-hour writes, else 5 minutes (docs/forensics.md#traceflow-misses); a cache read
+  refreshes the TTL, so the clock starts at the last request, whatever it read or wrote.
 
 Where the numbers come from: the session's transcript (``transcript_path``, and its sub-agents'
 files beside it), read from its end back to the start of the day (or an hour ago, if earlier, so a

@@ -7,7 +7,7 @@ session's length. Lines are decoded by the importer's decoder
 (:data:`~traceflow.importers.claude_code_records.DECODER`) and deduplicated as the importer does:
 one request per ``(requestId, message.id)``, its most complete copy (largest token total, the last
 written among equals); API errors and synthetic messages carry no tokens. A cache write reported as 0
-with a non-zero 5m/1h breakdown is the breakdown's sum (DESIGN §1).
+with a non-zero 5m/1h breakdown is the breakdown's sum (docs/schemas.md#the-four-token-kinds).
 """
 
 from __future__ import annotations

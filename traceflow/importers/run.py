@@ -549,7 +549,7 @@ def _import_files(
         _check_format(importer, summary, plans)
 
 
-#: What each importer reads, for the messages below (the README's table of sources says the same).
+#: What each importer reads, for the messages below (the table of sources in docs/collector.md says the same).
 READS: dict[str, str] = {
     "claude-code": "Claude Code transcripts (projects/<project>/<session>.jsonl)",
     "codex": "Codex rollouts (sessions/YYYY/MM/DD/rollout-*.jsonl)",
@@ -589,7 +589,8 @@ def _other_sources(importer: Importer, root: Path) -> list[str]:
 def _no_default_location(importer: Importer) -> UsageError:
     if importer.name in _LOOKS_LIKE:
         return UsageError(
-            f"no {importer.name} logs found in the default location (see the README's table of sources); "
+            f"no {importer.name} logs found in the default location "
+            "(see the table of sources in docs/collector.md); "
             f"pass the path of {_reads(importer)}: traceflow import {importer.name} PATH"
         )
     return UsageError(

@@ -1,4 +1,4 @@
-"""Time bases: agent telemetry beside public serving traces (DESIGN §2).
+"""Time bases: agent telemetry beside public serving traces (docs/everyday.md#time-bases).
 
 Every source has a *time base*, one per kind of source. Agent telemetry (Claude Code, Codex, Gemini,
 OTLP, TraceLab, ...) shares one: ``agent``, absolute UTC times. Each public serving trace

@@ -1,6 +1,6 @@
 """The time zone of days, weeks and months, and of printed times (``--tz``, ``TRACEFLOW_TZ``).
 
-The lake keeps UTC (DESIGN §2); a zone only changes how times are *grouped* (``--by day``,
+The lake keeps UTC (docs/lake.md#data-model); a zone only changes how times are *grouped* (``--by day``,
 ``--by week``, ``--by month``, the 5-hour blocks' printed bounds) and *printed*, and how a date or
 time without an offset in ``--since``/``--until`` is read.
 
