@@ -108,6 +108,17 @@ def _exit_code(code: Any) -> int:
     return code if isinstance(code, int) else 1
 
 
+def _logs_current(data_dir: str) -> bool:
+    """False when the command will first import what is new in the lake's local agent logs (see
+    :mod:`traceflow.store.local_logs`): the stored answer may be out of date, so it is not served.
+    One ``stat`` per folder and per file of those logs."""
+    from traceflow.store import local_logs
+
+    if not local_logs.enabled(sys.argv[2:]):
+        return True
+    return local_logs.current(os.path.join(data_dir, "v1", "_state"))
+
+
 def main() -> None:
     """Serve a cached result when the command and the lake allow it, else run the CLI (and record it)."""
     if sys.argv[1:2] == ["statusline"]:  # Claude Code runs it after every message: no typer, no cache
@@ -123,7 +134,7 @@ def main() -> None:
         from traceflow.store import result_cache
 
         plan = result_cache.plan(sys.argv)
-        if plan is not None:
+        if plan is not None and _logs_current(plan.data_dir):
             hit = result_cache.lookup(plan)
             if hit is None:
                 snapshot = result_cache.Snapshot(plan.data_dir)
