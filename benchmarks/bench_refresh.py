@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -56,14 +57,24 @@ REPO = Path(__file__).resolve().parent.parent
 TARGETS = {"first": 1.4, "nothing_new_stored": 0.2, "one_percent_new": 0.2}
 
 
-def timed(cmd: list[str], env: dict[str, str], out: Path) -> float:
-    """Wall seconds of ``cmd`` with stdout to ``out``; a failure stops the benchmark."""
+#: CPU seconds (user + system) of each timed process, by the label of its figure.
+CPU: dict[str, list[float]] = {}
+
+
+def timed(cmd: list[str], env: dict[str, str], out: Path, label: str | None = None) -> float:
+    """Wall seconds of ``cmd`` with stdout to ``out`` (its CPU seconds go to :data:`CPU` under
+    ``label``); a failure stops the benchmark."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with out.open("wb") as fh:
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, env=env, stdout=fh, stderr=subprocess.PIPE, check=False)
         wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.decode()[-2000:]}")
+    if label is not None:
+        cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+        CPU.setdefault(label, []).append(cpu)
     return wall
 
 
@@ -124,18 +135,20 @@ def main(argv: list[str] | None = None) -> int:
         env = {**base, "XDG_DATA_HOME": str(work / f"xdg-{i}")}  # a fresh default lake each round
         out = work / f"r{i}"
         out.mkdir()
-        times["ccusage"].append(timed(cc, env, out / "ccusage.json"))
-        times["first"].append(timed(tf, env, out / "first.json"))
+        times["ccusage"].append(timed(cc, env, out / "ccusage.json", "ccusage"))
+        times["first"].append(timed(tf, env, out / "first.json", "first"))
         written = time.time()
-        times["nothing_new_computed"].append(timed(tf, env, out / "computed.json"))
+        times["nothing_new_computed"].append(timed(tf, env, out / "computed.json", "nothing_new_computed"))
         time.sleep(max(0.0, written + 2.2 - time.time()))  # past the result cache's racy window
         timed(tf, env, out / "store.json")  # computes and stores the answer
-        times["nothing_new_stored"].append(timed(tf, env, out / "stored.json"))
+        times["nothing_new_stored"].append(timed(tf, env, out / "stored.json", "nothing_new_stored"))
         grown = grow_corpus(corpus, REFRESH_SHARE)
         try:
             grown_bytes = sum(f.stat().st_size - size for f, size in grown)
-            times["ccusage_after_growth"].append(timed(cc, env, out / "ccusage_grown.json"))
-            times["one_percent_new"].append(timed(tf, env, out / "grown.json"))
+            times["ccusage_after_growth"].append(
+                timed(cc, env, out / "ccusage_grown.json", "ccusage_after_growth")
+            )
+            times["one_percent_new"].append(timed(tf, env, out / "grown.json", "one_percent_new"))
         finally:
             shrink_corpus(grown)
         cc_days, cc_grown = ccusage_days(out / "ccusage.json"), ccusage_days(out / "ccusage_grown.json")
@@ -154,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"round {i}: " + ", ".join(f"{k} {v[-1]:.3f}s" for k, v in times.items()), file=sys.stderr)
 
     figures = {k: spread(v) for k, v in times.items()}
+    cpu = {k: spread(v) for k, v in CPU.items()}
     cc_med = figures["ccusage"]["median"]
     grown_med = figures["ccusage_after_growth"]["median"]
     ratios = {
@@ -171,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpus": os.cpu_count(),
         "loadavg_1m": load,
         "seconds": figures,
+        "cpu_seconds": cpu,
         "traceflow_over_ccusage": ratios,
         "totals_agree": checks,
     }
@@ -189,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         ("ccusage 20.0.24", "`daily` after +1 % lines", "ccusage_after_growth", None),
         ("traceflow", "after +1 % lines (refresh reads only them)", "one_percent_new", "one_percent_new"),
     ]
-    print("| tool | run | median s | range s | × ccusage's time | target |\n|---|---|---:|---:|---:|---|")
+    print("| tool | run | median s | range s | CPU s | × ccusage's time | target |")
+    print("|---|---|---:|---:|---:|---:|---|")
     for tool, what, key, ratio in rows:
         f = figures[key]
         r = f"{ratios[ratio]:.2f}" if ratio else "—"
@@ -199,7 +215,10 @@ def main(argv: list[str] | None = None) -> int:
             if goal is None or ratio is None
             else f"≤ {goal} {'met' if ratios[ratio] <= goal else 'missed'}"
         )
-        print(f"| {tool} | {what} | {f['median']:.3f} | {f['min']:.3f}–{f['max']:.3f} | {r} | {verdict} |")
+        print(
+            f"| {tool} | {what} | {f['median']:.3f} | {f['min']:.3f}–{f['max']:.3f} | "
+            f"{cpu[key]['median']:.3f} | {r} | {verdict} |"
+        )
     print(
         f"\ntotals agree with ccusage in every run: {all(all(c.values()) for c in checks)}; "
         f"load average {min(load):.1f}–{max(load):.1f} on {os.cpu_count()} CPUs"

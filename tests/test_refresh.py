@@ -19,7 +19,7 @@ import pytest
 
 from tests.conftest import EXAMPLES
 from tests.test_result_cache import entries, run, settle
-from traceflow.importers.refresh import refresh, remember
+from traceflow.importers.refresh import folders, refresh, remember
 from traceflow.store import local_logs
 from traceflow.store.lake import Lake
 
@@ -37,6 +37,11 @@ def transcript(root: Path, project: str = "-home-u-proj", session: str = "s") ->
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(HEAD)
     return path
+
+
+def watch(lake: Lake, root: Path) -> None:
+    """What ``traceflow import claude-code root`` records (without importing: refresh() does)."""
+    remember(lake, "claude-code", [root], folders([root]))
 
 
 def mix(cli: Cli, *args: str, data: bool = True) -> tuple[int, ...]:
@@ -69,7 +74,7 @@ def test_an_appended_line_is_in_the_next_report_without_an_import(cli: Cli, tmp_
 def test_an_unchanged_file_is_not_read_again(lake: Lake, tmp_path: Path) -> None:
     one = transcript(tmp_path / "claude", session="one")
     transcript(tmp_path / "claude", project="-home-u-b", session="two")
-    remember(lake, "claude-code", [tmp_path / "claude" / "projects"])
+    watch(lake, tmp_path / "claude" / "projects")
     (first,) = refresh(lake)
     assert (first.files_seen, first.files_read, first.bytes_read) == (2, 2, 2 * len(HEAD))
     assert local_logs.current(lake.state_dir)
@@ -78,15 +83,15 @@ def test_an_unchanged_file_is_not_read_again(lake: Lake, tmp_path: Path) -> None
         fh.write(TAIL)
     assert not local_logs.current(lake.state_dir)
     (grown,) = refresh(lake)
-    # the grown file only, and of it only the appended bytes
-    assert (grown.files_seen, grown.files_read, grown.bytes_read) == (2, 1, len(TAIL))
+    # the grown file only (the other was not even planned), and of it only the appended bytes
+    assert (grown.files_seen, grown.files_read, grown.bytes_read) == (1, 1, len(TAIL))
     assert grown.rows["requests"] == 1
     assert refresh(lake) == []
 
 
 def test_a_file_in_a_new_folder_makes_the_logs_stale(lake: Lake, tmp_path: Path) -> None:
     transcript(tmp_path / "claude")
-    remember(lake, "claude-code", [tmp_path / "claude" / "projects"])
+    watch(lake, tmp_path / "claude" / "projects")
     refresh(lake)
     assert local_logs.current(lake.state_dir)
     transcript(tmp_path / "claude", project="-home-u-new", session="n")
@@ -140,7 +145,7 @@ def test_the_result_cache_serves_no_answer_the_logs_outdated(lake: Lake, tmp_pat
     """The cache's fast path checks the logs first (before the fix it served the stored answer: the
     lake itself had not changed yet)."""
     path = transcript(tmp_path / "claude")
-    remember(lake, "claude-code", [tmp_path / "claude" / "projects"])
+    watch(lake, tmp_path / "claude" / "projects")
     refresh(lake)
     settle(lake)
     args = ["mix", "--format", "json"]

@@ -108,7 +108,7 @@ def import_(
     """Import agent logs or trace files into the lake; files already imported add nothing."""
     from traceflow import importers
     from traceflow.importers.interrupt import ImportInterrupted
-    from traceflow.importers.refresh import remember
+    from traceflow.importers.refresh import folders, remember
     from traceflow.importers.run import run_import
     from traceflow.output import to_json
 
@@ -117,9 +117,11 @@ def import_(
     progress = _Progress(f"importing {source}", enabled=fmt != "json")
     try:
         with _writing(lake, "import"):
-            # an agent's logs: later read commands bring them up to date first (docs/freshness.md)
-            remember(lake, source, paths or importer.default_paths())
+            roots = paths or importer.default_paths()
+            dirs = folders(roots)  # before the import lists them
             summary = run_import(lake, importer, paths or None, progress=progress, jobs=jobs)
+            # an agent's logs: later read commands bring them up to date first (docs/freshness.md)
+            remember(lake, source, roots, dirs)
     except ImportInterrupted as e:
         progress.close()
         typer.echo(f"traceflow: interrupted: {e}", err=True)

@@ -243,10 +243,11 @@ def _refresh(lake: Lake, default: bool, refresh: bool) -> None:
 
     if not refresh or not local_logs.setting_on():
         return
-    if not default and not os.path.exists(local_logs.marker_path(lake.state_dir)):
+    marked = os.path.exists(local_logs.marker_path(lake.state_dir))
+    if not default and not marked:
         return  # a lake that imports no local agent logs
-    if not default and local_logs.current(lake.state_dir):
-        return
+    if marked and local_logs.current(lake.state_dir):
+        return  # nothing new (an agent's folder that appeared since is found at the next change)
     from traceflow.errors import TraceflowError
     from traceflow.importers.refresh import refresh as refresh_logs
 

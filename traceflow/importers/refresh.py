@@ -28,21 +28,24 @@ def default_sources() -> dict[str, list[str]]:
     return out
 
 
-def remember(lake: Lake, source: str, roots: Sequence[Path]) -> None:
-    """Record, before ``traceflow import source roots`` reads them, that ``lake`` imports these roots
-    (agent sources only): later read commands refresh from them. Their directories' mtimes are taken
-    now, before the import lists them (see :func:`local_logs.directories`)."""
+def folders(roots: Sequence[Path]) -> dict[str, int]:
+    """The folders under ``roots`` with their mtimes, taken before an import lists them: pass them
+    to :func:`remember` once the import has succeeded (see :func:`local_logs.directories`)."""
+    return local_logs.directories(str(r.resolve()) for r in roots)
+
+
+def remember(lake: Lake, source: str, roots: Sequence[Path], dirs: dict[str, int]) -> None:
+    """Record that ``traceflow import source roots`` ran on ``lake`` (agent sources only): later read
+    commands refresh from these roots. ``dirs``: :func:`folders` of the roots, taken before the import."""
     if source not in local_logs.AGENTS or not roots:
         return
-    lake.ensure()
     marker = local_logs.read_marker(lake.state_dir)
     sources = local_logs.sources_of(marker)
     known = sources.setdefault(source, [])
-    added = [str(r.resolve()) for r in roots]
-    known += [r for r in added if r not in known]
-    dirs = marker.get("dirs")
-    kept = {k: v for k, v in dirs.items() if isinstance(v, int)} if isinstance(dirs, dict) else {}
-    kept.update(local_logs.directories(added))
+    known += [text for r in roots if (text := str(r.resolve())) not in known]
+    recorded = marker.get("dirs")
+    kept = {k: v for k, v in recorded.items() if isinstance(v, int)} if isinstance(recorded, dict) else {}
+    kept.update(dirs)
     local_logs.write_marker(lake.state_dir, sources, kept)
 
 
@@ -60,17 +63,23 @@ def refresh(lake: Lake, *, default_lake: bool = False) -> list[ImportSummary]:
             known += [r for r in roots if r not in known]
     if not sources:
         return []
-    if marker and sources == local_logs.sources_of(marker) and local_logs.current(lake.state_dir):
-        return []  # nothing changed: one stat per folder and per file
+    found = local_logs.changes(lake.state_dir) if marker else None
+    if found is not None and sources == local_logs.sources_of(marker) and not found[0]:
+        # no file added or removed: read only the files that changed (one stat each found them)
+        summaries = [
+            run_import(lake, importers.get(name), files=[Path(f) for f in changed])
+            for name, changed in found[1].items()
+            if changed
+        ]
+        return summaries
     all_roots = [r for roots in sources.values() for r in roots]
     dirs = local_logs.directories(all_roots)  # before the import lists them: see directories()
     summaries = []
     for name, roots in sources.items():
         importer = importers.get(name)
-        present = [Path(r) for r in roots if os.path.exists(r)]
-        present = [r for r in present if importer.discover(r)]
-        if present:
-            summaries.append(run_import(lake, importer, present))
+        files = [f for r in roots if os.path.exists(r) for f in importer.discover(Path(r))]
+        if files:
+            summaries.append(run_import(lake, importer, files=files))
     lake.ensure()
     local_logs.write_marker(lake.state_dir, sources, dirs)
     return summaries

@@ -107,29 +107,41 @@ def directories(roots: Iterable[str]) -> dict[str, int]:
 def current(state_dir: str | os.PathLike[str]) -> bool:
     """True when none of the logs the lake imports changed since its last refresh: no directory
     under its roots changed (no file added or removed) and every file read is the size and mtime the
-    importer recorded. One ``stat`` per directory and per file; nothing is opened but two JSON files."""
+    importer recorded. One ``stat`` per directory and per file; nothing is opened but JSON files."""
+    found = changes(state_dir)
+    return found is None or (not found[0] and not any(found[1].values()))
+
+
+def changes(state_dir: str | os.PathLike[str]) -> tuple[bool, dict[str, list[str]]] | None:
+    """What changed in the logs the lake imports since its last refresh: ``(moved, files)``, where
+    ``moved`` says a folder under the roots changed (a file was added or removed: the roots must be
+    listed again) and ``files`` names, per importer, the files it has read whose size or mtime
+    changed since (only those need reading). None when the lake imports no local agent logs."""
     marker = read_marker(state_dir)
     sources = sources_of(marker)
     if not sources:
-        return True
+        return None
     dirs = marker.get("dirs")
-    if not isinstance(dirs, dict):
-        return False
-    for folder, mtime in dirs.items():
+    moved = not isinstance(dirs, dict)
+    for folder, mtime in (dirs if isinstance(dirs, dict) else {}).items():
         try:
             if os.stat(folder).st_mtime_ns != mtime:
-                return False
+                moved = True
+                break
         except OSError:
-            return False  # a folder went away: the next refresh records what is left
+            moved = True  # a folder went away: the next refresh records what is left
+            break
     import orjson
 
+    changed: dict[str, list[str]] = {}
     for name, roots in sources.items():
         try:
             with open(os.path.join(os.fspath(state_dir), "imports", f"{name}.json"), "rb") as fh:
                 state = orjson.loads(fh.read())
         except (OSError, ValueError):
-            return False
+            return True, {}  # never imported (or unreadable bookkeeping): read it all
         prefixes = tuple(r.rstrip(os.sep) + os.sep for r in roots)
+        grown = changed.setdefault(name, [])
         for path, rec in state.items():
             if not (path in roots or path.startswith(prefixes)):
                 continue  # imported from elsewhere by hand: not refreshed
@@ -138,9 +150,7 @@ def current(state_dir: str | os.PathLike[str]) -> bool:
             except OSError:
                 continue  # removed: its folder's mtime says so
             if st.st_size != rec.get("size") or st.st_mtime_ns != rec.get("mtime_ns"):
-                return False
+                grown.append(path)
         # a root that is a file (``import claude-code one.jsonl``) and is not read yet
-        for root in roots:
-            if root not in state and os.path.isfile(root):
-                return False
-    return True
+        moved = moved or any(root not in state and os.path.isfile(root) for root in roots)
+    return moved, changed
