@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import EXAMPLES
-from tests.test_result_cache import entries, run, settle
+from tests.test_result_cache import entries, heavy_imports, run, settle
 from traceflow.importers.refresh import folders, refresh, remember
 from traceflow.store import local_logs
 from traceflow.store.lake import Lake
@@ -153,6 +153,9 @@ def test_the_result_cache_serves_no_answer_the_logs_outdated(lake: Lake, tmp_pat
     assert first.returncode == 0, first.stderr
     assert json.loads(first.stdout)["requests"] == 2
     assert entries(lake)  # stored: the next run with nothing new is a hit
+    hit = run(lake, *args, module=True, importtime=True)
+    assert hit.stdout == first.stdout
+    assert heavy_imports(hit.stderr) == []  # the logs checked with stats, then the stored answer
     with path.open("ab") as fh:
         fh.write(TAIL)
     second = run(lake, *args, module=True)

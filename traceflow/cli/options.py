@@ -226,14 +226,19 @@ def open_lake(data: Path | None, *, create: bool = False, refresh: bool = True) 
 
 def _fills_default_lake(default: bool, refresh: bool) -> bool:
     """Whether a read command may create the default lake: it refreshes and an agent's default log
-    folder exists."""
+    folder holds logs."""
     from traceflow.store import local_logs
 
     if not (default and refresh and local_logs.setting_on()):
         return False
+    from traceflow import importers
     from traceflow.importers.refresh import default_sources
 
-    return bool(default_sources())
+    return any(
+        importers.get(name).discover(Path(root))
+        for name, roots in default_sources().items()
+        for root in roots
+    )
 
 
 def _refresh(lake: Lake, default: bool, refresh: bool) -> None:
