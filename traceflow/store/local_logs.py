@@ -10,8 +10,8 @@ A lake **imports local agent logs** when either
 
 Every read command on such a lake first brings it up to date
 (:func:`traceflow.importers.refresh.refresh`), unless ``--no-refresh`` or ``TRACEFLOW_REFRESH=0``
-turns that off. Whether anything changed is decided here, with the standard library only (the
-result cache's fast path asks before anything heavy is imported): one ``stat`` per directory under
+turns that off. Whether anything changed is decided here, with the standard library and orjson
+only (the result cache's fast path asks before anything heavy is imported): one ``stat`` per directory under
 the roots (a file added or removed changes its folder's mtime) and one per file the importer has read
 (its size and mtime against the importer's bookkeeping, ``<state>/imports/<importer>.json``, the
 same test the importer uses to skip an unchanged file). Documented in ``docs/freshness.md``.
