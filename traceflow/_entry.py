@@ -1,12 +1,13 @@
 """The ``traceflow`` console script and ``python -m traceflow``: the result cache's fast path, then the CLI.
 
 Only the standard library (and orjson, for the import bookkeeping that says whether the local agent
-logs changed: :mod:`traceflow.store.local_logs`) is imported before the cache is consulted: a
-repeated report over an unchanged lake (see :mod:`traceflow.store.result_cache`) is written from
-the cache without importing typer, DuckDB, polars or pyarrow. Otherwise :func:`traceflow.cli.app.main` runs as always; when the command is
-cacheable its stdout and stderr are recorded on the way out (``print``, ``typer.echo``,
-``sys.stdout.write`` and ``sys.stdout.buffer.write`` all go through the recorder) and stored if it
-exits 0. Anything going wrong with the cache is a miss: the command itself never fails because of it.
+logs changed: :mod:`traceflow.store.local_logs`) is imported before the cache is consulted: a repeated
+report over an unchanged lake (see :mod:`traceflow.store.result_cache`) is written from the cache
+without importing typer, DuckDB, polars or pyarrow. Otherwise :func:`traceflow.cli.app.main` runs as
+always; when the command is cacheable its stdout and stderr are recorded on the way out (``print``,
+``typer.echo``, ``sys.stdout.write`` and ``sys.stdout.buffer.write`` all go through the recorder) and
+stored if it exits 0. Anything going wrong with the cache is a miss: the command itself never fails
+because of it.
 """
 
 from __future__ import annotations
