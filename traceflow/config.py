@@ -55,6 +55,13 @@ SETTINGS: tuple[Setting, ...] = (
         "`0` turns off the result cache that serves repeated reports (<data>/v1/_cache/results).",
     ),
     Setting(
+        "refresh",
+        "TRACEFLOW_REFRESH",
+        "1 (on)",
+        "`0` stops read commands from first importing what is new in the local agent logs the lake "
+        "imports (`--no-refresh` does it for one command; see docs/freshness.md).",
+    ),
+    Setting(
         "native",
         "TRACEFLOW_NATIVE",
         "1 (on where numba is installed)",

@@ -58,6 +58,10 @@ class Rows:
 
 #: Set by ``--wide``: tables keep every column whatever the terminal's width.
 WIDE = False
+#: Set when a command opens a lake fed by ``traceflow serve`` (``traceflow.cli.options.open_lake``),
+#: else None: ``(footer line, JSON member)`` saying how fresh the lake is (``docs/freshness.md``).
+#: Tables and markdown end with the line; a JSON object gets the member as ``freshness``.
+FRESHNESS: tuple[str, dict[str, Any]] | None = None
 #: Columns kept when a table is cut to fit (besides its leading label columns), by name fragment.
 _KEEP = ("requests", "total", "cost", "usd", "reuse_ratio", "hit_ratio")
 _GAP = 2
@@ -335,14 +339,29 @@ def to_json(value: Any) -> str:
     return orjson.dumps(value, default=_json_default, option=orjson.OPT_INDENT_2).decode()
 
 
+def document(value: Any) -> Any:
+    """A JSON document as printed: an object gains a ``freshness`` member on a lake fed by serve
+    (:data:`FRESHNESS`); a list keeps its shape (scripts index it), so it gains nothing."""
+    if FRESHNESS is not None and isinstance(value, dict) and "freshness" not in value:
+        return {**value, "freshness": FRESHNESS[1]}
+    return value
+
+
+def footer(text: str) -> str:
+    """A table's or a report's text with the freshness line under it (on a lake fed by serve)."""
+    if FRESHNESS is None:
+        return text
+    return text.rstrip("\n") + "\n" + FRESHNESS[0]
+
+
 def render(result: Rows | pl.DataFrame, fmt: str, *, single: bool = False) -> str:
     """``result`` in ``fmt``; with ``single`` a one-row result is one JSON object, not a list."""
     rows = Rows.of(result)
     if fmt == "json":
         recs = rows.records()
-        return to_json(recs[0] if single and len(recs) == 1 else recs)
+        return to_json(document(recs[0] if single and len(recs) == 1 else recs))
     if fmt == "csv":
         return render_csv(rows)
     if fmt == "markdown":
-        return render_markdown(rows)
-    return render_table(rows)
+        return footer(render_markdown(rows))
+    return footer(render_table(rows))

@@ -392,6 +392,10 @@ def report(
         parse_duration(resume_after, "--resume-after"),
         parse_duration(resolution, "--resolution"),
     )
+    from traceflow import output
+
+    if fmt != "json" and output.FRESHNESS is not None:  # a lake fed by serve: how fresh, first
+        typer.echo(output.FRESHNESS[0])
     if fmt == "json":
         echo(rep.as_dict(), fmt)
     elif fmt == "markdown":

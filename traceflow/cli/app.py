@@ -40,7 +40,9 @@ def _root(
     ),
 ) -> None:
     # A callback keeps the app a group of commands when only one of them is registered.
-    pass
+    from traceflow import output
+
+    output.FRESHNESS = None  # set again by the command if it opens a lake fed by serve
 
 
 #: Every command, in the order ``--help`` lists them, and the module of ``traceflow.cli`` that defines it.

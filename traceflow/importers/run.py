@@ -428,11 +428,15 @@ def run_import(
     *,
     progress: Callable[[int, int], None] | None = None,
     jobs: int | None = None,
+    files: Sequence[Path] | None = None,
 ) -> ImportSummary:
     """Import what is new under ``paths`` (or the agent's default locations) into ``lake``.
 
-    ``progress(done_bytes, total_bytes)`` is called as files are parsed.
+    ``progress(done_bytes, total_bytes)`` is called as files are parsed. ``files`` instead of
+    ``paths``: these files, found already (a refresh passes those that changed), not looked for.
     """
+    if files is not None:
+        return _run(lake, importer, list(files), progress, jobs)
     roots = list(paths) if paths else importer.default_paths()
     if not paths and not roots:
         raise _no_default_location(importer)
@@ -441,7 +445,7 @@ def run_import(
             raise MissingPath(
                 f"{root} does not exist; pass the path of a {importer.name} log file or directory"
             )
-    files: list[Path] = []
+    listed: list[Path] = []
     seen: set[Path] = set()
     for root in roots:
         found = importer.discover(root)
@@ -450,9 +454,19 @@ def run_import(
         for f in found:
             if f not in seen:
                 seen.add(f)
-                files.append(f)
-    if not paths and not files:  # the default folders are there, but hold no logs
+                listed.append(f)
+    if not paths and not listed:  # the default folders are there, but hold no logs
         raise _nothing_in_default_location(importer, roots)
+    return _run(lake, importer, listed, progress, jobs)
+
+
+def _run(
+    lake: Lake,
+    importer: Importer,
+    files: list[Path],
+    progress: Callable[[int, int], None] | None,
+    jobs: int | None,
+) -> ImportSummary:
     summary = ImportSummary(source=importer.name, files_seen=len(files))
     lake.ensure()
     writers = {os.getpid()}  # the processes whose staging files are this import's
