@@ -350,7 +350,7 @@ def _describe(selection: Selection | None) -> str:
 
 
 def _local(when: dt.datetime, zone: str) -> str:
-    """``when`` in ``zone`` (the selection's, ``--tz``): ``2026-12-02 21:00 JST``, ``2026-12-02 12:00 UTC``."""
+    """``when`` in ``zone`` (the selection's): ``2026-12-02 21:00 JST``, ``2026-12-02 12:00 UTC``."""
     from traceflow.store import zones
 
     aware = when if when.tzinfo else when.replace(tzinfo=dt.UTC)

@@ -329,8 +329,8 @@ GROUP BY b ORDER BY b
 def dwpd_frame(
     con: duckdb.DuckDBPyConnection, where: str, params: list[Any], kv_bytes_per_token: float, zone: str
 ) -> pl.DataFrame:
-    """Per day in ``zone`` (the selection's): the cache writes as KV bytes, as drive writes per day of the assumed SSD array
-    (:data:`traceflow.kv.sizing.DEFAULT_SSD`, the defaults of ``traceflow size``)."""
+    """Per day in ``zone`` (the selection's): the cache writes as KV bytes, as drive writes per day of
+    the assumed SSD array (:data:`traceflow.kv.sizing.DEFAULT_SSD`, the defaults of ``traceflow size``)."""
     import polars as pl
 
     from traceflow.kv.sizing import DEFAULT_SSD, dwpd
