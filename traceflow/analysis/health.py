@@ -60,8 +60,8 @@ MIN_VERSION_REQUESTS = 10
 MAX_AMPLIFICATION_RISE = 1.0
 
 
-def default_window(now: dt.datetime | None = None, zone: str = "UTC") -> tuple[dt.datetime, dt.datetime]:
-    """The last whole day before ``now`` in ``zone`` (the selection's, ``--tz``):
+def default_window(now: dt.datetime | None, zone: str) -> tuple[dt.datetime, dt.datetime]:
+    """The last whole day before ``now`` (None: now) in ``zone`` (the selection's, ``--tz``):
     ``[yesterday 00:00, today 00:00)``."""
     from traceflow.store import zones
 
