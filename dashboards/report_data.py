@@ -328,17 +328,17 @@ GROUP BY b ORDER BY b
 
 
 def dwpd_frame(
-    con: duckdb.DuckDBPyConnection, where: str, params: list[Any], kv_bytes_per_token: float
+    con: duckdb.DuckDBPyConnection, where: str, params: list[Any], kv_bytes_per_token: float, zone: str
 ) -> pl.DataFrame:
-    """Per UTC day: the cache writes as KV bytes, as drive writes per day of the assumed SSD array
-    (:data:`traceflow.kv.sizing.DEFAULT_SSD`, the defaults of ``traceflow size``)."""
+    """Per day in ``zone`` (the selection's): the cache writes as KV bytes, as drive writes per day of
+    the assumed SSD array (:data:`traceflow.kv.sizing.DEFAULT_SSD`, the defaults of ``traceflow size``)."""
     import polars as pl
 
     from traceflow.kv.sizing import DEFAULT_SSD, dwpd
     from traceflow.store import zones
     from traceflow.store.sql import query_frame
 
-    day = zones.period_sql("day", "coalesce(started_at, ended_at)")  # the day in --tz
+    day = zones.period_sql("day", "coalesce(started_at, ended_at)", zone)  # the day in --tz
     sql = f"""
 SELECT {day} AS day,
        coalesce(sum(cache_write_tokens), 0)::BIGINT AS write_tokens,
@@ -493,5 +493,5 @@ def gather(
     f["working_set"] = pl.concat(ws) if ws else pl.DataFrame()
     f["hit_ratio"] = hit_ratio_frame(con, where, params, kv, options.tiers)
     f["ttft"] = ttft_frame(con, where, params)
-    f["dwpd"] = dwpd_frame(con, where, params, kv)
+    f["dwpd"] = dwpd_frame(con, where, params, kv, sel.zone)
     return out

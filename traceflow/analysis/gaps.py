@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from traceflow.store import groups, sql
 from traceflow.store.quantiles import Column, Quantile, grouped_sql
+from traceflow.store.selection import zone_of
 from traceflow.units import format_duration
 
 if TYPE_CHECKING:
@@ -106,7 +107,7 @@ def gap_summary(
     ``histogram`` also ``hist``: a map from ``bin * 4 + kind`` (bin: index into :data:`BIN_EDGES`;
     kind: 1 human, 2 agent, 3 unknown) to count, computed in the same pass.
     """
-    keys = groups.row_keys(by, kind=True)
+    keys = groups.row_keys(by, zone=zone_of(selection), kind=True)
     by_rank = isinstance(con, sql.Engine)  # another engine (Spark): quantiles by rank, store.quantiles
     columns: list[Column] = [
         ("gaps", "count(*)::BIGINT"),

@@ -61,12 +61,12 @@ MIN_VERSION_REQUESTS = 10
 MAX_AMPLIFICATION_RISE = 1.0
 
 
-def default_window(now: dt.datetime | None = None) -> tuple[dt.datetime, dt.datetime]:
-    """The last whole day before ``now`` in the zone in force (``--tz``, default UTC):
+def default_window(now: dt.datetime | None, zone: str) -> tuple[dt.datetime, dt.datetime]:
+    """The last whole day before ``now`` (None: now) in ``zone`` (the selection's, ``--tz``):
     ``[yesterday 00:00, today 00:00)``."""
     from traceflow.store import zones
 
-    local = (now or dt.datetime.now(dt.UTC)).astimezone(zones.tzinfo())
+    local = (now or dt.datetime.now(dt.UTC)).astimezone(zones.tzinfo(zone))
     today = local.replace(hour=0, minute=0, second=0, microsecond=0)
     return today - dt.timedelta(days=1), today
 
@@ -157,7 +157,7 @@ def check(
     sel = selection or Selection()
     since, until = sel.since, sel.until
     if since is None and until is None:
-        since, until = default_window(now)
+        since, until = default_window(now, sel.zone)
     elif since is None:
         assert until is not None
         since = until - dt.timedelta(days=1)

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from traceflow.errors import UsageError
 from traceflow.prices import PriceModel
 from traceflow.store import groups, sql
+from traceflow.store.selection import zone_of
 
 if TYPE_CHECKING:
     import duckdb
@@ -204,7 +205,7 @@ def miss_counts(
     """Per group (``by``) and cause (NULL: the hits): requests, misses, missed tokens and their cost."""
     import polars as pl
 
-    keys = groups.row_keys(by)
+    keys = groups.row_keys(by, zone=zone_of(selection))
     wrap = (
         f"SELECT {keys.select}cause, model, ttl_in_force_s, count(*)::BIGINT AS requests, "
         "count(*) FILTER (WHERE miss)::BIGINT AS misses, sum(missed_tokens)::BIGINT AS missed_tokens, "

@@ -59,10 +59,11 @@ ROLLUP_GROUPS: dict[str, str] = {
 }
 
 
-def mix_sql(by: Sequence[str], where: str, *, rollup: bool = False, write_1h: bool = False) -> str:
+def mix_sql(by: Sequence[str], where: str, *, zone: str, rollup: bool = False, write_1h: bool = False) -> str:
     """The mix over ``requests`` (or, with ``rollup``, over the stored ``request_rollup`` sums).
 
-    The groupings are :mod:`traceflow.store.groups`'; the rollup answers only its own columns.
+    The groupings are :mod:`traceflow.store.groups`', the periods in ``zone``; the rollup (UTC days)
+    answers only its own columns.
     ``write_1h`` keeps the ``cache_write_1h_tokens`` sum after ``output_tokens`` (for the savings)."""
     if rollup:
         unknown = [b for b in by if b not in ROLLUP_GROUPS]
@@ -74,7 +75,7 @@ def mix_sql(by: Sequence[str], where: str, *, rollup: bool = False, write_1h: bo
             f"GROUP BY {', '.join(by)} ORDER BY {', '.join(by)}" if by else "",
         )
     else:
-        keys = groups.request_keys(by)
+        keys = groups.request_keys(by, zone=zone)
     count = "coalesce(sum(requests), 0)" if rollup else "count(*)"
     # --by tool: the tool results that preceded each group's requests (store.groups.tool_lookup_sql)
     calls = groups.TOOL in by and not rollup
@@ -89,7 +90,7 @@ WITH sums AS (
            coalesce(sum(output_tokens), 0)::BIGINT AS output_tokens,
            coalesce(sum(cache_write_1h_tokens), 0)::BIGINT AS cache_write_1h_tokens
            {f", coalesce(sum({groups.TOOL_ALIAS}.calls), 0)::BIGINT AS tool_calls" if calls else ""}
-    FROM {"request_rollup" if rollup else "requests AS r"} {keys.join}
+    FROM {"request_rollup" if rollup else f"{keys.relation} AS r"} {keys.join}
     WHERE {where}
     {keys.group}
 )
@@ -111,15 +112,15 @@ def _sums(
     con: duckdb.DuckDBPyConnection | Engine, sel: Selection, by: Sequence[str], *, write_1h: bool = False
 ) -> list[tuple[Any, ...]]:
     # the rollup's days are UTC days: a period in another zone is grouped from the requests
-    utc = zones.current() == zones.UTC or not any(b in zones.PERIODS for b in by)
+    utc = sel.zone == zones.UTC or not any(b in zones.PERIODS for b in by)
     rollup = utc and materialised(con, ROLLUP_VIEW) and all(b in ROLLUP_GROUPS for b in by)
     answer = _rollup_where(sel) if rollup else None
     if answer is not None:
         where, params = answer
-        text = mix_sql(by, where, rollup=True, write_1h=write_1h)
+        text = mix_sql(by, where, zone=sel.zone, rollup=True, write_1h=write_1h)
     else:
         where, params = sel.where()
-        text = mix_sql(by, where, write_1h=write_1h)
+        text = mix_sql(by, where, zone=sel.zone, write_1h=write_1h)
     if isinstance(con, Engine):
         return list(con.frame(text, params).rows())
     return con.execute(text, params).fetchall()

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from traceflow.store import groups, sql
 from traceflow.store.quantiles import Column, Quantile, grouped_sql
+from traceflow.store.selection import zone_of
 
 if TYPE_CHECKING:
     import duckdb
@@ -130,7 +131,7 @@ def session_summary(
 ) -> pl.DataFrame:
     """The sessions in aggregate, one row or one per ``by`` group: ``by`` columns, then :data:`SUMMARY`,
     then :data:`SUMMARY_EXTRA`."""
-    keys = groups.row_keys(by, sessions=True)
+    keys = groups.row_keys(by, zone=zone_of(selection), sessions=True)
     blocks, params = _params(selection, resume_after_s, compaction_drop)
     blocks["order"] = ""
     wrap = grouped_sql(keys, SUMMARY, by_rank=isinstance(con, sql.Engine))
@@ -150,11 +151,12 @@ def _with_sessionless(
 
     from traceflow.store.selection import Selection
 
-    keys = groups.request_keys(by)
-    where, params = (selection or Selection()).where()
+    sel = selection or Selection()
+    keys = groups.request_keys(by, zone=sel.zone)
+    where, params = sel.where()
     counts = sql.query_frame(
         con,
-        f"SELECT {keys.select}count(*)::BIGINT AS sessionless_requests FROM requests r {keys.join}"
+        f"SELECT {keys.select}count(*)::BIGINT AS sessionless_requests FROM {keys.relation} r {keys.join}"
         " WHERE total_tokens > 0 AND coalesce(started_at, ended_at) IS NOT NULL"
         f" AND coalesce(parent_session_id, session_id) IS NULL AND ({where}) {keys.group}",
         params,

@@ -117,14 +117,14 @@ def gaps(
     groups = split_by(by)
     con = query.connect(["requests", "events"])
     if histogram:
-        echo(g.gap_histogram(con, selection), fmt)
+        echo(g.gap_histogram(con, selection), fmt, zone=selection.zone)
         return
     report = g.gap_report(con, selection, ttls, groups)
     if fmt == "json":
-        echo(report, fmt)
+        echo(report, fmt, zone=selection.zone)
         return
     if fmt == "csv":
-        echo(g.gap_summary(con, selection, ttls, groups), fmt)
+        echo(g.gap_summary(con, selection, ttls, groups), fmt, zone=selection.zone)
         return
     sections: list[tuple[str, Rows | pl.DataFrame]] = [
         (
@@ -149,7 +149,7 @@ def gaps(
         "label", "gaps", "human_gaps", "agent_gaps", "share", "cum_share"
     )
     sections.append(("Histogram (log-scaled bins)", hist))
-    echo_sections(sections, fmt)
+    echo_sections(sections, fmt, zone=selection.zone)
 
 
 @with_selection
@@ -194,7 +194,7 @@ def ttl(
         PriceModel.load(prices),
     )
     if fmt == "json":
-        echo(result.as_dict(), fmt)
+        echo(result.as_dict(), fmt, zone=selection.zone)
         return
     if groups:
         table = result.by_model.select(
@@ -212,7 +212,7 @@ def ttl(
     else:
         table = result.whatif
     if fmt == "csv":
-        echo(table, fmt)
+        echo(table, fmt, zone=selection.zone)
         return
     best = result.best_ttl_s
     seen = result.as_dict()["observed"]
@@ -232,6 +232,7 @@ def ttl(
             ("Observed cache writes after short, medium and long gaps", result.validation),
         ],
         fmt,
+        zone=selection.zone,
     )
 
 
@@ -270,13 +271,13 @@ def sessions(
     resume_s = parse_duration(resume_after, "--resume-after")
     con = query.connect(["requests", "events"])
     if list_:
-        echo(s.sessions(con, selection, resume_s, compaction_drop, limit), fmt)
+        echo(s.sessions(con, selection, resume_s, compaction_drop, limit), fmt, zone=selection.zone)
         return
     frame = s.session_summary(con, selection, groups, resume_s, compaction_drop)
     if not groups and fmt in ("table", "markdown"):
-        echo(_transpose(frame.to_dicts()[0]), fmt)
+        echo(_transpose(frame.to_dicts()[0]), fmt, zone=selection.zone)
         return
-    echo(frame, fmt, single=not groups)
+    echo(frame, fmt, single=not groups, zone=selection.zone)
 
 
 @with_selection
@@ -302,14 +303,14 @@ def load(
     con = query.connect(["requests"])
     if series:
         _coarsened(res, load_resolution(con, selection, res))
-        echo(load_series(con, selection, res), fmt)
+        echo(load_series(con, selection, res), fmt, zone=selection.zone)
         return
     summary = load_overview(con, selection, res)
     _coarsened(res, float(summary["resolution_s"][0]))
     if fmt in ("table", "markdown"):
-        echo(_transpose(summary.to_dicts()[0]), fmt)
+        echo(_transpose(summary.to_dicts()[0]), fmt, zone=selection.zone)
         return
-    echo(summary, fmt, single=True)
+    echo(summary, fmt, single=True, zone=selection.zone)
 
 
 @with_selection
@@ -343,11 +344,11 @@ def working_set(
     con = query.connect(["requests"])
     if series:
         _coarsened(res, working_set_resolution(con, selection, ttls[0], res))
-        echo(working_set_series(con, selection, ttls[0], res, kv_bytes_per_token), fmt)
+        echo(working_set_series(con, selection, ttls[0], res, kv_bytes_per_token), fmt, zone=selection.zone)
         return
     summary = working_set_summary(con, selection, ttls, res, kv_bytes_per_token)
     _coarsened(res, float(summary["resolution_s"].max()))  # type: ignore[arg-type]
-    echo(summary, fmt, single=len(ttls) == 1 and fmt == "json")
+    echo(summary, fmt, single=len(ttls) == 1 and fmt == "json", zone=selection.zone)
 
 
 @with_selection
@@ -397,7 +398,7 @@ def report(
     if fmt != "json" and output.FRESHNESS is not None:  # a lake fed by serve: how fresh, first
         typer.echo(output.FRESHNESS[0])
     if fmt == "json":
-        echo(rep.as_dict(), fmt)
+        echo(rep.as_dict(), fmt, zone=selection.zone)
     elif fmt == "markdown":
         typer.echo(render_markdown(rep), nl=False)
     else:

@@ -54,7 +54,9 @@ def blocks(
     pm = PriceModel.load(prices)
     if not live:
         con = query.connect(["requests"])
-        echo(billing_blocks(con, selection, pm, active_only=active, gaps=gaps), query.fmt)
+        echo(
+            billing_blocks(con, selection, pm, active_only=active, gaps=gaps), query.fmt, zone=selection.zone
+        )
         if query.fmt == "table":
             typer.echo(f"Prices: {pm.describe()}.")
         return
@@ -80,12 +82,14 @@ def _live(query: LakeQuery, selection: Selection, pm: PriceModel, interval: floa
             con = query.connect(["requests"])  # a fresh view each time: new files are seen
             rows = billing_blocks(con, window, pm, now=now, active_only=True, gaps=False)
             con.close()
-            records = [zones.localise(r) for r in rows.records()]
+            records = [zones.localise(r, selection.zone) for r in rows.records()]
             if query.fmt == "table":
-                text = "\n".join(live_line(records[0] if records else None, now.astimezone(zones.tzinfo())))
+                text = "\n".join(
+                    live_line(records[0] if records else None, now.astimezone(zones.tzinfo(selection.zone)))
+                )
                 typer.echo(("\x1b[H\x1b[2J" if clear else "") + text)
             else:
-                echo(rows, query.fmt)
+                echo(rows, query.fmt, zone=selection.zone)
             shown += 1
             if count == 0 or shown < count:
                 time.sleep(interval)

@@ -77,20 +77,20 @@ def misses(
         if groups:
             raise UsageError("--list prints one row per miss; it takes no --by")
         frame = m.miss_rows(con, selection, options, misses_only=True).drop("miss")
-        echo(frame, fmt)
+        echo(frame, fmt, zone=selection.zone)
         return
     if groups:
         reports = m.miss_groups(con, selection, groups, options)
         if fmt == "json":
-            echo(reports, fmt)
+            echo(reports, fmt, zone=selection.zone)
             return
         cols = [*groups, *m.flat(reports[0]).keys()] if reports else [*groups]
         rows = [(*(r[g] for g in groups), *m.flat(r).values()) for r in reports]
-        echo(Rows(cols, rows), fmt)
+        echo(Rows(cols, rows), fmt, zone=selection.zone)
         return
     report = m.miss_report(con, selection, options)
     if fmt == "json":
-        echo(report, fmt)
+        echo(report, fmt, zone=selection.zone)
         return
     requests = report["requests"]
     judged = requests - report["not_applicable"]  # the shares are of the requests that were judged
@@ -114,7 +114,7 @@ def misses(
                 "(not applicable)"
             )
         typer.echo(head)
-    echo(result, fmt)
+    echo(result, fmt, zone=selection.zone)
 
 
 @with_lake_query
@@ -186,7 +186,7 @@ def compare(
     )
     result = c.compare(con, selection, boundary, options, confidence)
     if fmt == "json":
-        echo(result, fmt)
+        echo(result, fmt, zone=selection.zone)
         return
     b, k, d = result["boundaries"], result["controls"], result["difference"]
     rows = Rows(
@@ -218,13 +218,13 @@ def compare(
             f"{boundary}: {b['requests']} transitions matched to idle gaps of the same length and TTL "
             f"({b['unmatched']} without a match); {result['confidence']:.0%} intervals"
         )
-    echo(rows, fmt)
+    echo(rows, fmt, zone=selection.zone)
 
 
 def observed_ttl(
     selection: Selection, groups: list[str], prices: Path | None, data: Path | None, fmt: str
 ) -> None:
-    """``traceflow ttl --observed``: the TTL in force per UTC day (and group) and its changes."""
+    """``traceflow ttl --observed``: the TTL in force per day (in --tz; and group) and its changes."""
     from traceflow.analysis.ttl_observed import ttl_in_force
     from traceflow.output import Rows
     from traceflow.prices import PriceModel
@@ -232,7 +232,7 @@ def observed_ttl(
     con = open_lake(data).connect(["requests", "events", "metric_points"])
     result = ttl_in_force(con, selection, groups, PriceModel.load(prices))
     if fmt == "json":
-        echo(result, fmt)
+        echo(result, fmt, zone=selection.zone)
         return
     keys = [g for g in groups if g != "day"]
     days = Rows(
@@ -243,7 +243,7 @@ def observed_ttl(
         ],
     )
     if fmt == "csv":
-        echo(days, fmt)
+        echo(days, fmt, zone=selection.zone)
         return
     changes = Rows(
         [*keys, "day", "from_s", "to_s", "extra_cost_usd"],
@@ -252,7 +252,15 @@ def observed_ttl(
             for c in result["changes"]
         ],
     )
-    echo_sections([("TTL in force per UTC day", days), ("Changes", changes)], fmt, result["notes"])
+    echo_sections(
+        [
+            (f"TTL in force per {'UTC day' if selection.zone == 'UTC' else f'day ({selection.zone})'}", days),
+            ("Changes", changes),
+        ],
+        fmt,
+        result["notes"],
+        zone=selection.zone,
+    )
 
 
 @with_selection
@@ -323,7 +331,7 @@ def check(
     )
     body = result.as_dict()
     if fmt == "json":
-        echo(body, fmt)
+        echo(body, fmt, zone=selection.zone)
     else:
         from traceflow.output import Rows
 
@@ -347,7 +355,7 @@ def check(
         ]
         if fmt in ("table", "markdown"):
             typer.echo("\n".join([head, *fired, *(f"note: {n}" for n in result.notes)]))
-        echo(Rows(["metric", "window", "baseline"], rows), fmt)
+        echo(Rows(["metric", "window", "baseline"], rows), fmt, zone=selection.zone)
     if result.alert:
         if webhook:
             try:

@@ -313,12 +313,13 @@ class LakeQuery:
         return self.connect(tables)
 
 
-def echo(value: Any, fmt: str, *, single: bool = False) -> None:
-    """Print ``value`` in ``fmt``: a table (``Rows`` or a frame) rendered, anything else as JSON with json."""
+def echo(value: Any, fmt: str, *, single: bool = False, zone: str | None = None) -> None:
+    """Print ``value`` in ``fmt``: a table (``Rows`` or a frame) rendered, anything else as JSON with json;
+    its times shown in ``zone`` (the selection's; None: :func:`traceflow.store.zones.default_zone`)."""
     from traceflow.output import document, render, to_json
     from traceflow.store import zones
 
-    value = zones.localise(value)
+    value = zones.localise(value, zones.default_zone() if zone is None else zone)
     if fmt == "json" and not hasattr(value, "columns"):
         typer.echo(to_json(document(value)))
     else:
@@ -326,14 +327,19 @@ def echo(value: Any, fmt: str, *, single: bool = False) -> None:
 
 
 def echo_sections(
-    sections: Sequence[tuple[str, Rows | pl.DataFrame]], fmt: str, notes: Sequence[str] = ()
+    sections: Sequence[tuple[str, Rows | pl.DataFrame]],
+    fmt: str,
+    notes: Sequence[str] = (),
+    *,
+    zone: str | None = None,
 ) -> None:
-    """Several tables under titles (table and markdown formats), then one ``note:`` line per note."""
+    """Several tables under titles (table and markdown formats), then one ``note:`` line per note;
+    times shown in ``zone`` (as :func:`echo`)."""
     from traceflow.output import Rows, footer, render_markdown, render_table
     from traceflow.store import zones
 
     out: list[str] = []
-    for title, frame in zones.localise(list(sections)):
+    for title, frame in zones.localise(list(sections), zones.default_zone() if zone is None else zone):
         if fmt == "markdown":
             out += [f"## {title}", "", render_markdown(Rows.of(frame)), ""]
         else:
@@ -352,15 +358,15 @@ def build_selection(
     source: list[str] | None = None,
     tz: str | None = None,
 ) -> Selection:
-    """The :class:`Selection` the selection options describe; ``tz`` (``--tz``, else the
-    ``tz`` setting) becomes the zone in force (:mod:`traceflow.store.zones`), in which a ``--since`` or
+    """The :class:`Selection` the selection options describe; ``tz`` (``--tz``, else
+    :func:`traceflow.store.zones.default_zone`) becomes its zone, in which a ``--since`` or
     ``--until`` without an offset is read."""
     from traceflow.store import zones
     from traceflow.store.selection import Selection
 
-    zones.use(tz)
-    start = parse_zoned(since, "--since") if since else None
-    end = parse_zoned(until, "--until") if until else None
+    zone = zones.default_zone() if tz is None else zones.resolve(tz)
+    start = parse_zoned(since, "--since", zone) if since else None
+    end = parse_zoned(until, "--until", zone) if until else None
     if start is not None and end is not None and start >= end:
         raise UsageError(
             f"--since {since} is not before --until {until}, so nothing is selected; swap them or "
@@ -374,12 +380,13 @@ def build_selection(
         sessions=tuple(session or ()),
         users=tuple(user or ()),
         sources=tuple(source or ()),
+        zone=zone,
     )
 
 
-def parse_zoned(value: str, option: str) -> dt.datetime:
-    """:func:`traceflow.store.selection.parse_time`, a date or time without an offset read in the zone
-    in force (``2026-08-01`` with ``--tz Asia/Tokyo``: Tokyo's midnight)."""
+def parse_zoned(value: str, option: str, zone: str) -> dt.datetime:
+    """:func:`traceflow.store.selection.parse_time`, a date or time without an offset read in ``zone``
+    (``2026-08-01`` with ``--tz Asia/Tokyo``: Tokyo's midnight)."""
     from traceflow.store import zones
     from traceflow.store.selection import parse_time
 
@@ -389,7 +396,7 @@ def parse_zoned(value: str, option: str) -> dt.datetime:
         naive = dt.datetime.fromisoformat(text).tzinfo is None
     except ValueError:  # an age (7d): relative to now, no zone
         return parsed
-    return parsed.replace(tzinfo=zones.tzinfo()) if naive else parsed
+    return parsed.replace(tzinfo=zones.tzinfo(zone)) if naive else parsed
 
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -4,7 +4,7 @@ Claude Code runs a status line command after each assistant message with a JSON 
 (``session_id``, ``transcript_path``, ``model.id``, ``workspace``, ``cost``, ...) and shows the first
 line it prints. This line says, for that session:
 
-* its **cost today** (the day in the zone in force, ``TRACEFLOW_TZ``) under the price model, sub-agents
+* its **cost today** (the day in ``--tz``, else ``TRACEFLOW_TZ``) under the price model, sub-agents
   included, and its token-weighted **reuse ratio** today, ``cache_read / (cold + read + write)``;
 * how long its **cache stays warm**: the TTL in force minus the time since the session's last
   request. The TTL in force is 1 hour when most of the session's cache-write tokens (today, main
@@ -165,7 +165,7 @@ def status(
     data: str | None = None,
     prices: Any = None,
 ) -> Status:
-    """The session's :class:`Status` at ``now``; ``day_start`` is today's start in the zone in force."""
+    """The session's :class:`Status` at ``now``; ``day_start`` is today's start in the chosen zone."""
     from traceflow.prices import PriceModel
 
     pm = prices or PriceModel.load(None)
@@ -227,9 +227,9 @@ def run(
     from traceflow.prices import PriceModel
     from traceflow.store import zones
 
-    zones.use(tz)
+    zone = zones.default_zone() if tz is None else zones.resolve(tz)
     at = now or dt.datetime.now(dt.UTC)
-    local = at.astimezone(zones.tzinfo())
+    local = at.astimezone(zones.tzinfo(zone))
     day_start = local.replace(hour=0, minute=0, second=0, microsecond=0)
     session_id, transcript, _ = parse_input(text)
     st = status(
@@ -239,7 +239,7 @@ def run(
         return line(st)
     from traceflow.output import Rows, render, to_json
 
-    figures = zones.localise(st.as_dict())
+    figures = zones.localise(st.as_dict(), zone)
     if fmt == "json":
         return to_json(figures)
     return render(Rows(list(figures), [tuple(figures.values())]), fmt)

@@ -1,8 +1,12 @@
 """The selection every analysis takes: a time window and filters, turned into a SQL predicate.
 
 A request's time is ``coalesce(started_at, ended_at)``; ``--since`` is inclusive and ``--until``
-exclusive, both in UTC unless they carry an offset. Values travel as DuckDB parameters, never
-spliced into the SQL text.
+exclusive, both in UTC unless they carry an offset (:func:`parse_time`; the CLI reads one without an
+offset in the selection's zone). Values travel as DuckDB parameters, never spliced into the SQL text.
+
+The selection also carries the **zone** (``zone``, an IANA name; default
+:func:`traceflow.store.zones.default_zone`) in which its requests' days, weeks and months are grouped
+and their times printed: an analysis receives it here, never from process state (``docs/zones.md``).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from traceflow.errors import UsageError
+from traceflow.store import zones
 from traceflow.units import parse_duration
 
 #: The time of a request, as analyses group and filter it.
@@ -37,7 +42,7 @@ def parse_time(value: str, option: str) -> dt.datetime:
 
 @dataclass(frozen=True)
 class Selection:
-    """Which requests an analysis looks at."""
+    """Which requests an analysis looks at, and the zone (``zone``) its periods and times are in."""
 
     since: dt.datetime | None = None
     until: dt.datetime | None = None
@@ -47,6 +52,11 @@ class Selection:
     users: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
+    zone: str = field(default_factory=zones.default_zone)
+
+    def __post_init__(self) -> None:
+        # an IANA name, UTC or local, resolved once (a bad name is a usage error naming the fix)
+        object.__setattr__(self, "zone", zones.resolve(self.zone, "zone"))
 
     def where(self, time_expr: str = REQUEST_TIME) -> tuple[str, list[Any]]:
         """A ``WHERE`` body (``true`` when nothing is filtered) and its positional parameters."""
@@ -79,3 +89,8 @@ class Selection:
                 clauses.append(f"{column} IN ({', '.join('?' for _ in values)})")
                 params.extend(values)
         return clauses, params
+
+
+def zone_of(selection: Selection | None) -> str:
+    """The zone of ``selection`` (no selection: :func:`traceflow.store.zones.default_zone`)."""
+    return selection.zone if selection is not None else zones.default_zone()
