@@ -168,7 +168,9 @@ def periods(
             r["requests"],
         )
         cost = token_cost(
-            pm, r["model"], (tokens.input, tokens.cache_read, tokens.cache_creation, tokens.output, tokens.cache_write_1h)
+            pm,
+            r["model"],
+            (tokens.input, tokens.cache_read, tokens.cache_creation, tokens.output, tokens.cache_write_1h),
         )
         if cost is None:
             tokens.unpriced = tokens.total
@@ -180,6 +182,18 @@ def periods(
         row.first_at = first if row.first_at is None else min(row.first_at, first)
         row.last_at = last if row.last_at is None else max(row.last_at, last)
     return [out[k] for k in sorted(out)]
+
+
+def agents(con: duckdb.DuckDBPyConnection | Engine, selection: Selection | None) -> list[str]:
+    """The agents of the requests these views count in ``selection`` (ccusage's ``metadata.agents``)."""
+    block, params = sql.selection_block(selection, RECORDED_TIME)
+    frame = sql.run(
+        con,
+        "usage_periods",
+        params,
+        blocks={"selection": block, "agents": _agents_predicate(), "period": "coalesce(agent, '')"},
+    )
+    return sorted({str(p) for p in frame["period"] if p}) or ["claude-code"]
 
 
 def ordered(view: str, rows: Sequence[Period], order: str | None) -> list[Period]:
@@ -350,7 +364,9 @@ def _block_json(b: Block, now: dt.datetime, hours: Sequence[Hour] = ()) -> dict[
             "remainingMinutes": round(remaining),
         }
     minutes = (
-        (b.last_at - b.first_at).total_seconds() / 60 if b.first_at is not None and b.last_at is not None else 0
+        (b.last_at - b.first_at).total_seconds() / 60
+        if b.first_at is not None and b.last_at is not None
+        else 0
     )
     return {
         "id": _iso(b.start),

@@ -25,7 +25,7 @@ LIVE_WINDOW = dt.timedelta(hours=6)
 @with_lake_query
 def blocks(
     active: Annotated[
-        bool, typer.Option("--active", help="Only the active block, with its projection.")
+        bool, typer.Option("--active", "-a", help="Only the active block, with its projection.")
     ] = False,
     gaps: Annotated[bool, typer.Option("--gaps/--no-gaps", help="Show the holes between blocks.")] = True,
     live: Annotated[
@@ -44,8 +44,9 @@ def blocks(
     json_out: Annotated[
         bool,
         typer.Option(
-            "--json", "-j", help="ccusage's `blocks --json` document (docs/ccusage.md); --format json is "
-            "traceflow's rows."
+            "--json",
+            "-j",
+            help="ccusage's `blocks --json` document (docs/ccusage.md); --format json is traceflow's rows.",
         ),
     ] = False,
     breakdown: Annotated[

@@ -107,7 +107,9 @@ SinceOpt = Annotated[
 ]
 UntilOpt = Annotated[
     str | None,
-    typer.Option(help="Only requests before this time; a date alone (2026-08-03, 20260803) includes that whole day."),
+    typer.Option(
+        help="Only requests before this time; a date alone (2026-08-03, 20260803) includes that whole day."
+    ),
 ]
 AgentOpt = Annotated[list[str] | None, typer.Option("--agent", help="Only this agent (repeatable).")]
 ModelOpt = Annotated[list[str] | None, typer.Option("--model", help="Only this model (repeatable).")]

@@ -21,7 +21,9 @@ if TYPE_CHECKING:
 
 CcSinceOpt = Annotated[
     str | None,
-    typer.Option("--since", "-s", help="Only requests recorded on or after this date (20261103, 2026-11-03, 7d)."),
+    typer.Option(
+        "--since", "-s", help="Only requests recorded on or after this date (20261103, 2026-11-03, 7d)."
+    ),
 ]
 CcUntilOpt = Annotated[
     str | None,
@@ -128,8 +130,8 @@ def _view(
     con = query.connect(["requests"])
     rows = usage.ordered(view, usage.periods(con, view, window.selection, window.zone, pm), order)
     if json_out or query.fmt == "json":
-        agents = [r[0] for r in con.execute("SELECT DISTINCT agent FROM requests WHERE agent IS NOT NULL").fetchall()]
-        typer.echo(to_json(usage.document(view, rows, window.zone, agents=agents or ["claude-code"], prices=pm)))
+        agents = usage.agents(con, window.selection)
+        typer.echo(to_json(usage.document(view, rows, window.zone, agents=agents, prices=pm)))
         return
     echo(usage.table(view, rows, breakdown=breakdown), query.fmt)
     if query.fmt == "table":

@@ -2,8 +2,8 @@
 
 A request's time is ``coalesce(started_at, ended_at)``; ``--since`` is inclusive and ``--until``
 exclusive, both in UTC unless they carry an offset; a date alone as ``--until`` includes that whole
-day (:func:`parse_end`: ``--until 2026-11-05`` ends at the 6th's midnight, as ccusage reads it). Values travel as DuckDB parameters, never
-spliced into the SQL text.
+day (:func:`parse_end`: ``--until 2026-11-05`` ends at the 6th's midnight, as ccusage reads it).
+Values travel as DuckDB parameters, never spliced into the SQL text.
 """
 
 from __future__ import annotations
