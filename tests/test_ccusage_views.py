@@ -138,3 +138,16 @@ def test_a_misspelt_command_names_the_nearest() -> None:
     out = subprocess.run([sys.executable, "-m", "traceflow", "day"], capture_output=True, text=True)
     assert out.returncode == 2
     assert "did you mean `traceflow daily`" in out.stderr
+
+
+@pytest.mark.parametrize("view", ["daily", "weekly", "monthly", "session"])
+def test_tables_fit_80_columns_with_tokens_and_cost(
+    view: str, filled: Lake, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = cli(view, "-z", "Asia/Tokyo")
+    assert code == 0
+    assert max(len(line) for line in out.splitlines()) <= 80
+    header = " ".join(out.splitlines()[:3])
+    assert "total" in header and "cost" in header  # the essential columns stay
+    assert "Zone: Asia/Tokyo" in out

@@ -106,11 +106,8 @@ def with_window(command: Any) -> Any:
 
 
 def footer(zone: str, prices: str) -> str:
-    """The line under a table: the zone, when requests are filed, the prices."""
-    return (
-        f"Zone: {zone}. Requests are filed at the time the agent recorded them (as ccusage files them). "
-        f"Prices: {prices}."
-    )
+    """The lines under a table (each under 80 characters): the zone, when requests count, the prices."""
+    return f"Zone: {zone}; requests count when the agent recorded them (as ccusage).\nPrices: {prices}."
 
 
 def _view(
