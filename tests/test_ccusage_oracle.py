@@ -244,3 +244,102 @@ def test_the_midnight_request_is_filed_when_it_was_recorded(
     assert [r["period"] for r in traceflow["daily"]["daily"]] == days
     session = history[1]
     assert session in [r["period"] for r in traceflow["session"]["session"]]
+
+
+def _active_history(root: Path, now: dt.datetime) -> None:
+    """Three requests of the last 130 minutes (two models): an active block, its burn rate and
+    projection."""
+    lines = []
+    traffic = [
+        (130, 5, 1000, 3000, 200, "claude-sonnet-4-5-20250929"),
+        (70, 3, 4000, 500, 300, "claude-opus-4-5-20251101"),
+        (10, 2, 4500, 100, 50, "claude-sonnet-4-5-20250929"),
+    ]
+    for i, (minutes, cold, read, write, out, model) in enumerate(traffic):
+        lines.append(
+            {
+                "type": "assistant",
+                "sessionId": "0c0ffee0-0000-4000-8000-0000000000a1",
+                "cwd": "/home/u/p",
+                "version": "2.1.101",
+                "requestId": f"req_active{i}",
+                "uuid": f"0c0ffee0-0000-4000-8000-0000000001a{i}",
+                "timestamp": _stamp(now - dt.timedelta(minutes=minutes)),
+                "message": {
+                    "id": f"msg_active{i}",
+                    "model": model,
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [{"type": "text", "text": "ok"}],
+                    "usage": {
+                        "input_tokens": cold,
+                        "cache_read_input_tokens": read,
+                        "cache_creation_input_tokens": write,
+                        "cache_creation": {
+                            "ephemeral_5m_input_tokens": write,
+                            "ephemeral_1h_input_tokens": 0,
+                        },
+                        "output_tokens": out,
+                    },
+                },
+            }
+        )
+    folder = root / "projects" / "-home-u-p"
+    folder.mkdir(parents=True)
+    text = b"".join(json.dumps(x, separators=(",", ":")).encode() + b"\n" for x in lines)
+    (folder / "0c0ffee0-0000-4000-8000-0000000000a1.jsonl").write_bytes(text)
+
+
+def test_the_active_block_equals_ccusages(tmp_path: Path) -> None:
+    """``blocks --active --json`` on traffic of the last hours: the same block, burn rate and (but
+    for the seconds between the two runs) projection."""
+    from typer.testing import CliRunner
+
+    from traceflow.cli.app import app, register_all
+
+    binary = ccusage_binary()
+    root = tmp_path / "claude"
+    _active_history(root, dt.datetime.now(dt.UTC))
+    (tmp_path / "home").mkdir()
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path / "home"), "CLAUDE_CONFIG_DIR": str(root)}
+    out = subprocess.run(
+        [str(binary), "blocks", "--json", "--offline", "--active"],
+        capture_output=True,
+        text=True,
+        env={**env, "TZ": "UTC"},
+        timeout=120,
+        check=True,
+    )
+    want = json.loads(out.stdout)["blocks"]
+    register_all()
+    runner = CliRunner()
+    tf_env = {"CLAUDE_CONFIG_DIR": str(root), "TRACEFLOW_CACHE": "0"}
+    lake = str(tmp_path / "lake")
+    assert runner.invoke(app, ["import", "claude-code", "--data", lake], env=tf_env).exit_code == 0
+    result = runner.invoke(app, ["blocks", "--json", "--offline", "--active", "--data", lake], env=tf_env)
+    assert result.exit_code == 0, result.output
+    got = json.loads(result.stdout)["blocks"]
+    assert len(want) == len(got) == 1
+    w, g = want[0], got[0]
+    for key in (
+        "id",
+        "startTime",
+        "endTime",
+        "actualEndTime",
+        "isActive",
+        "entries",
+        "tokenCounts",
+        "totalTokens",
+    ):
+        assert g[key] == w[key], key
+    assert _close(g["costUSD"], w["costUSD"])
+    assert g["models"] == w["models"]  # in the order first used
+    for key in ("tokensPerMinute", "tokensPerMinuteForIndicator", "costPerHour"):
+        assert _close(g["burnRate"][key], w["burnRate"][key]), key
+    # the projection moves with the clock: the runs are seconds apart
+    assert abs(g["projection"]["remainingMinutes"] - w["projection"]["remainingMinutes"]) <= 1
+    assert (
+        abs(g["projection"]["totalTokens"] - w["projection"]["totalTokens"])
+        <= 2 * w["burnRate"]["tokensPerMinute"]
+    )
+    assert abs(g["projection"]["totalCost"] - w["projection"]["totalCost"]) <= 0.011
