@@ -151,3 +151,30 @@ def test_tables_fit_80_columns_with_tokens_and_cost(
     header = " ".join(out.splitlines()[:3])
     assert "total" in header and "cost" in header  # the essential columns stay
     assert "Zone: Asia/Tokyo" in out
+
+
+def test_agents_are_named_as_ccusage_names_them(filled: Lake, cli: Cli) -> None:
+    at = T0 + dt.timedelta(days=2, hours=1)
+    filled.append(
+        "requests",
+        [
+            {
+                "event_id": "x",
+                "source": "codex",
+                "agent": "codex",
+                "model": "gpt-5",
+                "session_id": "cx",
+                "started_at": _us(at),
+                "ended_at": _us(at),
+                "cold_input_tokens": 7,
+                "output_tokens": 1,
+            }
+        ],
+    )
+    daily = _doc(cli, "daily", "-z", "UTC")["daily"]
+    assert [(r["period"], r["agent"], r["metadata"]) for r in daily] == [  # type: ignore[union-attr]
+        ("2026-11-03", "all", {"agents": ["claude"]}),
+        ("2026-11-05", "all", {"agents": ["claude", "codex"]}),
+    ]
+    sessions = {r["period"]: r["agent"] for r in _doc(cli, "session", "-z", "UTC")["session"]}  # type: ignore[union-attr]
+    assert sessions == {"s1": "claude", "s2": "claude", "cx": "codex"}

@@ -39,7 +39,7 @@ RECORDED_TIME = "coalesce(ended_at, started_at)"
 #: The views and the top-level key of their JSON document (ccusage 20's names).
 VIEWS = {"daily": "daily", "weekly": "weekly", "monthly": "monthly", "session": "session"}
 #: ccusage's name of an agent, by the lake's ``agent`` value.
-AGENT_NAMES = {"claude-code": "claude"}
+AGENT_NAMES = {"claude-code": "claude", "gemini-cli": "gemini"}
 #: ``--order``'s choices.
 ORDERS = ("asc", "desc")
 #: ``blocks --recent``: the blocks that started this long before now (and the active one).
@@ -127,6 +127,8 @@ class Period:
     models: dict[str, Tokens] = field(default_factory=dict)
     #: Each model's first recorded time (ccusage lists a session's models in that order).
     model_first: dict[str, dt.datetime] = field(default_factory=dict)
+    #: The agents of its requests (the lake's names).
+    agents: set[str] = field(default_factory=set)
     first_at: dt.datetime | None = None
     last_at: dt.datetime | None = None
 
@@ -179,21 +181,11 @@ def periods(
         row.models.setdefault(model, Tokens()).add(tokens)
         first, last = _utc(r["first_at"]), _utc(r["last_at"])
         row.model_first[model] = min(row.model_first.get(model, first), first)
+        if r["agent"]:
+            row.agents.add(str(r["agent"]))
         row.first_at = first if row.first_at is None else min(row.first_at, first)
         row.last_at = last if row.last_at is None else max(row.last_at, last)
     return [out[k] for k in sorted(out)]
-
-
-def agents(con: duckdb.DuckDBPyConnection | Engine, selection: Selection | None) -> list[str]:
-    """The agents of the requests these views count in ``selection`` (ccusage's ``metadata.agents``)."""
-    block, params = sql.selection_block(selection, RECORDED_TIME)
-    frame = sql.run(
-        con,
-        "usage_periods",
-        params,
-        blocks={"selection": block, "agents": _agents_predicate(), "period": "coalesce(agent, '')"},
-    )
-    return sorted({str(p) for p in frame["period"] if p}) or ["claude-code"]
 
 
 def ordered(view: str, rows: Sequence[Period], order: str | None) -> list[Period]:
@@ -231,11 +223,18 @@ def _models_used(view: str, p: Period) -> list[str]:
     return sorted(names)
 
 
-def _row(view: str, p: Period, agents: list[str]) -> dict[str, Any]:
+def agent_names(agents: set[str]) -> list[str]:
+    """ccusage's names of the lake's agents (``claude-code``: ``claude``), sorted; ``claude`` when
+    none is known."""
+    return sorted({AGENT_NAMES.get(a, a) for a in agents}) or ["claude"]
+
+
+def _row(view: str, p: Period) -> dict[str, Any]:
     t = p.sums()
+    agents = agent_names(p.agents)
     row: dict[str, Any] = {
         "period": p.key,
-        "agent": agents[0] if view == "session" and len(agents) == 1 else "all",
+        "agent": ", ".join(agents) if view == "session" else "all",
         **t.counts(),
         "totalTokens": t.total,
         "totalCost": t.cost,
@@ -252,21 +251,15 @@ def _row(view: str, p: Period, agents: list[str]) -> dict[str, Any]:
 
 
 def document(
-    view: str,
-    rows: Sequence[Period],
-    zone: str,
-    *,
-    agents: Sequence[str] = ("claude-code",),
-    prices: PriceModel | None = None,
+    view: str, rows: Sequence[Period], zone: str, *, prices: PriceModel | None = None
 ) -> dict[str, Any]:
     """ccusage 20's ``--json`` document of ``view`` for ``rows`` (already ordered), with ``totals``
     and traceflow's measures under ``traceflow`` (per row and for the document)."""
-    names = sorted({AGENT_NAMES.get(a, a) for a in agents})
     total = Tokens()
     for p in rows:
         total.add(p.sums())
     return {
-        VIEWS[view]: [_row(view, p, names) for p in rows],
+        VIEWS[view]: [_row(view, p) for p in rows],
         "totals": {**total.counts(), "totalTokens": total.total, "totalCost": total.cost},
         "traceflow": {
             "zone": zone,

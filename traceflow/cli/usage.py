@@ -127,8 +127,7 @@ def _view(
     con = query.connect(["requests"])
     rows = usage.ordered(view, usage.periods(con, view, window.selection, window.zone, pm), order)
     if json_out or query.fmt == "json":
-        agents = usage.agents(con, window.selection)
-        typer.echo(to_json(usage.document(view, rows, window.zone, agents=agents, prices=pm)))
+        typer.echo(to_json(usage.document(view, rows, window.zone, prices=pm)))
         return
     echo(usage.table(view, rows, breakdown=breakdown), query.fmt)
     if query.fmt == "table":
