@@ -178,3 +178,14 @@ def test_agents_are_named_as_ccusage_names_them(filled: Lake, cli: Cli) -> None:
     ]
     sessions = {r["period"]: r["agent"] for r in _doc(cli, "session", "-z", "UTC")["session"]}  # type: ignore[union-attr]
     assert sessions == {"s1": "claude", "s2": "claude", "cx": "codex"}
+
+
+def test_blocks_json_window_keeps_the_whole_chain(filled: Lake, cli: Cli) -> None:
+    """``--since`` shows the blocks that start in the window; the chain is the whole history's: a
+    request recorded at 16:00:05 still belongs to the block that began at 12:00, not to one of its own."""
+    late = _doc(cli, "blocks", "--since", "2026-11-03T16:00Z")["blocks"]
+    assert [b["id"] for b in late] == ["2026-11-05T14:00:00.000Z"]  # type: ignore[union-attr]
+    desc = _doc(cli, "blocks", "--order", "desc")["blocks"]
+    assert [b["isGap"] for b in desc] == [False, True, False]  # type: ignore[union-attr]
+    assert desc[0]["id"] == "2026-11-05T14:00:00.000Z"  # type: ignore[index]
+    assert _doc(cli, "blocks", "--recent")["blocks"] == []  # nothing in the last 3 days

@@ -439,8 +439,8 @@ def blocks_document(
 ) -> dict[str, Any]:
     """``ccusage blocks --json``: the 5-hour blocks over the recorded times of the whole history
     (the chain does not depend on the window), those that start in ``selection``'s window shown; a
-    gap row where more than 5 hours passed between two requests (from the last one's time + 5 h to
-    the next one, as ccusage writes it). ``active``: only the active block; ``recent``: the blocks of
+    gap row where more than 5 hours passed between two shown blocks' requests (from the last one's
+    time + 5 h to the next one, as ccusage writes it). ``active``: only the active block; ``recent``: the blocks of
     the last 3 days and the active one."""
     at = now or dt.datetime.now(dt.UTC)
     pm = prices or PriceModel()
@@ -448,7 +448,7 @@ def blocks_document(
     hours = recorded_hours(con, _without_time(window))
     chain = [b for b in group_blocks(hours, pm) if not b.gap]
     out: list[dict[str, Any]] = []
-    previous: Block | None = None
+    previous: Block | None = None  # the last block shown
     for b in chain:
         shown = (window.since is None or b.start >= window.since) and (
             window.until is None or b.start < window.until
@@ -468,7 +468,7 @@ def blocks_document(
             out.append(_gap_json(previous.last_at + BLOCK, b.first_at))
         if shown:
             out.append(_block_json(b, at, hours))
-        previous = b
+            previous = b
     if order == "desc":
         out.reverse()
     return {"blocks": out, "traceflow": {"zone": zone, "filedAt": "recorded", "prices": pm.describe()}}
