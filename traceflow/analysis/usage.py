@@ -440,8 +440,8 @@ def blocks_document(
     """``ccusage blocks --json``: the 5-hour blocks over the recorded times of the whole history
     (the chain does not depend on the window), those that start in ``selection``'s window shown; a
     gap row where more than 5 hours passed between two shown blocks' requests (from the last one's
-    time + 5 h to the next one, as ccusage writes it). ``active``: only the active block; ``recent``: the blocks of
-    the last 3 days and the active one."""
+    time + 5 h to the next one, as ccusage writes it). ``active``: only the active block;
+    ``recent``: the blocks of the last 3 days and the active one."""
     at = now or dt.datetime.now(dt.UTC)
     pm = prices or PriceModel()
     window = selection or Selection()
