@@ -112,12 +112,7 @@ EXIT_STATUS: dict[str, int] = {}
 #: The README's everyday commands that another branch adds (issue 32's ccusage-style views): each runs
 #: like any example once ``traceflow`` has the command; until then it is left out, with this reason.
 #: ``test_pending_commands_are_not_yet_registered`` fails once one exists (then delete its entry).
-PENDING = {
-    "daily": "ccusage-style daily view (issue 32, the ccviews branch)",
-    "weekly": "ccusage-style weekly view (issue 32, the ccviews branch)",
-    "monthly": "ccusage-style monthly view (issue 32, the ccviews branch)",
-    "session": "ccusage-style per-session view (issue 32, the ccviews branch)",
-}
+PENDING: dict[str, str] = {}
 
 
 def readme_examples(text: str = MANUAL) -> list[str]:

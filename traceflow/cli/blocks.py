@@ -25,7 +25,7 @@ LIVE_WINDOW = dt.timedelta(hours=6)
 @with_lake_query
 def blocks(
     active: Annotated[
-        bool, typer.Option("--active", help="Only the active block, with its projection.")
+        bool, typer.Option("--active", "-a", help="Only the active block, with its projection.")
     ] = False,
     gaps: Annotated[bool, typer.Option("--gaps/--no-gaps", help="Show the holes between blocks.")] = True,
     live: Annotated[
@@ -37,6 +37,25 @@ def blocks(
         int, typer.Option("--count", help="With --live: stop after this many refreshes (0: until Ctrl-C).")
     ] = 0,
     prices: PricesOpt = None,
+    recent: Annotated[
+        bool, typer.Option("--recent", "-r", help="Only the blocks of the last 3 days and the active one.")
+    ] = False,
+    order: Annotated[str | None, typer.Option("--order", "-o", help="asc (the default) or desc.")] = None,
+    json_out: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            "-j",
+            help="ccusage's `blocks --json` document (docs/ccusage.md); --format json is traceflow's rows.",
+        ),
+    ] = False,
+    breakdown: Annotated[
+        bool, typer.Option("--breakdown", "-b", help="Accepted for ccusage's sake (the models are listed).")
+    ] = False,
+    offline: Annotated[
+        bool,
+        typer.Option("--offline/--no-offline", "-O", help="Accepted for ccusage's sake: prices are local."),
+    ] = False,
     *,
     selection: Selection,
     query: LakeQuery,
@@ -49,14 +68,29 @@ def blocks(
     end starts the next. Times print in --tz (default UTC).
     """
     from traceflow.analysis.blocks import billing_blocks
+    from traceflow.output import Rows
     from traceflow.prices import PriceModel
 
     pm = PriceModel.load(prices)
+    if order not in (None, "asc", "desc"):
+        raise UsageError(f"--order {order!r}: choose asc or desc")
+    if json_out and not live:
+        from traceflow.analysis.usage import blocks_document
+        from traceflow.output import to_json
+
+        con = query.connect(["requests"])
+        doc = blocks_document(con, selection, selection.zone, pm, active=active, recent=recent, order=order)
+        typer.echo(to_json(doc))
+        return
     if not live:
         con = query.connect(["requests"])
-        echo(
-            billing_blocks(con, selection, pm, active_only=active, gaps=gaps), query.fmt, zone=selection.zone
-        )
+        rows = billing_blocks(con, selection, pm, active_only=active, gaps=gaps)
+        if recent:
+            since = dt.datetime.now(dt.UTC) - dt.timedelta(days=3)
+            rows = Rows(rows.columns, [r for r in rows.rows if r[0] >= since or r[2] == "active"])
+        if order == "desc":
+            rows = Rows(rows.columns, rows.rows[::-1])
+        echo(rows, query.fmt, zone=selection.zone)
         if query.fmt == "table":
             typer.echo(f"Prices: {pm.describe()}.")
         return

@@ -114,7 +114,12 @@ ByOpt = Annotated[
 SinceOpt = Annotated[
     str | None, typer.Option(help="Only requests at or after this time (2026-08-01, 2026-08-01T12:00Z, 7d).")
 ]
-UntilOpt = Annotated[str | None, typer.Option(help="Only requests before this time.")]
+UntilOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Only requests before this time; a date alone (2026-08-03, 20260803) includes that whole day."
+    ),
+]
 AgentOpt = Annotated[list[str] | None, typer.Option("--agent", help="Only this agent (repeatable).")]
 ModelOpt = Annotated[list[str] | None, typer.Option("--model", help="Only this model (repeatable).")]
 SessionOpt = Annotated[
@@ -128,6 +133,8 @@ TzOpt = Annotated[
     str | None,
     typer.Option(
         "--tz",
+        "--timezone",
+        "-z",
         help="Time zone of days, weeks, months and printed times, and of --since/--until without an "
         "offset: an IANA name (Asia/Tokyo) or local (default: $TRACEFLOW_TZ, else UTC).",
         show_default=False,
@@ -366,7 +373,7 @@ def build_selection(
 
     zone = zones.default_zone() if tz is None else zones.resolve(tz)
     start = parse_zoned(since, "--since", zone) if since else None
-    end = parse_zoned(until, "--until", zone) if until else None
+    end = parse_zoned(until, "--until", zone, end=True) if until else None
     if start is not None and end is not None and start >= end:
         raise UsageError(
             f"--since {since} is not before --until {until}, so nothing is selected; swap them or "
@@ -384,13 +391,14 @@ def build_selection(
     )
 
 
-def parse_zoned(value: str, option: str, zone: str) -> dt.datetime:
+def parse_zoned(value: str, option: str, zone: str, *, end: bool = False) -> dt.datetime:
     """:func:`traceflow.store.selection.parse_time`, a date or time without an offset read in ``zone``
-    (``2026-08-01`` with ``--tz Asia/Tokyo``: Tokyo's midnight)."""
+    (``2026-08-01`` with ``--tz Asia/Tokyo``: Tokyo's midnight). With ``end`` (``--until``) a date
+    alone means the end of that day (:func:`traceflow.store.selection.parse_end`)."""
     from traceflow.store import zones
-    from traceflow.store.selection import parse_time
+    from traceflow.store.selection import parse_end, parse_time
 
-    parsed = parse_time(value, option)
+    parsed = (parse_end if end else parse_time)(value, option)
     text = value.strip().replace("Z", "+00:00")
     try:
         naive = dt.datetime.fromisoformat(text).tzinfo is None

@@ -2,7 +2,9 @@
 
 A request's time is ``coalesce(started_at, ended_at)``; ``--since`` is inclusive and ``--until``
 exclusive, both in UTC unless they carry an offset (:func:`parse_time`; the CLI reads one without an
-offset in the selection's zone). Values travel as DuckDB parameters, never spliced into the SQL text.
+offset in the selection's zone); a date alone as ``--until`` includes that whole day (:func:`parse_end`:
+``--until 2026-11-05`` ends at the 6th's midnight, as ccusage reads it). Values travel as DuckDB
+parameters, never spliced into the SQL text.
 
 The selection also carries the **zone** (``zone``, an IANA name; default
 :func:`traceflow.store.zones.default_zone`) in which its requests' days, weeks and months are grouped
@@ -38,6 +40,17 @@ def parse_time(value: str, option: str) -> dt.datetime:
             "2026-08-01T12:00Z, or a relative age such as 7d, 12h, 30m"
         ) from None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+
+
+def parse_end(value: str, option: str) -> dt.datetime:
+    """The end of a window: :func:`parse_time`, except that a date alone (``2026-11-05``,
+    ``20261105``) ends at the next midnight, so that the day it names is included."""
+    parsed = parse_time(value, option)
+    try:
+        dt.date.fromisoformat(value.strip())
+    except ValueError:
+        return parsed
+    return parsed + dt.timedelta(days=1)
 
 
 @dataclass(frozen=True)
