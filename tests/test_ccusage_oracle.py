@@ -8,8 +8,8 @@ folder in the same zone (Asia/Tokyo) with the same prices (ccusage ``--offline``
 LiteLLM prices; traceflow's built-in list); every token field of every row and of ``totals`` must
 be equal key by key, costs within 0.5 %.
 
-traceflow reads the folder through ``CLAUDE_CONFIG_DIR``; until reads refresh the lake themselves
-(issue 32, part 1) the setup imports it with ``traceflow import claude-code`` (no path: the setting).
+traceflow reads the folder through ``CLAUDE_CONFIG_DIR`` with no explicit import: the first read
+command on the default lake brings it up to date itself (docs/freshness.md).
 
 ccusage comes from ``bash scripts/install_ccusage.sh`` (or ``$TRACEFLOW_CCUSAGE_BIN``); without it
 the test skips locally and fails in CI (``$CI`` set).
@@ -171,16 +171,18 @@ def traceflow(history: tuple[Path, str, str], tmp_path_factory: pytest.TempPathF
     from traceflow.cli.app import app, register_all
 
     register_all()
-    lake = tmp_path_factory.mktemp("lake")
     runner = CliRunner()
-    env = {"CLAUDE_CONFIG_DIR": str(history[0]), "TRACEFLOW_CACHE": "0"}
-    result = runner.invoke(app, ["import", "claude-code", "--data", str(lake)], env=env)
-    assert result.exit_code == 0, result.output
+    # The default lake (no --data, no TRACEFLOW_DATA) under a fresh XDG data folder: the first read
+    # command imports the logs the setting names by itself (docs/freshness.md), as ccusage reads them.
+    env: dict[str, str | None] = {
+        "CLAUDE_CONFIG_DIR": str(history[0]),
+        "XDG_DATA_HOME": str(tmp_path_factory.mktemp("xdg")),
+        "TRACEFLOW_DATA": None,
+        "TRACEFLOW_CACHE": "0",
+    }
     docs = {}
     for view in (*VIEWS, "blocks"):
-        result = runner.invoke(
-            app, [view, "--json", "--offline", "--timezone", ZONE, "--data", str(lake)], env=env
-        )
+        result = runner.invoke(app, [view, "--json", "--offline", "--timezone", ZONE], env=env)
         assert result.exit_code == 0, result.output
         docs[view] = json.loads(result.stdout)
     return docs
