@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import sys
 import time
-from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -16,9 +15,6 @@ from traceflow.errors import UsageError
 if TYPE_CHECKING:
     from traceflow.prices import PriceModel
     from traceflow.store.selection import Selection
-
-#: How far back ``--live`` reads: the active block began at most 5 hours ago.
-LIVE_WINDOW = dt.timedelta(hours=6)
 
 
 @with_selection
@@ -66,7 +62,8 @@ def blocks(
 
 
 def _live(query: LakeQuery, selection: Selection, pm: PriceModel, interval: float, count: int) -> None:
-    """Print the active block every ``interval`` seconds, reading only the last hours of the lake."""
+    """Print the active block every ``interval`` seconds: the chain is the whole history's, as in
+    ``blocks`` (a window's first request is not where a block starts)."""
     from traceflow.analysis.blocks import billing_blocks, live_line
     from traceflow.store import zones
 
@@ -75,10 +72,8 @@ def _live(query: LakeQuery, selection: Selection, pm: PriceModel, interval: floa
     try:
         while count == 0 or shown < count:
             now = dt.datetime.now(dt.UTC)
-            since = now - LIVE_WINDOW
-            window = replace(selection, since=max(since, selection.since) if selection.since else since)
             con = query.connect(["requests"])  # a fresh view each time: new files are seen
-            rows = billing_blocks(con, window, pm, now=now, active_only=True, gaps=False)
+            rows = billing_blocks(con, selection, pm, now=now, active_only=True, gaps=False)
             con.close()
             records = [zones.localise(r) for r in rows.records()]
             if query.fmt == "table":
