@@ -39,6 +39,7 @@ from traceflow.prices import PriceModel
 from traceflow.store import sql
 from traceflow.store.selection import Selection
 from traceflow.store.time_base import AGENT, time_base
+from traceflow.units import format_elapsed
 
 if TYPE_CHECKING:
     import duckdb
@@ -267,19 +268,55 @@ def billing_blocks(
     return Rows(COLUMNS, [tuple(r[c] for c in COLUMNS) for r in records])
 
 
-def live_line(record: dict[str, Any] | None, now: dt.datetime) -> list[str]:
-    """The lines ``blocks --live`` shows for the active block's record (None: no active block)."""
+#: The columns a blocks table keeps to fit a narrow terminal (:attr:`traceflow.output.Rows.essential`):
+#: whose, when it starts and its status, the cost, the time left, the projection and the burn rate
+#: (the first named are kept longest).
+ESSENTIAL = (
+    "user_id",
+    "start",
+    "status",
+    "cost_usd",
+    "remaining_min",
+    "projected_cost_usd",
+    "usd_per_hour",
+    "projected_tokens",
+    "tokens_per_min",
+)
+
+
+def table(rows: Rows) -> Rows:
+    """``rows`` (:func:`billing_blocks`) as a table shows them: ``user_id`` first when there are several
+    users, left out when there is one; with :data:`ESSENTIAL`."""
+    at = rows.columns.index("user_id")
+    users = {r[at] for r in rows.rows}
+    order = [at] if len(users) > 1 else []
+    order += [i for i in range(len(rows.columns)) if i != at]
+    return Rows([rows.columns[i] for i in order], [tuple(r[i] for i in order) for r in rows.rows], ESSENTIAL)
+
+
+def panel(record: dict[str, Any] | None, now: dt.datetime) -> list[str]:
+    """The lines of ``blocks --active`` and ``blocks --live`` for the active block's record (None: no
+    active block), like ccusage's panel: elapsed, remaining, tokens, cost, burn rate, projection."""
     if record is None:
         return [f"no active block at {now:%Y-%m-%d %H:%M %Z} (no request in the last block's 5 hours)"]
+    start, end = record["start"], record["end"]
+    length = (end - start).total_seconds()
+    left = record["remaining_min"] * 60
+    who = f"  user {record['user_id']}" if record.get("user_id") else ""
     lines = [
-        f"block {record['start']:%Y-%m-%d %H:%M} - {record['end']:%H:%M %Z}  "
-        f"{record['remaining_min']:.0f} min left",
-        f"  requests {record['requests']:,}  tokens {record['total_tokens']:,}  "
-        f"cost ${record['cost_usd']:,.2f}",
+        f"active block {start:%Y-%m-%d %H:%M} - {end:%H:%M %Z}{who}",
+        f"  elapsed    {format_elapsed(length - left):>10}  {(length - left) / length:>6.0%}",
+        f"  remaining  {format_elapsed(left):>10}  {left / length:>6.0%}  (ends {end:%H:%M})",
+        f"  requests   {record['requests']:>10,}",
+        f"  tokens     {record['total_tokens']:>10,}",
+        f"  cost       {'$' + format(record['cost_usd'], ',.2f'):>10}",
     ]
-    if record["tokens_per_min"] is not None:
-        lines.append(
-            f"  burn {record['tokens_per_min']:,.0f} tokens/min  ${record['usd_per_hour']:,.2f}/h  "
-            f"projected {record['projected_tokens']:,} tokens  ${record['projected_cost_usd']:,.2f}"
-        )
+    if record["tokens_per_min"] is None:
+        lines.append("  burn rate  (one instant of traffic so far: no rate, no projection)")
+    else:
+        lines += [
+            f"  burn rate  {record['tokens_per_min']:>10,.0f} tokens/min  ${record['usd_per_hour']:,.2f}/h",
+            f"  projected  {record['projected_tokens']:>10,} tokens      ${record['projected_cost_usd']:,.2f}"
+            " at the block's end",
+        ]
     return lines

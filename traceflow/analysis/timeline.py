@@ -44,7 +44,7 @@ KEYS: tuple[str, ...] = (
     "restart",
     "cause",
     "missed_tokens",
-    "cost_usd",
+    "miss_cost_usd",
 )
 
 #: Characters of the read / write / cold bar of the table, and its width.
@@ -105,7 +105,7 @@ def timelines(
                         "restart",
                         "cause",
                         "missed_tokens",
-                        "cost_usd",
+                        "miss_cost_usd",
                     )
                 },
             }
@@ -171,7 +171,7 @@ def table(records: list[dict[str, Any]], *, bars: bool = True) -> Rows:
         "restart",
         "cause",
         "missed",
-        "cost_usd",
+        "miss_cost_usd",
     ]
     if bars:
         cols.append("read█ write▒ cold·")
@@ -194,7 +194,7 @@ def table(records: list[dict[str, Any]], *, bars: bool = True) -> Rows:
             r["restart"],
             r["cause"] or "hit",
             r["missed_tokens"],
-            r["cost_usd"],
+            r["miss_cost_usd"],
         ]
         if bars:
             write = r["cache_write_5m_tokens"] + r["cache_write_1h_tokens"]
@@ -208,7 +208,7 @@ def headline(session: str, records: list[dict[str, Any]]) -> str:
     subs = sum(1 for r in records if r["subagent"])
     misses = [r for r in records if r["cause"] is not None]
     missed = sum(r["missed_tokens"] for r in misses)
-    cost = sum(r["cost_usd"] for r in misses)
+    cost = sum(r["miss_cost_usd"] for r in misses)
     return (
         f"session {session}: {len(records)} requests ({subs} of sub-agents), {len(misses)} misses, "
         f"{missed:,} missed tokens, ${cost:,.4f}"

@@ -13,6 +13,7 @@ from traceflow.cli.options import LakeQuery, PricesOpt, echo, with_lake_query, w
 from traceflow.errors import UsageError
 
 if TYPE_CHECKING:
+    from traceflow.output import Rows
     from traceflow.prices import PriceModel
     from traceflow.store.selection import Selection
 
@@ -44,13 +45,20 @@ def blocks(
     A block starts at its first request's UTC hour and ends 5 hours later; a request at or after the
     end starts the next. Times print in --tz (default UTC).
     """
-    from traceflow.analysis.blocks import billing_blocks
+    from traceflow.analysis.blocks import billing_blocks, table
     from traceflow.prices import PriceModel
 
     pm = PriceModel.load(prices)
     if not live:
         con = query.connect(["requests"])
-        echo(billing_blocks(con, selection, pm, active_only=active, gaps=gaps), query.fmt)
+        now = dt.datetime.now(dt.UTC)
+        rows = billing_blocks(con, selection, pm, now=now, active_only=active, gaps=gaps)
+        if query.fmt != "table":
+            echo(rows, query.fmt)
+        elif active:
+            typer.echo(_panels(rows, now))
+        else:
+            echo(table(rows), query.fmt)
         if query.fmt == "table":
             typer.echo(f"Prices: {pm.describe()}.")
         return
@@ -64,8 +72,7 @@ def blocks(
 def _live(query: LakeQuery, selection: Selection, pm: PriceModel, interval: float, count: int) -> None:
     """Print the active block every ``interval`` seconds: the chain is the whole history's, as in
     ``blocks`` (a window's first request is not where a block starts)."""
-    from traceflow.analysis.blocks import billing_blocks, live_line
-    from traceflow.store import zones
+    from traceflow.analysis.blocks import billing_blocks
 
     clear = sys.stdout.isatty() and query.fmt == "table"
     shown = 0
@@ -75,10 +82,8 @@ def _live(query: LakeQuery, selection: Selection, pm: PriceModel, interval: floa
             con = query.connect(["requests"])  # a fresh view each time: new files are seen
             rows = billing_blocks(con, selection, pm, now=now, active_only=True, gaps=False)
             con.close()
-            records = [zones.localise(r) for r in rows.records()]
             if query.fmt == "table":
-                text = "\n".join(live_line(records[0] if records else None, now.astimezone(zones.tzinfo())))
-                typer.echo(("\x1b[H\x1b[2J" if clear else "") + text)
+                typer.echo(("\x1b[H\x1b[2J" if clear else "") + _panels(rows, now))
             else:
                 echo(rows, query.fmt)
             shown += 1
@@ -86,6 +91,16 @@ def _live(query: LakeQuery, selection: Selection, pm: PriceModel, interval: floa
                 time.sleep(interval)
     except KeyboardInterrupt:
         typer.echo("")
+
+
+def _panels(rows: Rows, now: dt.datetime) -> str:
+    """The active blocks (one per user) as panels (:func:`traceflow.analysis.blocks.panel`), in the zone."""
+    from traceflow.analysis.blocks import panel
+    from traceflow.store import zones
+
+    records = [zones.localise(r) for r in rows.records()] or [None]
+    local = now.astimezone(zones.tzinfo())
+    return "\n\n".join("\n".join(panel(r, local)) for r in records)
 
 
 COMMANDS = {"blocks": blocks}

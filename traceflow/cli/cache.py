@@ -99,12 +99,12 @@ def misses(
         return n / judged if judged and n is not None else None
 
     rows = [
-        (c, v["misses"], share(v["misses"]), v["missed_tokens"], v["cost_usd"])
+        (c, v["misses"], share(v["misses"]), v["missed_tokens"], v["miss_cost_usd"])
         for c, v in report["by_cause"].items()
     ]
     total_cost = m.total_cost(report["by_cause"])
     rows.append(("all", report["misses"], share(report["misses"]), report["missed_tokens"], total_cost))
-    result = Rows(["cause", "misses", "share_of_requests", "missed_tokens", "cost_usd"], rows)
+    result = Rows(["cause", "misses", "share_of_requests", "missed_tokens", "miss_cost_usd"], rows)
     if fmt in ("table", "markdown"):
         misses = report["misses"]
         head = f"{requests:,} requests, {f'{misses:,}' if misses is not None else 'n/a'} misses"
@@ -157,8 +157,8 @@ def timeline(
 def compare(
     boundary: Annotated[
         str,
-        typer.Option("--boundary", help="resume, version or model: the transition to compare."),
-    ] = "resume",
+        typer.Option("--boundary", help="restart, version or model: the transition to compare."),
+    ] = "restart",
     confidence: Annotated[
         float, typer.Option("--confidence", help="Confidence of the intervals (0.95).")
     ] = 0.95,
@@ -169,14 +169,14 @@ def compare(
     selection: Selection,
     query: LakeQuery,
 ) -> None:
-    """Compare misses at a boundary (resume, version, model) with idle gaps of matched length and TTL.
+    """Compare misses at a boundary (restart, version, model) with idle gaps of matched length and TTL.
 
     The miss rates with Wilson intervals, their difference with Newcombe's interval, and the missed
     tokens per request on both sides.
     """
     from traceflow.analysis import compare as c
     from traceflow.analysis import misses as m
-    from traceflow.output import Rows
+    from traceflow.output import Rows, fit_text
     from traceflow.prices import PriceModel
 
     fmt = query.fmt
@@ -213,10 +213,16 @@ def compare(
             ("difference", None, None, d["miss_rate"], d["ci_low"], d["ci_high"], None),
         ],
     )
+    why = c.missing(result)
+    if why is not None and fmt in ("table", "markdown"):
+        typer.echo(fit_text(why))
+        return
     if fmt in ("table", "markdown"):
         typer.echo(
-            f"{boundary}: {b['requests']} transitions matched to idle gaps of the same length and TTL "
-            f"({b['unmatched']} without a match); {result['confidence']:.0%} intervals"
+            fit_text(
+                f"{boundary}: {b['requests']} transitions matched to idle gaps of the same length and TTL "
+                f"({b['unmatched']} without a match); {result['confidence']:.0%} intervals"
+            )
         )
     echo(rows, fmt)
 
@@ -274,7 +280,7 @@ def check(
         float,
         typer.Option(
             "--max-version-rise",
-            help="Alert when a new client version's share of resume, prefix_break and unexplained "
+            help="Alert when a new client version's share of restart, prefix_break and unexplained "
             "misses is more than this above the previous version's (0.05).",
         ),
     ] = 0.05,

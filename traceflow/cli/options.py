@@ -210,8 +210,9 @@ class LakeQuery:
         return self.connect(tables)
 
 
-def echo(value: Any, fmt: str, *, single: bool = False) -> None:
-    """Print ``value`` in ``fmt``: a table (``Rows`` or a frame) rendered, anything else as JSON with json."""
+def echo(value: Any, fmt: str, *, single: bool = False, essential: Sequence[str] = ()) -> None:
+    """Print ``value`` in ``fmt``: a table (``Rows`` or a frame) rendered, anything else as JSON with json;
+    ``essential``: the columns the view keeps when a table must leave some out to fit."""
     from traceflow.output import render, to_json
     from traceflow.store import zones
 
@@ -219,7 +220,7 @@ def echo(value: Any, fmt: str, *, single: bool = False) -> None:
     if fmt == "json" and not hasattr(value, "columns"):
         typer.echo(to_json(value))
     else:
-        typer.echo(render(value, fmt, single=single))
+        typer.echo(render(value, fmt, single=single, essential=essential))
 
 
 def echo_sections(
