@@ -56,6 +56,15 @@ CAUSES: tuple[str, ...] = (
     "prefix_break",
     "unexplained",
 )
+#: The columns a table of misses (``misses --list``) keeps to fit a narrow terminal, first named longest.
+LIST_ESSENTIAL: tuple[str, ...] = (
+    "started_at",
+    "cause",
+    "missed_tokens",
+    "miss_cost_usd",
+    "session_id",
+    "model",
+)
 #: The causes a client (not the TTL, the model or the conversation) is to blame for: ``check`` and
 #: ``compare`` watch their share.
 CLIENT_CAUSES: tuple[str, ...] = ("restart", "prefix_break", "unexplained")

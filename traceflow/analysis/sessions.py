@@ -28,6 +28,10 @@ if TYPE_CHECKING:
     from traceflow.store.selection import Selection
 
 DEFAULT_IDLE_AFTER_S = 900.0
+#: The columns of ``sessions --list`` a table keeps to fit a narrow terminal, the first named longest.
+LIST_ESSENTIAL: tuple[str, ...] = ("root_session_id", "started_at", "requests", "duration_s", "reuse_ratio")
+#: The columns of ``sessions --by`` a table keeps (besides the groups), the first named longest.
+SUMMARY_ESSENTIAL: tuple[str, ...] = ("sessions", "requests", "duration_p50_s", "reuse_ratio", "idle_returns")
 DEFAULT_COMPACTION_DROP = 0.5
 
 #: Aggregate columns of :func:`session_summary` after the ``by`` columns (JSON keys are a contract);

@@ -47,6 +47,10 @@ KEYS: tuple[str, ...] = (
     "miss_cost_usd",
 )
 
+#: The columns of :func:`table` kept to fit a narrow terminal, the first named longest: when, why and
+#: how much (issue 32: cause and missed tokens stay at 80 columns).
+ESSENTIAL: tuple[str, ...] = ("time", "cause", "missed", "miss_cost_usd", "stream", "gap", "context")
+
 #: Characters of the read / write / cold bar of the table, and its width.
 BAR_READ, BAR_WRITE, BAR_COLD = "█", "▒", "·"
 BAR_WIDTH = 20

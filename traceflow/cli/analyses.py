@@ -272,13 +272,13 @@ def sessions(
     idle_s = parse_duration(idle_after, "--idle-after")
     con = query.connect(["requests", "events"])
     if list_:
-        echo(s.sessions(con, selection, idle_s, compaction_drop, limit), fmt)
+        echo(s.sessions(con, selection, idle_s, compaction_drop, limit), fmt, essential=s.LIST_ESSENTIAL)
         return
     frame = s.session_summary(con, selection, groups, idle_s, compaction_drop)
     if not groups and fmt in ("table", "markdown"):
         echo(_transpose(frame.to_dicts()[0]), fmt)
         return
-    echo(frame, fmt, single=not groups)
+    echo(frame, fmt, single=not groups, essential=(*groups, *s.SUMMARY_ESSENTIAL))
 
 
 @with_selection

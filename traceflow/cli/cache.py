@@ -23,6 +23,7 @@ from traceflow.cli.options import (
     PricesOpt,
     echo,
     echo_sections,
+    echo_text,
     open_lake,
     with_lake_query,
     with_selection,
@@ -77,7 +78,9 @@ def misses(
         if groups:
             raise UsageError("--list prints one row per miss; it takes no --by")
         frame = m.miss_rows(con, selection, options, misses_only=True).drop("miss")
-        echo(frame, fmt)
+        if fmt == "table":  # when, why and how much first: a session id is 36 characters
+            frame = frame.select(*m.LIST_ESSENTIAL, *(c for c in frame.columns if c not in m.LIST_ESSENTIAL))
+        echo(frame, fmt, essential=m.LIST_ESSENTIAL)
         return
     if groups:
         reports = m.miss_groups(con, selection, groups, options)
@@ -86,7 +89,7 @@ def misses(
             return
         cols = [*groups, *m.flat(reports[0]).keys()] if reports else [*groups]
         rows = [(*(r[g] for g in groups), *m.flat(r).values()) for r in reports]
-        echo(Rows(cols, rows), fmt)
+        echo(Rows(cols, rows), fmt, essential=(*groups, "misses", "missed_tokens", "miss_cost_usd"))
         return
     report = m.miss_report(con, selection, options)
     if fmt == "json":
@@ -148,8 +151,8 @@ def timeline(
     if fmt == "csv":
         echo(Rows(t.KEYS, [[r[k] for k in t.KEYS] for r in records]), fmt)
         return
-    typer.echo(t.headline(session, records))
-    echo(t.table(records, bars=not no_bars), fmt)
+    echo_text(t.headline(session, records))
+    echo(t.table(records, bars=not no_bars), fmt, essential=t.ESSENTIAL)
 
 
 @with_selection
@@ -176,7 +179,7 @@ def compare(
     """
     from traceflow.analysis import compare as c
     from traceflow.analysis import misses as m
-    from traceflow.output import Rows, fit_text
+    from traceflow.output import Rows
     from traceflow.prices import PriceModel
 
     fmt = query.fmt
@@ -215,14 +218,12 @@ def compare(
     )
     why = c.missing(result)
     if why is not None and fmt in ("table", "markdown"):
-        typer.echo(fit_text(why))
+        echo_text(why)
         return
     if fmt in ("table", "markdown"):
-        typer.echo(
-            fit_text(
-                f"{boundary}: {b['requests']} transitions matched to idle gaps of the same length and TTL "
-                f"({b['unmatched']} without a match); {result['confidence']:.0%} intervals"
-            )
+        echo_text(
+            f"{boundary}: {b['requests']} transitions matched to idle gaps of the same length and TTL "
+            f"({b['unmatched']} without a match); {result['confidence']:.0%} intervals"
         )
     echo(rows, fmt)
 
@@ -352,7 +353,7 @@ def check(
             for f in result.fired
         ]
         if fmt in ("table", "markdown"):
-            typer.echo("\n".join([head, *fired, *(f"note: {n}" for n in result.notes)]))
+            echo_text("\n".join([head, *fired, *(f"note: {n}" for n in result.notes)]))
         echo(Rows(["metric", "window", "baseline"], rows), fmt)
     if result.alert:
         if webhook:

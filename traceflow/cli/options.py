@@ -223,11 +223,18 @@ def echo(value: Any, fmt: str, *, single: bool = False, essential: Sequence[str]
         typer.echo(render(value, fmt, single=single, essential=essential))
 
 
+def echo_text(text: str) -> None:
+    """Print ``text`` (sentences beside a table) wrapped to the width tables fit."""
+    from traceflow.output import fit_text
+
+    typer.echo(fit_text(text))
+
+
 def echo_sections(
     sections: Sequence[tuple[str, Rows | pl.DataFrame]], fmt: str, notes: Sequence[str] = ()
 ) -> None:
     """Several tables under titles (table and markdown formats), then one ``note:`` line per note."""
-    from traceflow.output import render
+    from traceflow.output import fit_text, render
     from traceflow.store import zones
 
     out: list[str] = []
@@ -236,7 +243,7 @@ def echo_sections(
             out += [f"## {title}", "", render(frame, "markdown"), ""]
         else:
             out += [title, "-" * len(title), render(frame, "table"), ""]
-    out += [f"note: {n}" for n in notes]
+    out += [fit_text(f"note: {n}") for n in notes]
     typer.echo("\n".join(out).rstrip("\n"))
 
 
