@@ -213,7 +213,7 @@ def test_sessionless_requests_are_judged_by_their_block_hashes(lake: Lake, cli: 
     assert got["requests"] == 6 and got["not_applicable"] == 1
     assert got["by_cause"]["first_request"]["misses"] == 0  # was 6: every sessionless request
     assert got["misses"] == 1 and got["missed_tokens"] == 200
-    assert got["by_cause"]["ttl_expired"] == {"misses": 1, "missed_tokens": 200, "cost_usd": None}
+    assert got["by_cause"]["ttl_expired"] == {"misses": 1, "missed_tokens": 200, "miss_cost_usd": None}
     rows = as_json(cli, "misses", "--list", "--miss-tokens", "100")
     assert [(r["reusable_tokens"], r["missed_tokens"], r["cause"]) for r in rows] == [
         (200, 200, "ttl_expired")
