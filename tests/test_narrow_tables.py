@@ -38,6 +38,7 @@ CASES: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
     (("load",), ("metric", "value")),
     (("check",), ("metric", "window", "baseline")),
     (("compare",), ()),
+    (("report",), ("requests", "total_tokens", "cost_usd")),
     (("queries",), ("name",)),
 ]
 

@@ -390,14 +390,17 @@ def render_markdown(report: Report) -> str:
 
 
 def render_text(report: Report) -> str:
-    """The report as plain text tables (``--format table``)."""
+    """The report as plain text tables (``--format table``): sentences wrap at 100 characters, or
+    the terminal's width where it is narrower (as the tables fit it)."""
     import textwrap
 
+    from traceflow import output
     from traceflow.output import render
 
+    width = 100 if output.WIDE else min(100, output.terminal_width() or 100)
     out = ["traceflow report", "================", ""]
     out += [
-        textwrap.fill(line, width=100, initial_indent="* ", subsequent_indent="  ")
+        textwrap.fill(line, width=width, initial_indent="* ", subsequent_indent="  ")
         for line in headline(report)
     ]
     for title, frame in _section_tables(report):
