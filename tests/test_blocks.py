@@ -269,3 +269,24 @@ def test_each_user_has_their_own_chain(lake: Lake, cli: CLI) -> None:
         only = [b for b in _blocks_json(cli, "--user", user) if b["status"] != "gap"]
         assert [(dt.datetime.fromisoformat(b["start"]), b["requests"]) for b in only] == want
     assert len(got) == 4
+
+
+def test_any_window_is_the_whole_chain_restricted(lake: Lake) -> None:
+    """For random windows [since, until): the blocks shown are the whole chain's (by the rule, from
+    every request) that overlap the window, each whole."""
+    from traceflow.store.selection import Selection
+
+    rng = random.Random(11)
+    base = dt.datetime(2026, 8, 1, 9, 0, tzinfo=dt.UTC)
+    times = sorted(base + dt.timedelta(minutes=rng.randrange(0, 60 * 72)) for _ in range(120))
+    lake.append("requests", [_request(i, t) for i, t in enumerate(times)])
+    con = lake.connect(["requests"])
+    chain = _rule([(t, 100) for t in times])
+    for _ in range(12):
+        since = base + dt.timedelta(minutes=rng.randrange(0, 60 * 72))
+        until = since + dt.timedelta(minutes=rng.randrange(1, 60 * 24))
+        want = [b for b in chain if b[0] + FIVE > since and b[0] < until]
+        got = billing_blocks(con, Selection(since=since, until=until), now=base).records()
+        assert [(b["start"], b["requests"], b["total_tokens"]) for b in got if b["status"] != "gap"] == want
+        assert all(r["status"] == "gap" for r in got[1:-1] if r["requests"] == 0)
+        assert not got or (got[0]["status"] != "gap" and got[-1]["status"] != "gap")
