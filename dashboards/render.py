@@ -85,7 +85,7 @@ CHARTS: tuple[ChartDef, ...] = (
         "Cache misses by cause",
         "Requests that missed the prompt cache (red: how many; blue: the reusable prefix tokens they did "
         "not read), by cause: the first request of a stream, a model switch, a compaction, an idle gap "
-        "past the TTL in force, a restart of the agent process (resume), a read that fell back to the "
+        "past the TTL in force, a restart of the agent process (restart), a read that fell back to the "
         "static prefix (prefix_break), or nothing the data explains. Below, the sessions that lost the "
         "most: click one for its timeline.",
     ),

@@ -71,7 +71,7 @@ class ReportOptions:
     ``kv_bytes_per_token`` turns tokens into bytes (default: MiniMax-M2 at FP8); ``tiers`` are (name,
     bytes) marks on the hit-ratio chart; ``series_since`` starts the time-series charts (tokens over
     time, concurrent sessions, working set) later than the selection, e.g. at a live stream when the
-    lake also holds old imports. ``ttls``, ``resume_after_s`` and ``resolution_s`` go to the text
+    lake also holds old imports. ``ttls``, ``idle_after_s`` and ``resolution_s`` go to the text
     summary (:func:`traceflow.analysis.report.build_report`); the charts' buckets are never finer than
     ``resolution_s`` and never more than :data:`MAX_BUCKETS`.
     """
@@ -82,7 +82,7 @@ class ReportOptions:
     tiers: Sequence[tuple[str, float]] = ()
     series_since: dt.datetime | None = None
     ttls: Sequence[float] = (300.0, 3600.0)
-    resume_after_s: float = 900.0
+    idle_after_s: float = 900.0
 
 
 #: A report of the selection alone.
@@ -211,7 +211,7 @@ def misses_frame(
     con: duckdb.DuckDBPyConnection, selection: Selection | None, prices: PriceModel | None = None
 ) -> pl.DataFrame:
     """One row per miss cause (``session`` null): ``session, cause, misses, missed_tokens,
-    cost_usd`` (see :mod:`traceflow.analysis.misses`); then, for the :data:`MISS_SESSIONS` sessions
+    miss_cost_usd`` (see :mod:`traceflow.analysis.misses`); then, for the :data:`MISS_SESSIONS` sessions
     with the most missed tokens, one row per session and cause of its misses."""
     import polars as pl
 
@@ -221,7 +221,7 @@ def misses_frame(
         pl.col("cause").is_not_null()
     )
     totals = counts.group_by("cause").agg(
-        pl.col("misses").sum(), pl.col("missed_tokens").sum(), pl.col("cost_usd").sum()
+        pl.col("misses").sum(), pl.col("missed_tokens").sum(), pl.col("miss_cost_usd").sum()
     )
     by_cause = {r["cause"]: r for r in totals.iter_rows(named=True)}
     rows = [
@@ -230,7 +230,7 @@ def misses_frame(
             "cause": c,
             "misses": int(by_cause[c]["misses"]) if c in by_cause else 0,
             "missed_tokens": int(by_cause[c]["missed_tokens"]) if c in by_cause else 0,
-            "cost_usd": float(by_cause[c]["cost_usd"]) if c in by_cause else 0.0,
+            "miss_cost_usd": float(by_cause[c]["miss_cost_usd"]) if c in by_cause else 0.0,
         }
         for c in CAUSES
     ]
@@ -244,7 +244,7 @@ def misses_frame(
     )
     linked = per_session.filter(pl.col("session").is_in(top)).sort(["session", "cause"])
     for r in linked.iter_rows(named=True):
-        rows.append({k: r[k] for k in ("session", "cause", "misses", "missed_tokens", "cost_usd")})
+        rows.append({k: r[k] for k in ("session", "cause", "misses", "missed_tokens", "miss_cost_usd")})
     return pl.DataFrame(
         rows,
         schema={
@@ -252,7 +252,7 @@ def misses_frame(
             "cause": pl.String,
             "misses": pl.Int64,
             "missed_tokens": pl.Int64,
-            "cost_usd": pl.Float64,
+            "miss_cost_usd": pl.Float64,
         },
     )
 
@@ -455,7 +455,7 @@ def gather(
         ttls=tuple(options.ttls),
         prices=options.prices,
         kv_bytes_per_token=options.kv_bytes_per_token,
-        resume_after_s=options.resume_after_s,
+        idle_after_s=options.idle_after_s,
         # the headline figures at the headline resolution, as `report` and `working-set` compute them;
         # only the charts take the coarser buckets of a long selection
         resolution_s=time_base.headline_resolution(options.resolution_s),

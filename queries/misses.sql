@@ -21,7 +21,7 @@
 -- model_switch (another model than the previous request's), compaction (a compaction event of the
 -- stream between the previous request's end and this request's start, or the context fell by more
 -- than $compaction_drop of the previous one), ttl_expired (the idle gap exceeds ttl_in_force_s),
--- resume (restart is set), prefix_break (the cache read is above zero and at most
+-- restart (restart is set: the agent process restarted), prefix_break (the cache read is above zero and at most
 -- first_read_tokens + $prefix_tokens: the static prefix hit, the conversation after it did not),
 -- unexplained. cause is NULL for a hit.
 -- Reads request_steps, the window of steps.sql (over the whole lake); in a bare DuckDB create it
@@ -141,7 +141,7 @@ SELECT j.root_session_id, j.session_id, j.parent_session_id, j.agent, j.agent_ve
               OR j.context_tokens < (1 - CAST($compaction_drop AS DOUBLE)) * j.prev_context_tokens
               THEN 'compaction'
             WHEN j.gap_s > j.ttl_in_force_s THEN 'ttl_expired'
-            WHEN x.restart IS NOT NULL THEN 'resume'
+            WHEN x.restart IS NOT NULL THEN 'restart'
             WHEN j.cache_read_tokens > 0
              AND j.cache_read_tokens <= j.first_read_tokens + CAST($prefix_tokens AS BIGINT)
               THEN 'prefix_break'

@@ -1,4 +1,4 @@
--- usage_periods: per period, agent and model: requests, the token kinds (1-hour writes too) and the first
+-- usage_periods: per period, agent, user and model: requests, the token kinds (1-hour writes too) and the first
 -- and last recorded time, each request filed at the time the agent recorded it (ended_at, the
 -- transcript line's timestamp; started_at when there is none), as ccusage files it. What `daily`,
 -- `weekly`, `monthly`, `session` and `blocks --json` sum (traceflow.analysis.usage): they replace
@@ -6,7 +6,7 @@
 -- keeping agent telemetry only.
 -- params:  $since TIMESTAMPTZ = NULL  only requests recorded at or after this time
 --          $until TIMESTAMPTZ = NULL  only requests recorded before this time
--- returns: period, agent, model, requests, cold_input_tokens, cache_read_tokens, cache_write_tokens,
+-- returns: period, agent, user_id, model, requests, cold_input_tokens, cache_read_tokens, cache_write_tokens,
 --          cache_write_1h_tokens, output_tokens, first_at, last_at
 
 WITH sel AS (
@@ -19,6 +19,7 @@ WITH sel AS (
 )
 SELECT /*@period*/ strftime(coalesce(ended_at, started_at) AT TIME ZONE 'UTC', '%Y-%m-%d') /*@end*/ AS period,
        agent,
+       user_id,
        model,
        count(*)::BIGINT AS requests,
        coalesce(sum(cold_input_tokens), 0)::BIGINT AS cold_input_tokens,
@@ -29,5 +30,5 @@ SELECT /*@period*/ strftime(coalesce(ended_at, started_at) AT TIME ZONE 'UTC', '
        min(coalesce(ended_at, started_at)) AS first_at,
        max(coalesce(ended_at, started_at)) AS last_at
 FROM sel
-GROUP BY 1, 2, 3
-ORDER BY 1, 2, 3;
+GROUP BY 1, 2, 3, 4
+ORDER BY 1, 2, 3, 4;

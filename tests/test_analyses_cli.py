@@ -100,11 +100,11 @@ def test_ttl_price_file(filled: Lake, cli: Cli, tmp_path: Path) -> None:
 def test_sessions_json_and_list(filled: Lake, cli: Cli) -> None:
     got = as_json(cli, "sessions")
     assert list(got) == [name for name, _ in sessions.SUMMARY] + list(sessions.SUMMARY_EXTRA)
-    assert got["sessions"] == 4 and got["resumes"] == 1
+    assert got["sessions"] == 4 and got["idle_returns"] == 1
     listed = as_json(cli, "sessions", "--list", "--limit", "2")
     assert [r["root_session_id"] for r in listed] == ["A", "B"]
-    by = as_json(cli, "sessions", "--by", "user", "--resume-after", "10m")
-    assert [(r["user"], r["resumes"]) for r in by] == [("u1", 2), ("u2", 0)]
+    by = as_json(cli, "sessions", "--by", "user", "--idle-after", "10m")
+    assert [(r["user"], r["idle_returns"]) for r in by] == [("u1", 2), ("u2", 0)]
 
 
 def test_load_and_working_set_json(filled: Lake, cli: Cli) -> None:
@@ -148,7 +148,7 @@ def test_query_and_queries(filled: Lake, cli: Cli) -> None:
     assert code == 0 and {q["name"] for q in json.loads(out)} >= {"gaps", "ttl", "sessions"}
     got = as_json(cli, "query", "ttl", "--param", "ttl_s=600")
     assert {r["ttl_s"] for r in got} == {600.0}
-    got = as_json(cli, "query", "resumes", "-p", "resume_after_s=500")
+    got = as_json(cli, "query", "idle_returns", "-p", "idle_after_s=500")
     assert [r["gap_s"] for r in got] == [600.0, 5400.0]
 
 
@@ -320,7 +320,7 @@ def test_every_analysis_runs_on_public_traces(
     run_import(lake, importers.get(source), [TESTDATA / path])
     rep = as_json(cli, "report")
     assert rep["mix"]["requests"] == requests
-    # no sessions in these traces: every request stands alone, so there are no gaps and no resumes,
+    # no sessions in these traces: every request stands alone, so there are no gaps and no idle_returns,
     # and sessions and arrivals are "not applicable" (null), never one session per request
     assert rep["gaps"]["gaps"] == 0 and rep["sessions"]["sessions"] is None
     assert rep["sessions"]["sessionless_requests"] == requests

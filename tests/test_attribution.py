@@ -133,8 +133,8 @@ def test_savings_headline_matches_a_hand_computation(projects: Lake, cli: Cli) -
     code, out, _ = cli("mix", "-f", "json")
     assert code == 0
     got = json.loads(out)
-    assert got["no_cache_cost_usd"] == pytest.approx(no_cache)
-    assert got["cache_cost_usd"] == pytest.approx(billed)
+    assert got["cost_without_cache_usd"] == pytest.approx(no_cache)
+    assert got["cost_usd"] == pytest.approx(billed)
     assert got["savings_usd"] == pytest.approx(no_cache - billed)
     assert got["savings_share"] == pytest.approx((no_cache - billed) / no_cache)
     _, table, _ = cli("mix")

@@ -335,11 +335,11 @@ def test_sessions_match_the_raw_files(weka: tuple[Any, list[Stream]]) -> None:
     """Sessions, per the header of ``queries/sessions.sql`` and docs/everyday.md#traceflow-sessions: a
     session folds
     its sub-agents in (a kv-cache-tester trace); requests and duration (first start to last end)
-    count every stream, the context figures, turns, growth, drops and resumes the main stream only.
+    count every stream, the context figures, turns, growth, drops and idle_returns the main stream only.
     turns: changes of ``prompt_id`` along the main stream (the importer's documented prompt: a main
     request without ``tool_result`` starts one, in file order); growth: the sum of the context
     increases; a context drop: a context below half the previous one (the traces have no compaction
-    events, so compactions = drops); a resume: an idle gap of at least 900 s, reloading its prefix
+    events, so compactions = drops); an idle return: an idle gap of at least 900 s, reloading its prefix
     (the previous context plus output, at most its own context). The summary's quantiles are
     DuckDB's ``quantile_cont`` (linear); ``growth_per_turn_mean`` is token-weighted."""
     con, _ = weka
@@ -361,7 +361,7 @@ def test_sessions_match_the_raw_files(weka: tuple[Any, list[Stream]]) -> None:
         every = reqs + [r for s in subs for r in s]
         assert all(r.context + r.output > 0 for r in every)  # no request without tokens to leave out
         steps = list(itertools.pairwise(reqs))
-        resumed = [(a, b) for a, b in steps if idle_gap_s(a, b) >= 900]
+        returned = [(a, b) for a, b in steps if idle_gap_s(a, b) >= 900]
         drops = sum(b.context < 0.5 * a.context for a, b in steps)
         turns = sum(k == 0 or m[1] != main[k - 1][1] for k, m in enumerate(main))
         expected[doc.get("id") or f.stem] = {
@@ -377,8 +377,8 @@ def test_sessions_match_the_raw_files(weka: tuple[Any, list[Stream]]) -> None:
             "context_drops": drops,
             "compaction_events": 0,
             "compactions": drops,
-            "resumes": len(resumed),
-            "resume_reload_tokens": sum(min(a.context + a.output, b.context) for a, b in resumed),
+            "idle_returns": len(returned),
+            "idle_return_reload_tokens": sum(min(a.context + a.output, b.context) for a, b in returned),
             "output_tokens": sum(r.output for r in every),
             "context_tokens": sum(r.context for r in every),
         }
@@ -395,14 +395,16 @@ def test_sessions_match_the_raw_files(weka: tuple[Any, list[Stream]]) -> None:
         assert have == {k: v for k, v in want.items() if k != "duration_s"}, sid
     s = sessions.session_summary(con).to_dicts()[0]
     e = list(expected.values())
-    totals = {k: sum(x[k] for x in e) for k in ("requests", "turns", "subagents", "compactions", "resumes")}
+    totals = {
+        k: sum(x[k] for x in e) for k in ("requests", "turns", "subagents", "compactions", "idle_returns")
+    }
     assert {k: s[k] for k in totals} == totals == {
-        "requests": 2014, "turns": 289, "subagents": 28, "compactions": 7, "resumes": 36,
+        "requests": 2014, "turns": 289, "subagents": 28, "compactions": 7, "idle_returns": 36,
     }  # fmt: skip
     assert s["sessions"] == 36 and s["sessions_with_subagents"] == sum(x["subagents"] > 0 for x in e) == 9
-    assert s["sessions_with_resume"] == sum(x["resumes"] > 0 for x in e)
+    assert s["sessions_with_idle_return"] == sum(x["idle_returns"] > 0 for x in e)
     assert s["sessions_with_compaction"] == sum(x["compactions"] > 0 for x in e)
-    assert s["resume_reload_tokens"] == sum(x["resume_reload_tokens"] for x in e)
+    assert s["idle_return_reload_tokens"] == sum(x["idle_return_reload_tokens"] for x in e)
     assert s["context_max"] == max(x["context_max"] for x in e)
     for col, key, q in (
         ("requests_p50", "requests", 0.5),

@@ -34,7 +34,7 @@ def test_the_expected_queries_are_packaged() -> None:
         "ttl",
         "ttl_validation",
         "sessions",
-        "resumes",
+        "idle_returns",
         "compactions",
         "load",
         "working_set",
@@ -111,7 +111,7 @@ def test_the_window_is_written_once() -> None:
     assert per_stream == {
         "gaps",
         "gap_histogram",
-        "resumes",
+        "idle_returns",
         "compactions",
         "sessions",
         "ttl",

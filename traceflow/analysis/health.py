@@ -12,7 +12,7 @@ the 7 days before the window):
 * ``silence``: the window holds fewer than ``min_requests`` requests (default 1: none at all) while the
   baseline had traffic -- a dead collector, an expired key, an agent that stopped sending.
 
-* ``version_regression``: the share of requests that were client misses (``resume``,
+* ``version_regression``: the share of requests that were client misses (``restart``,
   ``prefix_break`` or ``unexplained``) rose by more than ``max_version_rise`` (absolute) with a client
   version seen in the window against the version seen before it (versions in the order they first
   appeared in the lake), both over the baseline and the window, each with at least

@@ -36,11 +36,14 @@ COLUMNS = (
 )
 
 
-#: The savings columns after :data:`COLUMNS` (:func:`savings_by_group`): what the priced tokens would
-#: have cost with no cache, what they cost with it (both under the price model), the difference, the
-#: difference's share of the no-cache cost (all four null when nothing is priced), and the tokens of
-#: requests without a model name, which are not priced (:meth:`~traceflow.prices.PriceModel.priced`).
-SAVINGS = ("no_cache_cost_usd", "cache_cost_usd", "savings_usd", "savings_share", "unpriced_tokens")
+#: The savings columns after :data:`COLUMNS` (:func:`savings_by_group`): the bill (what the priced
+#: tokens cost, with the cache), the counterfactual (what they would have cost without it; both under
+#: the price model), the difference, the difference's share of the cost without cache (all four null
+#: when nothing is priced), and the tokens of requests without a model name, which are not priced
+#: (:meth:`~traceflow.prices.PriceModel.priced`).
+SAVINGS = ("cost_usd", "cost_without_cache_usd", "savings_usd", "savings_share", "unpriced_tokens")
+#: The columns a mix table keeps to fit a narrow terminal, besides its group columns.
+ESSENTIAL = ("total_tokens", "cost_usd", "requests", "reuse_ratio", "savings_usd", "cost_without_cache_usd")
 #: The savings of a group with no priced request.
 UNPRICED: tuple[float | None, float | None, float | None, float | None, int] = (None, None, None, None, 0)
 
@@ -193,7 +196,7 @@ def savings_by_group(
             continue
         no_cache, billed = totals[key]
         share = (no_cache - billed) / no_cache if no_cache else None
-        out[key] = (no_cache, billed, no_cache - billed, share, tokens)
+        out[key] = (billed, no_cache, no_cache - billed, share, tokens)
     return out
 
 
@@ -237,7 +240,7 @@ def token_mix(
 def savings_line(row: dict[str, Any], prices: PriceModel | None = None) -> str:
     """The savings headline of one mix row, a sentence (naming the price table when ``prices`` is given,
     and the tokens left unpriced, if any)."""
-    no_cache, billed = row["no_cache_cost_usd"], row["cache_cost_usd"]
+    no_cache, billed = row["cost_without_cache_usd"], row["cost_usd"]
     share = row["savings_share"]
     unpriced = row.get("unpriced_tokens") or 0
     table = prices.describe() if prices else "list prices"

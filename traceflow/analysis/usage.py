@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from traceflow.analysis.blocks import BLOCK, Block, Hour, group_blocks
+from traceflow.analysis.blocks import BLOCK, Block, Hour, chains
 from traceflow.analysis.mix import token_cost
 from traceflow.output import Rows
 from traceflow.prices import PriceModel
@@ -331,6 +331,7 @@ def recorded_hours(con: duckdb.DuckDBPyConnection | Engine, selection: Selection
     return [
         Hour(
             _utc(r["period"]),
+            r["user_id"],
             r["model"],
             r["requests"],
             r["cold_input_tokens"],
@@ -446,29 +447,34 @@ def blocks_document(
     pm = prices or PriceModel()
     window = selection or Selection()
     hours = recorded_hours(con, _without_time(window))
-    chain = [b for b in group_blocks(hours, pm) if not b.gap]
     out: list[dict[str, Any]] = []
-    previous: Block | None = None  # the last block shown
-    for b in chain:
-        shown = (window.since is None or b.start >= window.since) and (
-            window.until is None or b.start < window.until
-        )
-        if recent:
-            shown = shown and (b.start >= at - RECENT or b.active(at))
-        if active:
-            shown = shown and b.active(at)
-        if (
-            shown
-            and not active
-            and previous is not None
-            and previous.last_at is not None
-            and b.first_at is not None
-            and b.first_at - previous.last_at > BLOCK
-        ):
-            out.append(_gap_json(previous.last_at + BLOCK, b.first_at))
-        if shown:
-            out.append(_block_json(b, at, hours))
-            previous = b
+    for chain in chains(hours, pm):  # each user's own chain (one for local logs)
+        user = chain[0].user if chain else None
+        own = [h for h in hours if h.user == user]
+        previous: Block | None = None  # the last block shown
+        for b in (b for b in chain if not b.gap):
+            shown = (window.since is None or b.start >= window.since) and (
+                window.until is None or b.start < window.until
+            )
+            if recent:
+                shown = shown and (b.start >= at - RECENT or b.active(at))
+            if active:
+                shown = shown and b.active(at)
+            if (
+                shown
+                and not active
+                and previous is not None
+                and previous.last_at is not None
+                and b.first_at is not None
+                and b.first_at - previous.last_at > BLOCK
+            ):
+                out.append(_gap_json(previous.last_at + BLOCK, b.first_at))
+            if shown:
+                doc = _block_json(b, at, own)
+                if user is not None:
+                    doc["userId"] = user
+                out.append(doc)
+                previous = b
     if order == "desc":
         out.reverse()
     return {"blocks": out, "traceflow": {"zone": zone, "filedAt": "recorded", "prices": pm.describe()}}

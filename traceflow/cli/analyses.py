@@ -46,9 +46,11 @@ KvBytesOpt = Annotated[
     ),
 ]
 ResolutionOpt = Annotated[str, typer.Option("--resolution", help="Bucket width: seconds or 1s, 1m, 1h.")]
-ResumeOpt = Annotated[
+IdleAfterOpt = Annotated[
     str,
-    typer.Option("--resume-after", help="Idle time after which a request is a resume (a returning user)."),
+    typer.Option(
+        "--idle-after", help="Idle time after which a request is an idle return (a returning user)."
+    ),
 ]
 
 
@@ -246,7 +248,7 @@ def sessions(
     limit: Annotated[
         int | None, typer.Option("--limit", help="With --list: at most this many sessions.")
     ] = None,
-    resume_after: ResumeOpt = "15m",
+    idle_after: IdleAfterOpt = "15m",
     compaction_drop: Annotated[
         float,
         typer.Option(
@@ -258,26 +260,31 @@ def sessions(
     selection: Selection,
     query: LakeQuery,
 ) -> None:
-    """Describe the sessions: turns, duration, context growth, compactions and resumes.
+    """Describe the sessions: turns, duration, context growth, compactions and idle returns.
 
     Turns, requests, duration, context at start and end, growth per turn, compactions, sub-agents and
-    resumes after long idle; in aggregate, per group, or one row each (--list).
+    idle returns (a user back after a long idle); in aggregate, per group, or one row each (--list).
     """
     from traceflow.analysis import sessions as s
     from traceflow.store.sql import split_by
 
     fmt = query.fmt
     groups = split_by(by)
-    resume_s = parse_duration(resume_after, "--resume-after")
+    idle_s = parse_duration(idle_after, "--idle-after")
     con = query.connect(["requests", "events"])
     if list_:
-        echo(s.sessions(con, selection, resume_s, compaction_drop, limit), fmt, zone=selection.zone)
+        echo(
+            s.sessions(con, selection, idle_s, compaction_drop, limit),
+            fmt,
+            essential=s.LIST_ESSENTIAL,
+            zone=selection.zone,
+        )
         return
-    frame = s.session_summary(con, selection, groups, resume_s, compaction_drop)
+    frame = s.session_summary(con, selection, groups, idle_s, compaction_drop)
     if not groups and fmt in ("table", "markdown"):
         echo(_transpose(frame.to_dicts()[0]), fmt, zone=selection.zone)
         return
-    echo(frame, fmt, single=not groups, zone=selection.zone)
+    echo(frame, fmt, single=not groups, essential=(*groups, *s.SUMMARY_ESSENTIAL), zone=selection.zone)
 
 
 @with_selection
@@ -356,7 +363,7 @@ def report(
     ttl: TtlOpt = None,
     prices: PricesOpt = None,
     kv_bytes_per_token: KvBytesOpt = None,
-    resume_after: ResumeOpt = "15m",
+    idle_after: IdleAfterOpt = "15m",
     resolution: ResolutionOpt = "1m",
     *,
     selection: Selection,
@@ -390,7 +397,7 @@ def report(
         _ttls(ttl, ()),
         PriceModel.load(prices),
         kv_bytes_per_token,
-        parse_duration(resume_after, "--resume-after"),
+        parse_duration(idle_after, "--idle-after"),
         parse_duration(resolution, "--resolution"),
     )
     from traceflow import output
@@ -411,7 +418,7 @@ def report(
             kv_bytes_per_token=kv_bytes_per_token,
             prices=PriceModel.load(prices),
             ttls=_ttls(ttl, ()),
-            resume_after_s=parse_duration(resume_after, "--resume-after"),
+            idle_after_s=parse_duration(idle_after, "--idle-after"),
             resolution_s=parse_duration(resolution, "--resolution"),
         )
         written = write_report(open_lake(data), selection, options, html=html, png_dir=png, svg_dir=svg)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import sys
 import time
-from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -14,11 +13,9 @@ from traceflow.cli.options import LakeQuery, PricesOpt, echo, with_lake_query, w
 from traceflow.errors import UsageError
 
 if TYPE_CHECKING:
+    from traceflow.output import Rows
     from traceflow.prices import PriceModel
     from traceflow.store.selection import Selection
-
-#: How far back ``--live`` reads: the active block began at most 5 hours ago.
-LIVE_WINDOW = dt.timedelta(hours=6)
 
 
 @with_selection
@@ -67,7 +64,7 @@ def blocks(
     A block starts at its first request's UTC hour and ends 5 hours later; a request at or after the
     end starts the next. Times print in --tz (default UTC).
     """
-    from traceflow.analysis.blocks import billing_blocks
+    from traceflow.analysis.blocks import billing_blocks, table
     from traceflow.output import Rows
     from traceflow.prices import PriceModel
 
@@ -84,13 +81,19 @@ def blocks(
         return
     if not live:
         con = query.connect(["requests"])
-        rows = billing_blocks(con, selection, pm, active_only=active, gaps=gaps)
+        now = dt.datetime.now(dt.UTC)
+        rows = billing_blocks(con, selection, pm, now=now, active_only=active, gaps=gaps)
         if recent:
-            since = dt.datetime.now(dt.UTC) - dt.timedelta(days=3)
+            since = now - dt.timedelta(days=3)
             rows = Rows(rows.columns, [r for r in rows.rows if r[0] >= since or r[2] == "active"])
         if order == "desc":
             rows = Rows(rows.columns, rows.rows[::-1])
-        echo(rows, query.fmt, zone=selection.zone)
+        if query.fmt != "table":
+            echo(rows, query.fmt, zone=selection.zone)
+        elif active:
+            typer.echo(_panels(rows, now, selection.zone))
+        else:
+            echo(table(rows), query.fmt, zone=selection.zone)
         if query.fmt == "table":
             typer.echo(f"Prices: {pm.describe()}.")
         return
@@ -102,26 +105,20 @@ def blocks(
 
 
 def _live(query: LakeQuery, selection: Selection, pm: PriceModel, interval: float, count: int) -> None:
-    """Print the active block every ``interval`` seconds, reading only the last hours of the lake."""
-    from traceflow.analysis.blocks import billing_blocks, live_line
-    from traceflow.store import zones
+    """Print the active block every ``interval`` seconds: the chain is the whole history's, as in
+    ``blocks`` (a window's first request is not where a block starts)."""
+    from traceflow.analysis.blocks import billing_blocks
 
     clear = sys.stdout.isatty() and query.fmt == "table"
     shown = 0
     try:
         while count == 0 or shown < count:
             now = dt.datetime.now(dt.UTC)
-            since = now - LIVE_WINDOW
-            window = replace(selection, since=max(since, selection.since) if selection.since else since)
             con = query.connect(["requests"])  # a fresh view each time: new files are seen
-            rows = billing_blocks(con, window, pm, now=now, active_only=True, gaps=False)
+            rows = billing_blocks(con, selection, pm, now=now, active_only=True, gaps=False)
             con.close()
-            records = [zones.localise(r, selection.zone) for r in rows.records()]
             if query.fmt == "table":
-                text = "\n".join(
-                    live_line(records[0] if records else None, now.astimezone(zones.tzinfo(selection.zone)))
-                )
-                typer.echo(("\x1b[H\x1b[2J" if clear else "") + text)
+                typer.echo(("\x1b[H\x1b[2J" if clear else "") + _panels(rows, now, selection.zone))
             else:
                 echo(rows, query.fmt, zone=selection.zone)
             shown += 1
@@ -129,6 +126,16 @@ def _live(query: LakeQuery, selection: Selection, pm: PriceModel, interval: floa
                 time.sleep(interval)
     except KeyboardInterrupt:
         typer.echo("")
+
+
+def _panels(rows: Rows, now: dt.datetime, zone: str) -> str:
+    """The active blocks (one per user) as panels (:func:`traceflow.analysis.blocks.panel`), in ``zone``."""
+    from traceflow.analysis.blocks import panel
+    from traceflow.store import zones
+
+    records = [zones.localise(r, zone) for r in rows.records()] or [None]
+    local = now.astimezone(zones.tzinfo(zone))
+    return "\n\n".join("\n".join(panel(r, local)) for r in records)
 
 
 COMMANDS = {"blocks": blocks}

@@ -157,8 +157,8 @@ def mix(
     query: LakeQuery,
 ) -> None:
     """The token mix: cold input, cache read, cache write and output, their shares and the reuse ratio."""
-    from traceflow.analysis.mix import savings_line, token_mix_rows
-    from traceflow.output import render
+    from traceflow.analysis.mix import ESSENTIAL, savings_line, token_mix_rows
+    from traceflow.output import fit_text, render
     from traceflow.prices import PriceModel
 
     fmt = query.fmt
@@ -166,9 +166,9 @@ def mix(
     con = query.connect(["requests", "events"])
     pm = PriceModel.load(prices)
     result = token_mix_rows(con, selection, groups, pm)
-    typer.echo(render(result, fmt, single=not groups))
+    typer.echo(render(result, fmt, single=not groups, essential=(*groups, *ESSENTIAL)))
     if savings and fmt == "table" and not groups and result.rows:
-        typer.echo(savings_line(result.records()[0], pm))
+        typer.echo(fit_text(savings_line(result.records()[0], pm)))
 
 
 def sql(

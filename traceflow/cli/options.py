@@ -320,9 +320,12 @@ class LakeQuery:
         return self.connect(tables)
 
 
-def echo(value: Any, fmt: str, *, single: bool = False, zone: str | None = None) -> None:
+def echo(
+    value: Any, fmt: str, *, single: bool = False, zone: str | None = None, essential: Sequence[str] = ()
+) -> None:
     """Print ``value`` in ``fmt``: a table (``Rows`` or a frame) rendered, anything else as JSON with json;
-    its times shown in ``zone`` (the selection's; None: :func:`traceflow.store.zones.default_zone`)."""
+    its times shown in ``zone`` (the selection's; None: :func:`traceflow.store.zones.default_zone`);
+    ``essential``: the columns the view keeps when a table must leave some out to fit."""
     from traceflow.output import document, render, to_json
     from traceflow.store import zones
 
@@ -330,7 +333,14 @@ def echo(value: Any, fmt: str, *, single: bool = False, zone: str | None = None)
     if fmt == "json" and not hasattr(value, "columns"):
         typer.echo(to_json(document(value)))
     else:
-        typer.echo(render(value, fmt, single=single))
+        typer.echo(render(value, fmt, single=single, essential=essential))
+
+
+def echo_text(text: str) -> None:
+    """Print ``text`` (sentences beside a table) wrapped to the width tables fit."""
+    from traceflow.output import fit_text
+
+    typer.echo(fit_text(text))
 
 
 def echo_sections(
@@ -342,7 +352,7 @@ def echo_sections(
 ) -> None:
     """Several tables under titles (table and markdown formats), then one ``note:`` line per note;
     times shown in ``zone`` (as :func:`echo`)."""
-    from traceflow.output import Rows, footer, render_markdown, render_table
+    from traceflow.output import Rows, fit_text, footer, render_markdown, render_table
     from traceflow.store import zones
 
     out: list[str] = []
@@ -351,7 +361,7 @@ def echo_sections(
             out += [f"## {title}", "", render_markdown(Rows.of(frame)), ""]
         else:
             out += [title, "-" * len(title), render_table(Rows.of(frame)), ""]
-    out += [f"note: {n}" for n in notes]
+    out += [fit_text(f"note: {n}") for n in notes]
     typer.echo(footer("\n".join(out).rstrip("\n")))
 
 

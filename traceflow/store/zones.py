@@ -148,7 +148,8 @@ def _localise(value: Any, info: dt.tzinfo, zone: str) -> Any:
     if isinstance(rows, list) and isinstance(columns, list):  # traceflow.output.Rows
         from traceflow.output import Rows
 
-        return Rows(columns, [tuple(_localise(v, info, zone) for v in r) for r in rows])
+        localised = [tuple(_localise(v, info, zone) for v in r) for r in rows]
+        return Rows(columns, localised, getattr(value, "essential", ()))
     schema = getattr(value, "schema", None)
     if schema is not None and hasattr(value, "with_columns"):  # a polars frame
         import polars as pl
