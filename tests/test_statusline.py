@@ -289,6 +289,7 @@ def test_the_status_lines_block_rule_is_group_blocks() -> None:
         hours = [
             Hour(
                 r.at.replace(minute=0, second=0),
+                None,
                 r.model,
                 1,
                 r.cold,
