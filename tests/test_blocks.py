@@ -290,3 +290,44 @@ def test_any_window_is_the_whole_chain_restricted(lake: Lake) -> None:
         assert [(b["start"], b["requests"], b["total_tokens"]) for b in got if b["status"] != "gap"] == want
         assert all(r["status"] == "gap" for r in got[1:-1] if r["requests"] == 0)
         assert not got or (got[0]["status"] != "gap" and got[-1]["status"] != "gap")
+
+
+def test_blocks_json_gives_each_user_their_own_chain(lake: Lake, cli: CLI) -> None:
+    """ccusage's document (``--json``) on two users whose requests interleave: Alice at 0, 3 and 6 h,
+    Bob at 2, 5 and 8 h (recorded times) make two chains of two blocks each, as worked out by hand."""
+    t0 = dt.datetime(2026, 8, 1, 0, 10, tzinfo=dt.UTC)
+    plan = {"alice": (0, 3, 6), "bob": (2, 5, 8)}
+    lake.append(
+        "requests",
+        [_request(h, t0 + h * HOUR, user=u) for u, hours in plan.items() for h in hours],
+    )
+    code, out, err = cli("blocks", "--json", "--timezone", "UTC")
+    assert code == 0, err
+    got = [b for b in json.loads(out)["blocks"] if not b["isGap"]]
+    t = t0.replace(minute=0)
+    want = {
+        "alice": [(t, 2), (t + 6 * HOUR, 1)],
+        "bob": [(t + 2 * HOUR, 2), (t + 8 * HOUR, 1)],
+    }
+    for user, chain in want.items():
+        mine = [
+            (dt.datetime.fromisoformat(b["startTime"].replace("Z", "+00:00")), b["entries"])
+            for b in got
+            if b["userId"] == user
+        ]
+        assert mine == chain
+    assert len(got) == 4
+
+
+def test_blocks_default_to_the_machines_zone(lake: Lake, cli: CLI, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A personal view: without --tz or TRACEFLOW_TZ the table is in this machine's zone ($TZ here),
+    and says so; --tz UTC overrides it."""
+    lake.append("requests", [_request(0, dt.datetime(2026, 8, 1, 9, 30, tzinfo=dt.UTC))])
+    monkeypatch.delenv("TRACEFLOW_TZ", raising=False)
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    code, out, err = cli("blocks", "--format", "table", "--wide")
+    assert code == 0, err
+    assert "Asia/Tokyo" in out and "18:00" in out  # 09:00 UTC is 18:00 in Tokyo
+    code, out, err = cli("blocks", "--format", "table", "--wide", "--tz", "UTC")
+    assert code == 0, err
+    assert "UTC" in out and "09:00" in out

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from traceflow.cli.options import LakeQuery, PricesOpt, echo, with_lake_query, with_selection
+from traceflow.cli.options import LakeQuery, PricesOpt, echo, with_lake_query, with_personal_selection
 from traceflow.errors import UsageError
 
 if TYPE_CHECKING:
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from traceflow.store.selection import Selection
 
 
-@with_selection
+@with_personal_selection
 @with_lake_query
 def blocks(
     active: Annotated[
@@ -62,7 +62,7 @@ def blocks(
     Per block its requests, tokens by kind, cost and burn rate; the active block's projection to its end.
 
     A block starts at its first request's UTC hour and ends 5 hours later; a request at or after the
-    end starts the next. Times print in --tz (default UTC).
+    end starts the next. Times print in --tz (default: TRACEFLOW_TZ, else this machine's zone).
     """
     from traceflow.analysis.blocks import billing_blocks, table
     from traceflow.output import Rows

@@ -481,6 +481,20 @@ def with_selection(command: F) -> F:
     return _expand(command, "selection", options, build_selection)
 
 
+def build_personal_selection(tz: str | None = None, **options: Any) -> Selection:
+    """:func:`build_selection` for a personal view: without ``--tz``, the zone is
+    :func:`traceflow.store.zones.personal_zone` (the setting, else this machine's), not UTC."""
+    from traceflow.store import zones
+
+    return build_selection(tz=zones.personal_zone() if tz is None else tz, **options)
+
+
+def with_personal_selection(command: F) -> F:
+    """:func:`with_selection` for a personal view (``blocks``): its zone defaults to this machine's."""
+    options = [(name, annotation, None) for name, annotation in SELECTION_OPTIONS]
+    return _expand(command, "selection", options, build_personal_selection)
+
+
 def with_lake_query(command: F) -> F:
     """Give ``command`` ``--data``, ``--engine``, ``--spark-remote`` and ``--format`` in place of its
     ``query: LakeQuery`` parameter; the command receives one :class:`LakeQuery` (its format checked by

@@ -75,15 +75,9 @@ class Window:
 def personal_zone(tz: str | None) -> str:
     """The zone of a personal view: ``tz`` (``--timezone``), else the ``tz`` setting
     (``TRACEFLOW_TZ``; a server lake may pin UTC there), else this machine's zone."""
-    from traceflow import config
     from traceflow.store import zones
 
-    if tz:
-        return zones.resolve(tz, "--timezone")
-    setting = config.get("tz")
-    if setting:
-        return zones.resolve(setting, "TRACEFLOW_TZ")
-    return zones.local_zone()
+    return zones.resolve(tz, "--timezone") if tz else zones.personal_zone()
 
 
 def build_window(since: str | None = None, until: str | None = None, timezone: str | None = None) -> Window:

@@ -80,6 +80,14 @@ def default_zone() -> str:
     return resolve(config.get("tz"), "TRACEFLOW_TZ")
 
 
+def personal_zone() -> str:
+    """The zone of a personal view (``daily``, ``weekly``, ``monthly``, ``session``, ``blocks``) that
+    names none: the ``tz`` setting when set (a server lake may pin UTC there), else this machine's
+    zone, as ccusage and every personal CLI use (``docs/zones.md``)."""
+    setting = config.get("tz")
+    return resolve(setting, "TRACEFLOW_TZ") if setting else local_zone()
+
+
 def tzinfo(zone: str) -> dt.tzinfo:
     """The ``tzinfo`` of the (resolved) zone name ``zone``."""
     if zone == UTC:
