@@ -39,10 +39,9 @@ ROOT = (PREFILL_FLOPS_PER_GPU, THINK_S)
 def surface(p: float, t: float) -> tuple[float, float]:
     """(plateau, DRAM ratio) = (12,000 (p/p0)^0.63 (t0/t)^0.1 w, 2.9 (t0/t)^0.16 (p0/p)^0.56 w'),
     with w, w' wiggles of up to ±1 % (the medians over seeds are not smooth): the published figures
-    exactly at (p0, t0) = the shipped constants. The exponents are the elasticities the real calibration
-    measured near its solution (benchmarks/calibrate_serving.py's log: the plateau 10,063 -> 12,132
-    for prefill 1e14 -> 1.347e14; the ratio 3.022 -> 2.957 for think 108.9 -> 125.2 s, 2.848 -> 3.022
-    for prefill 1.347e14 -> 1.212e14)."""
+    exactly at (p0, t0) = the shipped constants. The exponents are of the size the real calibration's
+    Jacobians show (benchmarks/README.md, Calibration), the ratio's to the think time at its weakest.
+    """
     p0, t0 = ROOT
     u, v = math.log(p / p0), math.log(t / t0)
     plateau = 12_000.0 * math.exp(0.63 * u - 0.1 * v) * (1 + 0.01 * math.sin(40 * u + 23 * v))
