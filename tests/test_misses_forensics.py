@@ -577,8 +577,9 @@ def test_a_restart_appended_to_an_imported_transcript_is_found(lake: Lake, tmp_p
 
 def test_otlp_restart_points_by_session_or_by_user(lake: Lake) -> None:
     """session.count points as the OTLP mapper stores them: one with the session's id (a --resume),
-    one without any (OTEL_METRICS_INCLUDE_SESSION_ID=false): the latter marks the user's first
-    main-stream request after it, of whichever session."""
+    one without any (OTEL_METRICS_INCLUDE_SESSION_ID=false): the latter marks the first main-stream
+    request after it of the session that the other points of its export name (a token point of p;
+    without one it is unlinked: tests/test_misses_definitions.py)."""
     sec = dt.timedelta(seconds=1)
     rows = []
     # (session, start s, read, write): p3 follows the id-less point at 290 s; q2 the point of q at 350 s
@@ -632,10 +633,13 @@ def test_otlp_restart_points_by_session_or_by_user(lake: Lake) -> None:
         }
         for i, (session, at) in enumerate([(None, 290), ("q", 350)])
     ]
+    # the id-less point's export (sent at 320 s) also carries a token point of session p
+    points.append({**points[0], "event_id": "m2", "session_id": "p", "name": "claude_code.token.usage",
+                   "attributes": {"type": "input"}})  # fmt: skip
     lake.append("metric_points", points)
     frame = misses.miss_rows(lake.connect(["requests", "events", "metric_points"]))
     flagged = frame.filter(frame["restart"].is_not_null()).sort("started_at")
     assert list(zip(flagged["session_id"], flagged["position"], flagged["cause"], strict=True)) == [
-        ("p", 3, "restart"),  # the id-less point at 290 s: p3 (300 s) is the user's first request after it
+        ("p", 3, "restart"),  # the id-less point at 290 s, its export naming p: p3 (300 s) is next
         ("q", 2, "restart"),  # q's own point at 350 s; its gap 400 - 102 = 298 s is within the 5 min TTL
     ]

@@ -14,8 +14,11 @@ Per request (``queries/misses.sql``, over the ``request_steps`` window):
   compaction event of the stream, or a context drop of more than ``compaction_drop``) →
   ``ttl_expired`` (the idle gap exceeds the TTL in force) → ``restart`` (the first main-stream
   request after the agent process restarted: OTLP ``claude_code.session.count`` with ``start_type``
-  resume/continue, a transcript's ``session_restart`` event) → ``prefix_break`` (the read fell back
-  to at most the stream's first read + ``prefix_tokens``, above zero) → ``unexplained``.
+  resume/continue, a transcript's ``session_restart`` event; a point without its session's id, as
+  ``--continue`` sends, is linked to the one session the other points of its export name, else
+  left unlinked) → ``prefix_break`` (the read fell back to at most the stream's static prefix +
+  ``prefix_tokens``, above zero: the prefix its trace records, kv-cache-tester's ``tool_tokens`` +
+  ``system_tokens``, else the stream's first read) → ``unexplained``.
 
 A request without a session (Mooncake, Bailian, Azure) has no stream, so it is never a
 ``first_request`` miss: where it has prefix block hashes it is judged from them instead
@@ -75,7 +78,8 @@ CLIENT_CAUSES: tuple[str, ...] = ("restart", "prefix_break", "unexplained")
 MISS_TOKENS = 1024
 #: A context drop (share of the previous request's) that counts as a compaction, as in ``compactions``.
 COMPACTION_DROP = 0.5
-#: How far above the stream's first cache read a miss's read may be and still be a prefix break.
+#: How far above the stream's static prefix (recorded, else its first cache read) a miss's read may be
+#: and still be a prefix break.
 PREFIX_TOKENS = 1024
 #: The ``misses.sql`` block that reads the OTLP restart points, and what stands for it without them.
 _NO_POINTS = (  # STRING: DuckDB's alias of VARCHAR, Spark's text type

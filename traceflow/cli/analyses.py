@@ -80,14 +80,11 @@ def _ttls(values: list[str] | None, default: tuple[float, ...]) -> list[float]:
 
 def _coarsened(asked: float, used: float) -> None:
     """Say on stderr when the time grid's buckets were made coarser than ``--resolution``."""
-    if used != asked:
-        from traceflow.store.time_base import MAX_BUCKETS
+    from traceflow.store.time_base import coarsening_note
 
-        typer.echo(
-            f"note: --resolution {format_duration(asked)} would make more than {MAX_BUCKETS:,} buckets "
-            f"over this selection; using {format_duration(used)} buckets",
-            err=True,
-        )
+    note = coarsening_note(asked, used)
+    if note:
+        typer.echo(f"note: {note}", err=True)
 
 
 def _transpose(row: dict[str, Any]) -> Rows:
