@@ -473,6 +473,7 @@ def run_import(
         raise _nothing_in_default_location(importer, roots)
     summary = ImportSummary(source=importer.name, files_seen=len(files))
     lake.ensure()
+    lake.clean_staging()  # what an import killed at its staging step left
     writers = {os.getpid()}  # the processes whose staging files are this import's
     before = set(staging_names(lake))
     try:

@@ -53,11 +53,22 @@ def _known(name: str) -> bool:
 
     if not name or name.startswith(("/", ".")) or ".." in name:
         return False
+    # Only the IANA database's names: the files beside them that zoneinfo also opens (posixrules,
+    # localtime, right/UTC, posix/...) are zones DuckDB's ICU does not know, and `--by day` fails.
+    if name not in _iana_names():
+        return False
     try:
         zoneinfo.ZoneInfo(name)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
         return False
     return True
+
+
+@functools.cache
+def _iana_names() -> frozenset[str]:
+    import zoneinfo
+
+    return frozenset(zoneinfo.available_timezones()) - {"localtime"}
 
 
 def resolve(name: str | None, option: str = "--tz") -> str:
