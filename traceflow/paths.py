@@ -8,18 +8,33 @@ written) never ends in a traceback or a temporary file left beside the path.
 from __future__ import annotations
 
 import errno
+import os
+import stat
 import tempfile
 from pathlib import Path
 
 from traceflow.errors import UsageError
+from traceflow.limits import max_document_bytes, too_large
 
 
 def read_text(path: Path, option: str, what: str) -> str:
-    """The UTF-8 text of ``path``, given as ``option`` for ``what`` (e.g. "a JSON price file")."""
+    """The UTF-8 text of ``path``, given as ``option`` for ``what`` (e.g. "a JSON price file").
+
+    Only a regular file is read (a FIFO would wait for a writer for ever, ``/dev/zero`` never ends),
+    and only up to ``TRACEFLOW_MAX_DOCUMENT_BYTES`` (:mod:`traceflow.limits`).
+    """
     if path.is_dir():
         raise UsageError(f"{option} {path} is a directory; pass {what}")
     try:
-        return path.read_bytes().decode("utf-8")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens at once, to be refused below
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise UsageError(f"{option} {path} is not a regular file (a pipe or a device); pass {what}")
+            most = max_document_bytes()
+            data = fh.read(most + 1)
+        if len(data) > most:
+            raise too_large(f"{option} {path}", "a file", most, "max_document_bytes")
+        return data.decode("utf-8")
     except FileNotFoundError:
         raise UsageError(f"{option} {path}: no such file; pass {what}") from None
     except OSError as e:
