@@ -317,7 +317,7 @@ def test_lines_up_to_the_limit_are_read_across_blocks(tmp_path: Path) -> None:
     """A line longer than a read step but within the limit is joined whole; one byte past, refused."""
     from traceflow.importers import run as run_mod
     from traceflow.importers.run import FilePlan, _chunks
-    from traceflow.limits import InputTooLarge
+    from traceflow.paths import InputTooLarge
 
     lines = [b"a" * 10 + b"\n", b"b" * 3000 + b"\n", b"c" * 5 + b"\n"]
     path = tmp_path / "x.jsonl.zst"

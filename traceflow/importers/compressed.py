@@ -8,8 +8,8 @@ compression suffix (:func:`plain_path`) where the name carries meaning (``agent-
 
 The data is decompressed as it is read (:func:`open_input`), never held whole in memory by this
 module: each step gives at most the bytes asked for, and a file that decompresses to more than
-``TRACEFLOW_MAX_EXPANSION`` times its size (:mod:`traceflow.limits`) raises
-:class:`~traceflow.limits.InputTooLarge`. Offsets kept between imports of such a file count
+``TRACEFLOW_MAX_EXPANSION`` times its size (:mod:`traceflow.paths`) raises
+:class:`~traceflow.paths.InputTooLarge`. Offsets kept between imports of such a file count
 decompressed bytes. Multi-member gzip and multi-frame Zstandard files read as the concatenation of
 their members. A truncated or corrupt file raises :class:`CorruptInput` naming the file.
 """
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, cast
 
 from traceflow.errors import UsageError
-from traceflow.limits import EXPANSION_FLOOR, InputTooLarge, max_expansion
+from traceflow.paths import EXPANSION_FLOOR, InputTooLarge, max_expansion
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"

@@ -42,7 +42,7 @@ from traceflow.importers.interrupt import (
     staging_names,
     worker_pids,
 )
-from traceflow.limits import max_document_bytes, max_line_bytes, too_large
+from traceflow.paths import max_document_bytes, max_line_bytes, too_large
 from traceflow.rows import LineError, Parsed
 from traceflow.schema import TABLES
 from traceflow.store.lake import Lake, frame_from_rows
