@@ -314,3 +314,22 @@ def test_out_of_range_values_are_one_line(
     one line, over a lake with requests (an empty lake would never reach the query)."""
     assert traceflow("import", "claude-code", str(transcripts), tmp_path=tmp_path).returncode == 0
     assert_refused(traceflow(*args, tmp_path=tmp_path), *words)
+
+
+def test_every_zone_resolve_takes_is_one_duckdb_knows() -> None:
+    """Each name of this machine's zone folder that ``--tz`` takes, DuckDB knows (``--by day`` runs in
+    it); the IANA names among them are all taken."""
+    import zoneinfo
+
+    import duckdb
+
+    from traceflow.store.zones import _known
+
+    duck = {r[0] for r in duckdb.connect().execute("SELECT name FROM pg_timezone_names()").fetchall()}
+    folder = Path(zoneinfo.TZPATH[0]) if zoneinfo.TZPATH else None
+    names = set(zoneinfo.available_timezones()) | {"posixrules", "localtime", "right/UTC", "posix/UTC"}
+    if folder is not None and folder.is_dir():
+        names |= {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()}
+    taken = {n for n in names if _known(n)}
+    assert taken <= duck, sorted(taken - duck)[:20]
+    assert set(zoneinfo.available_timezones()) - {"localtime"} <= taken

@@ -47,6 +47,10 @@ def local_zone() -> str:
     return UTC
 
 
+#: Files of the zone folder that zoneinfo opens as zones but are no IANA names.
+_NOT_ZONES = frozenset({"posixrules", "localtime"})
+
+
 @functools.cache
 def _known(name: str) -> bool:
     import zoneinfo
@@ -55,20 +59,14 @@ def _known(name: str) -> bool:
         return False
     # Only the IANA database's names: the files beside them that zoneinfo also opens (posixrules,
     # localtime, right/UTC, posix/...) are zones DuckDB's ICU does not know, and `--by day` fails.
-    if name not in _iana_names():
+    # (zoneinfo.available_timezones() leaves exactly these out, but walks the folder: 37 ms a call.)
+    if name in _NOT_ZONES or name.startswith(("right/", "posix/")):
         return False
     try:
         zoneinfo.ZoneInfo(name)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
         return False
     return True
-
-
-@functools.cache
-def _iana_names() -> frozenset[str]:
-    import zoneinfo
-
-    return frozenset(zoneinfo.available_timezones()) - {"localtime"}
 
 
 def resolve(name: str | None, option: str = "--tz") -> str:
