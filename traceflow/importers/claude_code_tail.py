@@ -134,7 +134,7 @@ def read_tail(
     tool result). Past ``cap`` bytes read, and for anything but a regular file, it raises
     :class:`TranscriptUnread`.
     """
-    found: list[TailRequest] = []
+    found: list[list[TailRequest]] = []  # each chunk's requests, last chunk first
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens at once, to be refused below
     try:
         info = os.fstat(fd)
@@ -170,13 +170,13 @@ def read_tail(
                 block = b"".join([block, *reversed(rest)])
             rest, kept = ([head], len(head)) if head else ([], 0)
             requests = _lines(block, start + len(head))
-            found = requests + found
+            found.append(requests)
             if requests and all(r.at < since for r in requests):
                 break
     finally:
         os.close(fd)
     kept_requests: dict[tuple[str | None, str | None] | int, TailRequest] = {}
-    for r in found:
+    for r in (r for requests in reversed(found) for r in requests):
         old = kept_requests.get(r.key)
         if old is None or r.total >= old.total:
             kept_requests[r.key] = r
