@@ -72,8 +72,8 @@ class _Frames:
     """Where a Zstandard stream stands between frames, from its compressed bytes as they pass.
 
     Zstandard's stream reader ends silently on a file cut inside a frame; this walks the frame and
-    block headers (RFC 8878 §3.1) of the bytes the reader consumed, so that the end of the input can
-    be told to be a frame's end. Bytes that are no frame leave it undecided: the decoder reports them.
+    block headers of the bytes the reader consumed, so that the end of the input can be told to be
+    a frame's end. Bytes that are no frame leave it undecided: the decoder reports them.
     """
 
     def __init__(self) -> None:
