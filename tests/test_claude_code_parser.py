@@ -447,3 +447,65 @@ def test_state_of_an_older_import_carries_over() -> None:
     assert frame["started_at"].dt.epoch("s").to_list() == [1767225601]
     assert frame["seq"].to_list() == [7]
     assert state["last_user_ts"] == 1767225601000000 and state["prev_was_user"] is False
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1))
+def test_fuzzed_files_compressed_and_with_long_lines_read_whole_or_are_refused(
+    seed: int, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The fuzzed files of :func:`test_fuzzed_records_import_or_are_reported`, some with a line made
+    long, written plain, gzip (members split anywhere) or Zstandard (frames split anywhere), read in
+    small steps under a small line limit (issue 33): a file with a line past the limit is refused naming
+    it; any other reads back whole, in pieces cut at line ends, which import or are reported."""
+    import gzip
+
+    import zstandard
+
+    from traceflow.importers.run import FilePlan, _chunks
+    from traceflow.paths import InputTooLarge
+
+    rng = random.Random(seed)
+    change = rng.choice([_mutate, _mutate_bytes])
+    files, _ = _random_files(rng, seed, change, ["s{i}.jsonl"])
+    folder = tmp_path_factory.mktemp("fuzz")
+    limit = rng.choice([300, 2000, 20_000])
+    step = rng.choice([64, 1000, 1 << 20])
+    cuts: dict[str, list[int]] = {}
+    read: list[tuple[str, bytes]] = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TRACEFLOW_MAX_LINE_BYTES", str(limit))
+        mp.setattr(importing, "_CHUNK_BYTES", step)
+        for n, (_, data) in enumerate(files):
+            if rng.random() < 0.3:  # one line made long (a pasted image's size, here scaled down)
+                lines = data.split(b"\n")
+                at = rng.randrange(len(lines))
+                lines[at] = b'{"type":"user","pad":"' + b"x" * rng.randint(200, 30_000) + b'"}'
+                data = b"\n".join(lines)
+            kind = rng.choice(["plain", "gz", "zst"])
+            cut = rng.randint(0, len(data))
+            if kind == "gz":
+                blob = gzip.compress(data[:cut]) + gzip.compress(data[cut:])
+            elif kind == "zst":
+                c = zstandard.ZstdCompressor()
+                blob = c.compress(data[:cut]) + c.compress(data[cut:])
+            else:
+                blob = data
+            path = folder / f"s{n}.jsonl{'' if kind == 'plain' else '.' + kind}"
+            path.write_bytes(blob)
+            plan = FilePlan(str(path), 0, 1, {}, len(blob), 0, "", min(len(blob), 4096))
+            lines = data.split(b"\n")
+            longest = max(len(ln) + (1 if i < len(lines) - 1 else 0) for i, ln in enumerate(lines))
+            if longest > limit:
+                with pytest.raises(InputTooLarge, match="TRACEFLOW_MAX_LINE_BYTES") as info:
+                    list(_chunks(plan, False))
+                assert str(path) in str(info.value)
+                continue
+            pieces = [piece for piece, _ in _chunks(plan, False)]
+            assert b"".join(pieces) == data
+            assert all(p.endswith(b"\n") for p in pieces[:-1])
+            ends = [sum(len(p) for p in pieces[: i + 1]) for i in range(len(pieces) - 1)]
+            read.append((str(path), data))
+            cuts[str(path)] = ends
+    if read:
+        _check_fuzzed(read, cuts)

@@ -202,3 +202,139 @@ def test_a_fresh_compressed_csv_keeps_its_last_row_without_a_newline(
     path = tmp_path / f"BurstGPT_1.csv.{kind}"
     path.write_bytes(COMPRESS[kind](text))
     assert run_import(lake, importers.get("burstgpt"), [path]).rows["requests"] == 2
+
+
+# Bounded memory on hostile input (issue 33): a decompression bomb, a line that never ends and a
+# document past its limit are refused with exit 2 naming the file, the import's peak memory well
+# under 512 MiB throughout (measured in a child process: its own peak, nothing of pytest's).
+
+_PEAK = (
+    "import json, resource, subprocess, sys\n"
+    "r = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+    "peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024\n"
+    "print(json.dumps({'code': r.returncode, 'err': r.stderr, 'peak': peak}))\n"
+)
+PEAK_BOUND = 512 << 20
+
+
+def _import_peak(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, str, int]:
+    """(exit status, stderr, peak RSS in bytes) of ``traceflow import ARGS`` in a fresh process."""
+    import os
+    import subprocess
+    import sys
+
+    environ = {**os.environ, "TRACEFLOW_DATA": str(tmp_path / "lake"), "TRACEFLOW_CACHE": "0", **(env or {})}
+    out = subprocess.run(
+        [sys.executable, "-c", _PEAK, sys.executable, "-m", "traceflow", "import", *args, "--jobs", "1"],
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=120,
+        check=True,
+    )
+    got = json.loads(out.stdout)
+    return got["code"], got["err"], got["peak"]
+
+
+def _zstd_of_newlines(path: Path, n_bytes: int) -> None:
+    """A Zstandard file of ``n_bytes`` newlines, compressed as a stream (2 GiB -> about 67 kB)."""
+    block = b"\n" * (1 << 20)
+    with open(path, "wb") as fh, zstandard.ZstdCompressor(level=1).stream_writer(fh) as w:
+        for _ in range(n_bytes // len(block)):
+            w.write(block)
+
+
+def _gzip_without_newline(path: Path, n_mib: int) -> None:
+    """A gzip file of ``n_mib`` MiB without a newline: one member repeated (multi-member gzip reads as
+    their concatenation), each MiB 4 KiB of varied bytes repeated, so it expands about 60 times."""
+    import random
+
+    rng = random.Random(33)
+    pattern = bytes(rng.choice(b"abcdefghijklmnopqrstuvwxyz0123456789{}:,") for _ in range(4096))
+    member = gzip.compress(pattern * 256, compresslevel=6)
+    with open(path, "wb") as fh:
+        for _ in range(n_mib):
+            fh.write(member)
+
+
+@pytest.fixture(scope="module")
+def zstd_bomb(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    path = tmp_path_factory.mktemp("bomb") / "bomb.zst"
+    _zstd_of_newlines(path, 2 << 30)
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("importer", ["mooncake", "kvcache-tester"])
+def test_a_zstd_bomb_is_refused_in_bounded_memory(importer: str, zstd_bomb: bytes, tmp_path: Path) -> None:
+    path = tmp_path / ("trace_0001.json.zst" if importer == "kvcache-tester" else "bomb.jsonl.zst")
+    path.write_bytes(zstd_bomb)
+    assert path.stat().st_size < 200_000  # 2 GiB of newlines: the bomb of the issue
+    code, err, peak = _import_peak(tmp_path, importer, str(path))
+    assert code == 2, err
+    assert str(path) in err and "TRACEFLOW_MAX_EXPANSION" in err and "Traceback" not in err
+    assert peak < PEAK_BOUND, peak
+
+
+def test_a_gzip_line_that_never_ends_is_refused_in_bounded_memory(tmp_path: Path) -> None:
+    path = tmp_path / "endless.jsonl.gz"
+    _gzip_without_newline(path, 400)
+    code, err, peak = _import_peak(tmp_path, "mooncake", str(path))
+    assert code == 2, err
+    assert str(path) in err and "TRACEFLOW_MAX_LINE_BYTES" in err and "Traceback" not in err
+    assert peak < PEAK_BOUND, peak
+
+
+def test_a_plain_file_without_a_newline_is_refused_in_bounded_memory(tmp_path: Path) -> None:
+    path = tmp_path / "endless.jsonl"
+    with open(path, "wb") as fh:
+        fh.truncate(1 << 30)  # 1 GiB of zero bytes (sparse), not one newline
+    code, err, peak = _import_peak(tmp_path, "mooncake", str(path))
+    assert code == 2, err
+    assert str(path) in err and "TRACEFLOW_MAX_LINE_BYTES" in err and "Traceback" not in err
+    assert peak < PEAK_BOUND, peak
+
+
+def test_a_whole_file_document_past_its_limit_is_refused(tmp_path: Path) -> None:
+    plain = tmp_path / "traces" / "trace_0001.json"
+    plain.parent.mkdir()
+    doc = (TESTDATA / "weka_cc_traces" / "trace_0265.json").read_bytes()
+    plain.write_bytes(doc)
+    packed = tmp_path / "packed" / "trace_0002.json.gz"
+    packed.parent.mkdir()
+    packed.write_bytes(gzip.compress(doc))
+    limit = {"TRACEFLOW_MAX_DOCUMENT_BYTES": str(len(doc) - 1)}
+    for path in (plain, packed):
+        code, err, _ = _import_peak(tmp_path, "kvcache-tester", str(path), env=limit)
+        assert code == 2, err
+        assert str(path) in err and "TRACEFLOW_MAX_DOCUMENT_BYTES" in err and f"now {len(doc) - 1}" in err
+    code, err, _ = _import_peak(
+        tmp_path, "kvcache-tester", str(packed), env={"TRACEFLOW_MAX_DOCUMENT_BYTES": str(len(doc))}
+    )
+    assert code == 0, err  # exactly at the limit: read
+
+
+def test_lines_up_to_the_limit_are_read_across_blocks(tmp_path: Path) -> None:
+    """A line longer than a read step but within the limit is joined whole; one byte past, refused."""
+    from traceflow.importers import run as run_mod
+    from traceflow.importers.run import FilePlan, _chunks
+    from traceflow.paths import InputTooLarge
+
+    lines = [b"a" * 10 + b"\n", b"b" * 3000 + b"\n", b"c" * 5 + b"\n"]
+    path = tmp_path / "x.jsonl.zst"
+    path.write_bytes(zstandard.ZstdCompressor().compress(b"".join(lines)))
+    old = run_mod._CHUNK_BYTES
+    run_mod._CHUNK_BYTES = 1000
+    try:
+        for packed in (True, False):
+            target = path if packed else tmp_path / "x.jsonl"
+            if not packed:
+                target.write_bytes(b"".join(lines))
+            p = FilePlan(str(target), 0, 1, {}, target.stat().st_size, 0, "", 0)
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setenv("TRACEFLOW_MAX_LINE_BYTES", "3001")
+                assert b"".join(d for d, _ in _chunks(p, False)) == b"".join(lines)
+                mp.setenv("TRACEFLOW_MAX_LINE_BYTES", "3000")
+                with pytest.raises(InputTooLarge, match="from byte 11"):
+                    list(_chunks(p, False))
+    finally:
+        run_mod._CHUNK_BYTES = old

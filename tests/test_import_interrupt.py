@@ -83,3 +83,33 @@ def test_ctrl_c_during_an_import_cleans_up_and_a_rerun_completes_it(tmp_path: Pa
     )
     assert count.returncode == 0, count.stderr
     assert json.loads(count.stdout) == [{"n": DAYS, "days": DAYS}]
+
+
+def test_kill_9_at_the_staging_step_leaves_nothing_after_the_next_import_or_compact(tmp_path: Path) -> None:
+    """``kill -9`` cannot clean up: the staging files it leaves go at the next import (and at
+    ``compact``) because their writer is gone; a live writer's (the collector's, a concurrent
+    import's) stay."""
+    lake = tmp_path / "lake"
+    live = lake / "v1" / "_staging" / f"{time.time_ns()}-{os.getpid()}-00000000.parquet"  # this process
+    for command in ("import", "compact"):
+        trace = _trace(tmp_path / f"days-{command}.jsonl")  # new to the import each time
+        argv = [sys.executable, "-m", "traceflow", "import", "mooncake", str(trace), "--data", str(lake)]
+        proc = subprocess.Popen([*argv, "--jobs", "1"], stderr=subprocess.PIPE, env=_env(tmp_path))
+        try:
+            deadline = time.monotonic() + 120  # a guard against a hang, not a measurement
+            while not _staged(lake) and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.005)
+            assert proc.poll() is None, "the import ended before it staged a file"
+            proc.kill()
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        left = [n for n in _staged(lake) if n != live.name]
+        assert left and all(f"-{proc.pid}-" in n for n in left)  # what kill -9 leaves
+        live.write_bytes(b"being written")
+        after = [*argv] if command == "import" else [*argv[:3], "compact", "--data", str(lake)]
+        run = subprocess.run(after, capture_output=True, text=True, env=_env(tmp_path), timeout=300)
+        assert run.returncode == 0, run.stderr
+        assert _staged(lake) == [live.name]
+        live.unlink()

@@ -4,6 +4,9 @@ by every priced report, which says which table and date it used."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -113,3 +116,81 @@ def test_bad_files_are_one_line(table: Path, cli: CLI, tmp_path: Path, content: 
     assert code == 2 and "needs LiteLLM's price file" in err
     code, _, err = cli("prices", "update", str(tmp_path / "missing.json"), data=False)
     assert code == 2 and "no such file" in err
+
+
+def test_rows_that_are_no_prices_are_refused_and_counted(table: Path, cli: CLI, tmp_path: Path) -> None:
+    """A price that overflows to infinity, is NaN or negative, and a name under 3 characters (it would
+    be the longest matching prefix of every unlisted model) leave their row out, counted (issue 33)."""
+    good = {"input_cost_per_token": 3e-06, "output_cost_per_token": 1.5e-05}
+    rows = {
+        "claude-good-1": good,
+        "claude-overflow": {**good, "output_cost_per_token": 1e308},  # 1e308 x 1e6 = inf
+        "claude-nan": {**good, "input_cost_per_token": float("nan")},
+        "claude-negative-cache": {**good, "cache_read_input_token_cost": -3e-07},
+        "": good,
+        "c": {"input_cost_per_token": 1e-03, "output_cost_per_token": 1e-03},
+        "gp": good,
+    }
+    src = tmp_path / "litellm.json"
+    src.write_text(json.dumps(rows))  # json writes NaN, as a careless exporter would
+    code, out, err = cli("prices", "update", str(src), "--format", "json", data=False)
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["models"] == 1
+    assert summary["skipped_bad_prices"] == 3 and summary["skipped_short_names"] == 3
+    assert list(json.loads(table.read_text())["models"]) == ["claude-good-1"]
+    pm = PriceModel.load(None)
+    assert pm.price("codex-unlisted-model") == PriceModel().default  # not "c"'s price
+    # a price table written by hand with such rows is refused, not read as inf or negative
+    for bad in (
+        {"models": {"x-model": {"input": 1e400, "output": 1}}},
+        {"models": {"c": {"input": 1, "output": 1}}},
+    ):
+        hand = tmp_path / "hand.json"
+        hand.write_text(json.dumps(bad).replace("Infinity", "1e400"))
+        code, _, err = cli("prices", "show", "--prices", str(hand), data=False)
+        assert code == 2 and str(hand) in err, err
+
+
+def _run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    # a subprocess: a FIFO read in-process would hang the test run rather than fail it
+    return subprocess.run(
+        [sys.executable, "-m", "traceflow", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env, "TRACEFLOW_CACHE": "0"},
+        timeout=60,
+    )
+
+
+def _one_line(run: subprocess.CompletedProcess[str], *words: str) -> None:
+    assert run.returncode == 2, (run.returncode, run.stderr[-2000:])
+    assert "Traceback" not in run.stderr and len(run.stderr.strip().splitlines()) == 1, run.stderr[-2000:]
+    for word in words:
+        assert word in run.stderr, (word, run.stderr)
+
+
+def test_only_regular_files_of_bounded_size_are_read(table: Path, tmp_path: Path) -> None:
+    env = {"TRACEFLOW_PRICES": str(table), "TRACEFLOW_DATA": str(tmp_path / "lake")}
+    fifo = tmp_path / "prices.fifo"
+    os.mkfifo(fifo)
+    _one_line(_run("prices", "update", str(fifo), env=env), str(fifo), "not a regular file")
+    _one_line(_run("prices", "update", "/dev/zero", env=env), "/dev/zero", "not a regular file")
+    _one_line(_run("prices", "show", "--prices", str(fifo), env=env), str(fifo), "not a regular file")
+    small = {**env, "TRACEFLOW_MAX_DOCUMENT_BYTES": "1000"}
+    _one_line(_run("prices", "update", str(SAMPLE), env=small), str(SAMPLE), "TRACEFLOW_MAX_DOCUMENT_BYTES")
+    assert not table.exists()
+
+
+def test_json_nested_200000_deep_is_one_line_and_breaks_nothing_after(table: Path, tmp_path: Path) -> None:
+    env = {"TRACEFLOW_PRICES": str(table), "TRACEFLOW_DATA": str(tmp_path / "lake")}
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"m": ' + "[" * 200_000 + "]" * 200_000 + "}")
+    _one_line(_run("prices", "update", str(deep), env=env), str(deep), "nests")
+    assert not table.exists()
+    assert _run("prices", "show", env=env).returncode == 0  # later priced commands still work
+    _one_line(_run("prices", "show", "--prices", str(deep), env=env), str(deep), "nests")
+    # the user's table itself so nested: every priced command says so in one line
+    table.parent.mkdir(parents=True, exist_ok=True)
+    table.write_text(deep.read_text())
+    _one_line(_run("prices", "show", env=env), str(table), "nests")

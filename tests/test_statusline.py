@@ -313,3 +313,69 @@ def test_the_status_lines_block_rule_is_group_blocks() -> None:
         assert got[0] == pytest.approx(b.cost)
         assert got[1] == pytest.approx((b.end - at).total_seconds())
         assert got[2] == (pytest.approx(burn[1]) if burn else None)
+
+
+def test_long_lines_are_passed_over_in_linear_reads(tmp_path: Path) -> None:
+    """Huge user lines (a pasted image) between the requests: the same requests as a plain read, at any
+    chunk, reading each byte at most once (a line begun in earlier chunks is joined once, not
+    re-copied per chunk: that was quadratic, 64.5 s for one 256 MiB line)."""
+    from traceflow.importers.claude_code_tail import read_tail
+
+    path = _transcript(tmp_path, NOW)
+    lines = path.read_text().splitlines(keepends=True)
+    big = json.dumps({**_user(NOW - dt.timedelta(hours=1), 9), "image": "A" * 50_000}) + "\n"
+    path.write_text("".join(lines[:4]) + big + "".join(lines[4:7]) + big + "".join(lines[7:]))
+    since = NOW - dt.timedelta(days=2)
+    whole = read_since(path, since)
+    assert len(whole) == 4
+    for chunk in (7, 333, 4096, 70_000):
+        for long_line in (10_000, 1 << 20):
+            tail = read_tail(path, since, chunk, long_line=long_line)
+            assert tail.requests == whole, (chunk, long_line)
+            assert tail.bytes_read == path.stat().st_size  # each byte once
+
+
+def test_a_256_mib_line_gives_up_after_the_cap_and_answers_from_the_lake(
+    tmp_path: Path, lake: Lake, cli: CLI
+) -> None:
+    from traceflow.importers.claude_code_tail import READ_CAP, TranscriptUnread, read_tail
+
+    path = _transcript(tmp_path, NOW)
+    code, _, err = cli("import", "claude-code", str(tmp_path / "projects"))
+    assert code == 0, err
+    lines = path.read_bytes().splitlines(keepends=True)
+    with open(path, "wb") as fh:  # yesterday's lines, a 256 MiB line (sparse: zero bytes), today's
+        fh.write(b"".join(lines[:2]) + b'{"type":"user","x":"')
+        fh.truncate(fh.tell() + (256 << 20))
+        fh.seek(0, 2)
+        fh.write(b'"}\n' + b"".join(lines[2:]))
+    with pytest.raises(TranscriptUnread) as info:
+        read_tail(path, NOW - dt.timedelta(days=2))
+    assert info.value.bytes_read <= READ_CAP  # not the 256 MiB
+    got = json.loads(status.run(_stdin(path), fmt="json", now=NOW, data=str(lake.root)))
+    assert got["source"] == "lake" and got["requests_today"] == 4
+
+
+def test_a_transcript_that_is_no_regular_file_falls_back_to_the_lake(
+    tmp_path: Path, lake: Lake, cli: CLI
+) -> None:
+    """``/dev/zero`` is not an empty transcript, a FIFO does not block: both answer from the lake."""
+    _transcript(tmp_path, NOW)
+    code, _, err = cli("import", "claude-code", str(tmp_path / "projects"))
+    assert code == 0, err
+    got = json.loads(status.run(_stdin(Path("/dev/zero")), fmt="json", now=NOW, data=str(lake.root)))
+    assert got["source"] == "lake" and got["requests_today"] == 4
+    fifo = tmp_path / "transcript.fifo"
+    os.mkfifo(fifo)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TRACEFLOW_DATA": str(lake.root)}
+    run = subprocess.run(  # a subprocess: a FIFO read in-process would hang the test run
+        [sys.executable, "-m", "traceflow", "statusline", "--format", "json"],
+        input=_stdin(fifo),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,  # a guard against the hang, not a measurement
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["source"] in ("lake", "none")

@@ -292,3 +292,44 @@ def test_numbers_and_windows_that_select_nothing(
 def test_a_port_out_of_range(tmp_path: Path, lake: Path, args: list[str]) -> None:
     port = args[args.index("--grpc-port" if args[-1] == "70000" else args[1]) + 1]
     assert_refused(traceflow(*args, tmp_path=tmp_path), port, "65535")
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (("check", "--baseline-days", "100000000"), ("--baseline-days", "fewer days")),
+        (("mix", "--since", "99999999d"), ("--since", "99999999d", "shorter age")),
+        (("mix", "--until", "99999999d"), ("--until", "99999999d", "shorter age")),
+        (("mix", "--by", "day", "--tz", "posixrules"), ("posixrules", "not a time zone")),
+        (("mix", "--by", "day", "--tz", "localtime"), ("localtime", "not a time zone", "local")),
+        (("mix", "--by", "day", "--tz", "right/UTC"), ("right/UTC", "not a time zone")),
+        (("blocks", "--live", "--interval", "nan"), ("--interval nan",)),
+        (("blocks", "--live", "--interval", "inf"), ("--interval inf",)),
+    ],
+)
+def test_out_of_range_values_are_one_line(
+    args: tuple[str, ...], words: tuple[str, ...], tmp_path: Path, transcripts: Path
+) -> None:
+    """Values that overflow a date, zones DuckDB does not know, a NaN interval (issue 33): exit 2 and
+    one line, over a lake with requests (an empty lake would never reach the query)."""
+    assert traceflow("import", "claude-code", str(transcripts), tmp_path=tmp_path).returncode == 0
+    assert_refused(traceflow(*args, tmp_path=tmp_path), *words)
+
+
+def test_every_zone_resolve_takes_is_one_duckdb_knows() -> None:
+    """Each name of this machine's zone folder that ``--tz`` takes, DuckDB knows (``--by day`` runs in
+    it); the IANA names among them are all taken."""
+    import zoneinfo
+
+    import duckdb
+
+    from traceflow.store.zones import _known
+
+    duck = {r[0] for r in duckdb.connect().execute("SELECT name FROM pg_timezone_names()").fetchall()}
+    folder = Path(zoneinfo.TZPATH[0]) if zoneinfo.TZPATH else None
+    names = set(zoneinfo.available_timezones()) | {"posixrules", "localtime", "right/UTC", "posix/UTC"}
+    if folder is not None and folder.is_dir():
+        names |= {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()}
+    taken = {n for n in names if _known(n)}
+    assert taken <= duck, sorted(taken - duck)[:20]
+    assert set(zoneinfo.available_timezones()) - {"localtime"} <= taken

@@ -152,6 +152,26 @@ SETTINGS: tuple[Setting, ...] = (
         "Days a quarantined payload is kept (`traceflow quarantine list` shows them).",
     ),
     Setting(
+        "max_line_bytes",
+        "TRACEFLOW_MAX_LINE_BYTES",
+        "134217728 (128 MiB)",
+        "The longest line `traceflow import` reads; a longer one is refused (exit 2) naming the file.",
+    ),
+    Setting(
+        "max_document_bytes",
+        "TRACEFLOW_MAX_DOCUMENT_BYTES",
+        "268435456 (256 MiB)",
+        "The largest whole-file document read (a kvcache-tester trace, a Gemini chat, a ClickHouse "
+        "export, a price, profile or config file); a larger one is refused (exit 2).",
+    ),
+    Setting(
+        "max_expansion",
+        "TRACEFLOW_MAX_EXPANSION",
+        "1000",
+        "How many times its compressed size a .gz or .zst file may decompress to (checked past 16 MiB); "
+        "beyond it the file is refused (exit 2) as a decompression bomb.",
+    ),
+    Setting(
         "spark_driver_memory",
         "TRACEFLOW_SPARK_DRIVER_MEMORY",
         "2g",

@@ -204,6 +204,10 @@ class PriceModel:
             raise UsageError(
                 f"the price file {p} is not valid {'TOML' if p.suffix == '.toml' else 'JSON'}: {e}"
             ) from None
+        except RecursionError:
+            raise UsageError(
+                f"the price file {p} nests deeper than the parser goes; write one object of prices"
+            ) from None
         if not isinstance(data, dict):
             raise UsageError(f"the price file {p} holds a {type(data).__name__}; write one object of prices")
         merged = base.merged(data, str(p))
@@ -246,6 +250,8 @@ class PriceModel:
             if "models" in data:
                 models = dict(self.models)
                 for name, spec in dict(data["models"]).items():
+                    if len(str(name).strip()) < 3:  # it would be the prefix of (so price) every model
+                        raise ValueError(f"the model name {name!r} is under 3 characters")
                     models[str(name)] = _model_price(spec, self.price(str(name)))
                 changes["models"] = models
         except (TypeError, ValueError, AttributeError) as e:
@@ -265,10 +271,20 @@ def _model_price(spec: Any, fallback: ModelPrice) -> ModelPrice:
         raise ValueError(
             f"unknown model price key(s) {sorted(extra)}; use input, output, {', '.join(CACHE_KEYS)}"
         )
-    cache = {k: float(spec[k]) for k in CACHE_KEYS if spec.get(k) is not None}
+    cache = {k: _amount(spec[k], k) for k in CACHE_KEYS if spec.get(k) is not None}
     return ModelPrice(
-        float(spec.get("input", fallback.input)), float(spec.get("output", fallback.output)), **cache
+        _amount(spec.get("input", fallback.input), "input"),
+        _amount(spec.get("output", fallback.output), "output"),
+        **cache,
     )
+
+
+def _amount(value: Any, key: str) -> float:
+    """A price: a finite number of 0 or more (an infinite one would print ``inf`` and blank costs)."""
+    price = float(value)
+    if not (math.isfinite(price) and price >= 0):
+        raise ValueError(f"the {key} price {value!r} is not a finite number of 0 or more")
+    return price
 
 
 def _model_dict(p: ModelPrice) -> dict[str, float]:

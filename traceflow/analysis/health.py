@@ -148,7 +148,7 @@ def check(
         raise UsageError(f"--max-drop {max_drop} must be a share in (0, 1], e.g. 0.25 for a 25 % drop")
     if max_unexplained_rise < 0:
         raise UsageError("--max-unexplained-rise must be 0 or more")
-    if baseline_days <= 0:
+    if not baseline_days > 0:  # NaN too
         raise UsageError("--baseline-days must be positive")
     if min_requests < 0:
         raise UsageError(f"--min-requests {min_requests} must be 0 or more (0 turns the silence check off)")
@@ -165,8 +165,14 @@ def check(
         until = now or dt.datetime.now(dt.UTC)
     if since >= until:
         raise UsageError("the window is empty: --since must be before --until")
+    try:
+        start = since - dt.timedelta(days=baseline_days)
+    except OverflowError:  # before year 1, or too many days for a timedelta
+        raise UsageError(
+            f"--baseline-days {baseline_days:g} reaches before the year 1; give fewer days, e.g. 7"
+        ) from None
     window = _period(con, replace(sel, since=since, until=until))
-    baseline = _period(con, replace(sel, since=since - dt.timedelta(days=baseline_days), until=since))
+    baseline = _period(con, replace(sel, since=start, until=since))
     fired: list[dict[str, Any]] = []
     notes: list[str] = []
     w, b = window["reuse_ratio"], baseline["reuse_ratio"]
@@ -213,7 +219,7 @@ def check(
                     "threshold": max_amplification_rise,
                 }
             )
-    whole = replace(sel, since=since - dt.timedelta(days=baseline_days), until=until)
+    whole = replace(sel, since=start, until=until)
     versions = version_shares(con, whole, replace(sel, since=since, until=until))
     if not empty:
         fired += version_regressions(versions, max_version_rise)

@@ -97,6 +97,8 @@ def blocks(
         if query.fmt == "table":
             typer.echo(f"Prices: {pm.describe()}.")
         return
+    if interval != interval or interval == float("inf"):  # NaN or infinity
+        raise UsageError(f"--interval {interval:g} is not a number of seconds; give one such as 5")
     if interval < 0.1:
         raise UsageError(f"--interval {interval:g} is too short; refresh at most ten times a second")
     if count < 0:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import stat
 from dataclasses import dataclass
-from pathlib import Path
 
 import msgspec
 
@@ -23,6 +23,11 @@ from traceflow.importers.claude_code_records import DECODER, Assistant
 
 #: Bytes read from the end per step.
 CHUNK = 1 << 20
+#: A line longer than this is skipped, not decoded (Claude Code writes such lines for pasted images
+#: and large tool results, which carry no usage).
+LONG_LINE = 8 << 20
+#: Bytes read at most before the tail gives up and the status line answers from the lake.
+READ_CAP = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -90,33 +95,89 @@ def _lines(data: bytes, base: int) -> list[TailRequest]:
     return out
 
 
+class TranscriptUnread(OSError):
+    """The transcript is not a regular file (a FIFO would block, ``/dev/zero`` never ends), or its
+    tail would take more than :data:`READ_CAP` bytes to read: the caller answers from the lake."""
+
+    def __init__(self, message: str, bytes_read: int = 0) -> None:
+        super().__init__(message)
+        self.bytes_read = bytes_read
+
+
+@dataclass(frozen=True)
+class Tail:
+    """What :func:`read_tail` found, and the bytes it read to find it."""
+
+    requests: list[TailRequest]
+    bytes_read: int
+
+
 def read_since(path: str | os.PathLike[str], since: dt.datetime, chunk: int = CHUNK) -> list[TailRequest]:
     """The requests of the transcript at ``path`` whose last line is at or after ``since``, deduplicated,
-    in file order. Reads from the end and stops once a whole chunk lies before ``since``."""
-    found: list[TailRequest] = []
-    with Path(path).open("rb") as f:
-        end = f.seek(0, os.SEEK_END)
-        rest = b""  # the partial first line of the chunk read last (its start lies further back)
+    in file order (:func:`read_tail`)."""
+    return read_tail(path, since, chunk).requests
+
+
+def read_tail(
+    path: str | os.PathLike[str],
+    since: dt.datetime,
+    chunk: int = CHUNK,
+    *,
+    long_line: int = LONG_LINE,
+    cap: int = READ_CAP,
+) -> Tail:
+    """The requests of the transcript at ``path`` whose last line is at or after ``since``, deduplicated,
+    in file order. Reads from the end and stops once a whole chunk lies before ``since``.
+
+    Linear in the bytes read: a line begun in earlier chunks is kept as pieces, joined once; a line
+    longer than ``long_line`` is skipped, its bytes passed over, not kept (a pasted image, a large
+    tool result). Past ``cap`` bytes read, and for anything but a regular file, it raises
+    :class:`TranscriptUnread`.
+    """
+    found: list[list[TailRequest]] = []  # each chunk's requests, last chunk first
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens at once, to be refused below
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise TranscriptUnread(f"{os.fspath(path)} is not a regular file")
+        end = info.st_size
+        rest: list[bytes] = []  # the partial line after the chunk read last, in pieces (last first)
+        kept = 0  # its bytes
+        skipping = False  # that line is longer than long_line: its bytes are passed over
+        read = 0
         while end > 0:
             start = max(0, end - chunk)
-            f.seek(start)
-            data = f.read(end - start) + rest
+            if read + (end - start) > cap:
+                raise TranscriptUnread(f"{os.fspath(path)}: more than {cap:,} bytes to read", read)
+            block = os.pread(fd, end - start, start)
+            read += len(block)
             end = start
+            head = b""  # the partial first line of this chunk (its start lies further back)
             if start > 0:
-                cut = data.find(b"\n")
-                if cut < 0:  # one line longer than the chunk: read further back
-                    rest = data
+                cut = block.find(b"\n")
+                if cut < 0:  # no line starts in this chunk: all of it belongs to the line after
+                    if not skipping:
+                        rest.append(block)
+                        kept += len(block)
+                        if kept > long_line:
+                            skipping, rest, kept = True, [], 0
                     continue
-                rest, data = data[: cut + 1], data[cut + 1 :]
-            else:
-                rest = b""
-            requests = _lines(data, start + len(rest) if start > 0 else 0)
-            found = requests + found
+                head, block = block[: cut + 1], block[cut + 1 :]
+            if skipping:  # the long line begins after this chunk's last newline: drop it
+                block = block[: block.rfind(b"\n") + 1]
+                skipping = False
+            elif rest:
+                block = b"".join([block, *reversed(rest)])
+            rest, kept = ([head], len(head)) if head else ([], 0)
+            requests = _lines(block, start + len(head))
+            found.append(requests)
             if requests and all(r.at < since for r in requests):
                 break
-    kept: dict[tuple[str | None, str | None] | int, TailRequest] = {}
-    for r in found:
-        old = kept.get(r.key)
+    finally:
+        os.close(fd)
+    kept_requests: dict[tuple[str | None, str | None] | int, TailRequest] = {}
+    for r in (r for requests in reversed(found) for r in requests):
+        old = kept_requests.get(r.key)
         if old is None or r.total >= old.total:
-            kept[r.key] = r
-    return [r for r in kept.values() if r.at >= since]
+            kept_requests[r.key] = r
+    return Tail([r for r in kept_requests.values() if r.at >= since], read)

@@ -7,9 +7,11 @@ takes ``*.jsonl.gz`` and ``*.jsonl.zst`` (:func:`with_compressed`), and sees the
 compression suffix (:func:`plain_path`) where the name carries meaning (``agent-<id>.jsonl``).
 
 The data is decompressed as it is read (:func:`open_input`), never held whole in memory by this
-module; offsets kept between imports of such a file count decompressed bytes. Multi-member gzip and
-multi-frame Zstandard files read as the concatenation of their members. A truncated or corrupt file
-raises :class:`CorruptInput` naming the file.
+module: each step gives at most the bytes asked for, and a file that decompresses to more than
+``TRACEFLOW_MAX_EXPANSION`` times its size (:mod:`traceflow.paths`) raises
+:class:`~traceflow.paths.InputTooLarge`. Offsets kept between imports of such a file count
+decompressed bytes. Multi-member gzip and multi-frame Zstandard files read as the concatenation of
+their members. A truncated or corrupt file raises :class:`CorruptInput` naming the file.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ import gzip
 import io
 import zlib
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 from traceflow.errors import UsageError
+from traceflow.paths import EXPANSION_FLOOR, InputTooLarge, max_expansion
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -65,43 +68,134 @@ def plain_path(path: Path) -> Path:
     return path.with_name(plain_name(path.name))
 
 
-class _ZstdReader(io.RawIOBase):
-    """Zstandard frames one after another, decompressed as read; a file that ends inside a frame
-    raises ``EOFError`` (the library's own stream reader would end silently)."""
+class _Frames:
+    """Where a Zstandard stream stands between frames, from its compressed bytes as they pass.
 
-    _INPUT = 64 << 10  # compressed bytes fed at a time: bounds the output of one step
+    Zstandard's stream reader ends silently on a file cut inside a frame; this walks the frame and
+    block headers of the bytes the reader consumed, so that the end of the input can be told to be
+    a frame's end. Bytes that are no frame leave it undecided: the decoder reports them.
+    """
+
+    def __init__(self) -> None:
+        self._head = bytearray()  # header bytes gathered so far
+        self._state = "magic"  # what the next bytes are: magic, frame header, block header, ...
+        self._need = 4  # bytes of it still to come
+        self._last = False  # the block being skipped is the frame's last
+        self._checksum = 0
+        self.lost = False  # bytes that are no frame: the decoder decides
+
+    def at_end(self) -> bool:
+        """Whether the bytes seen so far end on a frame boundary."""
+        return self.lost or (self._state == "magic" and not self._head)
+
+    def feed(self, data: bytes) -> None:
+        pos = 0
+        while pos < len(data) and not self.lost:
+            take = min(self._need, len(data) - pos)
+            if self._state in ("skip", "body", "checksum"):
+                pos += take
+                self._need -= take
+                if self._need == 0:
+                    self._next(b"")
+                continue
+            self._head += data[pos : pos + take]
+            pos += take
+            self._need -= take
+            if self._need == 0:
+                head = bytes(self._head)
+                self._head.clear()
+                self._next(head)
+
+    def _next(self, head: bytes) -> None:
+        """Move on once the bytes of the current state are in (``head``: a header's bytes)."""
+        state = self._state
+        if state == "magic":
+            if head == ZSTD_MAGIC:
+                self._state, self._need = "descriptor", 1
+            elif head[1:] == b"\x2a\x4d\x18" and head[0] & 0xF0 == 0x50:  # a skippable frame
+                self._state, self._need = "skip_size", 4
+            else:
+                self.lost = True
+        elif state == "skip_size":
+            self._state, self._need = "skip", int.from_bytes(head, "little")
+            if self._need == 0:
+                self._state, self._need = "magic", 4
+        elif state == "descriptor":
+            d = head[0]
+            fcs = (0, 2, 4, 8)[d >> 6] or (1 if d & 0x20 else 0)
+            self._checksum = 4 if d & 0x04 else 0
+            rest = (0 if d & 0x20 else 1) + (0, 1, 2, 4)[d & 0x03] + fcs
+            self._state, self._need = ("header", rest) if rest else ("block", 3)
+        elif state == "header":
+            self._state, self._need = "block", 3
+        elif state == "block":
+            h = int.from_bytes(head, "little")
+            self._last = bool(h & 1)
+            kind, size = (h >> 1) & 3, h >> 3
+            self._state, self._need = "body", 1 if kind == 1 else size
+            if self._need == 0:
+                self._next(b"")
+        elif state == "body":
+            if not self._last:
+                self._state, self._need = "block", 3
+            elif self._checksum:
+                self._state, self._need = "checksum", self._checksum
+            else:
+                self._state, self._need = "magic", 4
+        else:  # skip, checksum
+            self._state, self._need = "magic", 4
+
+
+class _Tap(io.RawIOBase):
+    """A file whose bytes, as read, also go to a :class:`_Frames`."""
+
+    def __init__(self, raw: BinaryIO, frames: _Frames) -> None:
+        self._raw = raw
+        self._frames = frames
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._raw.read(size)
+        self._frames.feed(data)
+        return data
+
+
+class _ZstdReader(io.RawIOBase):
+    """Zstandard frames one after another, decompressed as read, at most the bytes asked for at a time
+    (a frame of newlines gives 32,000 times its size: a whole step's output would be gigabytes); a
+    file that ends inside a frame raises ``EOFError`` (the library's own stream reader ends silently).
+    """
+
+    _INPUT = 8 << 10  # compressed bytes read at a time (the expansion is measured against them)
 
     def __init__(self, raw: BinaryIO) -> None:
         import zstandard
 
-        self._raw = raw
-        self._dctx = zstandard.ZstdDecompressor()
-        self._obj = self._dctx.decompressobj()
-        self._fed = False  # the current frame has had input
-        self._out = b""
-        self._pos = 0
+        self._frames = _Frames()
+        self._reader = zstandard.ZstdDecompressor().stream_reader(
+            cast(BinaryIO, _Tap(raw, self._frames)),
+            read_size=self._INPUT,
+            read_across_frames=True,
+            closefd=False,
+        )
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
-        while self._pos >= len(self._out):
-            chunk = self._obj.unused_data if self._obj.eof else b""
-            if self._obj.eof:
-                self._obj = self._dctx.decompressobj()
-                self._fed = False
-            if not chunk:
-                chunk = self._raw.read(self._INPUT)
-            if not chunk:
-                if self._fed:
-                    raise EOFError("the file ended inside a Zstandard frame")
-                return 0
-            self._fed = True
-            self._out, self._pos = self._obj.decompress(chunk), 0
-        n = min(len(buffer), len(self._out) - self._pos)
-        buffer[:n] = self._out[self._pos : self._pos + n]
-        self._pos += n
+        data = self._reader.read(len(buffer))
+        if not data and not self._frames.at_end():
+            raise EOFError("the file ended inside a Zstandard frame")
+        n = len(data)
+        buffer[:n] = data
         return n
+
+
+#: Decompressed bytes one step gives at most: a read of many megabytes is served in such steps, each
+#: checked against the expansion limit before the next.
+_STEP = 1 << 20
 
 
 class _Checked(io.RawIOBase):
@@ -112,13 +206,15 @@ class _Checked(io.RawIOBase):
         self._raw = raw
         self._path = path
         self._kind = kind
+        self._out = 0  # decompressed bytes given so far
+        self._ratio = max_expansion()
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
         try:
-            data = self._inner.read(len(buffer))
+            data = self._inner.read(min(len(buffer), _STEP))
         except Exception as e:
             if isinstance(e, OSError) and e.errno is not None:
                 raise  # a real I/O error, not a decoding one
@@ -130,6 +226,14 @@ class _Checked(io.RawIOBase):
             ) from None
         n = len(data)
         buffer[:n] = data
+        self._out += n
+        if self._out > EXPANSION_FLOOR and self._out > self._ratio * self._raw.tell():
+            raise InputTooLarge(
+                f"{self._path}: decompresses to more than {self._ratio:,} times its compressed size "
+                f"({self._out:,} bytes from the first {self._raw.tell():,}), the mark of a "
+                f"decompression bomb; if the file is genuine, raise TRACEFLOW_MAX_EXPANSION "
+                f"(now {self._ratio})"
+            )
         return n
 
     def close(self) -> None:

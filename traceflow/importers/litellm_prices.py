@@ -11,7 +11,10 @@ What is kept: every entry whose name has no ``provider/`` prefix (the names the 
 and so the agents, report: ``claude-sonnet-4-5-20250929``, ``gpt-5``) and that has both an input and
 an output price, converted to USD per million tokens (``3e-06`` per token -> ``3.0``, exactly, through
 decimal). Prefixed rows (``bedrock/...``, ``openrouter/...``) resell the same models, sometimes at other
-prices, and are counted and left out; so are rows without both prices (embeddings, images).
+prices, and are counted and left out; so are rows without both prices (embeddings, images), rows
+with a price that is negative or not finite (``1e308`` per token overflows to infinity per million),
+and rows named with fewer than :data:`MIN_NAME` characters (a row named ``c`` would be the longest
+matching prefix, so the price, of every model the table does not list).
 
 The table written (:func:`traceflow.config.prices_file`) is a price file in the layout of
 :mod:`traceflow.prices` with ``as_of`` (the day of the update: LiteLLM's file carries no date) and
@@ -23,6 +26,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import math
 import os
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -40,16 +44,27 @@ FIELDS = {
 }
 
 
+#: The shortest model name kept: a price is found by the longest name that starts a model's name, so
+#: a row named ``""`` or ``c`` would price every model the table does not list.
+MIN_NAME = 3
+
+
+class BadPrice(ValueError):
+    """A price that is negative or not finite (``1e308`` per token is infinite per million)."""
+
+
 def _per_million(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
+    """The price per million tokens, None when there is none, :class:`BadPrice` when it is no price."""
+    if value is None or isinstance(value, bool) or not isinstance(value, int | float | str):
         return None
     try:
         d = Decimal(str(value))
     except InvalidOperation:
         return None
-    if not d.is_finite() or d < 0:
-        return None
-    return float(d * 1_000_000)
+    per_million = float(d * 1_000_000) if d.is_finite() else math.inf
+    if not math.isfinite(per_million) or d < 0:
+        raise BadPrice(value)
+    return per_million
 
 
 def convert(data: Any, where: str) -> tuple[dict[str, dict[str, float]], dict[str, int]]:
@@ -60,7 +75,13 @@ def convert(data: Any, where: str) -> tuple[dict[str, dict[str, float]], dict[st
             "model_prices_and_context_window.json"
         )
     models: dict[str, dict[str, float]] = {}
-    skipped = {"provider_prefixed": 0, "without_prices": 0, "not_models": 0}
+    skipped = {
+        "provider_prefixed": 0,
+        "without_prices": 0,
+        "not_models": 0,
+        "bad_prices": 0,
+        "short_names": 0,
+    }
     for name, spec in data.items():
         if name == "sample_spec" or not isinstance(spec, dict):
             skipped["not_models"] += 1
@@ -68,7 +89,14 @@ def convert(data: Any, where: str) -> tuple[dict[str, dict[str, float]], dict[st
         if "/" in name:
             skipped["provider_prefixed"] += 1
             continue
-        entry = {key: p for src, key in FIELDS.items() if (p := _per_million(spec.get(src))) is not None}
+        if len(name.strip()) < MIN_NAME:
+            skipped["short_names"] += 1
+            continue
+        try:
+            entry = {key: p for src, key in FIELDS.items() if (p := _per_million(spec.get(src))) is not None}
+        except BadPrice:
+            skipped["bad_prices"] += 1
+            continue
         if "input" not in entry or "output" not in entry:
             skipped["without_prices"] += 1
             continue
@@ -90,6 +118,10 @@ def update(source: Path, target: Path, today: dt.date | None = None) -> dict[str
         data = json.loads(text)
     except ValueError as e:
         raise UsageError(f"{source} is not valid JSON ({e}); pass LiteLLM's price file") from None
+    except RecursionError:
+        raise UsageError(
+            f"{source} nests its JSON deeper than the parser goes; pass LiteLLM's price file"
+        ) from None
     models, skipped = convert(data, str(source))
     digest = hashlib.sha256(text.encode()).hexdigest()
     as_of = (today or dt.datetime.now(dt.UTC).date()).isoformat()
@@ -119,4 +151,6 @@ def update(source: Path, target: Path, today: dt.date | None = None) -> dict[str
         "with_1h_write_prices": with_1h,
         "skipped_provider_prefixed": skipped["provider_prefixed"],
         "skipped_without_prices": skipped["without_prices"],
+        "skipped_bad_prices": skipped["bad_prices"],
+        "skipped_short_names": skipped["short_names"],
     }

@@ -42,6 +42,7 @@ from traceflow.importers.interrupt import (
     staging_names,
     worker_pids,
 )
+from traceflow.paths import max_document_bytes, max_line_bytes, too_large
 from traceflow.rows import LineError, Parsed
 from traceflow.schema import TABLES
 from traceflow.store.lake import Lake, frame_from_rows
@@ -207,17 +208,25 @@ def _chunks(plan: FilePlan, whole_file: bool) -> Iterator[tuple[bytes, int]]:
         else:
             fh.seek(plan.start)
         if whole_file:
-            data = fh.read() if packed else fh.read(plan.size - plan.start)
+            most = max_document_bytes()
+            if not packed and plan.size - plan.start > most:
+                raise too_large(plan.path, "a document", most, "max_document_bytes")
+            data = fh.read(most + 1) if packed else fh.read(plan.size - plan.start)
+            if len(data) > most:
+                raise too_large(plan.path, "the decompressed document", most, "max_document_bytes")
             if not packed:
                 _take_head(plan, data)
             yield data, plan.start + len(data)
             return
         offset = plan.start
         remaining = plan.size - plan.start
-        carry = b""
+        longest = max_line_bytes()
+        step = min(_CHUNK_BYTES, longest)  # a line longer than the limit then spans two blocks
+        carry: list[bytes] = []  # the line begun in earlier blocks, in pieces: joined once, when it ends
+        carried = 0
         more = packed or remaining > 0
         while more:
-            block = fh.read(_CHUNK_BYTES if packed else min(_CHUNK_BYTES, remaining))
+            block = fh.read(step if packed else min(step, remaining))
             if not block:
                 break
             remaining -= len(block)
@@ -226,7 +235,15 @@ def _chunks(plan: FilePlan, whole_file: bool) -> Iterator[tuple[bytes, int]]:
             else:
                 _take_head(plan, block)
                 more = remaining > 0
-            data = carry + block
+            if carry:
+                ends = block.find(b"\n")
+                if carried + (ends + 1 if ends >= 0 else len(block)) > longest:
+                    raise too_large(plan.path, f"a line (from byte {offset:,})", longest, "max_line_bytes")
+                if ends < 0 and more:
+                    carry.append(block)
+                    carried += len(block)
+                    continue
+            data = b"".join([*carry, block]) if carry else block
             cut = data.rfind(b"\n") + 1 if more else len(data)
             if not more and not data.endswith(b"\n"):
                 cut = data.rfind(b"\n") + 1
@@ -234,7 +251,8 @@ def _chunks(plan: FilePlan, whole_file: bool) -> Iterator[tuple[bytes, int]]:
                     # complete: a compressed file (written whole), a settled last row, or one
                     # pretty-printed document
                     cut = len(data)
-            piece, carry = data[:cut], data[cut:]
+            piece, rest = data[:cut], data[cut:]
+            carry, carried = ([rest], len(rest)) if rest else ([], 0)
             if piece:
                 yield piece, offset + len(piece)
                 offset += len(piece)
@@ -469,6 +487,7 @@ def _run(
 ) -> ImportSummary:
     summary = ImportSummary(source=importer.name, files_seen=len(files))
     lake.ensure()
+    lake.clean_staging()  # what an import killed at its staging step left
     writers = {os.getpid()}  # the processes whose staging files are this import's
     before = set(staging_names(lake))
     try:

@@ -624,12 +624,15 @@ class Lake:
                 d.rmdir()  # a partition whose rows all moved elsewhere
 
     def clean_staging(self, older_than_s: float = 3600) -> int:
-        """Remove staging files left by crashed writers (never the ones being written now)."""
+        """Remove staging files left by crashed writers (never the ones being written now): those whose
+        writer, the process named in the file's name (:meth:`staging_path`), is gone from this machine
+        (a ``kill -9``), and any older than ``older_than_s``. The staging folder is this machine's own
+        (an object-store lake stages under :func:`traceflow.config.local_root`)."""
         removed = 0
         now = time.time()
         for f in self._iter_staging():
             with contextlib.suppress(FileNotFoundError):
-                if now - f.stat().st_mtime > older_than_s:
+                if not _writer_alive(f.name) or now - f.stat().st_mtime > older_than_s:
                     f.unlink()
                     removed += 1
         return removed
@@ -637,3 +640,18 @@ class Lake:
     def _iter_staging(self) -> Iterator[Path]:
         if self.staging.exists():
             yield from self.staging.iterdir()
+
+
+def _writer_alive(name: str) -> bool:
+    """Whether the process that names the staging file ``name`` (``<ns>-<pid>-<hex>.parquet``) runs;
+    True for a name of another form (not ours to judge)."""
+    parts = name.split("-")
+    if len(parts) != 3 or not parts[1].isdigit():
+        return True
+    try:
+        os.kill(int(parts[1]), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True  # another user's process (or a number no pid is): leave it to the age rule
+    return True

@@ -30,8 +30,16 @@ def parse_time(value: str, option: str) -> dt.datetime:
     """``2026-08-01``, ``2026-08-01T12:00``, ``2026-08-01 12:00:00+02:00``, or an age: ``7d``, ``12h``."""
     text = value.strip()
     if text[-1:].isalpha():  # an age (7d, 1.5h), unless it is an ISO time ending in Z
+        age = None
         with contextlib.suppress(UsageError):
-            return dt.datetime.now(dt.UTC) - dt.timedelta(seconds=parse_duration(text, option, zero=True))
+            age = parse_duration(text, option, zero=True)
+        if age is not None:
+            try:
+                return dt.datetime.now(dt.UTC) - dt.timedelta(seconds=age)
+            except OverflowError:
+                raise UsageError(
+                    f"{option} {value!r} reaches before the year 1; give a shorter age such as 30d"
+                ) from None
     try:
         parsed = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
