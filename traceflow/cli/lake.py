@@ -116,6 +116,8 @@ def import_(
     try:
         with _writing(lake, "import"):
             summary = run_import(lake, importer, paths or None, progress=progress, jobs=jobs)
+            if summary.rows.get("requests"):
+                summary.conflicts = lake.conflicts()
     except ImportInterrupted as e:
         progress.close()
         typer.echo(f"traceflow: interrupted: {e}", err=True)

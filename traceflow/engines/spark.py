@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from traceflow import config
 from traceflow.errors import LakeError, QueryError, UsageError
+from traceflow.measures import dedup_order, request_columns_sql
 from traceflow.schema import REQUESTS, TABLES
-from traceflow.store import lake as lake_mod
 from traceflow.store.lake import Lake
 
 if TYPE_CHECKING:
@@ -193,7 +193,7 @@ def read_table(spark: SparkSession, lake: Lake, name: str) -> DataFrame:
 def dedup_sql(name: str, source: str) -> str:
     """The deduplicating ``SELECT`` over ``source`` (a view of :func:`read_table`): one row per
     ``event_id``, the copy :meth:`Lake.view_sql` keeps."""
-    order = lake_mod._DEDUP_ORDER.get(name, "ingested_at DESC")
+    order = dedup_order(name)
     return f"SELECT * FROM {source} QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY {order}) = 1"
 
 
@@ -206,13 +206,7 @@ def register(spark: SparkSession, lake: Lake, tables: Iterable[str] | None = Non
         files = set(lake.file_names(name))
         deduped = bool(files) and files <= lake._deduped(name)
         body = f"SELECT * FROM {raw_view}" if deduped else dedup_sql(name, raw_view)
-        extra = ""
-        if name == REQUESTS.name:
-            extra = (
-                ", coalesce(cold_input_tokens, 0) + coalesce(cache_read_tokens, 0)"
-                " + coalesce(cache_write_tokens, 0) AS context_tokens,"
-                f" {lake_mod._COMPLETENESS} AS total_tokens"
-            )
+        extra = f", {request_columns_sql()}" if name == REQUESTS.name else ""
         spark.sql(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * {extra} FROM ({body})")
     return names
 

@@ -78,6 +78,9 @@ class ImportSummary:
     rows: dict[str, int] = field(default_factory=lambda: {t: 0 for t in TABLES})
     skipped: int = 0
     errors: list[LineError] = field(default_factory=list)
+    #: Request ids the lake holds with copies that disagree on user or session
+    #: (:meth:`~traceflow.store.lake.Lake.conflicts`; None: not counted).
+    conflicts: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -88,6 +91,7 @@ class ImportSummary:
             "rows": dict(self.rows),
             "skipped": self.skipped,
             "errors": [str(e) for e in self.errors],
+            "conflicting_requests": self.conflicts,
         }
 
     def __str__(self) -> str:
@@ -100,6 +104,11 @@ class ImportSummary:
         )
         if self.skipped:
             text += f"; {self.skipped:,} record(s) skipped (see above)"
+        if self.conflicts:
+            text += (
+                f"; {self.conflicts:,} request id(s) in the lake have copies that disagree on user or "
+                "session (replayed traffic?): one copy of each is kept (docs/definitions.md)"
+            )
         return text
 
 

@@ -14,7 +14,11 @@ collector) may publish at once; file names never collide.
 
 Readers open an in-memory DuckDB with one view per table. A row may be stored more than once (the
 same request imported twice, an exporter's retry, a transcript line and its OTLP event); the views
-keep one row per ``event_id``: the most complete copy (largest token total), then the newest.
+keep one row per ``event_id``, chosen by :func:`traceflow.measures.dedup_order`: the most complete
+copy (largest token total), then the newest, then a total order over the other columns. The
+``requests`` view adds the derived columns of :data:`traceflow.measures.REQUEST_COLUMNS`
+(``request_time``, ``context_tokens``, ``total_tokens``) and each connection the ratio macros of
+:data:`traceflow.measures.MACROS`.
 
 Compaction also stores two derived views of the compacted requests: ``request_steps``
 (``queries/steps.sql``: each request's stream, position, gap and reusable prefix, the window every
@@ -49,6 +53,7 @@ import orjson
 
 from traceflow import config
 from traceflow.errors import LakeError
+from traceflow.measures import CONFLICTS, dedup_order, macros_sql, request_columns_sql
 from traceflow.schema import LAKE_VERSION, REQUESTS, TABLES, Table, polars_type
 from traceflow.store.sql import MATERIALISED, STEPS, sql_string
 from traceflow.store.sql import load as load_query
@@ -61,11 +66,6 @@ if TYPE_CHECKING:
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
-#: How complete a request row is: among copies of one request the views keep the largest.
-_COMPLETENESS = (
-    "coalesce(cold_input_tokens, 0) + coalesce(cache_read_tokens, 0)"
-    " + coalesce(cache_write_tokens, 0) + coalesce(output_tokens, 0)"
-)
 #: Views derived from the requests and stored by compaction: view name -> packaged query. The view
 #: carries the comment :data:`MATERIALISED` while it reads stored files instead of running its query.
 STEPS_VIEW = STEPS
@@ -80,12 +80,10 @@ def _derived_sql(view: str) -> str:
 
 
 def _query_digest(view: str) -> str:
-    """A digest of the derived view's query: stored files of another version of it are stale."""
-    return hashlib.blake2b(_derived_sql(view).encode(), digest_size=8).hexdigest()
-
-
-#: Which copy of an ``event_id`` the views keep, per table (default: the newest).
-_DEDUP_ORDER = {REQUESTS.name: f"{_COMPLETENESS} DESC, ingested_at DESC"}
+    """A digest of the derived view's query and of the definitions it reads (the requests view's
+    derived columns, the macros): stored files of another version of them are stale."""
+    text = "\n".join([_derived_sql(view), request_columns_sql(), *macros_sql()])
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
 def to_micros(value: dt.datetime) -> int:
@@ -355,6 +353,8 @@ class Lake:
         limit = config.get("memory_limit")
         if limit:
             con.execute("SET memory_limit = ?", [limit])
+        for macro in macros_sql():
+            con.execute(macro)
         names = list(tables or TABLES)
         for name in names:
             con.execute(self.view_sql(name))
@@ -528,7 +528,7 @@ class Lake:
         base = [f for f in files if f in base_set]
         new = [f for f in files if f not in base_set]
         typed = ", ".join(f"CAST({c} AS {t}) AS {c}" for c, t in spec.columns.items())
-        order = _DEDUP_ORDER.get(name, "ingested_at DESC")
+        order = dedup_order(name)
 
         def read(paths: list[str]) -> str:
             listing = ", ".join(sql_string(p) for p in paths)
@@ -551,13 +551,35 @@ class Lake:
                 f"SELECT b.* FROM (SELECT {typed} FROM {read(base)}) b SEMI JOIN {fresh_ids} n "
                 f"ON b.event_id = n.event_id) {window})"
             )
-        extra = ""
-        if name == REQUESTS.name:
-            extra = (
-                ", coalesce(cold_input_tokens, 0) + coalesce(cache_read_tokens, 0)"
-                f" + coalesce(cache_write_tokens, 0) AS context_tokens, {_COMPLETENESS} AS total_tokens"
-            )
+        extra = f", {request_columns_sql()}" if name == REQUESTS.name else ""
         return f"CREATE OR REPLACE VIEW {name} AS SELECT * {extra} FROM {raw}"
+
+    # -- copies that disagree -----------------------------------------------------------------
+    def _count_conflicts(self, files: list[str]) -> int:
+        """:data:`~traceflow.measures.CONFLICTS` over the stored request ``files`` (before dedup)."""
+        if not files:
+            return 0
+        import duckdb  # here, not at the top: writers (imports, the collector) never load it
+
+        listing = ", ".join(sql_string(f) for f in files)
+        rows = f"read_parquet([{listing}], union_by_name = true, hive_partitioning = false)"
+        con = duckdb.connect(":memory:")
+        self._register(con)
+        try:
+            row = con.execute(CONFLICTS.format(rows=rows)).fetchone()
+        finally:
+            con.close()
+        return int(row[0]) if row else 0
+
+    def conflicts(self) -> int:
+        """How many request ids were stored with copies that disagree on ``user_id`` or ``session_id``
+        (one request replayed as another user's or session's): the views keep one copy of each
+        (:func:`~traceflow.measures.dedup_order`). Counted over the stored rows, plus the ids each
+        compaction found among the rows it merged (it keeps only the surviving copy; an id found
+        again after a compaction counts again)."""
+        record = self._read_marker("conflicts", REQUESTS.name)
+        resolved = record.get("resolved", 0) if isinstance(record, dict) else 0
+        return int(resolved) + self._count_conflicts(self.file_names(REQUESTS.name))
 
     # -- maintenance --------------------------------------------------------------------------
     def compact(self, table: str) -> tuple[int, int]:
@@ -579,7 +601,7 @@ class Lake:
         listing = ", ".join(sql_string(f) for f in files)
         cols = ", ".join(spec.columns)
         day = " , ".join(spec.partition_by)
-        order = _DEDUP_ORDER.get(table, "ingested_at DESC")
+        order = dedup_order(table)
         import duckdb  # here, not at the top: writers (imports, the collector) never load it
 
         con = duckdb.connect(":memory:")
@@ -601,6 +623,12 @@ class Lake:
         """The end of a compaction on any engine: publish the deduplicated partitions written to the
         staging directory ``out`` (:meth:`publish_compacted`), remove the ``files`` they replace, and
         store the derived views again after ``requests``. Returns (files before, files after)."""
+        if table == REQUESTS.name:  # the copies that lose are removed below: keep their count
+            found = self._count_conflicts(files)
+            if found:
+                record = self._read_marker("conflicts", table)
+                before = record.get("resolved", 0) if isinstance(record, dict) else 0
+                self._write_marker("conflicts", table, {"resolved": int(before) + found})
         published = self.publish_compacted(table, out)
         self.remove_compacted(files)
         shutil.rmtree(out, ignore_errors=True)

@@ -1,8 +1,8 @@
 """The selection every analysis takes: a time window and filters, turned into a SQL predicate.
 
-A request's time is ``coalesce(started_at, ended_at)``; ``--since`` is inclusive and ``--until``
-exclusive, both in UTC unless they carry an offset. Values travel as DuckDB parameters, never
-spliced into the SQL text.
+A request's time is the requests view's ``request_time`` (:data:`traceflow.measures.REQUEST_COLUMNS`);
+``--since`` is inclusive and ``--until`` exclusive, both in UTC unless they carry an offset. Values
+travel as DuckDB parameters, never spliced into the SQL text.
 """
 
 from __future__ import annotations
@@ -12,11 +12,12 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
+from traceflow import measures
 from traceflow.errors import UsageError
 from traceflow.units import parse_duration
 
-#: The time of a request, as analyses group and filter it.
-REQUEST_TIME = "coalesce(started_at, ended_at)"
+#: The time of a request, as analyses group and filter it (the column of the requests view).
+REQUEST_TIME = measures.REQUEST_TIME
 
 
 def parse_time(value: str, option: str) -> dt.datetime:

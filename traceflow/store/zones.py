@@ -24,12 +24,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from traceflow import config
+from traceflow import config, measures
 from traceflow.errors import UsageError
 
 UTC = "UTC"
-#: The period groupings and their strftime label over a zone's wall-clock time.
-PERIODS = ("day", "week", "month")
+#: The period groupings (their labels: :data:`traceflow.measures.PERIODS`).
+PERIODS = tuple(measures.PERIODS)
 
 _in_force: str | None = None
 
@@ -119,26 +119,27 @@ def wall_clock_sql(expr: str, zone: str | None = None) -> str:
 def period_sql(period: str, expr: str, zone: str | None = None) -> str:
     """The label of the ``period`` (day, week, month) that the time ``expr`` falls in, in ``zone``:
     ``2026-12-02`` for a day, the ISO week's Monday ``2026-11-30`` for a week, ``2026-12`` for a month."""
+    spec = measures.PERIODS.get(period)
+    if spec is None:
+        raise ValueError(f"not a period: {period}")
     local = wall_clock_sql(expr, zone)
-    if period == "day":
-        return f"strftime({local}, '%Y-%m-%d')"
-    if period == "week":
-        return f"strftime(date_trunc('week', {local}), '%Y-%m-%d')"
-    if period == "month":
-        return f"strftime({local}, '%Y-%m')"
-    raise ValueError(f"not a period: {period}")
+    if spec.trunc is not None:
+        local = f"date_trunc('{spec.trunc}', {local})"
+    return f"strftime({local}, '{spec.fmt}')"
 
 
 def period_of(period: str, when: dt.datetime, zone: str | None = None) -> str:
-    """The label :func:`period_sql` gives the time ``when`` (an aware datetime), computed in Python."""
+    """The label :func:`period_sql` gives the time ``when`` (an aware datetime), computed in Python
+    from the same :data:`traceflow.measures.PERIODS` (``tests/test_periods.py`` compares the two)."""
+    spec = measures.PERIODS.get(period)
+    if spec is None:
+        raise ValueError(f"not a period: {period}")
     local = when.astimezone(tzinfo(zone))
-    if period == "day":
-        return local.strftime("%Y-%m-%d")
-    if period == "week":
-        return (local.date() - dt.timedelta(days=local.weekday())).isoformat()
-    if period == "month":
-        return local.strftime("%Y-%m")
-    raise ValueError(f"not a period: {period}")
+    if spec.trunc == "week":  # DuckDB's date_trunc('week'): the ISO week's Monday
+        local = local - dt.timedelta(days=local.weekday())
+    elif spec.trunc is not None:
+        raise ValueError(f"no Python twin for date_trunc({spec.trunc!r})")
+    return local.strftime(spec.fmt)
 
 
 def naive_in_zone(value: dt.datetime, zone: str | None = None) -> dt.datetime:
