@@ -163,9 +163,9 @@ def proposed_view_sql(lake: object, name: str) -> str:
     or written once) has no duplicates inside it, and a request's copies share its partition (the
     partition comes from the request's own timestamps), so its rows need no window.
     """
-    from traceflow.measures import dedup_order, request_columns_sql
     from traceflow.schema import REQUESTS, TABLES
     from traceflow.store.lake import Lake
+    from traceflow.store.measures import dedup_order, request_columns_sql
 
     assert isinstance(lake, Lake)
     spec = TABLES[name]

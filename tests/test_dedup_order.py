@@ -1,5 +1,5 @@
-"""Which copy of a request survives deduplication: a total order (traceflow.measures.dedup_order), the
-same on every run, whatever the files' order; copies that disagree on user or session are counted.
+"""Which copy of a request survives deduplication: a total order (traceflow.store.measures.dedup_order), the
+same on every run and after compaction; copies that disagree on user or session are counted.
 
 The lake here is the issue's case: one capture replayed for five users, each replay with new user and
 session ids but the same request ids (so the same ``event_id``\\ s), equally complete, stored in one
@@ -89,7 +89,7 @@ def test_replayed_copies_give_the_same_gaps_and_misses_on_ten_runs(
         assert code == 0, err
         answers.add((gaps, misses))
     assert len(answers) == 1
-    # every request survives once, as the copy the order puts first: the smallest user id
+    # every request survives once, as the copy stored first: user-0's, whose files were written first
     con = lake.connect(["requests"])
     assert con.execute("SELECT count(*), min(user_id), max(user_id) FROM requests").fetchone() == (
         requests,
@@ -104,9 +104,10 @@ def test_replayed_copies_give_the_same_gaps_and_misses_on_ten_runs(
 
 
 @pytest.mark.parametrize("column", ["attributes", "session_id", "model", "cost_usd"])
-def test_copies_that_differ_anywhere_are_never_a_tie(tmp_path: Path, column: str) -> None:
-    """Two equally complete copies stored at the same time, differing in one column: the same one
-    survives whichever file holds which, and compaction keeps it too."""
+def test_of_equal_copies_the_one_stored_first_survives(tmp_path: Path, column: str) -> None:
+    """Two equally complete copies stored with the same ``ingested_at``, differing in one column, in
+    two files, and again in one file: the view keeps the copy stored first (the file written first,
+    the earlier row), on every connection, and compaction keeps the same one."""
     row: dict[str, Any] = {
         "event_id": "e1",
         "source": "otlp",
@@ -122,17 +123,19 @@ def test_copies_that_differ_anywhere_are_never_a_tie(tmp_path: Path, column: str
         "ingested_at": INGESTED,
     }
     other = {**row, column: {"attributes": '{"project": "beta"}', "cost_usd": 0.25}.get(column, "z")}
-    kept = []
-    for i, order in enumerate(([row, other], [other, row], [row, other])):
-        lake = Lake(tmp_path / str(i))
-        for r in order:
-            lake.append("requests", [r])
-        if i == 2:
+    for i, (first, second) in enumerate(((row, other), (other, row))):
+        for together in (False, True):
+            lake = Lake(tmp_path / f"{i}-{together}")
+            if together:
+                lake.append("requests", [first, second])
+            else:
+                lake.append("requests", [first])
+                lake.append("requests", [second])
+            query = f"SELECT {column} FROM requests"
+            kept = {tuple(lake.connect(["requests"]).execute(query).fetchall()) for _ in range(3)}
+            assert kept == {((first[column],),)}
             lake.compact("requests")
-        got = lake.connect(["requests"]).execute(f"SELECT {column} FROM requests").fetchall()
-        assert len(got) == 1
-        kept.append(got[0][0])
-    assert kept[0] == kept[1] == kept[2]
+            assert lake.connect(["requests"]).execute(query).fetchall() == [(first[column],)]
 
 
 def test_the_import_summary_counts_disagreeing_copies(tmp_path: Path, cli: CLI) -> None:

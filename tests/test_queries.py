@@ -14,9 +14,9 @@ import pytest
 from tests.test_analyses import fill
 from traceflow.analysis import gaps
 from traceflow.errors import MissingParameter, QueryError, UnknownQuery, UsageError
-from traceflow.measures import macros_sql
 from traceflow.store import sql
 from traceflow.store.lake import DERIVED, Lake
+from traceflow.store.measures import macros_sql
 from traceflow.store.selection import Selection
 
 REPO = Path(__file__).resolve().parents[1]
@@ -86,7 +86,7 @@ def test_query_file_runs_in_a_bare_duckdb(lake: Lake, name: str) -> None:
     fill(lake)
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
-    for macro in macros_sql():  # reuse_ratio, token_share (traceflow.measures)
+    for macro in macros_sql():  # reuse_ratio, token_share (traceflow.store.measures)
         con.execute(macro)
     for table in ("requests", "events", "metric_points", "spans"):
         con.execute(lake.view_sql(table))

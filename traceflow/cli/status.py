@@ -166,8 +166,8 @@ def status(
     prices: Any = None,
 ) -> Status:
     """The session's :class:`Status` at ``now``; ``day_start`` is today's start in the zone in force."""
-    from traceflow.measures import context, ratio
     from traceflow.prices import PriceModel
+    from traceflow.store.measures import context, ratio
 
     pm = prices or PriceModel.load(None)
     since = min(day_start, now - dt.timedelta(seconds=TTL_1H))

@@ -48,7 +48,7 @@ Translated (DuckDB -> Spark), each to the same values:
 - ``fma(a, b, c)`` -> ``CAST(java_method('java.lang.Math', 'fma', a, b, c) AS DOUBLE)`` (one
   rounding; DuckDB has no ``fma``: :mod:`traceflow.store.quantiles` sends it to Spark only)
 - ``error(msg)`` -> ``raise_error(msg)``; ``random()`` -> ``rand()``
-- the macros of :data:`traceflow.measures.MACROS` (``reuse_ratio(read, context)``, ...) -> their
+- the macros of :data:`traceflow.store.measures.MACROS` (``reuse_ratio(read, context)``, ...) -> their
   body with the arguments in place of the parameters, translated
 - ``UNION ALL BY NAME`` -> ``UNION ALL`` with each side's columns put in the first side's order, a
   column one side lacks as NULL (Spark SQL has no ``BY NAME``); every column must be named
@@ -87,8 +87,8 @@ from sqlglot.generators.spark import SparkGenerator
 
 from traceflow.engines.sqltree import RULES, call, cast, double, only, refuse, translate
 from traceflow.errors import QueryError
-from traceflow.measures import MACROS
 from traceflow.schema import TABLES
+from traceflow.store.measures import MACROS
 
 #: strftime directives and their Spark ``date_format`` letters.
 STRFTIME = {"%Y": "yyyy", "%m": "MM", "%d": "dd", "%H": "HH", "%M": "mm", "%S": "ss"}
@@ -318,7 +318,7 @@ def _bracket(node: exp.Expression) -> exp.Expression:
 
 
 def _macro(node: exp.Expression) -> exp.Expression:
-    """A call of one of :data:`traceflow.measures.MACROS`, expanded: its body with the arguments in
+    """A call of one of :data:`traceflow.store.measures.MACROS`, expanded: its body with the arguments in
     place of the parameters (DuckDB substitutes them the same way), then translated."""
     macro = MACROS[node.name.lower()]
     if len(node.expressions) != len(macro.params):

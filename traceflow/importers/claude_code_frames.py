@@ -2,7 +2,7 @@
 
 One API response is written as one ``assistant`` line per content block, each repeating the whole
 ``usage``; :func:`requests_frame` keeps one row per ``(requestId, message.id)``: the most complete
-copy (largest :func:`traceflow.measures.completeness`), the last written among equals, choosing it
+copy (largest :func:`traceflow.store.measures.completeness`), the last written among equals, choosing it
 in Python so that only the kept rows become a frame. The cache write is
 :func:`traceflow.rows.anthropic_cache_write`'s. The request starts at the earliest of its lines'
 trigger times (the user or tool-result line that preceded the first block, flagged
@@ -19,8 +19,8 @@ import orjson
 
 from traceflow.importers.claude_code_rows import COLUMNS, SOURCE
 from traceflow.importers.compressed import plain_name
-from traceflow.measures import completeness
 from traceflow.rows import Row, anthropic_cache_write
+from traceflow.store.measures import completeness
 
 
 def _request_rows(kept: Any) -> Any:

@@ -6,7 +6,7 @@ began before ``since``: the work grows with the traffic since ``since`` (today),
 session's length. Lines are decoded by the importer's decoder
 (:data:`~traceflow.importers.claude_code_records.DECODER`) and deduplicated as the importer does:
 one request per ``(requestId, message.id)``, its most complete copy (largest
-:func:`traceflow.measures.completeness`, the last written among equals); API errors and synthetic
+:func:`traceflow.store.measures.completeness`, the last written among equals); API errors and synthetic
 messages carry no tokens. The cache write is :func:`traceflow.rows.anthropic_cache_write`'s.
 """
 
@@ -20,8 +20,8 @@ from pathlib import Path
 import msgspec
 
 from traceflow.importers.claude_code_records import DECODER, Assistant
-from traceflow.measures import completeness
 from traceflow.rows import anthropic_cache_write
+from traceflow.store.measures import completeness
 
 #: Bytes read from the end per step.
 CHUNK = 1 << 20

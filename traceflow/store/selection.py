@@ -1,6 +1,6 @@
 """The selection every analysis takes: a time window and filters, turned into a SQL predicate.
 
-A request's time is the requests view's ``request_time`` (:data:`traceflow.measures.REQUEST_COLUMNS`);
+A request's time is the requests view's ``request_time`` (:data:`traceflow.store.measures.REQUEST_COLUMNS`);
 ``--since`` is inclusive and ``--until`` exclusive, both in UTC unless they carry an offset. Values
 travel as DuckDB parameters, never spliced into the SQL text.
 """
@@ -12,8 +12,8 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from traceflow import measures
 from traceflow.errors import UsageError
+from traceflow.store import measures
 from traceflow.units import parse_duration
 
 #: The time of a request, as analyses group and filter it (the column of the requests view).

@@ -18,7 +18,7 @@ The analysis modules run the same files, replacing *blocks* marked ``/*@name*/ .
 ``selection`` block (the time filter the file applies by default) becomes the full
 :class:`~traceflow.store.selection.Selection` predicate. Outside traceflow the markers are plain comments, so
 each file runs as it is in any DuckDB that has the views and the macros of
-:data:`traceflow.measures.MACROS` (:meth:`~traceflow.store.lake.Lake.connect` defines both).
+:data:`traceflow.store.measures.MACROS` (:meth:`~traceflow.store.lake.Lake.connect` defines both).
 
 The per-request window (each request's stream, position, gap, kind and reusable prefix) is written
 once, in ``queries/steps.sql``; the per-stream queries read its rows as ``request_steps``

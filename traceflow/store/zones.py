@@ -24,11 +24,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from traceflow import config, measures
+from traceflow import config
 from traceflow.errors import UsageError
+from traceflow.store import measures
 
 UTC = "UTC"
-#: The period groupings (their labels: :data:`traceflow.measures.PERIODS`).
+#: The period groupings (their labels: :data:`traceflow.store.measures.PERIODS`).
 PERIODS = tuple(measures.PERIODS)
 
 _in_force: str | None = None
@@ -130,7 +131,7 @@ def period_sql(period: str, expr: str, zone: str | None = None) -> str:
 
 def period_of(period: str, when: dt.datetime, zone: str | None = None) -> str:
     """The label :func:`period_sql` gives the time ``when`` (an aware datetime), computed in Python
-    from the same :data:`traceflow.measures.PERIODS` (``tests/test_periods.py`` compares the two)."""
+    from the same :data:`traceflow.store.measures.PERIODS` (``tests/test_periods.py`` compares the two)."""
     spec = measures.PERIODS.get(period)
     if spec is None:
         raise ValueError(f"not a period: {period}")

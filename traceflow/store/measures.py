@@ -15,11 +15,10 @@ Every other module takes them from this table (``docs/definitions.md`` lists the
 * :data:`COMPLETENESS` (:func:`completeness` in Python): how complete one copy of a request is, its
   token total. :func:`dedup_order` is the **total order** that picks the one copy of an ``event_id``
   every engine keeps (the views, ``compact`` on DuckDB and on Spark): the most complete, then the
-  newest ``ingested_at``, then the smallest value of each other column in table order, ``NULL``
-  last, so two copies that differ anywhere are never a tie and the pick is the same on every run
-  and engine (strings compare as bytes on both). :data:`CONFLICTS` counts the ids whose copies
-  disagree on ``user_id`` or ``session_id`` (one request replayed as another user's): the import
-  summary and ``compact`` report them, since only one copy survives.
+  newest ``ingested_at``, then the one stored first (its file's name, its row in the file), so no
+  two stored rows tie and the pick is the same on every run and engine. :data:`CONFLICTS` counts
+  the ids whose copies disagree on ``user_id`` or ``session_id`` (one request replayed as another
+  user's): the import summary reports them, since only one copy survives.
 
 * :data:`MACROS`: the ratios, as SQL macros the lake's DuckDB connections define
   (:func:`macros_sql`) and the Spark rewrite expands: ``reuse_ratio(read, context)``, the
@@ -37,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from traceflow.schema import REQUESTS, TABLES
+from traceflow.schema import REQUESTS
 
 #: The four exclusive token kinds of a request, in table order.
 TOKEN_COLUMNS = ("cold_input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")
@@ -85,15 +84,23 @@ def completeness(cold: int | None, read: int | None, write: int | None, output: 
     return context(cold, read, write) + (output or 0)
 
 
+#: Where a stored row is, as each engine gives it while deduplicating: its file (DuckDB: the file's
+#: rank among the table's files by name; Spark: the name itself, the same order) and its row's
+#: position in that file (from 0).
+SOURCE_FILE = "_file"
+SOURCE_ROW = "_row"
+
+
 def dedup_order(table: str) -> str:
     """The ``ORDER BY`` of the window that keeps one row per ``event_id`` (the first): a total order.
 
     ``requests`` puts the most complete copy (:data:`COMPLETENESS`) first; every table then the
-    newest ``ingested_at``, then each remaining column ascending, ``NULL`` last.
+    newest ``ingested_at``; then the copy stored first: the file whose name sorts first (files are
+    named ``<time_ns>-<pid>-<random>.parquet`` and never change), the earlier row in it. No two
+    stored rows tie, so the same lake gives the same copy on every run and engine.
     """
     keys = [f"{COMPLETENESS} DESC"] if table == REQUESTS.name else []
-    keys.append("ingested_at DESC NULLS LAST")
-    keys += [f"{c} ASC NULLS LAST" for c in TABLES[table].columns if c not in ("event_id", "ingested_at")]
+    keys += ["ingested_at DESC NULLS LAST", f"{SOURCE_FILE} ASC", f"{SOURCE_ROW} ASC"]
     return ", ".join(keys)
 
 
@@ -121,10 +128,12 @@ MACROS: Mapping[str, Macro] = {
 }
 
 
-def macros_sql() -> list[str]:
-    """The statements that define :data:`MACROS` in a DuckDB connection (temporary macros)."""
+def macros_sql(database: str | None = None) -> list[str]:
+    """The statements that define :data:`MACROS` in a DuckDB connection: temporary macros, or stored
+    in the attached ``database`` (a snapshot file)."""
+    kind, prefix = ("MACRO", f"{database}.") if database else ("TEMP MACRO", "")
     return [
-        f"CREATE OR REPLACE TEMP MACRO {name}({', '.join(m.params)}) AS {m.body}"
+        f"CREATE OR REPLACE {kind} {prefix}{name}({', '.join(m.params)}) AS {m.body}"
         for name, m in MACROS.items()
     ]
 
@@ -132,8 +141,8 @@ def macros_sql() -> list[str]:
 def ratio(part: float, whole: float) -> float | None:
     """The macros' division in Python: ``part / whole``, None where ``whole`` is 0.
 
-    >>> ratio(15030, 16232), ratio(0, 0)
-    (0.925948743223263, None)
+    >>> ratio(15030, 20040), ratio(0, 0)
+    (0.75, None)
     """
     return part / whole if whole else None
 
