@@ -13,6 +13,7 @@ from traceflow.output import Rows
 from traceflow.prices import PriceModel
 from traceflow.store import groups, zones
 from traceflow.store.lake import ROLLUP_VIEW
+from traceflow.store.measures import period_label_sql
 from traceflow.store.selection import Selection
 from traceflow.store.sql import Engine, materialised
 from traceflow.store.sql import load as load_query
@@ -52,8 +53,8 @@ ROLLUP_GROUPS: dict[str, str] = {
     "model": "model",
     "session": "session_id",
     "day": "day",
-    "week": "strftime(date_trunc('week', CAST(day AS DATE)), '%Y-%m-%d')",  # UTC weeks of UTC days
-    "month": "substr(day, 1, 7)",
+    "week": period_label_sql("week", "CAST(day AS DATE)"),  # UTC weeks of UTC days
+    "month": period_label_sql("month", "CAST(day AS DATE)"),
     "user": "user_id",
     "source": "source",
 }

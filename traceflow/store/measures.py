@@ -161,3 +161,17 @@ PERIODS: Mapping[str, Period] = {
     "week": Period("week", "%Y-%m-%d"),
     "month": Period(None, "%Y-%m"),
 }
+
+
+def period_label_sql(period: str, local: str) -> str:
+    """The SQL label of the ``period`` that ``local`` (a wall-clock TIMESTAMP or a DATE) falls in.
+
+    >>> period_label_sql("week", "CAST(day AS DATE)")
+    "strftime(date_trunc('week', CAST(day AS DATE)), '%Y-%m-%d')"
+    """
+    spec = PERIODS.get(period)
+    if spec is None:
+        raise ValueError(f"not a period: {period}")
+    if spec.trunc is not None:
+        local = f"date_trunc('{spec.trunc}', {local})"
+    return f"strftime({local}, '{spec.fmt}')"

@@ -120,13 +120,7 @@ def wall_clock_sql(expr: str, zone: str | None = None) -> str:
 def period_sql(period: str, expr: str, zone: str | None = None) -> str:
     """The label of the ``period`` (day, week, month) that the time ``expr`` falls in, in ``zone``:
     ``2026-12-02`` for a day, the ISO week's Monday ``2026-11-30`` for a week, ``2026-12`` for a month."""
-    spec = measures.PERIODS.get(period)
-    if spec is None:
-        raise ValueError(f"not a period: {period}")
-    local = wall_clock_sql(expr, zone)
-    if spec.trunc is not None:
-        local = f"date_trunc('{spec.trunc}', {local})"
-    return f"strftime({local}, '{spec.fmt}')"
+    return measures.period_label_sql(period, wall_clock_sql(expr, zone))
 
 
 def period_of(period: str, when: dt.datetime, zone: str | None = None) -> str:
