@@ -1,8 +1,9 @@
-"""Seed 001's published tier benchmark beside traceflow's serving model (README, "Worked example").
+"""Seed 001's published tier benchmark beside traceflow's serving model (docs/sizing.md, "Worked example:
+the published box").
 
 Runs the agentic-coding workload (2 h) on the three presets for each seed (0, 1, 2 by default) and prints
 the published figures beside the model's median [min–max] over the seeds, then the per-minute TTFT
-checks. ``--readme`` prints the README table exactly as README.md carries it (tests/test_serving.py checks
+checks. ``--readme`` prints the table exactly as docs/sizing.md carries it (tests/test_serving.py checks
 that the two agree). ``python benchmarks/bench_serving.py [--duration 2h] [--seeds 0,1,2] [--json F]``.
 
 Source of every published figure: Solidigm / Dell, the KV-offload tier benchmark on a Dell PowerEdge
@@ -199,7 +200,8 @@ def figure_values(runs: list[Reports]) -> dict[str, list[float | None]]:
 
 
 def render(values: dict[str, list[float | None]]) -> list[str]:
-    """The README table: the eight figures, published beside the model's median [range] over the seeds."""
+    """The docs table (docs/sizing.md): the eight figures, published beside the model's median [range] over
+    the seeds."""
     lines = [
         "| figure | published | traceflow, median [range] over seeds 0, 1, 2 | within 30 % |",
         "|---|---:|---:|:---:|",
@@ -296,7 +298,7 @@ MARK_START, MARK_END = "<!-- serving-table -->", "<!-- /serving-table -->"
 
 
 def readme_table(text: str) -> str:
-    """The table between the README's markers."""
+    """The table between the markers of a page (docs/sizing.md)."""
     return text.split(MARK_START, 1)[1].split(MARK_END, 1)[0].strip()
 
 
@@ -318,8 +320,11 @@ def main() -> None:
     ap.add_argument(
         "--figures", help="write the eight figures per seed here (benchmarks/serving_figures.json)"
     )
-    ap.add_argument("--readme", action="store_true", help="print only the README table")
-    ap.add_argument("--write-readme", help="put the table into this README between its serving-table markers")
+    ap.add_argument("--readme", action="store_true", help="print only the table of docs/sizing.md")
+    ap.add_argument(
+        "--write-readme",
+        help="put the table into this page (docs/sizing.md) between its serving-table markers",
+    )
     ap.add_argument(
         "--assumptions", action="store_true", help="the figures with one assumption undone at a time"
     )

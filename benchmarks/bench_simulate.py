@@ -4,7 +4,8 @@
 Two block-access traces, each replayed by both simulators in one run:
 
 a. the public Mooncake conversation trace expanded to its 512-token blocks (288,500 accesses);
-b. a seeded synthetic agentic-coding trace (``traceflow.kv.synthetic.agentic_coding_trace``, DESIGN §4 shape,
+b. a seeded synthetic agentic-coding trace (``traceflow.kv.synthetic.agentic_coding_trace``,
+docs/replay.md#the-reference-agentic-coding-workload,
    more sessions per minute and a longer run) of at least 100 million block accesses.
 
 For each capacity: libCacheSim 0.3.5 ``LRU(cache_size=C, hashpower=H).process_trace(TraceReader(file))``

@@ -7,8 +7,8 @@ Writes the layout Claude Code uses under ``$CLAUDE_CONFIG_DIR``::
     OUT/projects/<project-dir>/<session-uuid>/subagents/agent-<agentId>.jsonl   (+ .meta.json)
     OUT/expected.json
 
-What the transcripts look like (see shared/reference/AGENT_TELEMETRY_SCHEMAS.md §2 and
-CLAUDE_CODE_REAL_CLIENT.md §6):
+What the transcripts look like (see docs/schemas.md#claude-code and
+the captures in tests/data/claude-code-otlp):
 
 * ~50 projects (Zipf-weighted), thousands of sessions spread over 30 UTC days, versions 2.1.76..2.1.112
   (releases are fictional but placed so that about half the sessions run a version < 2.1.97);

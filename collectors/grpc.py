@@ -24,7 +24,8 @@ holds no more of it than the HTTP/2 flow-control window. Every ``UNAVAILABLE`` c
 ``google.rpc.RetryInfo`` detail in ``grpc-status-details-bin``; bad data is ``INVALID_ARGUMENT``.
 So the bytes of gRPC messages held at once stay under ``--max-inflight-bytes`` (or one message, when
 a single one is larger), whatever the number of clients and connections; the server's RSS under
-150 MiB + 2.5 × that (grpc's buffer plus Python's copy of each message; README, ``serve``).
+150 MiB + 2.5 × that (grpc's buffer plus Python's copy of each message; docs/collector.md, ``traceflow
+serve``).
 
 **Leaks.** A request iterator left suspended after its message, or an abort raised through a frame
 that holds the message (the traceback keeps the frame until the cycle collector runs), kept every

@@ -1,6 +1,7 @@
 """Shared by both transports: authenticate, admit, decode, log to the WAL, answer.
 
-The acknowledgement path is deliberately short (DESIGN §7): decode the payload to prove it is
+The acknowledgement path is deliberately short (docs/collector.md#traceflow-serve; benchmarks/README.md):
+decode the payload to prove it is
 well formed (protobuf or OTLP/JSON, via ``traceflow.otlp.decode.parse_body``), drop records that are
 structurally invalid (reported as ``partial_success``), append the payload to the write-ahead log
 (``spool.Wal``, group-committed) and answer. Mapping records to lake rows happens later, in the
@@ -274,7 +275,8 @@ def _check(signal: Signal, encoding: str, body: bytes) -> Outcome | tuple[bytes,
         records = count_records(signal, msg)
         rejected, message = check_records(signal, msg) if records and signal != "logs" else (0, "")
         if records > rejected and signal != "metrics":
-            # what the sealer could not store is refused now, in partial_success (DESIGN §7): a
+            # what the sealer could not store is refused now, in partial_success
+            # (docs/collector.md#traceflow-serve): a
             # cheap look at the bytes first, the mapping record by record only when it flags
             pb = body if encoding == PROTOBUF and not rejected else msg.SerializeToString()
             deep = False

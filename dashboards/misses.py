@@ -2,7 +2,7 @@
 and the sessions that lost the most, each bar a link to the session's timeline in the report.
 
 Frame: :func:`traceflow.dashboards.report_data.misses_frame` (``session, cause, misses,
-missed_tokens, cost_usd``: one row per cause of :data:`traceflow.analysis.misses.CAUSES` with
+missed_tokens, miss_cost_usd``: one row per cause of :data:`traceflow.analysis.misses.CAUSES` with
 ``session`` null, then one per session and cause of the sessions with the most missed tokens; a frame
 without ``session`` has the cause rows only).
 """
@@ -37,7 +37,7 @@ def chart(frame: pl.DataFrame) -> alt.TopLevelMixin:
             "cause:N",
             alt.Tooltip("misses:Q", format=",", title="misses"),
             alt.Tooltip("missed_tokens:Q", format=",", title="missed tokens"),
-            alt.Tooltip("cost_usd:Q", format="$,.2f", title="cost"),
+            alt.Tooltip("miss_cost_usd:Q", format="$,.2f", title="cost"),
         ],
     )
     count = base.mark_bar(color="#e45756").encode(x=alt.X("misses:Q", title="misses (requests)"))
@@ -71,7 +71,7 @@ def chart(frame: pl.DataFrame) -> alt.TopLevelMixin:
                 "cause:N",
                 alt.Tooltip("misses:Q", format=",", title="misses"),
                 alt.Tooltip("missed_tokens:Q", format=",", title="missed tokens"),
-                alt.Tooltip("cost_usd:Q", format="$,.2f", title="cost"),
+                alt.Tooltip("miss_cost_usd:Q", format="$,.2f", title="cost"),
             ],
         )
         .properties(width=WIDTH - 200, height=max(60, 18 * len(order)))

@@ -85,7 +85,7 @@ CHARTS: tuple[ChartDef, ...] = (
         "Cache misses by cause",
         "Requests that missed the prompt cache (red: how many; blue: the reusable prefix tokens they did "
         "not read), by cause: the first request of a stream, a model switch, a compaction, an idle gap "
-        "past the TTL in force, a restart of the agent process (resume), a read that fell back to the "
+        "past the TTL in force, a restart of the agent process (restart), a read that fell back to the "
         "static prefix (prefix_break), or nothing the data explains. Below, the sessions that lost the "
         "most: click one for its timeline.",
     ),
@@ -349,22 +349,22 @@ def _describe(selection: Selection | None) -> str:
     return "; ".join(parts) or "all requests"
 
 
-def _local(when: dt.datetime) -> str:
-    """``when`` in the zone in force (``--tz``): ``2026-12-02 21:00 JST``, ``2026-12-02 12:00 UTC``."""
+def _local(when: dt.datetime, zone: str) -> str:
+    """``when`` in ``zone`` (the selection's): ``2026-12-02 21:00 JST``, ``2026-12-02 12:00 UTC``."""
     from traceflow.store import zones
 
     aware = when if when.tzinfo else when.replace(tzinfo=dt.UTC)
-    local = aware.astimezone(zones.tzinfo())
-    return f"{local:%Y-%m-%d %H:%M} {local.tzname() or zones.current()}"
+    local = aware.astimezone(zones.tzinfo(zone))
+    return f"{local:%Y-%m-%d %H:%M} {local.tzname() or zone}"
 
 
-def _notes(data: ReportData, given_kv: bool) -> list[str]:
+def _notes(data: ReportData, given_kv: bool, zone: str) -> list[str]:
     from traceflow.kv.sizing import DEFAULT_SSD as SSD
 
     kv = f"{data.kv_bytes_per_token:,.0f} B of KV per token"
     notes = [
         f"Time series use {data.resolution_s:g}-second buckets (chosen so a long selection stays small)"
-        + (f" and start at {_local(data.series_since)}" if data.series_since else "")
+        + (f" and start at {_local(data.series_since, zone)}" if data.series_since else "")
         + "; the headline's working set and arrivals use the buckets named beside them, as "
         "`traceflow report` and `traceflow working-set` do.",
         f"Byte figures assume {kv}"
@@ -390,10 +390,12 @@ def render_html(
     the page, its charts and their data."""
     from traceflow.analysis.report import headline, render_text
     from traceflow.dashboards.report_data import gather
+    from traceflow.store.selection import zone_of
 
     data = gather(con, selection, options)
     charts = build_charts(data)
-    now = _local(dt.datetime.now(dt.UTC))
+    zone = zone_of(selection)
+    now = _local(dt.datetime.now(dt.UTC), zone)
     subtitle = f"{data.requests:,} requests · {_describe(selection)} · generated {now}"
     page = html_document(
         charts,
@@ -401,7 +403,7 @@ def render_html(
         render_text(data.report),
         title=title,
         subtitle=subtitle,
-        notes=_notes(data, options.kv_bytes_per_token is not None),
+        notes=_notes(data, options.kv_bytes_per_token is not None, zone),
         refresh_s=refresh_s,
         version=version,
         timelines=data.timelines,

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from traceflow.prices import PriceModel
     from traceflow.store.selection import Selection
 
-#: KV bytes per token assumed when none is given (MiniMax-M2 at FP8, DESIGN §5): for the hit-ratio
+#: KV bytes per token assumed when none is given (MiniMax-M2 at FP8,
+#: docs/sizing-formulas.md#kv-bytes-per-token): for the hit-ratio
 #: and SSD charts, which need bytes.
 DEFAULT_KV_BYTES_PER_TOKEN = 126_976.0
 #: TTLs of the what-if cost curve (seconds).
@@ -70,7 +71,7 @@ class ReportOptions:
     ``kv_bytes_per_token`` turns tokens into bytes (default: MiniMax-M2 at FP8); ``tiers`` are (name,
     bytes) marks on the hit-ratio chart; ``series_since`` starts the time-series charts (tokens over
     time, concurrent sessions, working set) later than the selection, e.g. at a live stream when the
-    lake also holds old imports. ``ttls``, ``resume_after_s`` and ``resolution_s`` go to the text
+    lake also holds old imports. ``ttls``, ``idle_after_s`` and ``resolution_s`` go to the text
     summary (:func:`traceflow.analysis.report.build_report`); the charts' buckets are never finer than
     ``resolution_s`` and never more than :data:`MAX_BUCKETS`.
     """
@@ -81,7 +82,7 @@ class ReportOptions:
     tiers: Sequence[tuple[str, float]] = ()
     series_since: dt.datetime | None = None
     ttls: Sequence[float] = (300.0, 3600.0)
-    resume_after_s: float = 900.0
+    idle_after_s: float = 900.0
 
 
 #: A report of the selection alone.
@@ -210,7 +211,7 @@ def misses_frame(
     con: duckdb.DuckDBPyConnection, selection: Selection | None, prices: PriceModel | None = None
 ) -> pl.DataFrame:
     """One row per miss cause (``session`` null): ``session, cause, misses, missed_tokens,
-    cost_usd`` (see :mod:`traceflow.analysis.misses`); then, for the :data:`MISS_SESSIONS` sessions
+    miss_cost_usd`` (see :mod:`traceflow.analysis.misses`); then, for the :data:`MISS_SESSIONS` sessions
     with the most missed tokens, one row per session and cause of its misses."""
     import polars as pl
 
@@ -220,7 +221,7 @@ def misses_frame(
         pl.col("cause").is_not_null()
     )
     totals = counts.group_by("cause").agg(
-        pl.col("misses").sum(), pl.col("missed_tokens").sum(), pl.col("cost_usd").sum()
+        pl.col("misses").sum(), pl.col("missed_tokens").sum(), pl.col("miss_cost_usd").sum()
     )
     by_cause = {r["cause"]: r for r in totals.iter_rows(named=True)}
     rows = [
@@ -229,7 +230,7 @@ def misses_frame(
             "cause": c,
             "misses": int(by_cause[c]["misses"]) if c in by_cause else 0,
             "missed_tokens": int(by_cause[c]["missed_tokens"]) if c in by_cause else 0,
-            "cost_usd": float(by_cause[c]["cost_usd"]) if c in by_cause else 0.0,
+            "miss_cost_usd": float(by_cause[c]["miss_cost_usd"]) if c in by_cause else 0.0,
         }
         for c in CAUSES
     ]
@@ -243,7 +244,7 @@ def misses_frame(
     )
     linked = per_session.filter(pl.col("session").is_in(top)).sort(["session", "cause"])
     for r in linked.iter_rows(named=True):
-        rows.append({k: r[k] for k in ("session", "cause", "misses", "missed_tokens", "cost_usd")})
+        rows.append({k: r[k] for k in ("session", "cause", "misses", "missed_tokens", "miss_cost_usd")})
     return pl.DataFrame(
         rows,
         schema={
@@ -251,7 +252,7 @@ def misses_frame(
             "cause": pl.String,
             "misses": pl.Int64,
             "missed_tokens": pl.Int64,
-            "cost_usd": pl.Float64,
+            "miss_cost_usd": pl.Float64,
         },
     )
 
@@ -326,17 +327,17 @@ GROUP BY b ORDER BY b
 
 
 def dwpd_frame(
-    con: duckdb.DuckDBPyConnection, where: str, params: list[Any], kv_bytes_per_token: float
+    con: duckdb.DuckDBPyConnection, where: str, params: list[Any], kv_bytes_per_token: float, zone: str
 ) -> pl.DataFrame:
-    """Per UTC day: the cache writes as KV bytes, as drive writes per day of the assumed SSD array
-    (:data:`traceflow.kv.sizing.DEFAULT_SSD`, the defaults of ``traceflow size``)."""
+    """Per day in ``zone`` (the selection's): the cache writes as KV bytes, as drive writes per day of
+    the assumed SSD array (:data:`traceflow.kv.sizing.DEFAULT_SSD`, the defaults of ``traceflow size``)."""
     import polars as pl
 
     from traceflow.kv.sizing import DEFAULT_SSD, dwpd
     from traceflow.store import zones
     from traceflow.store.sql import query_frame
 
-    day = zones.period_sql("day", "request_time")  # the day in --tz
+    day = zones.period_sql("day", "request_time", zone)  # the day in --tz
     sql = f"""
 SELECT {day} AS day,
        coalesce(sum(cache_write_tokens), 0)::BIGINT AS write_tokens,
@@ -452,7 +453,7 @@ def gather(
         ttls=tuple(options.ttls),
         prices=options.prices,
         kv_bytes_per_token=options.kv_bytes_per_token,
-        resume_after_s=options.resume_after_s,
+        idle_after_s=options.idle_after_s,
         # the headline figures at the headline resolution, as `report` and `working-set` compute them;
         # only the charts take the coarser buckets of a long selection
         resolution_s=time_base.headline_resolution(options.resolution_s),
@@ -490,5 +491,5 @@ def gather(
     f["working_set"] = pl.concat(ws) if ws else pl.DataFrame()
     f["hit_ratio"] = hit_ratio_frame(con, where, params, kv, options.tiers)
     f["ttft"] = ttft_frame(con, where, params)
-    f["dwpd"] = dwpd_frame(con, where, params, kv)
+    f["dwpd"] = dwpd_frame(con, where, params, kv, sel.zone)
     return out

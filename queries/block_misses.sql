@@ -23,7 +23,8 @@
 --          user_id, source, prompt_id, started_at, ended_at, position, gap_s, context_tokens,
 --          prev_context_tokens, cold_input_tokens, cache_read_tokens, cache_write_tokens,
 --          cache_write_5m_tokens, cache_write_1h_tokens, output_tokens, first_read_tokens,
---          reusable_tokens, missed_tokens, ttl_in_force_s, compaction_event, restart, miss, cause
+--          static_prefix_tokens, reusable_tokens, missed_tokens, ttl_in_force_s, compaction_event,
+--          restart, miss, cause
 WITH req AS (
     SELECT event_id, session_id, parent_session_id, agent, agent_version, model, user_id, source,
            prompt_id, seq,
@@ -76,7 +77,8 @@ SELECT coalesce(parent_session_id, session_id) AS root_session_id, session_id, p
        CAST(NULL AS BIGINT) AS position, CAST(NULL AS DOUBLE) AS gap_s, context_tokens,
        CAST(NULL AS BIGINT) AS prev_context_tokens, cold_input_tokens,
        cache_read_tokens, cache_write_tokens, cache_write_5m_tokens, cache_write_1h_tokens,
-       output_tokens, CAST(NULL AS BIGINT) AS first_read_tokens, reusable_tokens,
+       output_tokens, CAST(NULL AS BIGINT) AS first_read_tokens,
+       CAST(NULL AS BIGINT) AS static_prefix_tokens, reusable_tokens,
        CASE WHEN miss THEN expired_tokens WHEN judged THEN 0 END::BIGINT AS missed_tokens,
        CAST($ttl_s AS INTEGER) AS ttl_in_force_s,
        false AS compaction_event,

@@ -1,9 +1,10 @@
--- blocks_hourly: per UTC hour and model: requests, the token kinds and the first and last request
--- time. The input of the 5-hour billing blocks (`traceflow blocks`): a block starts at a whole UTC
--- hour and lasts whole hours, so every request of one hour falls in the same block.
+-- blocks_hourly: per UTC hour, user, source and model: requests, the token kinds and the first and
+-- last request time. The input of the 5-hour billing blocks (`traceflow blocks`): a block starts at a
+-- whole UTC hour and lasts whole hours, so every request of one hour falls in the same block; each
+-- user has their own chain, and traceflow leaves out the public traces' sources (not a bill).
 -- params:  $since TIMESTAMPTZ = NULL  only requests at or after this time
 --          $until TIMESTAMPTZ = NULL  only requests before this time
--- returns: hour_start, model, requests, cold_input_tokens, cache_read_tokens, cache_write_tokens,
+-- returns: hour_start, user_id, source, model, requests, cold_input_tokens, cache_read_tokens, cache_write_tokens,
 --          cache_write_1h_tokens, output_tokens, first_at, last_at
 
 WITH sel AS (
@@ -13,6 +14,8 @@ WITH sel AS (
       AND (CAST($until AS TIMESTAMPTZ) IS NULL OR request_time < CAST($until AS TIMESTAMPTZ)) /*@end*/
 )
 SELECT date_trunc('hour', request_time AT TIME ZONE 'UTC') AS hour_start,
+       user_id,
+       source,
        model,
        count(*)::BIGINT AS requests,
        coalesce(sum(cold_input_tokens), 0)::BIGINT AS cold_input_tokens,
@@ -24,5 +27,5 @@ SELECT date_trunc('hour', request_time AT TIME ZONE 'UTC') AS hour_start,
        max(request_time) AS last_at
 FROM sel
 WHERE request_time IS NOT NULL
-GROUP BY 1, 2
-ORDER BY 1, 2;
+GROUP BY 1, 2, 3, 4
+ORDER BY 1, 2, 3, 4;

@@ -4,7 +4,8 @@
 -- (between their first selected request's start and their last selected request's end), requests,
 -- and tokens per second by kind. A session is new in the bucket of its first request in the whole
 -- lake, and only where that request is selected: a window that starts inside a session does not
--- count it as new, so new sessions, like requests and tokens, add up over disjoint windows.
+-- count it as new, so new sessions, like requests and tokens, add up over disjoint windows (at one
+-- $resolution_s: traceflow coarsens a wide selection more than a window of it, and says so).
 -- A request counts in the bucket where it starts. Requests without tokens are left out. The grid
 -- never passes $max_buckets buckets: a wider one is an error that says to coarsen $resolution_s
 -- (traceflow picks a coarser width itself: traceflow.store.time_base.grid_resolution).

@@ -14,15 +14,22 @@
 -- writes as its process exits, is followed by a new prompt) when this is the first main-stream
 -- request of the session after the agent process restarted: the restart fell after the previous
 -- request's end and no later than this request's start. A `--continue` point carries a transient
--- session id (and a point may carry none: OTEL_METRICS_INCLUDE_SESSION_ID=false): such a point
--- marks the first main-stream request of the same user after it, since its session is not named.
--- first_read_tokens: the cache read of the stream's first request (its static prefix).
+-- session id (and a point may carry none: OTEL_METRICS_INCLUDE_SESSION_ID=false): such a point is
+-- linked by its export, the other points that its process sent with it (the same source, user and
+-- collection time: the continued session's token, cost and activity points): to the one session
+-- they name; an export that names no session, or more than one, leaves the point unlinked (never
+-- the user's next request in whichever session).
+-- first_read_tokens: the cache read of the stream's first request.
+-- static_prefix_tokens: the static prefix (system prompt and tool definitions) the stream's trace
+-- records, where it records one (kv-cache-tester: tool_tokens + system_tokens of the trace's
+-- `trace_info` event for the main stream, of its `subagent` event for a sub-agent; 0 is no record),
+-- else first_read_tokens.
 -- cause, first match wins: first_request (first of its stream; a sub-agent is its own stream),
 -- model_switch (another model than the previous request's), compaction (a compaction event of the
 -- stream between the previous request's end and this request's start, or the context fell by more
 -- than $compaction_drop of the previous one), ttl_expired (the idle gap exceeds ttl_in_force_s),
--- resume (restart is set), prefix_break (the cache read is above zero and at most
--- first_read_tokens + $prefix_tokens: the static prefix hit, the conversation after it did not),
+-- restart (restart is set: the agent process restarted), prefix_break (the cache read is above zero and at most
+-- static_prefix_tokens + $prefix_tokens: the static prefix hit, the conversation after it did not),
 -- unexplained. cause is NULL for a hit.
 -- Reads request_steps, the window of steps.sql (over the whole lake); in a bare DuckDB create it
 -- first as steps.sql says, then run this file with its other parameters.
@@ -32,12 +39,13 @@
 --          $until TIMESTAMPTZ = NULL        only requests before this time
 --          $miss_tokens BIGINT = 1024       how far below the reusable prefix a cache read is a miss
 --          $compaction_drop DOUBLE = 0.5    a context drop (share of the previous) that is a compaction
---          $prefix_tokens BIGINT = 1024     how far above the first request's read a prefix break reads
+--          $prefix_tokens BIGINT = 1024     how far above the static prefix a prefix break reads
 -- returns: root_session_id, session_id, parent_session_id, agent, agent_version, model, prev_model,
 --          user_id, source, prompt_id, started_at, ended_at, position, gap_s, context_tokens,
 --          prev_context_tokens, cold_input_tokens, cache_read_tokens, cache_write_tokens,
 --          cache_write_5m_tokens, cache_write_1h_tokens, output_tokens, first_read_tokens,
---          reusable_tokens, missed_tokens, ttl_in_force_s, compaction_event, restart, miss, cause
+--          static_prefix_tokens, reusable_tokens, missed_tokens, ttl_in_force_s, compaction_event,
+--          restart, miss, cause
 WITH carried AS (
     -- one window over each stream's earlier requests: its last write, as (position) * 2 + (1 if
     -- 1-hour), whose running maximum carries it across the requests that wrote nothing; and the
@@ -58,46 +66,61 @@ WITH carried AS (
                        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
 ),
 marks AS (
-    -- each agent-process restart within a session: (session, user, time, start_type)
+    -- each agent-process restart within a session: (session, user, time, start_type); a point's
+    -- session is its own for a `resume` that names one, else the one session the other points of
+    -- its export name (NULL: unlinked, dropped below)
     SELECT DISTINCT session_id, user_id, t_us, start_type FROM (
-        /*@restart_points*/ SELECT session_id, user_id, epoch_us(start_time) AS t_us,
-               json_extract_string(attributes, '$.start_type') AS start_type
-        FROM metric_points
-        WHERE name = 'claude_code.session.count' AND start_time IS NOT NULL
-          AND json_extract_string(attributes, '$.start_type') IN ('resume', 'continue')
-          AND coalesce(delta, value) > 0 /*@end*/
+        /*@restart_points*/ SELECT CASE WHEN start_type = 'resume' AND own_session_id IS NOT NULL
+                                        THEN own_session_id
+                                        WHEN exported_sessions = 1 THEN exported_session_id END AS session_id,
+               user_id, t_us, start_type
+        FROM (
+            SELECT p.session_id AS own_session_id, p.user_id, p.t_us, p.start_type,
+                   min(o.session_id) AS exported_session_id,
+                   count(DISTINCT o.session_id) AS exported_sessions
+            FROM (SELECT DISTINCT session_id, user_id, source, time, epoch_us(start_time) AS t_us,
+                         json_extract_string(attributes, '$.start_type') AS start_type
+                  FROM metric_points
+                  WHERE name = 'claude_code.session.count' AND start_time IS NOT NULL
+                    AND json_extract_string(attributes, '$.start_type') IN ('resume', 'continue')
+                    AND coalesce(delta, value) > 0) AS p
+            LEFT JOIN metric_points o
+              ON o.time = p.time AND o.source = p.source AND o.user_id IS NOT DISTINCT FROM p.user_id
+             AND o.name <> 'claude_code.session.count' AND o.session_id IS NOT NULL
+            GROUP BY p.session_id, p.user_id, p.source, p.time, p.t_us, p.start_type
+        ) AS linked /*@end*/
         UNION ALL
         SELECT session_id, user_id, epoch_us(timestamp) AS t_us, 'restart' AS start_type
         FROM events WHERE name = 'session_restart' AND session_id IS NOT NULL AND timestamp IS NOT NULL
     ) AS m
+    WHERE session_id IS NOT NULL
 ),
 marked AS (
-    -- the first main-stream request after each restart: of the mark's session, or (a --continue
-    -- mark, whose session id is transient, or a point without a session id) of the same user; two
-    -- equi-joins, not one OR-join, so that neither compares every request with every mark. Two
-    -- requests of one session starting the same microsecond both rank first (one row each below).
-    SELECT session_id, position, start_type FROM (
-        SELECT r.session_id, r.position, r.t_start_us, m.session_id AS m_session, m.user_id AS m_user,
-               m.t_us, m.start_type, 0 AS pref
-        FROM carried r JOIN marks m ON m.session_id = r.session_id
-        WHERE r.parent_session_id IS NULL AND r.position > 1
-          AND m.t_us > r.prev_end_us AND m.t_us <= r.t_start_us
-        UNION ALL
-        SELECT r.session_id, r.position, r.t_start_us, m.session_id AS m_session, m.user_id AS m_user,
-               m.t_us, m.start_type, 1 AS pref
-        FROM carried r JOIN marks m ON m.user_id = r.user_id
-        WHERE (m.start_type = 'continue' OR m.session_id IS NULL)
-          AND r.parent_session_id IS NULL AND r.position > 1
-          AND m.t_us > r.prev_end_us AND m.t_us <= r.t_start_us
-    ) AS c
-    QUALIFY rank() OVER (PARTITION BY m_session, m_user, t_us, start_type
-                         ORDER BY pref, t_start_us, session_id) = 1
+    -- the first main-stream request of the mark's session after each restart. Two requests of one
+    -- session starting the same microsecond both rank first (one row each below).
+    SELECT r.session_id, r.position, m.start_type
+    FROM carried r JOIN marks m ON m.session_id = r.session_id
+    WHERE r.parent_session_id IS NULL AND r.position > 1
+      AND m.t_us > r.prev_end_us AND m.t_us <= r.t_start_us
+    QUALIFY rank() OVER (PARTITION BY m.session_id, m.user_id, m.t_us, m.start_type
+                         ORDER BY r.t_start_us) = 1
 ),
 restarted AS (
     -- one row per request; an OTLP start_type wins over a transcript's `restart`
     SELECT session_id, position,
            coalesce(max(CASE WHEN start_type <> 'restart' THEN start_type END), 'restart') AS restart
     FROM marked GROUP BY session_id, position
+),
+recorded AS (
+    -- the static prefix a trace records per stream (the main stream's `trace_info`, a sub-agent's
+    -- `subagent` event); a record of 0 tokens is none (traceflow's own export writes 0)
+    SELECT session_id, parent_session_id,
+           nullif(max(coalesce(CAST(json_extract_string(attributes, '$.tool_tokens') AS BIGINT), 0)
+                      + coalesce(CAST(json_extract_string(attributes, '$.system_tokens') AS BIGINT), 0)), 0)
+               AS recorded_prefix_tokens
+    FROM events
+    WHERE name IN ('trace_info', 'subagent') AND session_id IS NOT NULL
+    GROUP BY session_id, parent_session_id
 ),
 sel AS (
     SELECT *,
@@ -127,7 +150,8 @@ SELECT j.root_session_id, j.session_id, j.parent_session_id, j.agent, j.agent_ve
        j.prev_model, j.user_id, j.source, j.prompt_id, j.t_start AS started_at, j.t_end AS ended_at,
        j.position, j.gap_s, j.context_tokens, j.prev_context_tokens, j.cold_input_tokens,
        j.cache_read_tokens, j.cache_write_tokens, j.cache_write_5m_tokens, j.cache_write_1h_tokens,
-       j.output_tokens, j.first_read_tokens, j.reusable_tokens,
+       j.output_tokens, j.first_read_tokens,
+       coalesce(p.recorded_prefix_tokens, j.first_read_tokens) AS static_prefix_tokens, j.reusable_tokens,
        CASE WHEN j.miss THEN greatest(j.reusable_tokens - j.cache_read_tokens, 0) ELSE 0 END::BIGINT
            AS missed_tokens,
        j.ttl_in_force_s,
@@ -141,15 +165,18 @@ SELECT j.root_session_id, j.session_id, j.parent_session_id, j.agent, j.agent_ve
               OR j.context_tokens < (1 - CAST($compaction_drop AS DOUBLE)) * j.prev_context_tokens
               THEN 'compaction'
             WHEN j.gap_s > j.ttl_in_force_s THEN 'ttl_expired'
-            WHEN x.restart IS NOT NULL THEN 'resume'
+            WHEN x.restart IS NOT NULL THEN 'restart'
             WHEN j.cache_read_tokens > 0
-             AND j.cache_read_tokens <= j.first_read_tokens + CAST($prefix_tokens AS BIGINT)
+             AND j.cache_read_tokens <= coalesce(p.recorded_prefix_tokens, j.first_read_tokens)
+                                        + CAST($prefix_tokens AS BIGINT)
               THEN 'prefix_break'
             ELSE 'unexplained' END AS cause
 FROM judged j
 LEFT JOIN compacted c
   ON c.session_id = j.session_id AND c.parent_session_id IS NOT DISTINCT FROM j.parent_session_id
  AND c.position = j.position
+LEFT JOIN recorded p
+  ON p.session_id = j.session_id AND p.parent_session_id IS NOT DISTINCT FROM j.parent_session_id
 LEFT JOIN restarted x
   ON j.parent_session_id IS NULL AND x.session_id = j.session_id AND x.position = j.position
 ORDER BY j.t_start, j.root_session_id, j.session_id, j.position;

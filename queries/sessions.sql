@@ -1,10 +1,10 @@
 -- sessions: one row per session (sub-agents folded into the session that spawned them): turns,
--- requests, duration, context at start and end, growth per turn, compactions, sub-agents, resumes.
+-- requests, duration, context at start and end, growth per turn, compactions, sub-agents, idle returns.
 -- Streams and gaps as in gaps.sql; a request without a session_id is not a session and is left out
 -- (sessionless traces such as Mooncake have no sessions). A session's row sums its selected requests
 -- (those from $since to $until), each judged against its stream's previous request in the whole lake,
--- so the per-request counts (requests, turns, sub-agents, growth, drops, resumes, tokens) add up over
--- disjoint windows. Context figures, turns, growth, drops and resumes come from the main stream
+-- so the per-request counts (requests, turns, sub-agents, growth, drops, idle returns, tokens) add up over
+-- disjoint windows. Context figures, turns, growth, drops and idle returns come from the main stream
 -- (parent_session_id NULL). turns: requests that open a turn: the stream's first request or a new
 -- prompt_id (each request is a turn where prompt ids are unknown). subagents: sub-agent streams whose
 -- first request is selected. context_start, context_end: the context of the first and last selected
@@ -12,9 +12,9 @@
 -- previous main-stream request; growth_per_turn = growth_tokens / turns (NULL without turns).
 -- context_drops: requests whose context fell by more than $compaction_drop of the previous one;
 -- compaction_events: 'compaction' events of the session within the time span of its selected
--- requests; compactions: the larger of the two. resumes: requests after an idle gap of at least
--- $resume_after_s; resume_reload_tokens: their cached prefix (as in ttl.sql), which had to be
--- reloaded; resume_cache_write_tokens: what they reported writing. agent_version: the client version
+-- requests; compactions: the larger of the two. idle_returns: requests after an idle gap of at least
+-- $idle_after_s; idle_return_reload_tokens: their cached prefix (as in ttl.sql), which had to be
+-- reloaded; idle_return_cache_write_tokens: what they reported writing. agent_version: the client version
 -- of the session's first selected request. write_amplification: cache write tokens / cache read
 -- tokens (NULL when nothing was read).
 -- Reads request_steps, the window of steps.sql (over the whole lake), and keeps the requests from
@@ -22,12 +22,12 @@
 -- create request_steps first as steps.sql says, then run this file with its parameters.
 -- params:  $since TIMESTAMPTZ = NULL        only requests at or after this time
 --          $until TIMESTAMPTZ = NULL        only requests before this time
---          $resume_after_s DOUBLE = 900     idle seconds after which a request is a resume
+--          $idle_after_s DOUBLE = 900     idle seconds after which a request is an idle return
 --          $compaction_drop DOUBLE = 0.5    context drop (share of the previous context) that is a compaction
 -- returns: root_session_id, agent, model, user_id, source, started_at, ended_at, duration_s, requests,
 --          turns, subagents, subagent_requests, context_start, context_end, context_max,
---          growth_tokens, growth_per_turn, context_drops, compaction_events, compactions, resumes,
---          resume_reload_tokens, resume_cache_write_tokens, cold_input_tokens, cache_read_tokens,
+--          growth_tokens, growth_per_turn, context_drops, compaction_events, compactions, idle_returns,
+--          idle_return_reload_tokens, idle_return_cache_write_tokens, cold_input_tokens, cache_read_tokens,
 --          cache_write_tokens, output_tokens, reuse_ratio, agent_version, write_amplification
 
 WITH flagged AS (
@@ -38,7 +38,7 @@ WITH flagged AS (
              THEN 1 ELSE 0 END AS new_turn,
         CASE WHEN position > 1 AND context_tokens < (1 - CAST($compaction_drop AS DOUBLE)) * prev_context_tokens
              THEN 1 ELSE 0 END AS context_drop,
-        CASE WHEN position > 1 AND gap_s >= CAST($resume_after_s AS DOUBLE) THEN 1 ELSE 0 END AS resumed,
+        CASE WHEN position > 1 AND gap_s >= CAST($idle_after_s AS DOUBLE) THEN 1 ELSE 0 END AS idle_return,
         CASE WHEN position > 1 THEN greatest(context_tokens - prev_context_tokens, 0) ELSE 0 END AS growth
     FROM request_steps
     WHERE root_session_id IS NOT NULL
@@ -55,9 +55,9 @@ per_stream AS (
         max(CASE WHEN is_main THEN context_tokens END) AS context_max,
         sum(CASE WHEN is_main THEN growth ELSE 0 END)::BIGINT AS growth_tokens,
         sum(CASE WHEN is_main THEN context_drop ELSE 0 END)::BIGINT AS context_drops,
-        sum(CASE WHEN is_main THEN resumed ELSE 0 END)::BIGINT AS resumes,
-        sum(CASE WHEN is_main AND resumed = 1 THEN prefix_tokens ELSE 0 END)::BIGINT AS resume_reload_tokens,
-        sum(CASE WHEN is_main AND resumed = 1 THEN cache_write_tokens ELSE 0 END)::BIGINT AS resume_cache_write_tokens
+        sum(CASE WHEN is_main THEN idle_return ELSE 0 END)::BIGINT AS idle_returns,
+        sum(CASE WHEN is_main AND idle_return = 1 THEN prefix_tokens ELSE 0 END)::BIGINT AS idle_return_reload_tokens,
+        sum(CASE WHEN is_main AND idle_return = 1 THEN cache_write_tokens ELSE 0 END)::BIGINT AS idle_return_cache_write_tokens
     FROM flagged
     GROUP BY root_key
 ),
@@ -97,7 +97,7 @@ SELECT p.root_session_id, p.agent, p.model, p.user_id, p.source, p.started_at, p
        w.context_drops,
        coalesce(c.compaction_events, 0)::BIGINT AS compaction_events,
        greatest(w.context_drops, coalesce(c.compaction_events, 0))::BIGINT AS compactions,
-       w.resumes, w.resume_reload_tokens, w.resume_cache_write_tokens,
+       w.idle_returns, w.idle_return_reload_tokens, w.idle_return_cache_write_tokens,
        p.cold_input_tokens, p.cache_read_tokens, p.cache_write_tokens, p.output_tokens,
        reuse_ratio(p.cache_read_tokens, p.cold_input_tokens + p.cache_read_tokens + p.cache_write_tokens) AS reuse_ratio,
        p.agent_version,

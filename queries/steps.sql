@@ -1,6 +1,6 @@
 -- steps: one row per request in stream order: its stream, position, gap, kind and reusable prefix.
 -- This is the per-request window, written once: the per-stream queries (gaps, gap_histogram,
--- resumes, compactions, sessions, ttl, ttl_validation, working_set, load, misses) read its rows as
+-- idle_returns, compactions, sessions, ttl, ttl_validation, working_set, load, misses) read its rows as
 -- request_steps. A stream is one (session_id, parent_session_id), so a sub-agent is its own stream;
 -- requests are ordered by (started_at, seq); gap_s is the idle time since the earlier requests of the
 -- stream had all ended (the latest end among them; clamped at 0, NULL for the first); kind is agent
@@ -17,7 +17,7 @@
 -- the same rows). In a bare DuckDB that has the views, create it first (a view cannot take
 -- parameters; bind $since and $until to NULL for the whole lake), then run the file:
 --     con.execute("CREATE TEMP TABLE request_steps AS " + steps_sql, {"since": None, "until": None})
---     con.execute(resumes_sql, {"since": None, "until": None, "resume_after_s": 900})
+--     con.execute(idle_returns_sql, {"since": None, "until": None, "idle_after_s": 900})
 -- params:  $since TIMESTAMPTZ = NULL  only rows of requests at or after this time
 --          $until TIMESTAMPTZ = NULL  only rows of requests before this time
 -- returns: root_session_id, root_key, is_main, session_id, parent_session_id, agent, model, user_id,

@@ -1,7 +1,7 @@
--- token_mix: the four token kinds' totals and shares, and the reuse ratio (DESIGN §3), over all
+-- token_mix: the four token kinds' totals and shares, and the reuse ratio (docs/everyday.md#traceflow-mix), over all
 -- requests in the time window (the same numbers as `traceflow mix`, which reads its `mix` block).
 -- reuse_ratio = cache_read / (cold_input + cache_read + cache_write), token-weighted; the macros
--- token_share and reuse_ratio are defined in every traceflow connection (traceflow/store/measures.py).
+-- token_share and reuse_ratio are defined in every traceflow connection (docs/definitions.md).
 -- params:  $since TIMESTAMPTZ = NULL  only requests at or after this time
 --          $until TIMESTAMPTZ = NULL  only requests before this time
 -- returns: requests, cold_input_tokens, cache_read_tokens, cache_write_tokens, output_tokens,

@@ -9,7 +9,8 @@
 -- traceflow.store.time_base.grid_resolution).
 -- The selected requests (from $since to $until) make the series, each holding its context until
 -- the TTL or a later request of its stream in the whole lake ends: the series of disjoint windows add
--- up to the series of their union, bucket by bucket.
+-- up to the series of their union, bucket by bucket, at one $resolution_s (traceflow coarsens a
+-- wide selection more than a window of it, and says so).
 -- Reads request_steps, the window of steps.sql (over the whole lake), and keeps the requests from
 -- $since to $until: the selection narrows the rows, never a request's next one. In a bare DuckDB
 -- create request_steps first as steps.sql says, then run this file with its parameters.

@@ -5,13 +5,15 @@
 #
 # * the real Claude Code CLI, pinned 2.1.332 (scripts/install_claude_code.sh, into .ci/cache/claude-code):
 #   tests/test_claude_code_e2e.py;
+# * ccusage, pinned 20.0.24 (scripts/install_ccusage.sh, into .ci/cache/ccusage): tests/test_ccusage_oracle.py;
 # * NVIDIA AIPerf, pinned 0.13.0, in its own virtual environment (scripts/install_aiperf.sh, into
 #   .ci/cache/aiperf-venv): tests/test_aiperf_consumer.py;
 # * Debian's chromium and chromium-driver (apt; with sudo when not root): tests/test_report_browser.py.
 #
 # Without them those tests skip locally; in CI (.ci/run sets CI=1) they fail instead, never skip.
 # Idempotent: what is installed already is kept. The tests find the CLI and AIPerf where these scripts
-# put them (.ci/cache); TRACEFLOW_CLAUDE_BIN and TRACEFLOW_AIPERF_PYTHON point them elsewhere.
+# put them (.ci/cache); TRACEFLOW_CLAUDE_BIN, TRACEFLOW_CCUSAGE_BIN and TRACEFLOW_AIPERF_PYTHON point
+# them elsewhere.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 log() { printf 'install_test_tools: %s\n' "$*" >&2; }
@@ -19,6 +21,10 @@ log() { printf 'install_test_tools: %s\n' "$*" >&2; }
 log "Claude Code CLI (pinned) ..."
 claude="$(bash "$ROOT/scripts/install_claude_code.sh")"
 log "  $claude"
+
+log "ccusage (pinned) ..."
+ccusage="$(bash "$ROOT/scripts/install_ccusage.sh")"
+log "  $ccusage"
 
 log "AIPerf (pinned, own venv) ..."
 aiperf_python="$(bash "$ROOT/scripts/install_aiperf.sh")"

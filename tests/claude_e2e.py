@@ -9,7 +9,7 @@
 * :func:`expected_by_session` / :func:`lake_by_session`: what the fake API returned vs what the lake
   holds, per session (sub-agents folded into their parent).
 
-The recipe and its pitfalls: ../shared/reference/CLAUDE_CODE_REAL_CLIENT.md.
+The fake API and what it answers: tests/fake_anthropic.py; the captures: tests/data/SOURCES.md.
 """
 
 from __future__ import annotations

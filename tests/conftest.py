@@ -80,17 +80,6 @@ def packaged_examples() -> Path:
 EXAMPLES = packaged_examples()
 
 
-@pytest.fixture(autouse=True)
-def _zone_in_force() -> Iterator[None]:
-    """Each test starts without a zone set by an earlier one (``--tz`` sets process state,
-    :func:`traceflow.store.zones.use`); the ``TRACEFLOW_TZ`` setting still applies."""
-    from traceflow.store import zones
-
-    zones._in_force = None
-    yield
-    zones._in_force = None
-
-
 @pytest.fixture
 def testdata() -> Path:
     return TESTDATA

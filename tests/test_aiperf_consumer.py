@@ -8,7 +8,8 @@
   and the test checks the request count, the order within each session, the prompt lengths and the
   schedule.
 
-AIPerf runs offline as ``reference/AIPERF_OFFLINE.md`` describes: a tokenizer trained here on the
+AIPerf runs offline (scripts/install_aiperf.sh; docs/formats.md#aiperf-mooncake_trace-export): a tokenizer
+trained here on the
 corpus AIPerf ships, in a fake Hugging Face cache, with ``HF_HUB_OFFLINE=1``. AIPerf's pins clash
 with the project's own dependencies, so it may live in its own virtual environment:
 ``TRACEFLOW_AIPERF_PYTHON`` names that environment's python (else the test interpreter is used when

@@ -1,4 +1,4 @@
-"""The analyses on hand-built sessions whose gaps, TTL outcomes, compactions and resumes were worked
+"""The analyses on hand-built sessions whose gaps, TTL outcomes, compactions and idle_returns were worked
 out by hand (the arithmetic is in the comments), plus the price model and the dispersion test."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def at(seconds: float) -> dt.datetime:
 # (event_id, session, parent, prompt, model, start s, end s, cold, read, write, output, seq)
 # Session A: main stream a1..a6 and a sub-agent stream s1..s2 (parent A).
 #   gaps: a2 12-10=2 agent, a3 620-20=600 human, a4 640-630=10 agent, a5 6050-650=5400 human
-#   (a resume, and a compaction: context 3000 < 50% of 12000), a6 6060-6060=0 agent; s2 19-18=1 agent
+#   (an idle return, and a compaction: context 3000 < 50% of 12000), a6 6060-6060=0 agent; s2 19-18=1 agent
 # Session B: b2 130-110=20 human; b3 failed (no tokens): left out everywhere.
 # Session C: no prompt ids: c2 305-205=100 unknown.
 # Session D: d1 and d2 start at the same time; seq puts d2 first; d1's gap 400-401 clamps to 0.
@@ -292,7 +292,11 @@ def test_sessions_by_hand(con: Any) -> None:
     assert a["growth_tokens"] == 500 + 500 + 1000 + 200  # the drop at a5 adds nothing
     assert a["growth_per_turn"] == pytest.approx(2200 / 3)
     assert (a["context_drops"], a["compaction_events"], a["compactions"]) == (1, 1, 1)
-    assert (a["resumes"], a["resume_reload_tokens"], a["resume_cache_write_tokens"]) == (1, 3000, 3000)
+    assert (a["idle_returns"], a["idle_return_reload_tokens"], a["idle_return_cache_write_tokens"]) == (
+        1,
+        3000,
+        3000,
+    )
     assert a["duration_s"] == 6070.0
     assert a["reuse_ratio"] == pytest.approx(28_000 / 57_800)
     b = rows["B"]
@@ -320,16 +324,16 @@ def test_session_summary_by_hand(con: Any) -> None:
         1,
     )
     assert (s["compactions"], s["sessions_with_compaction"]) == (3, 2)
-    assert (s["resumes"], s["sessions_with_resume"], s["resume_reload_tokens"]) == (1, 1, 3000)
+    assert (s["idle_returns"], s["sessions_with_idle_return"], s["idle_return_reload_tokens"]) == (1, 1, 3000)
     assert s["requests_p50"] == 2.0 and s["turns_p50"] == 2.0
     assert s["duration_p50_s"] == pytest.approx((40 + 110) / 2)
     assert s["growth_per_turn_mean"] == pytest.approx((2200 + 95 + 0 + 100) / 8)
 
 
 def test_session_thresholds(con: Any) -> None:
-    # with a 10-minute resume threshold a3 (600 s) is a resume too: it reloaded 10600 tokens
-    a = sessions.sessions(con, resume_after_s=600).filter(pl.col("root_session_id") == "A").to_dicts()[0]
-    assert (a["resumes"], a["resume_reload_tokens"]) == (2, 10600 + 3000)
+    # with a 10-minute idle-return threshold a3 (600 s) is an idle return too: it reloaded 10600 tokens
+    a = sessions.sessions(con, idle_after_s=600).filter(pl.col("root_session_id") == "A").to_dicts()[0]
+    assert (a["idle_returns"], a["idle_return_reload_tokens"]) == (2, 10600 + 3000)
     # a drop must exceed 80% of the previous context to count: 3000 vs 12000 is 75%
     a = sessions.sessions(con, compaction_drop=0.8).filter(pl.col("root_session_id") == "A").to_dicts()[0]
     assert (a["context_drops"], a["compactions"]) == (0, 1)  # the event still counts
@@ -575,7 +579,7 @@ def test_no_sessions_sum_to_zero_and_have_no_quantiles(con: Any) -> None:
     """Counts and sums over no sessions are 0 (they add up over windows); quantiles, means and
     ratios are null: there is no data."""
     s = sessions.session_summary(con, Selection(since=at(10**6))).to_dicts()[0]
-    assert (s["sessions"], s["requests"], s["turns"], s["resumes"], s["resume_reload_tokens"]) == (
+    assert (s["sessions"], s["requests"], s["turns"], s["idle_returns"], s["idle_return_reload_tokens"]) == (
         0,
         0,
         0,

@@ -100,11 +100,11 @@ def test_ttl_price_file(filled: Lake, cli: Cli, tmp_path: Path) -> None:
 def test_sessions_json_and_list(filled: Lake, cli: Cli) -> None:
     got = as_json(cli, "sessions")
     assert list(got) == [name for name, _ in sessions.SUMMARY] + list(sessions.SUMMARY_EXTRA)
-    assert got["sessions"] == 4 and got["resumes"] == 1
+    assert got["sessions"] == 4 and got["idle_returns"] == 1
     listed = as_json(cli, "sessions", "--list", "--limit", "2")
     assert [r["root_session_id"] for r in listed] == ["A", "B"]
-    by = as_json(cli, "sessions", "--by", "user", "--resume-after", "10m")
-    assert [(r["user"], r["resumes"]) for r in by] == [("u1", 2), ("u2", 0)]
+    by = as_json(cli, "sessions", "--by", "user", "--idle-after", "10m")
+    assert [(r["user"], r["idle_returns"]) for r in by] == [("u1", 2), ("u2", 0)]
 
 
 def test_load_and_working_set_json(filled: Lake, cli: Cli) -> None:
@@ -148,7 +148,7 @@ def test_query_and_queries(filled: Lake, cli: Cli) -> None:
     assert code == 0 and {q["name"] for q in json.loads(out)} >= {"gaps", "ttl", "sessions"}
     got = as_json(cli, "query", "ttl", "--param", "ttl_s=600")
     assert {r["ttl_s"] for r in got} == {600.0}
-    got = as_json(cli, "query", "resumes", "-p", "resume_after_s=500")
+    got = as_json(cli, "query", "idle_returns", "-p", "idle_after_s=500")
     assert [r["gap_s"] for r in got] == [600.0, 5400.0]
 
 
@@ -189,7 +189,8 @@ def test_claude_transcript_gap_and_ttl_validation(lake: Lake) -> None:
     run_import(lake, importers.get("claude-code"), [EXAMPLES / "claude-transcript.jsonl"])
     con = lake.connect()
     rows = gaps.gap_rows(con).select("gap_s", "kind").rows()
-    assert rows == [(0.6, "agent"), (441.0, "human")]  # README: 10:07:30 - 10:00:09
+    # tests/data/agent-examples/README.md: 10:07:30 - 10:00:09
+    assert rows == [(0.6, "agent"), (441.0, "human")]
     v = {r["gap_class"]: r for r in ttl.ttl_validation(con).to_dicts()}
     # after the 441 s gap the request wrote 16,600 tokens; after the 0.6 s gap 310
     assert v["medium"]["cache_write_tokens"] == 16_600 and v["short"]["cache_write_tokens"] == 310
@@ -268,7 +269,8 @@ def test_weka_gaps_match_the_raw_files(weka: tuple[Any, dict[str, Any]]) -> None
     assert g["gaps"] == len(raw["gaps"])
     assert g["p50_s"] == pytest.approx(statistics.median(raw["gaps"]), abs=1e-6)
     assert g["max_s"] == pytest.approx(max(raw["gaps"]), abs=1e-6)
-    # published (REPLAY_FORMATS_AND_TRACES §4, 710 traces): think time p25/p50/p75 = 5/10/33 s; the
+    # published (docs/formats.md#kv-cache-tester-claude-code-sessions, 710 traces): think time p25/p50/p75 =
+    # 5/10/33 s; the
     # gap equals the client's think time within the 1 s rounding of t
     assert abs(g["p50_s"] - statistics.median(raw["think"])) <= 2.5
     assert 5 <= g["p50_s"] <= 15
@@ -308,7 +310,8 @@ def test_weka_ttl_and_working_set_run(weka: tuple[Any, dict[str, Any]]) -> None:
     "source, path, requests",
     [
         ("mooncake", "mooncake_conversation_trace.jsonl", 12_031),  # Mooncake FAST'25 Table 2
-        ("azure", "AzureLLMInferenceTrace_code_2023.csv", 8_819),  # REPLAY_FORMATS_AND_TRACES §4
+        # docs/formats.md#azure-llm-inference-trace-2023
+        ("azure", "AzureLLMInferenceTrace_code_2023.csv", 8_819),
     ],
 )
 def test_every_analysis_runs_on_public_traces(
@@ -317,7 +320,7 @@ def test_every_analysis_runs_on_public_traces(
     run_import(lake, importers.get(source), [TESTDATA / path])
     rep = as_json(cli, "report")
     assert rep["mix"]["requests"] == requests
-    # no sessions in these traces: every request stands alone, so there are no gaps and no resumes,
+    # no sessions in these traces: every request stands alone, so there are no gaps and no idle_returns,
     # and sessions and arrivals are "not applicable" (null), never one session per request
     assert rep["gaps"]["gaps"] == 0 and rep["sessions"]["sessions"] is None
     assert rep["sessions"]["sessionless_requests"] == requests

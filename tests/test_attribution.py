@@ -133,8 +133,8 @@ def test_savings_headline_matches_a_hand_computation(projects: Lake, cli: Cli) -
     code, out, _ = cli("mix", "-f", "json")
     assert code == 0
     got = json.loads(out)
-    assert got["no_cache_cost_usd"] == pytest.approx(no_cache)
-    assert got["cache_cost_usd"] == pytest.approx(billed)
+    assert got["cost_without_cache_usd"] == pytest.approx(no_cache)
+    assert got["cost_usd"] == pytest.approx(billed)
     assert got["savings_usd"] == pytest.approx(no_cache - billed)
     assert got["savings_share"] == pytest.approx((no_cache - billed) / no_cache)
     _, table, _ = cli("mix")
@@ -319,3 +319,80 @@ def test_tracelab_sample_imports_to_the_rows_its_fields_say(lake: Lake, cli: Cli
     assert by_project[None]["requests"] == len(rounds) - len(claude)
     # a second import adds nothing
     assert run_import(lake, get("tracelab"), [SAMPLE]).rows.get("requests", 0) == 0
+
+
+#: The 240 requests of one session whose resource attributes change within it (issue 31): how many
+#: carry each value, the truth every engine must give.
+ABG = {"alpha": 77, "beta": 87, "gamma": 76}
+
+
+def alpha_beta_gamma(path: Path) -> dict[str, int]:
+    """Write OTLP/JSON logs of one Claude Code session, ``s1``, of 240 requests 30 s apart, each
+    request's resource tagged ``project``, ``host.name`` (``h-`` + value) and ``team`` with one value
+    of :data:`ABG` in a shuffled order (consecutive requests of one value share a resource entry, as
+    an exporter batches them); returns the value of each request id's cold input, for checks."""
+    import random
+
+    order = [v for v, n in ABG.items() for _ in range(n)]
+    random.Random(31).shuffle(order)
+    runs: list[tuple[dict[str, str], list[tuple[str, int, int, int]]]] = []
+    cold: dict[str, int] = dict.fromkeys(ABG, 0)
+    for k, value in enumerate(order):
+        request = ("s1", 1 + k, 0, 30 * k)
+        cold[value] += 1 + k
+        if runs and runs[-1][0]["team"] == value:
+            runs[-1][1].append(request)
+        else:
+            runs.append(({"project": value, "host.name": f"h-{value}", "team": value}, [request]))
+    assert len(runs) > 100  # the values alternate: a per-stream value cannot be right
+    path.write_text(json.dumps(_otlp_logs(runs)))
+    return cold
+
+
+def test_attribution_is_per_request_within_a_session(lake: Lake, tmp_path: Path) -> None:
+    """``mix --by project|host|attr:team`` over one session whose requests' resource attributes
+    differ: each request counts under its own values, 77 / 87 / 76, run after run (before, one
+    arbitrary value per stream: e.g. 44 / 131 / 65, then 44 / 109 / 87)."""
+    from traceflow.analysis.mix import token_mix
+
+    path = tmp_path / "abg.json"
+    cold = alpha_beta_gamma(path)
+    assert run_import(lake, get("otlp-json"), [path]).rows["requests"] == 240
+    for _ in range(3):
+        con = lake.connect(["requests", "events"])
+        for by, prefix in (("project", ""), ("host", "h-"), ("attr:team", "")):
+            got = token_mix(con, None, [by])
+            assert {r[by]: r["requests"] for r in got.iter_rows(named=True)} == {
+                prefix + v: n for v, n in ABG.items()
+            }, by
+            assert {r[by]: r["cold_input_tokens"] for r in got.iter_rows(named=True)} == {
+                prefix + v: c for v, c in cold.items()
+            }, by
+        con.close()
+
+
+def test_a_request_without_a_value_inherits_from_its_stream(lake: Lake, cli: Cli, tmp_path: Path) -> None:
+    """Only a request that carries no value inherits: from the nearest earlier request of its stream
+    that carries one, else from the earliest later one. Stream s1: none, a, none, b, none (30 s
+    apart) -> a, a, a, b, b; stream s2 carries none at all: NULL."""
+    payload = _otlp_logs(
+        [
+            ({}, [("s1", 1, 0, 0)]),
+            ({"team": "a"}, [("s1", 10, 0, 30)]),
+            ({}, [("s1", 100, 0, 60), ("s2", 7, 0, 60)]),
+            ({"team": "b"}, [("s1", 1000, 0, 90)]),
+            ({}, [("s1", 10000, 0, 120)]),
+        ]
+    )
+    path = tmp_path / "inherit.json"
+    path.write_text(json.dumps(payload))
+    assert run_import(lake, get("otlp-json"), [path]).rows["requests"] == 6
+    code, out, err = cli("mix", "--by", "attr:team", "-f", "json")
+    assert code == 0, err
+    got = {g["attr:team"]: (g["requests"], g["cold_input_tokens"]) for g in json.loads(out)}
+    assert got == {"a": (3, 111), "b": (2, 11000), None: (1, 7)}
+    # the window does not change a request's value: the last request alone still inherits b
+    since = dt.datetime.fromtimestamp((T0 + 100 * 1_000_000) / 1e6, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    code, out, err = cli("mix", "--by", "attr:team", "--since", since, "-f", "json")
+    assert code == 0, err
+    assert {g["attr:team"]: g["requests"] for g in json.loads(out)} == {"b": 1}

@@ -13,7 +13,7 @@ and the fake Anthropic API (tests/fake_anthropic.py, free port), then runs the r
 
 The fake API logs every usage block it returned with the ``x-claude-code-session-id`` header; the
 tests compare the lake with that log. ``http/json`` runs with the default telemetry (events and
-metrics, what the README tells users to set); the other two also export the beta spans, whose
+metrics, what docs/collector.md tells users to set); the other two also export the beta spans, whose
 ``llm_request`` spans describe the same requests as the events and must not double count.
 
 About 10-20 s per protocol. Without the CLI the tests skip locally and fail in CI (``$CI`` set).

@@ -102,7 +102,7 @@ def test_mix_by_day_and_filters(filled: Lake, cli: Cli) -> None:
     _, out, _ = cli("mix", "--since", "2026-08-03", "-f", "json")
     got = json.loads(out)
     assert {k: got[k] for k in COLUMNS} == pytest.approx(expected([r for r in ROWS if r[4] == 2]))
-    _, out, _ = cli("mix", "--until", "2026-08-03", "--agent", "claude-code", "-f", "json")
+    _, out, _ = cli("mix", "--until", "2026-08-02", "--agent", "claude-code", "-f", "json")  # the whole day
     got = json.loads(out)
     assert {k: got[k] for k in COLUMNS} == pytest.approx(expected([r for r in ROWS if r[4] == 1]))
     _, out, _ = cli("mix", "--session", "s2", "--session", "s3", "-f", "json")

@@ -218,7 +218,7 @@ def open_partial_calls(
 
 
 # -- the tests ---------------------------------------------------------------------------------------------
-#: the documented bound (README, serve): 150 MiB + 2.5 × --max-inflight-bytes
+#: the documented bound (docs/collector.md, traceflow serve): 150 MiB + 2.5 × --max-inflight-bytes
 BUDGET_MIB = 128
 
 

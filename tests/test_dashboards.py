@@ -65,7 +65,7 @@ SAMPLES: dict[str, pl.DataFrame] = {
             "cause": ["first_request", "model_switch", "compaction", "ttl_expired", "unexplained"],
             "misses": [5, 1, 2, 3, 1],
             "missed_tokens": [0, 10000, 8000, 30000, 6000],
-            "cost_usd": [0.0, 0.05, 0.04, 0.15, 0.03],
+            "miss_cost_usd": [0.0, 0.05, 0.04, 0.15, 0.03],
         }
     ),
     "context_growth": pl.DataFrame(

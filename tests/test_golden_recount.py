@@ -1,4 +1,5 @@
-"""Golden recounts: the analyses on real traces against the DESIGN §3 definitions, recomputed here in
+"""Golden recounts: the analyses on real traces against their definitions (docs/everyday.md,
+docs/forensics.md), recomputed here in
 plain Python straight from the raw files (json/csv parsing of the source file, never the lake or
 traceflow's own functions) and compared exactly or to a stated float tolerance.
 
@@ -122,7 +123,8 @@ def weka(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, list[Stream]]:
 
 
 def test_gaps_by_kind_match_the_raw_files(weka: tuple[Any, list[Stream]]) -> None:
-    """DESIGN §3 inter-turn gap: ``started_at(n) - ended_at(n-1)``, clamped at 0, within a stream;
+    """Inter-turn gap (docs/everyday.md#analyses-common-options-and-definitions): ``started_at(n) -
+    ended_at(n-1)``, clamped at 0, within a stream;
     agent when the request continues the previous request's prompt (a tool loop), human when it starts
     a new one. Reading for kv-cache-tester (no prompt ids): a main request without ``tool_result``
     starts a new prompt; a sub-agent's requests all continue the prompt that spawned it, so its gaps
@@ -151,7 +153,8 @@ def test_gaps_by_kind_match_the_raw_files(weka: tuple[Any, list[Stream]]) -> Non
 
 
 def test_ttl_whatif_tokens_and_costs_match_the_raw_files(weka: tuple[Any, list[Stream]]) -> None:
-    """DESIGN §3 TTL what-if: under TTL T a request whose idle gap exceeds T writes its prefix again,
+    """TTL what-if (docs/forensics.md#traceflow-ttl): under TTL T a request whose idle gap exceeds T writes
+    its prefix again,
     otherwise reads it; a stream's first request writes its whole context. Reading (as
     ``traceflow/analysis/ttl.py`` states it): the prefix is the previous request's context plus its
     output, at most this request's context; every non-read context token is written at the TTL's write
@@ -212,7 +215,8 @@ def _held(s: Stream, x: int, ttl_us: int) -> int:
 
 
 def test_working_set_matches_the_raw_files(weka: tuple[Any, list[Stream]]) -> None:
-    """DESIGN §3 KV working set: at time t, the sum of ``context_tokens`` of the sessions whose last
+    """KV working set (docs/forensics.md#traceflow-working-set): at time t, the sum of ``context_tokens`` of
+    the sessions whose last
     request ended within T before t. Readings (those of ``traceflow/analysis/working_set.py``): a
     sub-agent is a stream of its own (its own cache prefix); "last request" is the stream's latest
     request in stream order that has ended by t (where a request without ``api_time`` ends at its
@@ -260,7 +264,8 @@ def test_working_set_matches_the_raw_files(weka: tuple[Any, list[Stream]]) -> No
 
 
 def test_misses_and_causes_match_the_raw_files(weka: tuple[Any, list[Stream]]) -> None:
-    """DESIGN §3 cache misses: a request misses when it is the first of its stream or its cache read
+    """Cache misses (docs/forensics.md#traceflow-misses): a request misses when it is the first of its
+    stream or its cache read
     falls more than 1,024 tokens below its reusable prefix (the smaller of the previous request's
     prompt and its own); cause, first match wins: first_request, model_switch, compaction (context
     below half the previous; the traces have no compaction events), ttl_expired (gap above 300 s: the
@@ -327,13 +332,14 @@ def test_misses_and_causes_match_the_raw_files(weka: tuple[Any, list[Stream]]) -
 
 
 def test_sessions_match_the_raw_files(weka: tuple[Any, list[Stream]]) -> None:
-    """DESIGN §3 sessions, per the header of ``queries/sessions.sql`` and the README: a session folds
+    """Sessions, per the header of ``queries/sessions.sql`` and docs/everyday.md#traceflow-sessions: a
+    session folds
     its sub-agents in (a kv-cache-tester trace); requests and duration (first start to last end)
-    count every stream, the context figures, turns, growth, drops and resumes the main stream only.
+    count every stream, the context figures, turns, growth, drops and idle_returns the main stream only.
     turns: changes of ``prompt_id`` along the main stream (the importer's documented prompt: a main
     request without ``tool_result`` starts one, in file order); growth: the sum of the context
     increases; a context drop: a context below half the previous one (the traces have no compaction
-    events, so compactions = drops); a resume: an idle gap of at least 900 s, reloading its prefix
+    events, so compactions = drops); an idle return: an idle gap of at least 900 s, reloading its prefix
     (the previous context plus output, at most its own context). The summary's quantiles are
     DuckDB's ``quantile_cont`` (linear); ``growth_per_turn_mean`` is token-weighted."""
     con, _ = weka
@@ -355,7 +361,7 @@ def test_sessions_match_the_raw_files(weka: tuple[Any, list[Stream]]) -> None:
         every = reqs + [r for s in subs for r in s]
         assert all(r.context + r.output > 0 for r in every)  # no request without tokens to leave out
         steps = list(itertools.pairwise(reqs))
-        resumed = [(a, b) for a, b in steps if idle_gap_s(a, b) >= 900]
+        returned = [(a, b) for a, b in steps if idle_gap_s(a, b) >= 900]
         drops = sum(b.context < 0.5 * a.context for a, b in steps)
         turns = sum(k == 0 or m[1] != main[k - 1][1] for k, m in enumerate(main))
         expected[doc.get("id") or f.stem] = {
@@ -371,8 +377,8 @@ def test_sessions_match_the_raw_files(weka: tuple[Any, list[Stream]]) -> None:
             "context_drops": drops,
             "compaction_events": 0,
             "compactions": drops,
-            "resumes": len(resumed),
-            "resume_reload_tokens": sum(min(a.context + a.output, b.context) for a, b in resumed),
+            "idle_returns": len(returned),
+            "idle_return_reload_tokens": sum(min(a.context + a.output, b.context) for a, b in returned),
             "output_tokens": sum(r.output for r in every),
             "context_tokens": sum(r.context for r in every),
         }
@@ -389,14 +395,16 @@ def test_sessions_match_the_raw_files(weka: tuple[Any, list[Stream]]) -> None:
         assert have == {k: v for k, v in want.items() if k != "duration_s"}, sid
     s = sessions.session_summary(con).to_dicts()[0]
     e = list(expected.values())
-    totals = {k: sum(x[k] for x in e) for k in ("requests", "turns", "subagents", "compactions", "resumes")}
+    totals = {
+        k: sum(x[k] for x in e) for k in ("requests", "turns", "subagents", "compactions", "idle_returns")
+    }
     assert {k: s[k] for k in totals} == totals == {
-        "requests": 2014, "turns": 289, "subagents": 28, "compactions": 7, "resumes": 36,
+        "requests": 2014, "turns": 289, "subagents": 28, "compactions": 7, "idle_returns": 36,
     }  # fmt: skip
     assert s["sessions"] == 36 and s["sessions_with_subagents"] == sum(x["subagents"] > 0 for x in e) == 9
-    assert s["sessions_with_resume"] == sum(x["resumes"] > 0 for x in e)
+    assert s["sessions_with_idle_return"] == sum(x["idle_returns"] > 0 for x in e)
     assert s["sessions_with_compaction"] == sum(x["compactions"] > 0 for x in e)
-    assert s["resume_reload_tokens"] == sum(x["resume_reload_tokens"] for x in e)
+    assert s["idle_return_reload_tokens"] == sum(x["idle_return_reload_tokens"] for x in e)
     assert s["context_max"] == max(x["context_max"] for x in e)
     for col, key, q in (
         ("requests_p50", "requests", 0.5),
@@ -471,7 +479,8 @@ def azure_requests() -> list[tuple[int, int, int]]:
 
 
 def test_load_on_azure_matches_the_raw_csv(tmp_path: Path) -> None:
-    """DESIGN §3 arrivals and load, per ``queries/load.sql``: one row per bucket from the first
+    """Arrivals and load (docs/forensics.md#traceflow-load), per ``queries/load.sql``: one row per bucket
+    from the first
     request's to the last's, a request counted in the bucket where it starts, tokens per second =
     the bucket's tokens / its width; the summary's means and peaks are over the buckets. The Azure
     trace has no sessions, so the arrival figures are not applicable (null, with a note); the
@@ -627,7 +636,8 @@ def transcript_copies(path: Path, out: dict[str, list[Copy]]) -> None:
 
 
 def kept_copy(copies: list[Copy]) -> Copy:
-    """The copy the lake keeps (DESIGN §1: a request counts once): the most complete, and among equally
+    """The copy the lake keeps (docs/lake.md#storage: a request counts once): the most complete, and among
+    equally
     complete ones not the span (stored as the oldest). The test's data has no other tie that matters."""
     best = max(sum(c.tokens) for c in copies)
     top = [c for c in copies if sum(c.tokens) == best]
@@ -638,7 +648,8 @@ def kept_copy(copies: list[Copy]) -> Copy:
 
 @pytest.mark.parametrize("run", ["json-full", "v2.1.197-json-full"])
 def test_mix_by_day_and_model_match_the_raw_files(tmp_path: Path, run: str) -> None:
-    """DESIGN §3 token mix (totals per kind, shares of the four, reuse ratio = read / context) by UTC
+    """Token mix (docs/everyday.md#traceflow-mix) (totals per kind, shares of the four, reuse ratio = read /
+    context) by UTC
     day of the request's start and by model, over the packaged Claude Code examples (a transcript and
     OTLP logs, 2026-03-30 and 2026-08-29) and one real capture (OTLP logs and traces, and the
     transcripts of the same requests, 2026-11-29): each request counted once however many copies
@@ -692,7 +703,8 @@ def test_mix_by_day_and_model_match_the_raw_files(tmp_path: Path, run: str) -> N
 
 
 def test_load_arrivals_on_a_claude_code_capture_match_the_raw_payloads(tmp_path: Path) -> None:
-    """DESIGN §3 arrivals, per ``queries/load.sql``, on real telemetry with sessions (the ``json-full``
+    """Arrivals (docs/forensics.md#traceflow-load), per ``queries/load.sql``, on real telemetry with
+    sessions (the ``json-full``
     capture's OTLP payloads, one-second buckets): a session (sub-agents fold in: Claude Code sends
     theirs under the parent's ``session.id``) arrives in the bucket of its first request's start and is
     open through the bucket of its last request's end; the summary's dispersion test is recounted by

@@ -56,7 +56,8 @@ def test_hand_built_transcript_gives_the_documented_rows(lake: Lake) -> None:
     prompts = rows(lake, "SELECT request_id, prompt_id FROM requests ORDER BY request_id")
     assert prompts[0]["prompt_id"] == prompts[1]["prompt_id"] == "550e8400-e29b-41d4-a716-446655440000"
     assert prompts[2]["prompt_id"] != prompts[0]["prompt_id"]
-    # The inter-turn gap the README states: the third request starts 441 s after the second ended.
+    # The inter-turn gap tests/data/agent-examples/README.md states: the third request starts 441 s after
+    # the second ended.
     (gap,) = lake.connect().execute(
         "SELECT epoch(max(started_at) FILTER (WHERE request_id = 'req_011CCC')) - "
         "epoch(max(ended_at) FILTER (WHERE request_id = 'req_011BBB')) FROM requests"
@@ -67,7 +68,7 @@ def test_hand_built_transcript_gives_the_documented_rows(lake: Lake) -> None:
 
 
 def _fake_api_usage(k: int) -> dict[str, int]:
-    """What the probe's fake Anthropic API returned for its k-th request (CLAUDE_CODE_REAL_CLIENT.md)."""
+    """What the probe's fake Anthropic API returned for its k-th request (tests/fake_anthropic.py)."""
     step = 100 * (k - 1)
     return {
         "cold_input_tokens": 11 + step,

@@ -2,7 +2,7 @@
 
 Expected numbers: tests/data/agent-examples/README.md (the files: traceflow/examples and
 tests/data/agent-examples) and the fake API's formula in
-reference/CLAUDE_CODE_REAL_CLIENT.md (request k: input 11+100(k-1), output 22+100(k-1),
+tests/fake_anthropic.py (request k: input 11+100(k-1), output 22+100(k-1),
 cache creation 333+100(k-1), cache read 4444+100(k-1)).
 """
 

@@ -1,7 +1,7 @@
 """Importers of public serving traces: Mooncake, Azure 2023, kv-cache-tester (WEKA), Bailian, BurstGPT.
 
 Expected values are computed here from the raw files with plain ``json``/``csv`` code, or taken from
-the published figures in ``../shared/reference/REPLAY_FORMATS_AND_TRACES.md`` (cited per check);
+the published figures in docs/formats.md (cited per check);
 never from the importers' own output.
 """
 
@@ -59,7 +59,7 @@ def raw_jsonl(path: Path) -> list[dict[str, Any]]:
 
 MOONCAKE_FILES = {
     # file: (requests, mean input, mean output, duration s, distinct timestamps, ∞-cache prefix hit)
-    # REPLAY_FORMATS_AND_TRACES §1 "[computed] Quick stats" and §5 (paper Table 2: 12,035/343, 15,325/149).
+    # docs/formats.md#mooncake (the files recounted, and the paper's Table 2: 12,035/343, 15,325/149).
     "mooncake_conversation_trace.jsonl": (12_031, 12_035, 342.6, 3_537, 1_180, 0.374),
     "mooncake_synthetic_trace.jsonl": (3_993, 15_325, 149.1, 1_022, 3_982, 0.651),
 }
@@ -180,7 +180,7 @@ def test_mooncake_malformed_lines_are_reported_and_skipped(lake: Lake, tmp_path:
 
 AZURE_FILES = {
     # file: (requests, (prompt mean, std, min, max), (generated mean, std, min, max), arrivals req/s)
-    # REPLAY_FORMATS_AND_TRACES §4 notes (8,819 / 19,366 requests) and §5 (SplitwiseSim docstrings,
+    # docs/formats.md#azure-llm-inference-trace-2023 (8,819 / 19,366 requests; SplitwiseSim's docstrings,
     # "[computed] matches exactly"; arrivals 2.57 / 5.53 req/s).
     "AzureLLMInferenceTrace_code_2023.csv": (8_819, (2048, 1973, 3, 7437), (28, 60, 6, 1899), 2.57),
     "AzureLLMInferenceTrace_conv_2023.csv": (19_366, (1155, 1109, 2, 14050), (211, 163, 7, 1000), 5.53),
@@ -449,7 +449,8 @@ def test_kvcache_tester_cache_reads_follow_the_hash_ids(
 def test_kvcache_tester_think_time_durations_and_prompts(
     weka_raw: dict[str, dict[str, Any]], weka_lake: Lake
 ) -> None:
-    # Idle gap (DESIGN §3: start(n) - end(n-1) within a stream) equals the recorded think_time (±1 s:
+    # Idle gap (docs/everyday.md#analyses-common-options-and-definitions: start(n) - end(n-1) within a
+    # stream) equals the recorded think_time (±1 s:
     # t is rounded to whole seconds) wherever both are known.
     gaps = q(
         weka_lake,
@@ -770,7 +771,8 @@ def test_burstgpt_sessions_and_elapsed_time(lake: Lake, tmp_path: Path) -> None:
         ("s1", t[2], t[3], 1500.0, 300, 30, True),
         (None, t[4], t[5], 500.0, 50, 5, True),
     ]
-    # The human gap between the two turns of s1 (DESIGN §3): 140 - 12.75 s.
+    # The human gap between the two turns of s1 (docs/everyday.md#analyses-common-options-and-definitions):
+    # 140 - 12.75 s.
     (gap,) = q(
         lake, "SELECT epoch(max(started_at)) - epoch(min(ended_at)) FROM requests WHERE session_id = 's1'"
     )[0]

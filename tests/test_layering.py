@@ -2,7 +2,7 @@
 cycles between modules, function-level imports included.
 
 ``LAYERS`` is the one place that lists which traceflow package may import which. A new edge is a
-design decision: add it here, in the README's Architecture section, and say why in the commit.
+design decision: add it here, in docs/architecture.md, and say why in the commit.
 """
 
 from __future__ import annotations

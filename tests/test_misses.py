@@ -149,23 +149,23 @@ EXPECTED = {
     "missed_tokens": 10903 + 8003 + 3003 + 10803 + 5003 + 6303,
     "not_applicable": 0,
     "by_cause": {
-        "first_request": {"misses": 3, "missed_tokens": 0, "cost_usd": 0.0},
-        "model_switch": {"misses": 1, "missed_tokens": 10903, "cost_usd": 10903 * 5e-6 * (W1H - READ)},
+        "first_request": {"misses": 3, "missed_tokens": 0, "miss_cost_usd": 0.0},
+        "model_switch": {"misses": 1, "missed_tokens": 10903, "miss_cost_usd": 10903 * 5e-6 * (W1H - READ)},
         "compaction": {
             "misses": 2,
             "missed_tokens": 8003 + 3003,
-            "cost_usd": (8003 + 3003) * 5e-6 * (W1H - READ),
+            "miss_cost_usd": (8003 + 3003) * 5e-6 * (W1H - READ),
         },
         "ttl_expired": {
             "misses": 2,
             "missed_tokens": 10803 + 5003,
             # r5 after 1-hour writes (Sonnet), s2's second request after 5-minute writes (Sonnet)
-            "cost_usd": 10803 * 3e-6 * (W1H - READ) + 5003 * 3e-6 * (W5M - READ),
+            "miss_cost_usd": 10803 * 3e-6 * (W1H - READ) + 5003 * 3e-6 * (W5M - READ),
         },
-        "resume": {"misses": 0, "missed_tokens": 0, "cost_usd": 0.0},
+        "restart": {"misses": 0, "missed_tokens": 0, "miss_cost_usd": 0.0},
         # r9 reads 2,000, more than s1's first read (0) + 1,024: not a prefix break
-        "prefix_break": {"misses": 0, "missed_tokens": 0, "cost_usd": 0.0},
-        "unexplained": {"misses": 1, "missed_tokens": 6303, "cost_usd": 6303 * 5e-6 * (W1H - READ)},
+        "prefix_break": {"misses": 0, "missed_tokens": 0, "miss_cost_usd": 0.0},
+        "unexplained": {"misses": 1, "missed_tokens": 6303, "miss_cost_usd": 6303 * 5e-6 * (W1H - READ)},
     },
 }
 
@@ -229,7 +229,7 @@ def test_by_groups_and_formats(designed: Lake, cli: Cli) -> None:
     code, out, _ = cli("misses", "--by", "session,day", "--format", "csv")
     assert code == 0
     lines = out.splitlines()
-    assert lines[0].startswith("session,day,requests,misses,missed_tokens,cost_usd,first_request_misses")
+    assert lines[0].startswith("session,day,requests,misses,missed_tokens,miss_cost_usd,first_request_misses")
     assert lines[1].startswith("s1,2026-03-02,13,7,")  # s1 with its sub-agent
     assert lines[2].startswith("s2,2026-03-02,2,2,5003,")
     for fmt in ("table", "markdown", "csv"):
@@ -254,7 +254,7 @@ def test_selection_keeps_the_previous_request_of_the_window(designed: Lake, cli:
         "model_switch": 1,
         "compaction": 2,
         "ttl_expired": 1,
-        "resume": 0,
+        "restart": 0,
         "prefix_break": 0,
         "unexplained": 1,
     }

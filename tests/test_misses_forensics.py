@@ -1,5 +1,5 @@
 """The miss causes users hunt by hand (issue 24): the TTL in force carried across requests that write
-nothing, resumes, reads that fall back to the static prefix, client versions, one session's timeline,
+nothing, process restarts, reads that fall back to the static prefix, client versions, one session's timeline,
 boundary comparisons and write amplification. Every expected figure is fixed by the construction of
 the transcripts below (see the comments), never computed by the code under test."""
 
@@ -62,7 +62,7 @@ def _corpus(root: Path) -> None:
     c.request(0, cold=3, read=0, w5m=8000)  # c1 8003: first_request
     c.request(5, cold=3, read=8000, w5m=500)  # c2 8503: hit
     c.exit()
-    c.request(30, cold=3, read=0, w5m=9000)  # c3 9003, 30 s after a restart: resume 8503
+    c.request(30, cold=3, read=0, w5m=9000)  # c3 9003, 30 s after a restart: a restart miss of 8503
     c.request(5, cold=3, read=9000, w5m=200)  # c4 9203: hit
     c.exit()
     c.request(400, cold=3, read=0, w5m=9500)  # c5 9503, restart after 400 s > 5 min: ttl_expired 9203
@@ -89,20 +89,20 @@ EXPECTED: dict[str, Any] = {
     "not_applicable": 0,  # every request has a session
     "missed_tokens": 10003 + 6003 + 5479 + 6002 + 8503 + 9203 + 6003 + 5003,
     "by_cause": {
-        "first_request": {"misses": 4, "missed_tokens": 0, "cost_usd": 0.0},
-        "model_switch": {"misses": 1, "missed_tokens": 6003, "cost_usd": _cost(6003, 5, W5M)},
-        "compaction": {"misses": 1, "missed_tokens": 5003, "cost_usd": _cost(5003, 5, W5M)},
-        "ttl_expired": {"misses": 1, "missed_tokens": 9203, "cost_usd": _cost(9203, 3, W5M)},
-        "resume": {"misses": 1, "missed_tokens": 8503, "cost_usd": _cost(8503, 3, W5M)},
+        "first_request": {"misses": 4, "missed_tokens": 0, "miss_cost_usd": 0.0},
+        "model_switch": {"misses": 1, "missed_tokens": 6003, "miss_cost_usd": _cost(6003, 5, W5M)},
+        "compaction": {"misses": 1, "missed_tokens": 5003, "miss_cost_usd": _cost(5003, 5, W5M)},
+        "ttl_expired": {"misses": 1, "missed_tokens": 9203, "miss_cost_usd": _cost(9203, 3, W5M)},
+        "restart": {"misses": 1, "missed_tokens": 8503, "miss_cost_usd": _cost(8503, 3, W5M)},
         "prefix_break": {
             "misses": 2,
             "missed_tokens": 6003 + 5479,
-            "cost_usd": _cost(6003 + 5479, 3, W5M),
+            "miss_cost_usd": _cost(6003 + 5479, 3, W5M),
         },
         "unexplained": {
             "misses": 2,
             "missed_tokens": 10003 + 6002,
-            "cost_usd": _cost(10003, 3, W1H) + _cost(6002, 3, W5M),
+            "miss_cost_usd": _cost(10003, 3, W1H) + _cost(6002, 3, W5M),
         },
     },
 }
@@ -116,7 +116,7 @@ CAUSES_IN_ORDER = {
     ],
     "c": [
         ("first_request", 300),
-        *[(c, 300) for c in (None, "resume", None, "ttl_expired", None, None)],
+        *[(c, 300) for c in (None, "restart", None, "ttl_expired", None, None)],
     ],
     "d": [("first_request", 300), ("model_switch", 300), ("compaction", 300)],
 }
@@ -193,7 +193,7 @@ def test_misses_by_version(corpus: Lake, cli: Cli) -> None:
 
 
 def _fake_prompt(k: int) -> tuple[int, int]:
-    """The fake API's k-th answer (tests/data/claude-code-otlp, CLAUDE_CODE_REAL_CLIENT.md): input
+    """The fake API's k-th answer (tests/data/claude-code-otlp, tests/fake_anthropic.py): input
     11 + 100(k-1), cache creation 333 + 100(k-1), cache read 4444 + 100(k-1): (prompt, read)."""
     step = 100 * (k - 1)
     return (11 + step) + (333 + step) + (4444 + step), 4444 + step
@@ -204,7 +204,7 @@ def test_real_continue_and_resume_are_classed(lake: Lake, cli: Cli, source: str)
     """json-full: A1 (requests 1, 2), A2 `--continue` (3), A3 `--resume` (4) in one session; G1
     (23, 24), G2 `--continue` (25, 26) in another. The fake API's reads grow by 100 a request, so
     requests 3 and 4 read 444 below their reusable prefix (hits) and request 25 reads 4,844 below
-    (a miss): a resume."""
+    (a miss): a restart."""
     run = TESTDATA / "claude-code-otlp" / "json-full"
     if source == "otlp":
         run_import(lake, get("otlp-json"), [run / "otlp"])  # each request as a log event and a span
@@ -225,7 +225,7 @@ def test_real_continue_and_resume_are_classed(lake: Lake, cli: Cli, source: str)
     prompt_2, _ = _fake_prompt(2)
     _, read_3 = _fake_prompt(3)
     assert prompt_2 - read_3 == 444  # within 1,024: a hit
-    assert flagged["cause"].to_list() == [None, None, "resume"]
+    assert flagged["cause"].to_list() == [None, None, "restart"]
     prompt_24, _ = _fake_prompt(24)
     _, read_25 = _fake_prompt(25)
     assert flagged["missed_tokens"].to_list() == [0, 0, prompt_24 - read_25]
@@ -234,10 +234,10 @@ def test_real_continue_and_resume_are_classed(lake: Lake, cli: Cli, source: str)
     assert bare["restart"].null_count() == (20 if source == "otlp" else 17)
     code, out, err = cli("misses", "--format", "json")
     assert code == 0, err
-    assert json.loads(out)["by_cause"]["resume"] == {
+    assert json.loads(out)["by_cause"]["restart"] == {
         "misses": 1,
         "missed_tokens": 4844,
-        "cost_usd": pytest.approx(_cost(4844, 5, W5M)),  # claude-opus-5-5: $5 / M, 5-minute writes
+        "miss_cost_usd": pytest.approx(_cost(4844, 5, W5M)),  # claude-opus-5-5: $5 / M, 5-minute writes
     }
 
 
@@ -266,7 +266,7 @@ def test_timeline_lists_each_designed_session_in_order(corpus: Lake, cli: Cli) -
     assert [r["missed_tokens"] for r in b] == [0, 0, 6003, 5479, 6002, 0]
     assert [r["cache_read_tokens"] for r in b] == [20000, 25000, 20000, 21024, 21025, 28000]
     assert [r["cache_write_5m_tokens"] for r in b] == [5000, 1000, 6500, 6000, 7000, 500]
-    assert b[2]["cost_usd"] == pytest.approx(_cost(6003, 3, W5M))
+    assert b[2]["miss_cost_usd"] == pytest.approx(_cost(6003, 3, W5M))
     assert [round(r["gap_s"]) if r["gap_s"] is not None else None for r in b] == [None, 5, 20, 20, 20, 20]
     code, out, _ = cli("timeline", "a", "--format", "json")
     a = json.loads(out)
@@ -280,15 +280,8 @@ def test_timeline_lists_each_designed_session_in_order(corpus: Lake, cli: Cli) -
     lines = out.splitlines()
     assert lines[0] == "session c: 7 requests (0 of sub-agents), 3 misses, 17,706 missed tokens, $0.0611"
     body = lines[3:]
-    assert [("resume" in ln, "restart" in ln) for ln in body] == [
-        (False, False),
-        (False, False),
-        (True, True),
-        (False, False),
-        (False, True),
-        (False, False),
-        (False, True),
-    ]
+    # the cause (a process restart) and the restart flag: both on the third line, the flag alone on two
+    assert [ln.count("restart") for ln in body] == [0, 0, 2, 0, 1, 0, 1]
     assert all("█" in ln or "▒" in ln for ln in body)
     code, out, _ = cli("timeline", "c", "--format", "csv")
     assert code == 0 and out.splitlines()[0].split(",")[0] == "started_at" and len(out.splitlines()) == 8
@@ -383,7 +376,7 @@ def test_check_names_the_version_whose_client_misses_rose(lake: Lake, tmp_path: 
 # -- compare: boundaries against matched idle gaps -----------------------------------------------
 
 
-def _resume_lake(root: Path, lake: Lake) -> None:
+def _restart_lake(root: Path, lake: Lake) -> None:
     """Five sessions, every gap 90 s (one stratum: 5-minute TTL, gaps of 60-120 s). q2 and q4 are
     controls (ten, one miss: session 0's q4), q3 follows a restart (five, four misses)."""
     for i in range(5):
@@ -403,9 +396,9 @@ def _resume_lake(root: Path, lake: Lake) -> None:
     run_import(lake, CLAUDE, [root])
 
 
-def test_compare_resumes_with_matched_idle_gaps(lake: Lake, tmp_path: Path, cli: Cli) -> None:
-    _resume_lake(tmp_path / "logs", lake)
-    code, out, err = cli("compare", "--boundary", "resume", "--format", "json")
+def test_compare_restarts_with_matched_idle_gaps(lake: Lake, tmp_path: Path, cli: Cli) -> None:
+    _restart_lake(tmp_path / "logs", lake)
+    code, out, err = cli("compare", "--boundary", "restart", "--format", "json")
     assert code == 0, err
     got = json.loads(out)
     b, c, d = got["boundaries"], got["controls"], got["difference"]
@@ -432,20 +425,20 @@ def test_compare_resumes_with_matched_idle_gaps(lake: Lake, tmp_path: Path, cli:
         }
     ]
     code, out, _ = cli("compare")
-    assert code == 0 and "matched idle gaps" in out and out.startswith("resume: 5 transitions")
+    assert code == 0 and "matched idle gaps" in out and out.startswith("restart: 5 transitions")
     code, _, err = cli("compare", "--boundary", "moon")
-    assert code == 2 and "choose from resume, version, model" in err
+    assert code == 2 and "choose from restart, version, model" in err
 
 
-def test_the_readme_worked_example_is_this_corpus(corpus: Lake, cli: Cli) -> None:
+def test_the_docs_worked_example_is_this_corpus(corpus: Lake, cli: Cli) -> None:
     from traceflow.analysis.timeline import table, timeline
     from traceflow.output import Rows, render
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "forensics.md").read_text()
     code, out, _ = cli("misses")
     assert code == 0 and out.strip() in readme
     keep = ["gap", "cold", "read", "write_5m", "write_1h", "context", "ttl", "restart", "cause"]
-    keep += ["missed", "cost_usd"]
+    keep += ["missed", "miss_cost_usd"]
     con = corpus.connect(["requests", "events", "metric_points"])
     for session in "abcd":
         rows = table(timeline(con, session), bars=False)
@@ -507,7 +500,7 @@ def test_clicking_a_session_of_the_misses_chart_opens_its_timeline(corpus: Lake,
             time.sleep(0.1)
         assert driver.execute_script("return document.getElementById('timeline-c').open")
         text = driver.execute_script("return document.getElementById('timeline-c').textContent")
-        assert "session c: 7 requests" in text and "resume" in text
+        assert "session c: 7 requests" in text and "restart" in text
     finally:
         driver.quit()
 
@@ -573,19 +566,20 @@ def test_a_restart_appended_to_an_imported_transcript_is_found(lake: Lake, tmp_p
     s.exit()
     path = s.write(tmp_path / "logs" / "g.jsonl")
     run_import(lake, CLAUDE, [tmp_path / "logs"])
-    s.request(30, cold=3, read=0, w5m=9000)  # 9003 after the restart: resume 8503
+    s.request(30, cold=3, read=0, w5m=9000)  # 9003 after the restart: a restart miss of 8503
     s.write(path)
     summary = run_import(lake, CLAUDE, [tmp_path / "logs"])
     assert summary.rows["requests"] == 1
     frame = misses.miss_rows(lake.connect(["requests", "events", "metric_points"])).sort("position")
     assert frame["restart"].to_list() == [None, None, "restart"]
-    assert (frame["cause"][2], frame["missed_tokens"][2]) == ("resume", 8503)
+    assert (frame["cause"][2], frame["missed_tokens"][2]) == ("restart", 8503)
 
 
 def test_otlp_restart_points_by_session_or_by_user(lake: Lake) -> None:
     """session.count points as the OTLP mapper stores them: one with the session's id (a --resume),
-    one without any (OTEL_METRICS_INCLUDE_SESSION_ID=false): the latter marks the user's first
-    main-stream request after it, of whichever session."""
+    one without any (OTEL_METRICS_INCLUDE_SESSION_ID=false): the latter marks the first main-stream
+    request after it of the session that the other points of its export name (a token point of p;
+    without one it is unlinked: tests/test_misses_definitions.py)."""
     sec = dt.timedelta(seconds=1)
     rows = []
     # (session, start s, read, write): p3 follows the id-less point at 290 s; q2 the point of q at 350 s
@@ -639,10 +633,13 @@ def test_otlp_restart_points_by_session_or_by_user(lake: Lake) -> None:
         }
         for i, (session, at) in enumerate([(None, 290), ("q", 350)])
     ]
+    # the id-less point's export (sent at 320 s) also carries a token point of session p
+    points.append({**points[0], "event_id": "m2", "session_id": "p", "name": "claude_code.token.usage",
+                   "attributes": {"type": "input"}})  # fmt: skip
     lake.append("metric_points", points)
     frame = misses.miss_rows(lake.connect(["requests", "events", "metric_points"]))
     flagged = frame.filter(frame["restart"].is_not_null()).sort("started_at")
     assert list(zip(flagged["session_id"], flagged["position"], flagged["cause"], strict=True)) == [
-        ("p", 3, "resume"),  # the id-less point at 290 s: p3 (300 s) is the user's first request after it
-        ("q", 2, "resume"),  # q's own point at 350 s; its gap 400 - 102 = 298 s is within the 5 min TTL
+        ("p", 3, "restart"),  # the id-less point at 290 s, its export naming p: p3 (300 s) is next
+        ("q", 2, "restart"),  # q's own point at 350 s; its gap 400 - 102 = 298 s is within the 5 min TTL
     ]

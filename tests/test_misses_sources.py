@@ -148,11 +148,11 @@ def test_codex_misses_get_their_causes(lake: Lake, tmp_path: Path, cli: Cli) -> 
         "model_switch": (1, 10700),
         "compaction": (1, 4000),
         "ttl_expired": (1, 10500),
-        "resume": (0, 0),
+        "restart": (0, 0),
         "prefix_break": (0, 0),  # c5 reads 2,000: above the first read (0) + 1,024
         "unexplained": (1, 8800),
     }
-    assert all(v["cost_usd"] > 0 for v in got["by_cause"].values() if v["misses"] and v["missed_tokens"])
+    assert all(v["miss_cost_usd"] > 0 for v in got["by_cause"].values() if v["misses"] and v["missed_tokens"])
 
 
 def test_codex_ttl_observed_is_inferred_from_the_misses_after_gaps(
@@ -202,15 +202,15 @@ def test_otlp_misses_get_their_causes(otlp: Lake, cli: Cli) -> None:
     got = json.loads(out)
     assert (got["requests"], got["misses"]) == (9, 7)
     expected = {
-        "first_request": {"misses": 2, "missed_tokens": 0, "cost_usd": 0.0},
-        "model_switch": {"misses": 1, "missed_tokens": 10803, "cost_usd": 10803 * 5e-6 * (W1H - READ)},
-        "compaction": {"misses": 1, "missed_tokens": 3003, "cost_usd": 3003 * 5e-6 * (W1H - READ)},
+        "first_request": {"misses": 2, "missed_tokens": 0, "miss_cost_usd": 0.0},
+        "model_switch": {"misses": 1, "missed_tokens": 10803, "miss_cost_usd": 10803 * 5e-6 * (W1H - READ)},
+        "compaction": {"misses": 1, "missed_tokens": 3003, "miss_cost_usd": 3003 * 5e-6 * (W1H - READ)},
         "ttl_expired": {
             "misses": 2,
             "missed_tokens": 10703 + 5003,
-            "cost_usd": 10703 * 3e-6 * (W1H - READ) + 5003 * 3e-6 * (W5M - READ),
+            "miss_cost_usd": 10703 * 3e-6 * (W1H - READ) + 5003 * 3e-6 * (W5M - READ),
         },
-        "unexplained": {"misses": 1, "missed_tokens": 9003, "cost_usd": 9003 * 5e-6 * (W1H - READ)},
+        "unexplained": {"misses": 1, "missed_tokens": 9003, "miss_cost_usd": 9003 * 5e-6 * (W1H - READ)},
     }
     for cause, want in expected.items():
         assert got["by_cause"][cause] == {k: pytest.approx(v) for k, v in want.items()}, cause

@@ -2,9 +2,9 @@
 
 Expected numbers come from tests/data/agent-examples/README.md (the files: traceflow/examples and
 tests/data/agent-examples), from the fake API's formula in
-reference/CLAUDE_CODE_REAL_CLIENT.md ("Fake API driver markers": request k has input 11+100(k-1),
+tests/fake_anthropic.py ("Usage numbers": request k has input 11+100(k-1),
 output 22+100(k-1), cache creation 333+100(k-1) = 5m 300+100(k-1) + 1h 33, cache read
-4444+100(k-1)), and from the derivation rules of AGENT_TELEMETRY_SCHEMAS §6.4 worked by hand.
+4444+100(k-1)), and from the derivation rules of docs/schemas.md#the-four-token-kinds worked by hand.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def map_run(testdata: Path, run: str, **kw: Any) -> list[otlp.Mapped]:
 
 
 def fake_api(k: int) -> dict[str, int]:
-    """The fake Anthropic API's usage for its k-th request (CLAUDE_CODE_REAL_CLIENT.md)."""
+    """The fake Anthropic API's usage for its k-th request (tests/fake_anthropic.py)."""
     step = 100 * (k - 1)
     return {
         "cold_input_tokens": 11 + step,

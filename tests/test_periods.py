@@ -161,15 +161,13 @@ def test_per_stream_queries_group_by_period_in_the_zone(corpus_lake: list[dict[s
 
 def test_check_window_is_yesterday_in_the_zone() -> None:
     from traceflow.analysis.health import default_window
-    from traceflow.store import zones
 
     now = dt.datetime(2026, 8, 3, 20, 0, tzinfo=dt.UTC)  # already 4 August in Tokyo
-    assert default_window(now) == (
+    assert default_window(now, "UTC") == (
         dt.datetime(2026, 8, 2, tzinfo=dt.UTC),
         dt.datetime(2026, 8, 3, tzinfo=dt.UTC),
     )
-    with zones.using("Asia/Tokyo"):
-        since, until = default_window(now)
+    since, until = default_window(now, "Asia/Tokyo")
     assert (since, until) == (
         dt.datetime(2026, 8, 2, 15, 0, tzinfo=dt.UTC),  # 3 August 00:00 in Tokyo
         dt.datetime(2026, 8, 3, 15, 0, tzinfo=dt.UTC),
@@ -194,3 +192,102 @@ def test_period_twins_agree(zone: str) -> None:
         assert len(sql) == len(times)
         for ts, label in sql:
             assert label == zones.period_of(period, ts, zone) == _label(period, ts, zone), (period, ts)
+
+
+# four requests around midnight, one hour apart in UTC and nine hours ahead in Tokyo (UTC+9):
+# (UTC time, cold input tokens); each request's Tokyo day is worked out by hand beside it
+_MIDNIGHT = [
+    (dt.datetime(2026, 7, 31, 14, 30, tzinfo=dt.UTC), 1),  # Tokyo 07-31 23:30
+    (dt.datetime(2026, 7, 31, 15, 30, tzinfo=dt.UTC), 10),  # Tokyo 08-01 00:30
+    (dt.datetime(2026, 7, 31, 23, 30, tzinfo=dt.UTC), 100),  # Tokyo 08-01 08:30
+    (dt.datetime(2026, 8, 1, 0, 30, tzinfo=dt.UTC), 1000),  # Tokyo 08-01 09:30
+]
+#: (period, zone) -> {label: (requests, cold input tokens)}, by hand from the comments above.
+_MIDNIGHT_WANT = {
+    ("day", "UTC"): {"2026-07-31": (3, 111), "2026-08-01": (1, 1000)},
+    ("day", "Asia/Tokyo"): {"2026-07-31": (1, 1), "2026-08-01": (3, 1110)},
+    ("month", "UTC"): {"2026-07": (3, 111), "2026-08": (1, 1000)},
+    ("month", "Asia/Tokyo"): {"2026-07": (1, 1), "2026-08": (3, 1110)},
+    ("week", "UTC"): {"2026-07-27": (4, 1111)},  # Friday 31 July and Saturday 1 August: one ISO week
+    ("week", "Asia/Tokyo"): {"2026-07-27": (4, 1111)},
+}
+
+
+@pytest.fixture
+def midnight_lake(lake: Lake) -> Lake:
+    ingested = dt.datetime(2026, 8, 2, tzinfo=dt.UTC)
+    rows = [
+        {
+            "event_id": f"m{i}", "source": "claude-code-otlp", "agent": "claude-code", "session_id": "s1",
+            "request_id": f"q{i}", "seq": i, "model": "claude-sonnet-4-5", "started_at": at,
+            "ended_at": at + dt.timedelta(seconds=5), "cold_input_tokens": cold, "cache_read_tokens": 0,
+            "cache_write_tokens": 0, "output_tokens": 7, "ingested_at": ingested,
+        }
+        for i, (at, cold) in enumerate(_MIDNIGHT)
+    ]  # fmt: skip
+    lake.append("requests", rows)
+    return lake
+
+
+def _mix_by(con: Any, sel: Any, period: str) -> dict[str, tuple[int, int]]:
+    from traceflow.analysis.mix import token_mix
+
+    got = token_mix(con, sel, [period])
+    return {r[period]: (r["requests"], r["cold_input_tokens"]) for r in got.iter_rows(named=True)}
+
+
+def test_two_zones_in_one_process_without_a_context_manager(midnight_lake: Lake) -> None:
+    """The zone is the selection's: two selections of different zones, asked in either order and
+    interleaved, each get their own days, weeks and months (no process state between the calls)."""
+    from traceflow.store.selection import Selection
+
+    con = midnight_lake.connect(["requests"])
+    utc, tokyo = Selection(zone="UTC"), Selection(zone="Asia/Tokyo")
+    for sel in (tokyo, utc, tokyo, utc):
+        for period in ("day", "month", "week"):
+            assert _mix_by(con, sel, period) == _MIDNIGHT_WANT[(period, sel.zone)], (period, sel.zone)
+    # a window in the selection is an instant; the days it is grouped into are the selection's zone
+    since = dt.datetime(2026, 7, 31, 15, 0, tzinfo=dt.UTC)  # Tokyo's midnight of 1 August
+    assert _mix_by(con, Selection(since=since, zone="Asia/Tokyo"), "day") == {"2026-08-01": (3, 1110)}
+    assert _mix_by(con, Selection(since=since, zone="UTC"), "day") == {
+        "2026-07-31": (2, 110),
+        "2026-08-01": (1, 1000),
+    }
+
+
+def test_misses_and_gaps_by_day_take_the_selection_zone(midnight_lake: Lake) -> None:
+    from traceflow.analysis import gaps, misses
+    from traceflow.store.selection import Selection
+
+    con = midnight_lake.connect(["requests", "events", "metric_points"])
+    for zone, want in (
+        ("Asia/Tokyo", {"2026-07-31": 1, "2026-08-01": 3}),
+        ("UTC", {"2026-07-31": 3, "2026-08-01": 1}),
+    ):
+        got = misses.miss_counts(con, Selection(zone=zone), ["day"])
+        per_day: dict[str, int] = defaultdict(int)
+        for r in got.iter_rows(named=True):
+            per_day[r["day"]] += r["requests"]
+        assert dict(per_day) == want, zone
+    # a gap belongs to the day of the request after it: the 2nd, 3rd and 4th requests
+    for zone, want in (("Asia/Tokyo", {"2026-08-01": 3}), ("UTC", {"2026-07-31": 2, "2026-08-01": 1})):
+        got = gaps.gap_summary(con, Selection(zone=zone), gaps.DEFAULT_TTLS, ["day"])
+        assert {r["day"]: r["gaps"] for r in got.iter_rows(named=True)} == want, zone
+
+
+def test_naive_since_is_read_in_the_zone(midnight_lake: Lake, cli: CLI) -> None:
+    # 2026-08-01 without an offset: Tokyo's midnight with --tz Asia/Tokyo, UTC's without
+    code, out, err = cli("mix", "--by", "day", "--since", "2026-08-01", "--tz", "Asia/Tokyo", "-f", "json")
+    assert code == 0, err
+    assert {r["day"]: r["requests"] for r in json.loads(out)} == {"2026-08-01": 3}
+    code, out, err = cli("mix", "--by", "day", "--since", "2026-08-01", "-f", "json")
+    assert code == 0, err
+    assert {r["day"]: r["requests"] for r in json.loads(out)} == {"2026-08-01": 1}
+
+
+def test_a_bad_zone_is_refused_naming_the_fix() -> None:
+    from traceflow.errors import UsageError
+    from traceflow.store.selection import Selection
+
+    with pytest.raises(UsageError, match="IANA name"):
+        Selection(zone="Mars/Olympus")

@@ -70,19 +70,19 @@ def test_reports_name_the_table_and_date(table: Path, cli: CLI, lake: Lake) -> N
     )
     code, out, _ = cli("mix")
     assert code == 0 and "(built-in list prices as of 2025-11-24)" in out
-    before = json.loads(cli("mix", "--format", "json")[1])["cache_cost_usd"]
+    before = json.loads(cli("mix", "--format", "json")[1])["cost_usd"]
     assert before == pytest.approx(3.0 * 0.1)  # the built-in default price ($3), read at 0.1x
     assert cli("prices", "update", str(SAMPLE), data=False)[0] == 0
     code, out, _ = cli("mix")
     assert code == 0 and "LiteLLM prices from model_prices_sample.json" in out and " as of 20" in out
-    after = json.loads(cli("mix", "--format", "json")[1])["cache_cost_usd"]
+    after = json.loads(cli("mix", "--format", "json")[1])["cost_usd"]
     assert after == pytest.approx(0.3125)  # LiteLLM's own cache-read price for gemini-2.5-pro
     code, out, _ = cli("ttl", "--format", "json")
     assert json.loads(out)["prices"]["source"].startswith("LiteLLM prices")
     # a --prices file goes over the table
     extra = table.parent / "extra.json"
     extra.write_text(json.dumps({"models": {"gemini-2.5-pro": {"cache_read": 0.5}}}))
-    again = json.loads(cli("mix", "--format", "json", "--prices", str(extra))[1])["cache_cost_usd"]
+    again = json.loads(cli("mix", "--format", "json", "--prices", str(extra))[1])["cost_usd"]
     assert again == pytest.approx(0.5)
 
 

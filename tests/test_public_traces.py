@@ -62,12 +62,12 @@ def test_requests_without_a_model_are_not_priced(lake: Lake, cli: Cli) -> None:
     billed = (1000 + 0.1 * 9000 + 1.25 * 2000) * 3e-6 + 500 * 15e-6
     got = as_json(cli, "mix")
     assert got["unpriced_tokens"] == 75_500
-    assert got["no_cache_cost_usd"] == pytest.approx(no_cache)
-    assert got["cache_cost_usd"] == pytest.approx(billed)
+    assert got["cost_without_cache_usd"] == pytest.approx(no_cache)
+    assert got["cost_usd"] == pytest.approx(billed)
     by = {r["source"]: r for r in as_json(cli, "mix", "--by", "source")}
     assert by["mooncake"]["unpriced_tokens"] == 75_500
     assert [
-        by["mooncake"][k] for k in ("no_cache_cost_usd", "cache_cost_usd", "savings_usd", "savings_share")
+        by["mooncake"][k] for k in ("cost_without_cache_usd", "cost_usd", "savings_usd", "savings_share")
     ] == [None] * 4
     assert by["claude-code-jsonl"]["unpriced_tokens"] == 0
     _, table, _ = cli("mix")
@@ -81,7 +81,7 @@ def test_a_mooncake_lake_is_unpriced(lake: Lake, cli: Cli) -> None:
     run_import(lake, get("mooncake"), [TESTDATA / "mooncake_conversation_trace.jsonl"])
     got = as_json(cli, "mix")
     assert got["requests"] == 12031
-    assert got["cache_cost_usd"] is None and got["no_cache_cost_usd"] is None  # was 496.21 at default prices
+    assert got["cost_usd"] is None and got["cost_without_cache_usd"] is None  # was 496.21 at default prices
     assert got["unpriced_tokens"] == got["total_tokens"] > 0
 
 
@@ -213,7 +213,7 @@ def test_sessionless_requests_are_judged_by_their_block_hashes(lake: Lake, cli: 
     assert got["requests"] == 6 and got["not_applicable"] == 1
     assert got["by_cause"]["first_request"]["misses"] == 0  # was 6: every sessionless request
     assert got["misses"] == 1 and got["missed_tokens"] == 200
-    assert got["by_cause"]["ttl_expired"] == {"misses": 1, "missed_tokens": 200, "cost_usd": None}
+    assert got["by_cause"]["ttl_expired"] == {"misses": 1, "missed_tokens": 200, "miss_cost_usd": None}
     rows = as_json(cli, "misses", "--list", "--miss-tokens", "100")
     assert [(r["reusable_tokens"], r["missed_tokens"], r["cause"]) for r in rows] == [
         (200, 200, "ttl_expired")

@@ -201,14 +201,14 @@ def test_bucket_never_decreases() -> None:
 
 
 def test_grouped_sql_on_duckdb_is_quantile_cont() -> None:
-    keys = row_keys(["model"])
+    keys = row_keys(["model"], zone="UTC")
     sql = grouped_sql(keys, [("n", "count(*)"), ("p50", Quantile("gap_s", 0.5, "kind = 'human'"))])
     assert "quantile_cont(gap_s, 0.5) FILTER (WHERE kind = 'human') AS p50" in sql
     assert "fma" not in sql
 
 
 def test_by_rank_translates_for_spark() -> None:
-    keys = row_keys(["model"])
+    keys = row_keys(["model"], zone="UTC")
     text = to_spark(grouped_sql(keys, COLUMNS, by_rank=True).replace("{q}", "(SELECT * FROM t)"))
     assert "quantile_cont" not in text and "percentile" not in text
     assert "java_method('java.lang.Math', 'fma', " in text

@@ -205,6 +205,9 @@ def test_the_key_covers_environment_and_input_files(lake: Lake, tmp_path: Path) 
     base = key(*MIX)
     assert key(*MIX) == base
     assert key(*MIX, TZ="Europe/Paris") != base
+    # the zone groups and prints the answer: every way of naming it is part of the key
+    assert key(*MIX, TRACEFLOW_TZ="Asia/Tokyo") != base
+    assert key(*MIX, "--tz", "Asia/Tokyo") != key(*MIX, "--tz", "UTC") != base
     assert key(*MIX, TRACEFLOW_MEMORY_LIMIT="1GB") != base
     assert key(*MIX, TRACEFLOW_CACHE="1") == base
     assert key("mix", "--by", "model", "--format", "json") != base

@@ -244,10 +244,10 @@ def test_every_grouping_translates(by: list[str]) -> None:
 
     where, _ = Selection(models=("a",)).where()
     for text in (
-        mix_sql(by, where),
+        mix_sql(by, where, zone="UTC"),
         sql.load("misses").sql(),
         grouped_sql(
-            groups.row_keys([b for b in by if b != "subagent_type"] + ["kind"], kind=True),
+            groups.row_keys([b for b in by if b != "subagent_type"] + ["kind"], zone="UTC", kind=True),
             [("n", "count(*)"), ("p", Quantile("gap_s", (0.5, 0.9)))],
             by_rank=True,
         ).replace("{q}", "(SELECT 1)"),

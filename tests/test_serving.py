@@ -326,7 +326,7 @@ def test_the_published_runs_sessions_end_at_the_cap_and_eleven_resume() -> None:
 
 
 def test_the_reference_workload_is_unchanged_by_default() -> None:
-    # the serial model's worked example (README): 28,481 requests in 2 h of seed 0, a quarter pausing
+    # the serial model's worked example (docs/sizing.md): 28,481 requests in 2 h of seed 0, a quarter pausing
     t = agentic_coding_turns(7_200.0, 0)
     assert t.trace.n_requests == 28_481
     assert int(t.resumed.sum()) > 40
@@ -357,13 +357,13 @@ def _bench() -> Any:
     return mod
 
 
-def test_readme_serving_table_is_the_benchmarks_output() -> None:
+def test_docs_serving_table_is_the_benchmarks_output() -> None:
     bench = _bench()
     root = Path(__file__).resolve().parents[1]
     saved = json.loads((root / "benchmarks" / "serving_figures.json").read_text())
     assert saved["seeds"] == [0, 1, 2] and saved["duration"] == "2h"
     assert all(len(v) == 3 for v in saved["figures"].values())  # every figure over three seeds
-    readme = (root / "README.md").read_text(encoding="utf-8")
+    readme = (root / "docs" / "sizing.md").read_text(encoding="utf-8")
     assert bench.readme_table(readme) == "\n".join(bench.render(saved["figures"]))
 
 

@@ -137,7 +137,8 @@ def test_ttl_and_lru_of_the_same_mean_residency_hit_alike(testdata: Path) -> Non
     trace = read_mooncake(testdata / MOONCAKE)
     ttl = run(trace, 1, policy="ttl", ttl_s=300.0)
     mean_blocks = ttl["tiers"][0]["mean_resident_bytes"] / 512  # type: ignore[index]
-    assert 15_000 < mean_blocks < 25_000  # KV_TIER_SIZING §5.2: TTL 300 s ≈ LRU of ~20,000 blocks
+    # docs/sizing-formulas.md#the-tier-model: TTL 300 s ≈ LRU of ~20,000 blocks
+    assert 15_000 < mean_blocks < 25_000
     lru = run(trace, round(mean_blocks))
     assert abs(ttl["hit_ratio"] - lru["hit_ratio"]) < 0.01  # type: ignore[operator]
     assert abs(ttl["token_hit_ratio"] - lru["token_hit_ratio"]) < 0.01  # type: ignore[operator]

@@ -1,4 +1,5 @@
-"""KV bytes per token and tier sizing: the exact oracles of KV_TIER_SIZING.md §7.1 and §7.2, the CLI."""
+"""KV bytes per token and tier sizing: the exact oracles of docs/sizing-formulas.md#reference-numbers, the
+CLI."""
 
 from __future__ import annotations
 
@@ -205,11 +206,12 @@ def test_prices_override_and_reject_unknown_keys(tmp_path: Path) -> None:
 
 REPO = Path(__file__).resolve().parents[1]
 
-#: The default planning prices as README.md's ``traceflow size`` table publishes them (KV_TIER_SIZING.md
+#: The default planning prices as docs/sizing.md's ``traceflow size`` table publishes them
+#: (docs/sizing-formulas.md
 #: §8): the golden values, written here, not read from the code or the packaged file.
 PUBLISHED_PRICES: dict[str, str | float] = {
     "date": "2026-02",
-    "source": "KV_TIER_SIZING.md §8 planning assumptions (TrendForce-cited press, AWS list prices)",
+    "source": "planning assumptions (TrendForce-cited press, AWS list prices; docs/sizing-formulas.md)",
     "dram_usd_per_gb": 10.0,
     "ssd_usd_per_tb": 250.0,
     "hdd_usd_per_tb": 20.0,
@@ -221,9 +223,9 @@ PUBLISHED_PRICES: dict[str, str | float] = {
 }
 
 
-def test_readme_publishes_the_default_prices() -> None:
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### `traceflow size`", 1)[1].split("\n### ", 1)[0]
+def test_docs_publish_the_default_prices() -> None:
+    readme = (REPO / "docs" / "sizing.md").read_text(encoding="utf-8")
+    section = readme.split("## `traceflow size`", 1)[1].split("\n## ", 1)[0]
     table = section.split("| key | default | what it prices |", 1)[1].split("\n\n", 1)[0]
     rows = dict(re.findall(r"^\| `(\w+)` \| ([^|]+?) \|", table, flags=re.M))
     published = {k: (v if k in ("date", "source") else float(v)) for k, v in rows.items()}

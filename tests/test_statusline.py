@@ -147,12 +147,33 @@ def test_from_the_transcript(tmp_path: Path) -> None:
     got = json.loads(status.run(_stdin(path), fmt="json", now=NOW, data=str(tmp_path / "nolake")))
     assert got["source"] == "transcript"
     assert {k: got[k] for k in _expected()} == _expected()
+    # the active block (all sessions): 09:00-14:00, today's four requests, first 09:00, last 11:40
+    cost = sum(_cost(*t) for t in TODAY)
+    assert got["model"] == "Sonnet 4.5"
+    assert got["block_cost_usd"] == pytest.approx(cost)
+    assert got["block_remaining_s"] == pytest.approx(2 * 3600)
+    assert got["block_usd_per_hour"] == pytest.approx(cost / 160 * 60)
     line = status.run(_stdin(path), now=NOW)
     assert (
         line
-        == f"${sum(_cost(*t) for t in TODAY):,.2f} today · reuse {got['reuse_ratio_today']:.1%} · "
-        + ("cache warm 40m 00s (1h TTL)")
+        == f"Sonnet 4.5 · ${cost:,.2f} today · reuse {got['reuse_ratio_today']:.1%} · "
+        + f"cache warm 40m 00s (1h TTL) · block ${cost:,.2f} (2h 0m left) · ${cost / 160 * 60:,.2f}/h"
     )
+
+
+def test_the_block_counts_every_session(tmp_path: Path) -> None:
+    """Another project's session in the same hours adds to the block, not to this session's day; a
+    request 7 hours before the block makes the chain be read further back, and changes nothing."""
+    path = _transcript(tmp_path, NOW)
+    other = [
+        _assistant(NOW - dt.timedelta(hours=2), "o1", 5, 1000, 2000, 0, 50, session="other"),
+        _assistant(NOW - dt.timedelta(hours=9), "o0", 1, 0, 0, 0, 10, session="other"),
+    ]
+    _write(tmp_path / "projects" / "-home-u-other" / "other.jsonl", other)
+    got = json.loads(status.run(_stdin(path), fmt="json", now=NOW))
+    assert got["requests_today"] == 4
+    assert got["block_cost_usd"] == pytest.approx(sum(_cost(*t) for t in TODAY) + _cost(5, 1000, 2000, 0, 50))
+    assert got["block_remaining_s"] == pytest.approx(2 * 3600)
 
 
 def test_cold_cache_and_the_zone(tmp_path: Path) -> None:
@@ -243,3 +264,52 @@ def test_typer_command_matches(tmp_path: Path, cli: CLI) -> None:
     assert json.loads(result.stdout)["requests_today"] >= 3
     result = CliRunner().invoke(app, ["statusline", "--format", "xml"], input=_stdin(path))
     assert result.exit_code != 0
+
+
+def test_the_status_lines_block_rule_is_group_blocks() -> None:
+    """status.block_at (written without DuckDB) gives analysis.blocks.group_blocks' active block:
+    the same cost, time left and burn rate on random traffic, seen at random instants after it."""
+    import random
+
+    from traceflow.analysis.blocks import Hour, group_blocks
+    from traceflow.importers.claude_code_tail import TailRequest
+    from traceflow.prices import PriceModel
+
+    pm = PriceModel()
+    rng = random.Random(7)
+    for _ in range(200):
+        t = NOW - dt.timedelta(hours=30)
+        reqs = []
+        for i in range(rng.randint(1, 30)):
+            t += dt.timedelta(minutes=rng.choice([1, 7, 55, 61, 180, 299, 300, 301, 420]))
+            model = rng.choice(["claude-sonnet-4-5", "claude-opus-4-5", None])
+            reqs.append(TailRequest(i, t, model, rng.randint(0, 9), rng.randint(0, 9999), 50, 20, 30, 7))
+        at = NOW - dt.timedelta(hours=30) + dt.timedelta(minutes=rng.randint(0, 40 * 60))
+        reqs = [r for r in reqs if r.at <= at]  # a transcript holds no request after now
+        hours = [
+            Hour(
+                r.at.replace(minute=0, second=0),
+                None,
+                r.model,
+                1,
+                r.cold,
+                r.read,
+                r.write,
+                30,
+                r.output,
+                r.at,
+                r.at,
+            )
+            for r in reqs
+        ]
+        active = [b for b in group_blocks(hours, pm) if b.active(at)]
+        got = status.block_at(reqs, at, pm)
+        if not active:
+            assert got is None
+            continue
+        b = active[0]
+        burn = b.burn()
+        assert got is not None
+        assert got[0] == pytest.approx(b.cost)
+        assert got[1] == pytest.approx((b.end - at).total_seconds())
+        assert got[2] == (pytest.approx(burn[1]) if burn else None)

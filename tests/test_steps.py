@@ -33,7 +33,7 @@ ANALYSES = [
     ["working-set", "--ttl", "300"],
     ["working-set", "--ttl", "3600", "--resolution", "10"],
     ["query", "gap_histogram"],
-    ["query", "resumes", "-p", "resume_after_s=600"],
+    ["query", "idle_returns", "-p", "idle_after_s=600"],
     ["query", "compactions"],
     ["query", "ttl_validation"],
     ["query", "steps"],

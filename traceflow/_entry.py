@@ -1,11 +1,13 @@
 """The ``traceflow`` console script and ``python -m traceflow``: the result cache's fast path, then the CLI.
 
-Only the standard library is imported before the cache is consulted: a repeated report over an
-unchanged lake (see :mod:`traceflow.store.result_cache`) is written from the cache without importing typer,
-DuckDB, polars or pyarrow. Otherwise :func:`traceflow.cli.app.main` runs as always; when the command is
-cacheable its stdout and stderr are recorded on the way out (``print``, ``typer.echo``,
-``sys.stdout.write`` and ``sys.stdout.buffer.write`` all go through the recorder) and stored if it
-exits 0. Anything going wrong with the cache is a miss: the command itself never fails because of it.
+Only the standard library (and orjson, for the import bookkeeping that says whether the local agent
+logs changed: :mod:`traceflow.store.local_logs`) is imported before the cache is consulted: a repeated
+report over an unchanged lake (see :mod:`traceflow.store.result_cache`) is written from the cache
+without importing typer, DuckDB, polars or pyarrow. Otherwise :func:`traceflow.cli.app.main` runs as
+always; when the command is cacheable its stdout and stderr are recorded on the way out (``print``,
+``typer.echo``, ``sys.stdout.write`` and ``sys.stdout.buffer.write`` all go through the recorder) and
+stored if it exits 0. Anything going wrong with the cache is a miss: the command itself never fails
+because of it.
 """
 
 from __future__ import annotations
@@ -108,6 +110,17 @@ def _exit_code(code: Any) -> int:
     return code if isinstance(code, int) else 1
 
 
+def _logs_current(data_dir: str) -> bool:
+    """False when the command will first import what is new in the lake's local agent logs (see
+    :mod:`traceflow.store.local_logs`): the stored answer may be out of date, so it is not served.
+    One ``stat`` per folder and per file of those logs."""
+    from traceflow.store import local_logs
+
+    if not local_logs.enabled(sys.argv[2:]):
+        return True
+    return local_logs.current(os.path.join(data_dir, "v1", "_state"))
+
+
 def main() -> None:
     """Serve a cached result when the command and the lake allow it, else run the CLI (and record it)."""
     if sys.argv[1:2] == ["statusline"]:  # Claude Code runs it after every message: no typer, no cache
@@ -123,7 +136,7 @@ def main() -> None:
         from traceflow.store import result_cache
 
         plan = result_cache.plan(sys.argv)
-        if plan is not None:
+        if plan is not None and _logs_current(plan.data_dir):
             hit = result_cache.lookup(plan)
             if hit is None:
                 snapshot = result_cache.Snapshot(plan.data_dir)

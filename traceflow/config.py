@@ -1,6 +1,6 @@
 """Settings: every one in one table, resolved as flag > environment variable > default.
 
-The README lists each setting (a test checks it). This module is the only reader of the process
+docs/settings.md lists each setting (a test checks it). This module is the only reader of the process
 environment for traceflow's own settings, and imports only the standard library: the result
 cache's fast path (``traceflow._entry``) resolves the data directory here before anything heavy.
 """
@@ -53,6 +53,13 @@ SETTINGS: tuple[Setting, ...] = (
         "TRACEFLOW_CACHE",
         "1 (on)",
         "`0` turns off the result cache that serves repeated reports (<data>/v1/_cache/results).",
+    ),
+    Setting(
+        "refresh",
+        "TRACEFLOW_REFRESH",
+        "1 (on)",
+        "`0` stops read commands from first importing what is new in the local agent logs the lake "
+        "imports (`--no-refresh` does it for one command; see docs/freshness.md).",
     ),
     Setting(
         "native",

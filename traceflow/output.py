@@ -12,7 +12,7 @@ import io
 import math
 import shutil
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -27,11 +27,15 @@ FORMATS: tuple[str, ...] = ("table", "json", "csv", "markdown")
 
 
 class Rows:
-    """A result: column names and row tuples."""
+    """A result: column names and row tuples; ``essential`` names the columns a table keeps when it
+    must leave some out to fit (the view's own choice: see :func:`_fit`)."""
 
-    def __init__(self, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    def __init__(
+        self, columns: Sequence[str], rows: Sequence[Sequence[Any]], essential: Sequence[str] = ()
+    ) -> None:
         self.columns = list(columns)
         self.rows = [tuple(r) for r in rows]
+        self.essential = tuple(essential)
 
     @classmethod
     def of(cls, result: Rows | pl.DataFrame) -> Rows:
@@ -58,7 +62,12 @@ class Rows:
 
 #: Set by ``--wide``: tables keep every column whatever the terminal's width.
 WIDE = False
-#: Columns kept when a table is cut to fit (besides its leading label columns), by name fragment.
+#: Set when a command opens a lake fed by ``traceflow serve`` (``traceflow.cli.options.open_lake``),
+#: else None: ``(footer line, JSON member)`` saying how fresh the lake is (``docs/freshness.md``).
+#: Tables and markdown end with the line; a JSON object gets the member as ``freshness``.
+FRESHNESS: tuple[str, dict[str, Any]] | None = None
+#: Columns kept when a table is cut to fit (besides its leading label columns), by name fragment,
+#: where the view declares no essential columns (:attr:`Rows.essential`).
 _KEEP = ("requests", "total", "cost", "usd", "reuse_ratio", "hit_ratio")
 _GAP = 2
 #: The narrowest a text column is cut to, to fit a table (its header's longest word if that is wider).
@@ -112,17 +121,53 @@ def _column_cells(name: str, values: Sequence[Any]) -> list[str]:
         places = 2 if all(abs(v) >= 0.01 or not v for v in nums) else 4
     elif kind in ("plain", "per_s"):
         places = _decimals(nums) if any(v != int(v) for v in nums if math.isfinite(v)) else 0
+    times = _time_text(values)
     out = []
     for v in values:
         if v is None or (isinstance(v, float) and math.isnan(v)):
             out.append("")
         elif not _is_number(v):
-            out.append(v.isoformat() if isinstance(v, dt.datetime) else str(v))
+            out.append(times(v) if isinstance(v, dt.datetime) else str(v))
         elif not math.isfinite(float(v)):
             out.append("inf" if float(v) > 0 else "-inf")
         else:
             out.append(_unit_text(kind, float(v), v, places))
     return out
+
+
+def _times(values: Sequence[Any]) -> list[dt.datetime]:
+    return [v for v in values if isinstance(v, dt.datetime)]
+
+
+def _zone(values: Sequence[dt.datetime]) -> str | None:
+    """The name of the one zone every value of a column of times is in (``UTC``, ``Asia/Tokyo``), or
+    None when they are naive or differ."""
+    names = {str(getattr(v.tzinfo, "key", v.tzinfo)) if v.tzinfo is not None else None for v in values}
+    offsets = {v.utcoffset() for v in values}
+    return names.pop() if len(names) == 1 and len(offsets) == 1 and None not in names else None
+
+
+def _time_text(values: Sequence[Any]) -> Callable[[dt.datetime], str]:
+    """How a column's times print in a table: as short as the column allows. A date when every time
+    is a midnight, minutes when no time has seconds, else seconds (never fractions); no offset when
+    they share one zone (the table's note names it, see :func:`render_table`)."""
+    times = _times(values)
+    if times and all(v.time() == dt.time(0) for v in times):
+        return lambda v: v.date().isoformat()
+    spec = "minutes" if all(v.second == 0 and v.microsecond == 0 for v in times) else "seconds"
+    if _zone(times) is not None:
+        return lambda v: v.replace(tzinfo=None).isoformat(sep=" ", timespec=spec)
+    return lambda v: v.isoformat(sep=" ", timespec=spec)
+
+
+def _table_zone(result: Rows) -> str | None:
+    """The zone a table's times print in, when one is and :func:`_time_text` left its offset out."""
+    zones = set()
+    for col in zip(*result.rows, strict=True):
+        times = _times(col)
+        if times and not all(v.time() == dt.time(0) for v in times):
+            zones.add(_zone(times))
+    return zones.pop() if len(zones) == 1 else None
 
 
 def _unit_text(kind: str, x: float, raw: Any, places: int) -> str:
@@ -193,6 +238,21 @@ def terminal_width() -> int | None:
     return columns if columns > 0 else None
 
 
+def fit_text(text: str, width: int | None = None) -> str:
+    """``text`` (a sentence or a few lines beside a table) wrapped at spaces to the width a table fits
+    (default: :func:`terminal_width`; not at all with :data:`WIDE` or no limit), indents kept."""
+    limit = None if WIDE else (width if width is not None else terminal_width())
+    if limit is None:
+        return text
+    out = []
+    for line in text.split("\n"):
+        indent = line[: len(line) - len(line.lstrip(" "))]
+        out += textwrap.wrap(
+            line, width=limit, subsequent_indent=indent + "  ", break_on_hyphens=False, break_long_words=False
+        ) or [line]
+    return "\n".join(out)
+
+
 def _header_lines(name: str, width: int) -> list[str]:
     """``name`` wrapped at its underscores into lines of at most ``width`` (a longer word stays whole)."""
     lines: list[str] = []
@@ -209,8 +269,8 @@ def _fit(result: Rows, text: list[list[str]], limit: int) -> tuple[list[int], li
 
     Headers first wrap at their underscores; then long text is cut (the widest text column first,
     down to :data:`_MIN_TEXT` characters; :func:`render_table` marks a cut with ``…``); if the table
-    is still too wide, columns are left out from the right, first those that are neither a leading
-    label column nor in :data:`_KEEP`, then the kept ones; the first column always stays.
+    is still too wide, columns are left out in :func:`_drop_order` until it fits, and then those
+    left out that fit again are put back; the first column always stays.
     """
     numeric = result.numeric()
     n = len(result.columns)
@@ -235,20 +295,34 @@ def _fit(result: Rows, text: list[list[str]], limit: int) -> tuple[list[int], li
             break
         narrow[widest] -= 1
 
-    for keep_pass in (False, True):
-        for i in reversed(range(max(labels, 1), n)):
-            if total(shown) <= limit:
-                break
-            kept = any(k in result.columns[i].lower() for k in _KEEP)
-            if kept == keep_pass and i in shown:
-                shown.remove(i)
-    for i in reversed(range(1, n)):  # still too wide: the label columns too, all but the first
+    dropped: list[int] = []
+    for i in _drop_order(result, labels):
         if total(shown) <= limit:
             break
-        if i in shown:
-            shown.remove(i)
+        shown.remove(i)
+        dropped.append(i)
+    for i in reversed(dropped):  # put back what fits again, the most wanted first
+        if total(sorted([*shown, i])) <= limit:
+            shown = sorted([*shown, i])
     headers = [_header_lines(result.columns[i], narrow[i]) for i in range(n)]
     return shown, narrow, headers
+
+
+def _drop_order(result: Rows, labels: int) -> list[int]:
+    """The columns a table leaves out to fit, first to last; never the first column.
+
+    With the view's :attr:`Rows.essential` columns: every other column from the right, then the
+    essential ones, the last named first. Without: from the right, the columns that are neither a
+    leading label column nor in :data:`_KEEP`, then the kept ones, then the label columns.
+    """
+    n = len(result.columns)
+    if result.essential:
+        essential = [result.columns.index(c) for c in result.essential if c in result.columns]
+        rest = [i for i in reversed(range(1, n)) if i not in essential]
+        return rest + [i for i in reversed(essential) if i > 0]
+    kept = [any(k in c.lower() for k in _KEEP) for c in result.columns]
+    order = [i for keep in (False, True) for i in reversed(range(max(labels, 1), n)) if kept[i] == keep]
+    return order + list(reversed(range(1, max(labels, 1))))
 
 
 def render_table(result: Rows, width: int | None = None) -> str:
@@ -291,6 +365,9 @@ def render_table(result: Rows, width: int | None = None) -> str:
         notes.append(f"{len(hidden)} of {n} columns left out to fit {limit} characters: {', '.join(hidden)}")
     if cut:
         notes.append(f"long text cut (…) to fit {limit} characters")
+    zone = _table_zone(result) if text else None
+    if zone is not None:
+        out.append(f"times in {zone}")
     if notes:
         note = f"note: {'; '.join(notes)}; --wide, a wider terminal or --format csv shows all"
         out += textwrap.wrap(note, width=max(limit or 0, 40), break_on_hyphens=False)
@@ -335,14 +412,34 @@ def to_json(value: Any) -> str:
     return orjson.dumps(value, default=_json_default, option=orjson.OPT_INDENT_2).decode()
 
 
-def render(result: Rows | pl.DataFrame, fmt: str, *, single: bool = False) -> str:
-    """``result`` in ``fmt``; with ``single`` a one-row result is one JSON object, not a list."""
+def document(value: Any) -> Any:
+    """A JSON document as printed: an object gains a ``freshness`` member on a lake fed by serve
+    (:data:`FRESHNESS`); a list keeps its shape (scripts index it), so it gains nothing."""
+    if FRESHNESS is not None and isinstance(value, dict) and "freshness" not in value:
+        return {**value, "freshness": FRESHNESS[1]}
+    return value
+
+
+def footer(text: str) -> str:
+    """A table's or a report's text with the freshness line under it (on a lake fed by serve)."""
+    if FRESHNESS is None:
+        return text
+    return text.rstrip("\n") + "\n" + FRESHNESS[0]
+
+
+def render(
+    result: Rows | pl.DataFrame, fmt: str, *, single: bool = False, essential: Sequence[str] = ()
+) -> str:
+    """``result`` in ``fmt``; with ``single`` a one-row result is one JSON object, not a list;
+    ``essential``: the columns a table keeps to fit (besides those ``result`` declares)."""
     rows = Rows.of(result)
+    if essential:
+        rows = Rows(rows.columns, rows.rows, (*rows.essential, *essential))
     if fmt == "json":
         recs = rows.records()
-        return to_json(recs[0] if single and len(recs) == 1 else recs)
+        return to_json(document(recs[0] if single and len(recs) == 1 else recs))
     if fmt == "csv":
         return render_csv(rows)
     if fmt == "markdown":
-        return render_markdown(rows)
-    return render_table(rows)
+        return footer(render_markdown(rows))
+    return footer(render_table(rows))

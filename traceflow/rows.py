@@ -16,7 +16,8 @@ Row = dict[str, Any]
 
 
 class Tokens(NamedTuple):
-    """The four token kinds of one request, exclusive of each other (DESIGN: ``context_tokens =
+    """The four token kinds of one request, exclusive of each other (docs/schemas.md#the-four-token-kinds:
+    ``context_tokens =
     cold_input + cache_read + cache_write``); None is a count the record does not give.
 
     Agents that report an input count *including* the cached tokens (OpenAI, Gemini, OTel GenAI)

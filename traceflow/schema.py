@@ -1,6 +1,7 @@
 """Table and column names: the single source of truth for the lake's schema.
 
-Column names are a contract (DESIGN §1): add columns freely, never rename. Every table is stored as
+Column names are a contract (docs/lake.md#data-model): add columns freely, never rename. Every table is
+stored as
 Parquet under ``<data>/v1/<table>/dt=YYYY-MM-DD/``; the reader (``traceflow.store.lake``) exposes one DuckDB
 view per table with duplicates removed by ``event_id``.
 
@@ -70,7 +71,7 @@ _CALL = {
     "request_id": "VARCHAR",
 }
 
-#: One row per model API call (DESIGN §1).
+#: One row per model API call (docs/lake.md#data-model).
 REQUESTS = Table(
     name="requests",
     columns={
@@ -89,7 +90,7 @@ REQUESTS = Table(
         "reasoning_tokens": "BIGINT",
         "cost_usd": "DOUBLE",
         "attributes": "VARCHAR",
-        # Additions beyond DESIGN §1 (additive, documented in the README):
+        # Additions to the original columns (additive, documented in docs/lake.md#data-model):
         "seq": "BIGINT",  # source order (line/record number) so equal timestamps keep their order
         "hash_ids": "BIGINT[]",  # prefix block ids where the source has them (Mooncake, ...)
         "block_size": "INTEGER",  # tokens per hash id block

@@ -10,8 +10,17 @@ model (as billed: cache reads, 5-minute and 1-hour writes at their prices), and 
 tokens per minute and dollars per hour between the block's first and last request (ccusage's
 definition; all four token kinds count; none when the block has one instant of traffic).
 
-A block is **active** while the clock is inside it (start <= now < end): only the latest block can
-be. For the active block the projection extends its burn rate to the block's end: projected tokens
+The chain is a property of the whole history, not of what a view shows: :func:`billing_blocks`
+builds it from every request of the lake that the selection's filters keep (``--agent``, ``--user``,
+...), ignoring its time window, and only then keeps the blocks that overlap the window
+(``--since``/``--until``; ``--live`` reads no shorter window). Starting the chain at a window's first
+request would move every block after it. Public serving traces (:data:`~traceflow.store.time_base.
+PUBLIC_SOURCES`: another service's traffic, mostly on a 1970 time base) make no billing blocks. A
+block belongs to one person: each ``user_id`` has its own chain (local logs carry none, so they make
+one chain); rows come user by user, each user's in time order.
+
+A block is **active** while the clock is inside it (start <= now < end): only the latest block of a
+chain can be. For the active block the projection extends its burn rate to the block's end: projected tokens
 and cost = now's totals + rate x minutes left. A **gap** row stands for the time between a block's
 end and the next block's start when there is any (no traffic started a block then); ccusage shows
 gaps only after 5 idle hours, here every hole between blocks is one (at least one hour long).
@@ -21,7 +30,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from traceflow.analysis.mix import token_cost
@@ -29,6 +38,8 @@ from traceflow.output import Rows
 from traceflow.prices import PriceModel
 from traceflow.store import sql
 from traceflow.store.selection import Selection
+from traceflow.store.time_base import AGENT, time_base
+from traceflow.units import format_elapsed
 
 if TYPE_CHECKING:
     import duckdb
@@ -59,14 +70,16 @@ COLUMNS = (
     "projected_tokens",
     "projected_cost_usd",
     "models",
+    "user_id",
 )
 
 
 @dataclass(frozen=True)
 class Hour:
-    """One row of ``blocks_hourly.sql``: one UTC hour and model."""
+    """One row of ``blocks_hourly.sql``: one UTC hour, user and model."""
 
     start: dt.datetime
+    user: str | None
     model: str | None
     requests: int
     cold: int
@@ -83,6 +96,7 @@ class Block:
     start: dt.datetime
     end: dt.datetime
     gap: bool = False
+    user: str | None = None
     requests: int = 0
     cold: int = 0
     read: int = 0
@@ -156,11 +170,13 @@ class Block:
             "projected_tokens": projected[0],
             "projected_cost_usd": projected[1],
             "models": ", ".join(sorted(self.models)),
+            "user_id": self.user,
         }
 
 
 def group_blocks(hours: Sequence[Hour], prices: PriceModel, length: dt.timedelta = BLOCK) -> list[Block]:
-    """The blocks (and the gaps between them) of ``hours``, by the rule in the module docstring."""
+    """The blocks (and the gaps between them) of one person's ``hours``, by the rule in the module
+    docstring."""
     blocks: list[Block] = []
     current: Block | None = None
     for h in sorted(hours, key=lambda h: (h.start, h.model or "")):
@@ -168,23 +184,47 @@ def group_blocks(hours: Sequence[Hour], prices: PriceModel, length: dt.timedelta
             if current is not None:
                 blocks.append(current)
                 if h.start > current.end:
-                    blocks.append(Block(current.end, h.start, gap=True))
-            current = Block(h.start, h.start + length)
+                    blocks.append(Block(current.end, h.start, gap=True, user=h.user))
+            current = Block(h.start, h.start + length, user=h.user)
         current.add(h, prices)
     if current is not None:
         blocks.append(current)
     return blocks
 
 
+def chains(hours: Sequence[Hour], prices: PriceModel, length: dt.timedelta = BLOCK) -> list[list[Block]]:
+    """Each user's own chain of blocks (:func:`group_blocks`), users in order (no user id first)."""
+    users = sorted({h.user for h in hours}, key=lambda u: (u is not None, u or ""))
+    return [group_blocks([h for h in hours if h.user == u], prices, length) for u in users]
+
+
+def within(
+    blocks: Sequence[Block], since: dt.datetime | None = None, until: dt.datetime | None = None
+) -> list[Block]:
+    """The blocks of one chain that overlap ``[since, until)``, with the gaps between them (none
+    before the first or after the last): the chain restricted to a window, each block whole."""
+    kept = [
+        i
+        for i, b in enumerate(blocks)
+        if not b.gap and (since is None or b.end > since) and (until is None or b.start < until)
+    ]
+    return list(blocks[kept[0] : kept[-1] + 1]) if kept else []
+
+
 def hourly(con: duckdb.DuckDBPyConnection | Engine, selection: Selection | None = None) -> list[Hour]:
-    """The lake's hourly sums (``queries/blocks_hourly.sql``) over ``selection``."""
+    """The lake's hourly sums (``queries/blocks_hourly.sql``) over ``selection``, agent telemetry
+    only: the hours of a public serving trace (:func:`~traceflow.store.time_base.time_base`) are
+    left out, they are nobody's bill."""
     block, params = sql.selection_block(selection)
     frame = sql.run(con, "blocks_hourly", params, blocks={"selection": block})
     out = []
     for r in frame.iter_rows(named=True):
+        if time_base(r["source"]) != AGENT:
+            continue
         out.append(
             Hour(
                 _utc(r["hour_start"]),
+                r["user_id"],
                 r["model"],
                 r["requests"],
                 r["cold_input_tokens"],
@@ -212,28 +252,71 @@ def billing_blocks(
     active_only: bool = False,
     gaps: bool = True,
 ) -> Rows:
-    """One row per block (and gap, unless ``gaps`` is false): :data:`COLUMNS`."""
+    """One row per block (and gap, unless ``gaps`` is false) that overlaps the selection's window,
+    from the chains of the whole history (see the module docstring): :data:`COLUMNS`."""
     at = now or dt.datetime.now(dt.UTC)
-    blocks = group_blocks(hourly(con, selection), prices or PriceModel())
-    records = [b.record(at) for b in blocks if gaps or not b.gap]
+    sel = selection or Selection()
+    history = replace(sel, since=None, until=None)
+    records = [
+        b.record(at)
+        for chain in chains(hourly(con, history), prices or PriceModel())
+        for b in within(chain, sel.since, sel.until)
+        if gaps or not b.gap
+    ]
     if active_only:
         records = [r for r in records if r["status"] == "active"]
     return Rows(COLUMNS, [tuple(r[c] for c in COLUMNS) for r in records])
 
 
-def live_line(record: dict[str, Any] | None, now: dt.datetime) -> list[str]:
-    """The lines ``blocks --live`` shows for the active block's record (None: no active block)."""
+#: The columns a blocks table keeps to fit a narrow terminal (:attr:`traceflow.output.Rows.essential`):
+#: whose, when it starts and its status, the cost, the time left, the projection and the burn rate
+#: (the first named are kept longest).
+ESSENTIAL = (
+    "user_id",
+    "start",
+    "status",
+    "cost_usd",
+    "remaining_min",
+    "projected_cost_usd",
+    "usd_per_hour",
+    "projected_tokens",
+    "tokens_per_min",
+)
+
+
+def table(rows: Rows) -> Rows:
+    """``rows`` (:func:`billing_blocks`) as a table shows them: ``user_id`` first when there are several
+    users, left out when there is one; with :data:`ESSENTIAL`."""
+    at = rows.columns.index("user_id")
+    users = {r[at] for r in rows.rows}
+    order = [at] if len(users) > 1 else []
+    order += [i for i in range(len(rows.columns)) if i != at]
+    return Rows([rows.columns[i] for i in order], [tuple(r[i] for i in order) for r in rows.rows], ESSENTIAL)
+
+
+def panel(record: dict[str, Any] | None, now: dt.datetime) -> list[str]:
+    """The lines of ``blocks --active`` and ``blocks --live`` for the active block's record (None: no
+    active block), like ccusage's panel: elapsed, remaining, tokens, cost, burn rate, projection."""
     if record is None:
         return [f"no active block at {now:%Y-%m-%d %H:%M %Z} (no request in the last block's 5 hours)"]
+    start, end = record["start"], record["end"]
+    length = (end - start).total_seconds()
+    left = record["remaining_min"] * 60
+    who = f"  user {record['user_id']}" if record.get("user_id") else ""
     lines = [
-        f"block {record['start']:%Y-%m-%d %H:%M} - {record['end']:%H:%M %Z}  "
-        f"{record['remaining_min']:.0f} min left",
-        f"  requests {record['requests']:,}  tokens {record['total_tokens']:,}  "
-        f"cost ${record['cost_usd']:,.2f}",
+        f"active block {start:%Y-%m-%d %H:%M} - {end:%H:%M %Z}{who}",
+        f"  elapsed    {format_elapsed(length - left):>10}  {(length - left) / length:>6.0%}",
+        f"  remaining  {format_elapsed(left):>10}  {left / length:>6.0%}  (ends {end:%H:%M})",
+        f"  requests   {record['requests']:>10,}",
+        f"  tokens     {record['total_tokens']:>10,}",
+        f"  cost       {'$' + format(record['cost_usd'], ',.2f'):>10}",
     ]
-    if record["tokens_per_min"] is not None:
-        lines.append(
-            f"  burn {record['tokens_per_min']:,.0f} tokens/min  ${record['usd_per_hour']:,.2f}/h  "
-            f"projected {record['projected_tokens']:,} tokens  ${record['projected_cost_usd']:,.2f}"
-        )
+    if record["tokens_per_min"] is None:
+        lines.append("  burn rate  (one instant of traffic so far: no rate, no projection)")
+    else:
+        lines += [
+            f"  burn rate  {record['tokens_per_min']:>10,.0f} tokens/min  ${record['usd_per_hour']:,.2f}/h",
+            f"  projected  {record['projected_tokens']:>10,} tokens      ${record['projected_cost_usd']:,.2f}"
+            " at the block's end",
+        ]
     return lines

@@ -3,7 +3,7 @@ in-session idle gaps of the same length? A user's way to tell a client bug from 
 
 A **boundary** request is the first request after one of these transitions in its stream:
 
-* ``resume``: the agent process restarted (``restart`` of :mod:`traceflow.analysis.misses`:
+* ``restart``: the agent process restarted (``restart`` of :mod:`traceflow.analysis.misses`:
   ``--continue`` / ``--resume``);
 * ``version``: the client version differs from the previous request's (both known);
 * ``model``: the model differs from the previous request's.
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from traceflow.store.selection import Selection
 
 #: The boundary kinds.
-BOUNDARIES: tuple[str, ...] = ("resume", "version", "model")
+BOUNDARIES: tuple[str, ...] = ("restart", "version", "model")
 #: The lower edges (seconds) of the gap bins, as in ``queries/steps.sql`` (the last is open-ended).
 GAP_EDGES: tuple[float, ...] = (
     0,
@@ -104,7 +104,7 @@ def _transitions(frame: pl.DataFrame) -> pl.DataFrame:
         pl.col("agent_version").shift(1).over(stream).alias("prev_version")
     )
     return frame.with_columns(
-        (pl.col("restart").is_not_null()).alias("b_resume"),
+        (pl.col("restart").is_not_null()).alias("b_restart"),
         (
             pl.col("agent_version").is_not_null()
             & pl.col("prev_version").is_not_null()
@@ -124,6 +124,11 @@ def compare(
     """The ``traceflow compare`` object for one boundary kind (see the module docstring)."""
     import polars as pl
 
+    if boundary == "resume":  # the old name of restart
+        raise UsageError(
+            "--boundary resume is now --boundary restart (the agent process restarted: --continue or "
+            "--resume); an idle return is sessions' idle_returns"
+        )
     if boundary not in BOUNDARIES:
         raise UsageError(f"--boundary {boundary!r}: choose from {', '.join(BOUNDARIES)}")
     if not 0 < confidence < 1:
@@ -140,7 +145,7 @@ def compare(
         pl.col("miss").cast(pl.Int64).alias("missed"),
     )
     bounds = rows.filter(pl.col(flag))
-    controls = rows.filter(~(pl.col("b_resume") | pl.col("b_version") | pl.col("b_model")))
+    controls = rows.filter(~(pl.col("b_restart") | pl.col("b_version") | pl.col("b_model")))
     key = ["ttl_in_force_s", "bin"]
     b = bounds.group_by(key).agg(
         pl.len().alias("n"), pl.col("missed").sum().alias("m"), pl.col("missed_tokens").sum().alias("t")
@@ -215,3 +220,37 @@ def compare(
             for r in strata.iter_rows(named=True)
         ],
     }
+
+
+#: What each boundary kind needs in the lake, in words (:func:`missing`).
+NEEDS: dict[str, str] = {
+    "restart": (
+        "requests after a restart of the agent process (claude --continue or --resume): Claude Code "
+        "transcripts that log the restart, or OTLP claude_code.session.count points with start_type "
+        "resume or continue"
+    ),
+    "version": (
+        "a stream whose client version changes between two requests (agent_version recorded, as "
+        "Claude Code transcripts and OTLP carry it)"
+    ),
+    "model": "a stream whose model changes between two requests",
+}
+
+
+def missing(result: dict[str, Any]) -> str | None:
+    """Why :func:`compare`'s ``result`` compares nothing, and what data it needs; None when it
+    compares something."""
+    b = result["boundaries"]
+    if b["requests"]:
+        return None
+    boundary = result["boundary"]
+    if b["unmatched"]:
+        return (
+            f"nothing to compare: {b['unmatched']} requests at a {boundary} boundary, none with a "
+            "control (a request after an idle gap of the same length and TTL in force, in a stream "
+            "with no boundary); compare needs more in-session idle gaps (a longer --since, more sessions)"
+        )
+    return (
+        f"nothing to compare: no request at a {boundary} boundary in the selection; compare "
+        f"--boundary {boundary} needs {NEEDS[boundary]}, beside in-session idle gaps of the same length"
+    )

@@ -1,4 +1,5 @@
-"""Inter-turn idle gaps (DESIGN §3): how long a session sits idle between requests, against cache TTLs.
+"""Inter-turn idle gaps (docs/forensics.md#traceflow-gaps): how long a session sits idle between requests,
+against cache TTLs.
 
 Within a session *stream* (one ``(session_id, parent_session_id)``: a sub-agent is its own stream),
 requests are ordered by ``(started_at, seq)`` and a request's idle gap is its ``started_at`` minus
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from traceflow.store import groups, sql
 from traceflow.store.quantiles import Column, Quantile, grouped_sql
+from traceflow.store.selection import zone_of
 from traceflow.units import format_duration
 
 if TYPE_CHECKING:
@@ -105,7 +107,7 @@ def gap_summary(
     ``histogram`` also ``hist``: a map from ``bin * 4 + kind`` (bin: index into :data:`BIN_EDGES`;
     kind: 1 human, 2 agent, 3 unknown) to count, computed in the same pass.
     """
-    keys = groups.row_keys(by, kind=True)
+    keys = groups.row_keys(by, zone=zone_of(selection), kind=True)
     by_rank = isinstance(con, sql.Engine)  # another engine (Spark): quantiles by rank, store.quantiles
     columns: list[Column] = [
         ("gaps", "count(*)::BIGINT"),

@@ -1,4 +1,5 @@
-"""Cache health (DESIGN §3): a window's prompt-cache reuse against a baseline, for alerts from cron.
+"""Cache health (docs/forensics.md#traceflow-check): a window's prompt-cache reuse against a baseline, for
+alerts from cron.
 
 Three checks, each comparing the window (default: the last whole UTC day) with the baseline (default:
 the 7 days before the window):
@@ -11,7 +12,7 @@ the 7 days before the window):
 * ``silence``: the window holds fewer than ``min_requests`` requests (default 1: none at all) while the
   baseline had traffic -- a dead collector, an expired key, an agent that stopped sending.
 
-* ``version_regression``: the share of requests that were client misses (``resume``,
+* ``version_regression``: the share of requests that were client misses (``restart``,
   ``prefix_break`` or ``unexplained``) rose by more than ``max_version_rise`` (absolute) with a client
   version seen in the window against the version seen before it (versions in the order they first
   appeared in the lake), both over the baseline and the window, each with at least
@@ -60,12 +61,12 @@ MIN_VERSION_REQUESTS = 10
 MAX_AMPLIFICATION_RISE = 1.0
 
 
-def default_window(now: dt.datetime | None = None) -> tuple[dt.datetime, dt.datetime]:
-    """The last whole day before ``now`` in the zone in force (``--tz``, default UTC):
+def default_window(now: dt.datetime | None, zone: str) -> tuple[dt.datetime, dt.datetime]:
+    """The last whole day before ``now`` (None: now) in ``zone`` (the selection's, ``--tz``):
     ``[yesterday 00:00, today 00:00)``."""
     from traceflow.store import zones
 
-    local = (now or dt.datetime.now(dt.UTC)).astimezone(zones.tzinfo())
+    local = (now or dt.datetime.now(dt.UTC)).astimezone(zones.tzinfo(zone))
     today = local.replace(hour=0, minute=0, second=0, microsecond=0)
     return today - dt.timedelta(days=1), today
 
@@ -156,7 +157,7 @@ def check(
     sel = selection or Selection()
     since, until = sel.since, sel.until
     if since is None and until is None:
-        since, until = default_window(now)
+        since, until = default_window(now, sel.zone)
     elif since is None:
         assert until is not None
         since = until - dt.timedelta(days=1)

@@ -1,5 +1,5 @@
-"""Arrivals and load over time (DESIGN §3): new sessions per minute and whether they arrive as a
-Poisson process, requests per second, sessions open at once, tokens per second by kind.
+"""Arrivals and load over time (docs/forensics.md#traceflow-load): new sessions per minute and whether
+they arrive as a Poisson process, requests per second, sessions open at once, tokens per second by kind.
 
 The series is ``queries/load.sql`` (one row per bucket, default one minute, empty buckets included).
 The Poisson check is the index-of-dispersion test: for counts ``x_1..x_n`` per bucket, ``D =
@@ -17,7 +17,9 @@ up over disjoint windows, as requests and tokens do). Only requests with a sessi
 tokens per second but no sessions), and the series needs one time base: a selection that mixes real
 telemetry with relative-time traces is refused, naming ``--source`` (:mod:`traceflow.store.time_base`).
 The grid has at most :data:`~traceflow.store.time_base.MAX_BUCKETS` buckets: past that the bucket
-width is coarsened (the summary's ``resolution_s`` is the width used). Arrival figures (sessions per
+width is coarsened (the summary's ``resolution_s`` is the width used, and its ``note`` says so: the
+series of disjoint windows add up bucket by bucket only at one width, and a window of a coarsened
+selection is coarsened less, so each must be asked at the coarsened width). Arrival figures (sessions per
 minute, dispersion, sessions open) are ``null`` with a ``note`` saying why where they do not apply:
 no request has a session id, or the sessions all count time from their own zero (kv-cache-tester).
 """
@@ -93,7 +95,8 @@ def load_overview(
     applies, note = arrivals_note(sources)
     res = time_base.bounded_resolution(time_base.span_s(sources), resolution_s)
     series = time_base.run_grid(con, "load", selection, res)
-    return load_summary(series, res, arrivals=applies, note=note)
+    notes = [n for n in (time_base.coarsening_note(resolution_s, res), note) if n]
+    return load_summary(series, res, arrivals=applies, note="; ".join(notes) or None)
 
 
 def arrivals_note(sources: Sequence[time_base.SourceSpan]) -> tuple[bool, str | None]:

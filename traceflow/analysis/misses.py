@@ -1,4 +1,5 @@
-"""Cache misses and their causes (DESIGN §3): which requests missed the prompt cache, and why.
+"""Cache misses and their causes (docs/forensics.md#traceflow-misses): which requests missed the prompt
+cache, and why.
 
 Per request (``queries/misses.sql``, over the ``request_steps`` window):
 
@@ -11,10 +12,13 @@ Per request (``queries/misses.sql``, over the ``request_steps`` window):
   request's writes were 1-hour writes, else 5 min), carried across requests that wrote nothing;
 * the cause of a miss, first match wins: ``first_request`` → ``model_switch`` → ``compaction`` (a
   compaction event of the stream, or a context drop of more than ``compaction_drop``) →
-  ``ttl_expired`` (the idle gap exceeds the TTL in force) → ``resume`` (the first main-stream
+  ``ttl_expired`` (the idle gap exceeds the TTL in force) → ``restart`` (the first main-stream
   request after the agent process restarted: OTLP ``claude_code.session.count`` with ``start_type``
-  resume/continue, a transcript's ``session_restart`` event) → ``prefix_break`` (the read fell back
-  to at most the stream's first read + ``prefix_tokens``, above zero) → ``unexplained``.
+  resume/continue, a transcript's ``session_restart`` event; a point without its session's id, as
+  ``--continue`` sends, is linked to the one session the other points of its export name, else
+  left unlinked) → ``prefix_break`` (the read fell back to at most the stream's static prefix +
+  ``prefix_tokens``, above zero: the prefix its trace records, kv-cache-tester's ``tool_tokens`` +
+  ``system_tokens``, else the stream's first read) → ``unexplained``.
 
 A request without a session (Mooncake, Bailian, Azure) has no stream, so it is never a
 ``first_request`` miss: where it has prefix block hashes it is judged from them instead
@@ -39,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 from traceflow.errors import UsageError
 from traceflow.prices import PriceModel
 from traceflow.store import groups, sql
+from traceflow.store.selection import zone_of
 
 if TYPE_CHECKING:
     import duckdb
@@ -52,19 +57,29 @@ CAUSES: tuple[str, ...] = (
     "model_switch",
     "compaction",
     "ttl_expired",
-    "resume",
+    "restart",
     "prefix_break",
     "unexplained",
 )
+#: The columns a table of misses (``misses --list``) keeps to fit a narrow terminal, first named longest.
+LIST_ESSENTIAL: tuple[str, ...] = (
+    "started_at",
+    "cause",
+    "missed_tokens",
+    "miss_cost_usd",
+    "session_id",
+    "model",
+)
 #: The causes a client (not the TTL, the model or the conversation) is to blame for: ``check`` and
 #: ``compare`` watch their share.
-CLIENT_CAUSES: tuple[str, ...] = ("resume", "prefix_break", "unexplained")
+CLIENT_CAUSES: tuple[str, ...] = ("restart", "prefix_break", "unexplained")
 
 #: What a stream's request may fall short of its reusable prefix and still be a hit.
 MISS_TOKENS = 1024
 #: A context drop (share of the previous request's) that counts as a compaction, as in ``compactions``.
 COMPACTION_DROP = 0.5
-#: How far above the stream's first cache read a miss's read may be and still be a prefix break.
+#: How far above the stream's static prefix (recorded, else its first cache read) a miss's read may be
+#: and still be a prefix break.
 PREFIX_TOKENS = 1024
 #: The ``misses.sql`` block that reads the OTLP restart points, and what stands for it without them.
 _NO_POINTS = (  # STRING: DuckDB's alias of VARCHAR, Spark's text type
@@ -164,13 +179,14 @@ def miss_cost(prices: PriceModel, model: str | None, ttl_s: float, missed_tokens
 def total_cost(by_cause: dict[str, dict[str, Any]]) -> float | None:
     """The cost of all misses (``by_cause`` of :func:`miss_report`): the sum of the priced causes;
     None when there were misses and none of them was priced (requests without a model name)."""
-    priced = [v["cost_usd"] for v in by_cause.values() if v["cost_usd"] is not None]
-    unpriced = any(v["misses"] and v["cost_usd"] is None for v in by_cause.values())
+    priced = [v["miss_cost_usd"] for v in by_cause.values() if v["miss_cost_usd"] is not None]
+    unpriced = any(v["misses"] and v["miss_cost_usd"] is None for v in by_cause.values())
     return None if unpriced and not any(priced) else float(sum(priced))
 
 
 def _with_costs(frame: pl.DataFrame, prices: PriceModel | None) -> pl.DataFrame:
-    """``frame`` (``model``, ``ttl_in_force_s``, ``missed_tokens``) with ``cost_usd`` (:func:`miss_cost`)."""
+    """``frame`` (``model``, ``ttl_in_force_s``, ``missed_tokens``) with ``miss_cost_usd``
+    (:func:`miss_cost`)."""
     import polars as pl
 
     pm = prices or PriceModel()
@@ -178,7 +194,7 @@ def _with_costs(frame: pl.DataFrame, prices: PriceModel | None) -> pl.DataFrame:
         miss_cost(pm, m, t, n)
         for m, t, n in zip(frame["model"], frame["ttl_in_force_s"], frame["missed_tokens"], strict=True)
     ]
-    return frame.with_columns(pl.Series("cost_usd", costs, dtype=pl.Float64))
+    return frame.with_columns(pl.Series("miss_cost_usd", costs, dtype=pl.Float64))
 
 
 def miss_rows(
@@ -188,7 +204,7 @@ def miss_rows(
     *,
     misses_only: bool = False,
 ) -> pl.DataFrame:
-    """One row per request (``misses_only``: per miss) with ``misses.sql``'s columns and ``cost_usd``."""
+    """One row per request (``misses_only``: per miss) with ``misses.sql``'s columns and ``miss_cost_usd``."""
     wrap = "SELECT * FROM {q} WHERE miss" if misses_only else None
     rows = _run(con, selection, options, wrap=wrap).sort("started_at", maintain_order=True, nulls_last=True)
     return _with_costs(rows, options.prices)
@@ -203,7 +219,7 @@ def miss_counts(
     """Per group (``by``) and cause (NULL: the hits): requests, misses, missed tokens and their cost."""
     import polars as pl
 
-    keys = groups.row_keys(by)
+    keys = groups.row_keys(by, zone=zone_of(selection))
     wrap = (
         f"SELECT {keys.select}cause, model, ttl_in_force_s, count(*)::BIGINT AS requests, "
         "count(*) FILTER (WHERE miss)::BIGINT AS misses, sum(missed_tokens)::BIGINT AS missed_tokens, "
@@ -217,7 +233,9 @@ def miss_counts(
             pl.col("requests").sum(),
             pl.col("misses").sum(),
             pl.col("missed_tokens").sum(),
-            pl.when(pl.col("cost_usd").count() > 0).then(pl.col("cost_usd").sum()).alias("cost_usd"),
+            pl.when(pl.col("miss_cost_usd").count() > 0)
+            .then(pl.col("miss_cost_usd").sum())
+            .alias("miss_cost_usd"),
             pl.col("not_applicable").sum(),
         )
         .sort([*by, "cause"], nulls_last=False)
@@ -227,7 +245,7 @@ def miss_counts(
 def _summary(counts: pl.DataFrame) -> dict[str, Any]:
     """The JSON object of one group's :func:`miss_counts` rows."""
     by_cause: dict[str, dict[str, Any]] = {
-        c: {"misses": 0, "missed_tokens": 0, "cost_usd": 0.0} for c in CAUSES
+        c: {"misses": 0, "missed_tokens": 0, "miss_cost_usd": 0.0} for c in CAUSES
     }
     requests = not_applicable = 0
     for r in counts.iter_rows(named=True):
@@ -237,7 +255,7 @@ def _summary(counts: pl.DataFrame) -> dict[str, Any]:
             by_cause[r["cause"]] = {
                 "misses": int(r["misses"]),
                 "missed_tokens": int(r["missed_tokens"]),
-                "cost_usd": None if r["cost_usd"] is None else float(r["cost_usd"]),
+                "miss_cost_usd": None if r["miss_cost_usd"] is None else float(r["miss_cost_usd"]),
             }
     judged = requests > not_applicable or not requests  # None: no request could be judged
     return {
@@ -255,7 +273,7 @@ def miss_report(
     options: MissOptions = DEFAULT_MISS_OPTIONS,
 ) -> dict[str, Any]:
     """The ``traceflow misses --format json`` object: ``{"requests", "misses", "missed_tokens",
-    "by_cause": {cause: {"misses", "missed_tokens", "cost_usd"}}}`` (every cause present)."""
+    "by_cause": {cause: {"misses", "missed_tokens", "miss_cost_usd"}}}`` (every cause present)."""
     return miss_groups(con, selection, (), options)[0]
 
 
@@ -276,13 +294,14 @@ def miss_groups(
 
 
 def flat(report: dict[str, Any]) -> dict[str, Any]:
-    """One group's object as one flat row: requests, misses, missed_tokens, cost_usd, misses per cause."""
+    """One group's object as one flat row: requests, misses, missed_tokens, miss_cost_usd, misses per
+    cause."""
     causes = report["by_cause"]
     return {
         "requests": report["requests"],
         "misses": report["misses"],
         "missed_tokens": report["missed_tokens"],
-        "cost_usd": total_cost(causes),
+        "miss_cost_usd": total_cost(causes),
         **{f"{c}_misses": causes[c]["misses"] for c in CAUSES},
         "not_applicable": report["not_applicable"],
     }

@@ -1,4 +1,5 @@
-"""The token mix: the four kinds' totals, their shares, and the reuse ratio (DESIGN §3)."""
+"""The token mix: the four kinds' totals, their shares, and the reuse ratio
+(docs/everyday.md#traceflow-mix)."""
 
 from __future__ import annotations
 
@@ -37,11 +38,14 @@ COLUMNS = (
 )
 
 
-#: The savings columns after :data:`COLUMNS` (:func:`savings_by_group`): what the priced tokens would
-#: have cost with no cache, what they cost with it (both under the price model), the difference, the
-#: difference's share of the no-cache cost (all four null when nothing is priced), and the tokens of
-#: requests without a model name, which are not priced (:meth:`~traceflow.prices.PriceModel.priced`).
-SAVINGS = ("no_cache_cost_usd", "cache_cost_usd", "savings_usd", "savings_share", "unpriced_tokens")
+#: The savings columns after :data:`COLUMNS` (:func:`savings_by_group`): the bill (what the priced
+#: tokens cost, with the cache), the counterfactual (what they would have cost without it; both under
+#: the price model), the difference, the difference's share of the cost without cache (all four null
+#: when nothing is priced), and the tokens of requests without a model name, which are not priced
+#: (:meth:`~traceflow.prices.PriceModel.priced`).
+SAVINGS = ("cost_usd", "cost_without_cache_usd", "savings_usd", "savings_share", "unpriced_tokens")
+#: The columns a mix table keeps to fit a narrow terminal, besides its group columns.
+ESSENTIAL = ("total_tokens", "cost_usd", "requests", "reuse_ratio", "savings_usd", "cost_without_cache_usd")
 #: The savings of a group with no priced request.
 UNPRICED: tuple[float | None, float | None, float | None, float | None, int] = (None, None, None, None, 0)
 
@@ -60,11 +64,12 @@ ROLLUP_GROUPS: dict[str, str] = {
 }
 
 
-def mix_sql(by: Sequence[str], where: str, *, rollup: bool = False, write_1h: bool = False) -> str:
+def mix_sql(by: Sequence[str], where: str, *, zone: str, rollup: bool = False, write_1h: bool = False) -> str:
     """The mix over ``requests`` (or, with ``rollup``, over the stored ``request_rollup`` sums).
 
-    The groupings are :mod:`traceflow.store.groups`'; the rollup answers only its own columns. The
-    total, the shares and the reuse ratio are the ``mix`` block of ``queries/token_mix.sql``.
+    The groupings are :mod:`traceflow.store.groups`', the periods in ``zone``; the rollup (UTC days)
+    answers only its own columns. The total, the shares and the reuse ratio are the ``mix`` block of
+    ``queries/token_mix.sql``.
     ``write_1h`` keeps the ``cache_write_1h_tokens`` sum after ``output_tokens`` (for the savings)."""
     if rollup:
         unknown = [b for b in by if b not in ROLLUP_GROUPS]
@@ -76,7 +81,7 @@ def mix_sql(by: Sequence[str], where: str, *, rollup: bool = False, write_1h: bo
             f"GROUP BY {', '.join(by)} ORDER BY {', '.join(by)}" if by else "",
         )
     else:
-        keys = groups.request_keys(by)
+        keys = groups.request_keys(by, zone=zone)
     count = "coalesce(sum(requests), 0)" if rollup else "count(*)"
     # --by tool: the tool results that preceded each group's requests (store.groups.tool_lookup_sql)
     calls = groups.TOOL in by and not rollup
@@ -91,7 +96,7 @@ WITH sums AS (
            coalesce(sum(output_tokens), 0)::BIGINT AS output_tokens,
            coalesce(sum(cache_write_1h_tokens), 0)::BIGINT AS cache_write_1h_tokens
            {f", coalesce(sum({groups.TOOL_ALIAS}.calls), 0)::BIGINT AS tool_calls" if calls else ""}
-    FROM {"request_rollup" if rollup else "requests AS r"} {keys.join}
+    FROM {"request_rollup" if rollup else f"{keys.relation} AS r"} {keys.join}
     WHERE {where}
     {keys.group}
 )
@@ -107,15 +112,15 @@ def _sums(
     con: duckdb.DuckDBPyConnection | Engine, sel: Selection, by: Sequence[str], *, write_1h: bool = False
 ) -> list[tuple[Any, ...]]:
     # the rollup's days are UTC days: a period in another zone is grouped from the requests
-    utc = zones.current() == zones.UTC or not any(b in zones.PERIODS for b in by)
+    utc = sel.zone == zones.UTC or not any(b in zones.PERIODS for b in by)
     rollup = utc and materialised(con, ROLLUP_VIEW) and all(b in ROLLUP_GROUPS for b in by)
     answer = _rollup_where(sel) if rollup else None
     if answer is not None:
         where, params = answer
-        text = mix_sql(by, where, rollup=True, write_1h=write_1h)
+        text = mix_sql(by, where, zone=sel.zone, rollup=True, write_1h=write_1h)
     else:
         where, params = sel.where()
-        text = mix_sql(by, where, write_1h=write_1h)
+        text = mix_sql(by, where, zone=sel.zone, write_1h=write_1h)
     if isinstance(con, Engine):
         return list(con.frame(text, params).rows())
     return con.execute(text, params).fetchall()
@@ -188,7 +193,7 @@ def savings_by_group(
             continue
         no_cache, billed = totals[key]
         share = (no_cache - billed) / no_cache if no_cache else None
-        out[key] = (no_cache, billed, no_cache - billed, share, tokens)
+        out[key] = (billed, no_cache, no_cache - billed, share, tokens)
     return out
 
 
@@ -232,7 +237,7 @@ def token_mix(
 def savings_line(row: dict[str, Any], prices: PriceModel | None = None) -> str:
     """The savings headline of one mix row, a sentence (naming the price table when ``prices`` is given,
     and the tokens left unpriced, if any)."""
-    no_cache, billed = row["no_cache_cost_usd"], row["cache_cost_usd"]
+    no_cache, billed = row["cost_without_cache_usd"], row["cost_usd"]
     share = row["savings_share"]
     unpriced = row.get("unpriced_tokens") or 0
     table = prices.describe() if prices else "list prices"

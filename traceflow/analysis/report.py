@@ -47,7 +47,7 @@ class Report:
     load: pl.DataFrame  # one row: traceflow.analysis.load.load_summary
     working_set: pl.DataFrame  # one row per TTL: traceflow.analysis.working_set.SUMMARY_COLUMNS
     ttls: tuple[float, ...]
-    resume_after_s: float
+    idle_after_s: float
     kv_bytes_per_token: float | None
     #: ``series``: the time base of the time sections (None without requests); ``sources``: each
     #: source's time base; ``note``: what the time sections leave out, when the selection mixes them.
@@ -78,7 +78,7 @@ class Report:
             "time_base": self.time_base,
             "settings": {
                 "ttls": list(self.ttls),
-                "resume_after_s": self.resume_after_s,
+                "idle_after_s": self.idle_after_s,
                 "kv_bytes_per_token": self.kv_bytes_per_token,
             },
         }
@@ -95,7 +95,7 @@ def build_report(
     ttls: Sequence[float] = (300.0, 3600.0),
     prices: PriceModel | None = None,
     kv_bytes_per_token: float | None = None,
-    resume_after_s: float = 900.0,
+    idle_after_s: float = 900.0,
     resolution_s: float = 60.0,
 ) -> Report:
     """Run every analysis over the selection (the time sections over one time base of it:
@@ -118,14 +118,14 @@ def build_report(
         gap_summary=summary.drop("hist"),
         gap_histogram=gaps_mod._histogram_from_maps(summary.to_dicts()[0]),
         ttl=ttl_report(con, selection, all_ttls, prices),
-        sessions=session_summary(con, selection, resume_after_s=resume_after_s),
+        sessions=session_summary(con, selection, idle_after_s=idle_after_s),
         load=load_summary(
             load_series(con, series_sel, resolution_s), resolution_s, arrivals=applies, note=arrivals
         ),
         working_set=working_set_summary(con, series_sel, all_ttls, resolution_s, kv_bytes_per_token),
         write_amplification=write_amplification_by_day(con, selection),
         ttls=all_ttls,
-        resume_after_s=resume_after_s,
+        idle_after_s=idle_after_s,
         kv_bytes_per_token=kv_bytes_per_token,
         time_base={
             "series": bases[0] if bases else None,
@@ -286,8 +286,9 @@ def headline(report: Report) -> list[str]:
             f"over {_dur(sess['duration_p50_s'])}; context {_num(sess['context_start_p50'])} -> "
             f"{_num(sess['context_end_p50'])} tokens (median), "
             f"{_num(sess['growth_per_turn_mean'])} per turn; "
-            f"{sess['sessions_with_compaction']:,} compacted, {sess['sessions_with_resume']:,} resumed after "
-            f"{_dur(report.resume_after_s)} idle (reloading {_num(sess['resume_reload_tokens'])} tokens)."
+            f"{sess['sessions_with_compaction']:,} compacted, "
+            f"{sess['sessions_with_idle_return']:,} came back after {_dur(report.idle_after_s)} idle "
+            f"(reloading {_num(sess['idle_return_reload_tokens'])} tokens)."
         )
         if sess.get("write_amplification") is not None:
             lines.append(
@@ -389,14 +390,17 @@ def render_markdown(report: Report) -> str:
 
 
 def render_text(report: Report) -> str:
-    """The report as plain text tables (``--format table``)."""
+    """The report as plain text tables (``--format table``): sentences wrap at 100 characters, or
+    the terminal's width where it is narrower (as the tables fit it)."""
     import textwrap
 
+    from traceflow import output
     from traceflow.output import render
 
+    width = 100 if output.WIDE else min(100, output.terminal_width() or 100)
     out = ["traceflow report", "================", ""]
     out += [
-        textwrap.fill(line, width=100, initial_indent="* ", subsequent_indent="  ")
+        textwrap.fill(line, width=width, initial_indent="* ", subsequent_indent="  ")
         for line in headline(report)
     ]
     for title, frame in _section_tables(report):

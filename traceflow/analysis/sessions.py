@@ -1,11 +1,12 @@
-"""Sessions (DESIGN §3): turns, requests, duration, context growth, compactions, sub-agents, resumes.
+"""Sessions (docs/everyday.md#traceflow-sessions): turns, requests, duration, context growth, compactions,
+sub-agents, idle returns.
 
 A session folds its sub-agents in (``coalesce(parent_session_id, session_id)``); the context figures,
-turns, growth, context drops and resumes come from its main stream. Definitions are in the header of
+turns, growth, context drops and idle returns come from its main stream. Definitions are in the header of
 ``queries/sessions.sql``: turns are changes of ``prompt_id``; ``growth_per_turn`` is the sum of the
 context increases between consecutive requests over the turns; a *compaction* is a context drop of
 more than ``compaction_drop`` (default half) of the previous request's context, or a ``compaction``
-event; a *resume* is a request after at least ``resume_after_s`` (default 15 min) idle, and its cached
+event; an *idle return* is a request after at least ``idle_after_s`` (default 15 min) idle, and its cached
 prefix (the previous context plus output) is the context that had to be reloaded.
 
 A request without a session id is not a session: the summary counts such requests apart
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from traceflow.store import groups, sql
 from traceflow.store.quantiles import Column, Quantile, grouped_sql
+from traceflow.store.selection import zone_of
 
 if TYPE_CHECKING:
     import duckdb
@@ -27,7 +29,11 @@ if TYPE_CHECKING:
 
     from traceflow.store.selection import Selection
 
-DEFAULT_RESUME_AFTER_S = 900.0
+DEFAULT_IDLE_AFTER_S = 900.0
+#: The columns of ``sessions --list`` a table keeps to fit a narrow terminal, the first named longest.
+LIST_ESSENTIAL: tuple[str, ...] = ("root_session_id", "started_at", "requests", "duration_s", "reuse_ratio")
+#: The columns of ``sessions --by`` a table keeps (besides the groups), the first named longest.
+SUMMARY_ESSENTIAL: tuple[str, ...] = ("sessions", "requests", "duration_p50_s", "reuse_ratio", "idle_returns")
 DEFAULT_COMPACTION_DROP = 0.5
 
 #: Aggregate columns of :func:`session_summary` after the ``by`` columns (JSON keys are a contract);
@@ -55,10 +61,10 @@ SUMMARY: tuple[Column, ...] = (
     ("growth_per_turn_mean", "sum(growth_tokens) / nullif(sum(turns), 0)::DOUBLE"),
     ("compactions", "coalesce(sum(compactions), 0)::BIGINT"),
     ("sessions_with_compaction", "count(*) FILTER (WHERE compactions > 0)::BIGINT"),
-    ("resumes", "coalesce(sum(resumes), 0)::BIGINT"),
-    ("sessions_with_resume", "count(*) FILTER (WHERE resumes > 0)::BIGINT"),
-    ("resume_reload_tokens", "coalesce(sum(resume_reload_tokens), 0)::BIGINT"),
-    ("resume_cache_write_tokens", "coalesce(sum(resume_cache_write_tokens), 0)::BIGINT"),
+    ("idle_returns", "coalesce(sum(idle_returns), 0)::BIGINT"),
+    ("sessions_with_idle_return", "count(*) FILTER (WHERE idle_returns > 0)::BIGINT"),
+    ("idle_return_reload_tokens", "coalesce(sum(idle_return_reload_tokens), 0)::BIGINT"),
+    ("idle_return_cache_write_tokens", "coalesce(sum(idle_return_cache_write_tokens), 0)::BIGINT"),
     (
         "reuse_ratio",
         "reuse_ratio(sum(cache_read_tokens),"
@@ -84,7 +90,7 @@ SESSIONLESS_NOTE = "requests without a session id are not counted as sessions"
 
 
 def _params(
-    selection: Selection | None, resume_after_s: float, compaction_drop: float
+    selection: Selection | None, idle_after_s: float, compaction_drop: float
 ) -> tuple[dict[str, str], dict[str, Any]]:
     if not 0 < compaction_drop < 1:
         from traceflow.errors import UsageError
@@ -95,7 +101,7 @@ def _params(
     block, params = sql.selection_block(selection)
     return {"selection": block}, {
         **params,
-        "resume_after_s": float(resume_after_s),
+        "idle_after_s": float(idle_after_s),
         "compaction_drop": float(compaction_drop),
     }
 
@@ -103,7 +109,7 @@ def _params(
 def sessions(
     con: duckdb.DuckDBPyConnection,
     selection: Selection | None = None,
-    resume_after_s: float = DEFAULT_RESUME_AFTER_S,
+    idle_after_s: float = DEFAULT_IDLE_AFTER_S,
     compaction_drop: float = DEFAULT_COMPACTION_DROP,
     limit: int | None = None,
 ) -> pl.DataFrame:
@@ -112,7 +118,7 @@ def sessions(
         from traceflow.errors import UsageError
 
         raise UsageError(f"--limit {limit} must be at least 1 (or leave it out for every session)")
-    blocks, params = _params(selection, resume_after_s, compaction_drop)
+    blocks, params = _params(selection, idle_after_s, compaction_drop)
     blocks["order"] = ""
     wrap = "SELECT * FROM {q} AS s ORDER BY started_at, root_session_id" + (
         f" LIMIT {int(limit)}" if limit is not None else ""
@@ -124,13 +130,13 @@ def session_summary(
     con: duckdb.DuckDBPyConnection,
     selection: Selection | None = None,
     by: Sequence[str] = (),
-    resume_after_s: float = DEFAULT_RESUME_AFTER_S,
+    idle_after_s: float = DEFAULT_IDLE_AFTER_S,
     compaction_drop: float = DEFAULT_COMPACTION_DROP,
 ) -> pl.DataFrame:
     """The sessions in aggregate, one row or one per ``by`` group: ``by`` columns, then :data:`SUMMARY`,
     then :data:`SUMMARY_EXTRA`."""
-    keys = groups.row_keys(by, sessions=True)
-    blocks, params = _params(selection, resume_after_s, compaction_drop)
+    keys = groups.row_keys(by, zone=zone_of(selection), sessions=True)
+    blocks, params = _params(selection, idle_after_s, compaction_drop)
     blocks["order"] = ""
     wrap = grouped_sql(keys, SUMMARY, by_rank=isinstance(con, sql.Engine))
     frame = sql.run(con, "sessions", params, blocks=blocks, wrap=wrap)
@@ -149,11 +155,12 @@ def _with_sessionless(
 
     from traceflow.store.selection import Selection
 
-    keys = groups.request_keys(by)
-    where, params = (selection or Selection()).where()
+    sel = selection or Selection()
+    keys = groups.request_keys(by, zone=sel.zone)
+    where, params = sel.where()
     counts = sql.query_frame(
         con,
-        f"SELECT {keys.select}count(*)::BIGINT AS sessionless_requests FROM requests r {keys.join}"
+        f"SELECT {keys.select}count(*)::BIGINT AS sessionless_requests FROM {keys.relation} r {keys.join}"
         " WHERE total_tokens > 0 AND request_time IS NOT NULL"
         f" AND coalesce(parent_session_id, session_id) IS NULL AND ({where}) {keys.group}",
         params,

@@ -44,8 +44,12 @@ KEYS: tuple[str, ...] = (
     "restart",
     "cause",
     "missed_tokens",
-    "cost_usd",
+    "miss_cost_usd",
 )
+
+#: The columns of :func:`table` kept to fit a narrow terminal, the first named longest: when, why and
+#: how much (issue 32: cause and missed tokens stay at 80 columns).
+ESSENTIAL: tuple[str, ...] = ("time", "cause", "missed", "miss_cost_usd", "stream", "gap", "context")
 
 #: Characters of the read / write / cold bar of the table, and its width.
 BAR_READ, BAR_WRITE, BAR_COLD = "█", "▒", "·"
@@ -105,7 +109,7 @@ def timelines(
                         "restart",
                         "cause",
                         "missed_tokens",
-                        "cost_usd",
+                        "miss_cost_usd",
                     )
                 },
             }
@@ -171,7 +175,7 @@ def table(records: list[dict[str, Any]], *, bars: bool = True) -> Rows:
         "restart",
         "cause",
         "missed",
-        "cost_usd",
+        "miss_cost_usd",
     ]
     if bars:
         cols.append("read█ write▒ cold·")
@@ -194,7 +198,7 @@ def table(records: list[dict[str, Any]], *, bars: bool = True) -> Rows:
             r["restart"],
             r["cause"] or "hit",
             r["missed_tokens"],
-            r["cost_usd"],
+            r["miss_cost_usd"],
         ]
         if bars:
             write = r["cache_write_5m_tokens"] + r["cache_write_1h_tokens"]
@@ -208,7 +212,7 @@ def headline(session: str, records: list[dict[str, Any]]) -> str:
     subs = sum(1 for r in records if r["subagent"])
     misses = [r for r in records if r["cause"] is not None]
     missed = sum(r["missed_tokens"] for r in misses)
-    cost = sum(r["cost_usd"] for r in misses)
+    cost = sum(r["miss_cost_usd"] for r in misses)
     return (
         f"session {session}: {len(records)} requests ({subs} of sub-agents), {len(misses)} misses, "
         f"{missed:,} missed tokens, ${cost:,.4f}"

@@ -1,4 +1,5 @@
-"""The cache-TTL what-if and advisor (DESIGN §3): what a shorter or longer prompt-cache TTL would cost.
+"""The cache-TTL what-if and advisor (docs/forensics.md#traceflow-ttl): what a shorter or longer
+prompt-cache TTL would cost.
 
 Model (``queries/ttl.sql``), per session stream (gaps as in :mod:`traceflow.analysis.gaps`):
 

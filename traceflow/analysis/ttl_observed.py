@@ -1,4 +1,5 @@
-"""The TTL in force (DESIGN §3): the cache TTL the requests' writes asked for, per UTC day, and its changes.
+"""The TTL in force (docs/forensics.md#traceflow-misses): the cache TTL the requests' writes asked for, per
+UTC day, and its changes.
 
 * A day's ``ttl_in_force_s`` is 3600 when most of its split write tokens (those the source reports
   as 5-minute or 1-hour writes) were 1-hour writes, else 300; ``share_1h_writes`` is that share.
@@ -36,7 +37,7 @@ _FILTERS = {"agent": "agents", "model": "models", "session": "sessions", "user":
 def _day_sums(
     con: duckdb.DuckDBPyConnection, selection: Selection, by: Sequence[str]
 ) -> list[dict[str, Any]]:
-    exprs = column_exprs(requests=True)
+    exprs = column_exprs(requests=True, zone=selection.zone)
     keys = "".join(f"{exprs[b]} AS {b}, " for b in by)
     where, params = selection.where()
     day = exprs["day"]
@@ -58,7 +59,7 @@ def _gap_evidence(
 ) -> dict[tuple[Any, ...], tuple[int, int]]:
     """(group..., day) -> (hits, misses) among requests after a gap of 5 min to 1 h."""
     keys = [*by, "day"]
-    exprs = column_exprs(requests=False)
+    exprs = column_exprs(requests=False, zone=selection.zone)
     counts = misses._run(
         con,
         selection,
@@ -72,7 +73,7 @@ def _gap_evidence(
 
 
 def _narrowed(selection: Selection, by: Sequence[str], key: Sequence[Any], day: str) -> Selection:
-    start = dt.datetime.fromisoformat(day).replace(tzinfo=zones.tzinfo())
+    start = dt.datetime.fromisoformat(day).replace(tzinfo=zones.tzinfo(selection.zone))
     end = start + dt.timedelta(days=1)
     since = max(start, selection.since) if selection.since else start
     until = min(end, selection.until) if selection.until else end

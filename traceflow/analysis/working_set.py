@@ -1,18 +1,23 @@
-"""The live KV working set (DESIGN §3): the context the cache must hold at once for a TTL.
+"""The live KV working set (docs/forensics.md#traceflow-working-set): the context the cache must hold at
+once for a TTL.
 
 At time t it is the sum of ``context_tokens`` of the session streams (a sub-agent counts apart)
 whose last request ended within the TTL before t: a request's context counts from its end until the
 TTL runs out or a later request of its stream ends (``queries/working_set.sql``; the later request is
-the stream's in the whole lake, so the series of disjoint windows add up bucket by bucket, and a
+the stream's in the whole lake, so the series of disjoint windows at one bucket width add up bucket
+by bucket, and a
 selection's series is what its requests hold). The series gives, per
 bucket (default a minute), the average over the bucket and the value at its end; peak and
 percentiles are taken over the bucket averages from the first request to the last expiry (use a
-finer ``resolution_s`` for sharper peaks). Times ``kv_bytes_per_token`` (KV_TIER_SIZING §1: e.g.
-126,976 B for MiniMax-M2 at FP8) it is the memory a tier must hold.
+finer ``resolution_s`` for sharper peaks). Times ``kv_bytes_per_token``
+(docs/sizing-formulas.md#kv-bytes-per-token: e.g. 126,976 B for
+MiniMax-M2 at FP8) it is the memory a tier must hold.
 
 The series needs one time base (a selection that mixes real telemetry with relative-time traces is
 refused, naming ``--source``) and has at most :data:`~traceflow.store.time_base.MAX_BUCKETS` buckets:
-past that the bucket width is coarsened, and the summary's ``resolution_s`` is the width used.
+past that the bucket width is coarsened, and the summary's ``resolution_s`` is the width used. The
+series of disjoint windows add up only at one width: a window of a coarsened selection is coarsened
+less (or not at all), so it must be asked at the coarsened width (the CLI says so).
 """
 
 from __future__ import annotations

@@ -46,9 +46,11 @@ KvBytesOpt = Annotated[
     ),
 ]
 ResolutionOpt = Annotated[str, typer.Option("--resolution", help="Bucket width: seconds or 1s, 1m, 1h.")]
-ResumeOpt = Annotated[
+IdleAfterOpt = Annotated[
     str,
-    typer.Option("--resume-after", help="Idle time after which a request is a resume (a returning user)."),
+    typer.Option(
+        "--idle-after", help="Idle time after which a request is an idle return (a returning user)."
+    ),
 ]
 
 
@@ -78,14 +80,11 @@ def _ttls(values: list[str] | None, default: tuple[float, ...]) -> list[float]:
 
 def _coarsened(asked: float, used: float) -> None:
     """Say on stderr when the time grid's buckets were made coarser than ``--resolution``."""
-    if used != asked:
-        from traceflow.store.time_base import MAX_BUCKETS
+    from traceflow.store.time_base import coarsening_note
 
-        typer.echo(
-            f"note: --resolution {format_duration(asked)} would make more than {MAX_BUCKETS:,} buckets "
-            f"over this selection; using {format_duration(used)} buckets",
-            err=True,
-        )
+    note = coarsening_note(asked, used)
+    if note:
+        typer.echo(f"note: {note}", err=True)
 
 
 def _transpose(row: dict[str, Any]) -> Rows:
@@ -117,14 +116,14 @@ def gaps(
     groups = split_by(by)
     con = query.connect(["requests", "events"])
     if histogram:
-        echo(g.gap_histogram(con, selection), fmt)
+        echo(g.gap_histogram(con, selection), fmt, zone=selection.zone)
         return
     report = g.gap_report(con, selection, ttls, groups)
     if fmt == "json":
-        echo(report, fmt)
+        echo(report, fmt, zone=selection.zone)
         return
     if fmt == "csv":
-        echo(g.gap_summary(con, selection, ttls, groups), fmt)
+        echo(g.gap_summary(con, selection, ttls, groups), fmt, zone=selection.zone)
         return
     sections: list[tuple[str, Rows | pl.DataFrame]] = [
         (
@@ -149,7 +148,7 @@ def gaps(
         "label", "gaps", "human_gaps", "agent_gaps", "share", "cum_share"
     )
     sections.append(("Histogram (log-scaled bins)", hist))
-    echo_sections(sections, fmt)
+    echo_sections(sections, fmt, zone=selection.zone)
 
 
 @with_selection
@@ -194,7 +193,7 @@ def ttl(
         PriceModel.load(prices),
     )
     if fmt == "json":
-        echo(result.as_dict(), fmt)
+        echo(result.as_dict(), fmt, zone=selection.zone)
         return
     if groups:
         table = result.by_model.select(
@@ -212,7 +211,7 @@ def ttl(
     else:
         table = result.whatif
     if fmt == "csv":
-        echo(table, fmt)
+        echo(table, fmt, zone=selection.zone)
         return
     best = result.best_ttl_s
     seen = result.as_dict()["observed"]
@@ -232,6 +231,7 @@ def ttl(
             ("Observed cache writes after short, medium and long gaps", result.validation),
         ],
         fmt,
+        zone=selection.zone,
     )
 
 
@@ -245,7 +245,7 @@ def sessions(
     limit: Annotated[
         int | None, typer.Option("--limit", help="With --list: at most this many sessions.")
     ] = None,
-    resume_after: ResumeOpt = "15m",
+    idle_after: IdleAfterOpt = "15m",
     compaction_drop: Annotated[
         float,
         typer.Option(
@@ -257,26 +257,31 @@ def sessions(
     selection: Selection,
     query: LakeQuery,
 ) -> None:
-    """Describe the sessions: turns, duration, context growth, compactions and resumes.
+    """Describe the sessions: turns, duration, context growth, compactions and idle returns.
 
     Turns, requests, duration, context at start and end, growth per turn, compactions, sub-agents and
-    resumes after long idle; in aggregate, per group, or one row each (--list).
+    idle returns (a user back after a long idle); in aggregate, per group, or one row each (--list).
     """
     from traceflow.analysis import sessions as s
     from traceflow.store.sql import split_by
 
     fmt = query.fmt
     groups = split_by(by)
-    resume_s = parse_duration(resume_after, "--resume-after")
+    idle_s = parse_duration(idle_after, "--idle-after")
     con = query.connect(["requests", "events"])
     if list_:
-        echo(s.sessions(con, selection, resume_s, compaction_drop, limit), fmt)
+        echo(
+            s.sessions(con, selection, idle_s, compaction_drop, limit),
+            fmt,
+            essential=s.LIST_ESSENTIAL,
+            zone=selection.zone,
+        )
         return
-    frame = s.session_summary(con, selection, groups, resume_s, compaction_drop)
+    frame = s.session_summary(con, selection, groups, idle_s, compaction_drop)
     if not groups and fmt in ("table", "markdown"):
-        echo(_transpose(frame.to_dicts()[0]), fmt)
+        echo(_transpose(frame.to_dicts()[0]), fmt, zone=selection.zone)
         return
-    echo(frame, fmt, single=not groups)
+    echo(frame, fmt, single=not groups, essential=(*groups, *s.SUMMARY_ESSENTIAL), zone=selection.zone)
 
 
 @with_selection
@@ -302,14 +307,14 @@ def load(
     con = query.connect(["requests"])
     if series:
         _coarsened(res, load_resolution(con, selection, res))
-        echo(load_series(con, selection, res), fmt)
+        echo(load_series(con, selection, res), fmt, zone=selection.zone)
         return
     summary = load_overview(con, selection, res)
     _coarsened(res, float(summary["resolution_s"][0]))
     if fmt in ("table", "markdown"):
-        echo(_transpose(summary.to_dicts()[0]), fmt)
+        echo(_transpose(summary.to_dicts()[0]), fmt, zone=selection.zone)
         return
-    echo(summary, fmt, single=True)
+    echo(summary, fmt, single=True, zone=selection.zone)
 
 
 @with_selection
@@ -343,11 +348,11 @@ def working_set(
     con = query.connect(["requests"])
     if series:
         _coarsened(res, working_set_resolution(con, selection, ttls[0], res))
-        echo(working_set_series(con, selection, ttls[0], res, kv_bytes_per_token), fmt)
+        echo(working_set_series(con, selection, ttls[0], res, kv_bytes_per_token), fmt, zone=selection.zone)
         return
     summary = working_set_summary(con, selection, ttls, res, kv_bytes_per_token)
     _coarsened(res, float(summary["resolution_s"].max()))  # type: ignore[arg-type]
-    echo(summary, fmt, single=len(ttls) == 1 and fmt == "json")
+    echo(summary, fmt, single=len(ttls) == 1 and fmt == "json", zone=selection.zone)
 
 
 @with_selection
@@ -355,7 +360,7 @@ def report(
     ttl: TtlOpt = None,
     prices: PricesOpt = None,
     kv_bytes_per_token: KvBytesOpt = None,
-    resume_after: ResumeOpt = "15m",
+    idle_after: IdleAfterOpt = "15m",
     resolution: ResolutionOpt = "1m",
     *,
     selection: Selection,
@@ -389,11 +394,15 @@ def report(
         _ttls(ttl, ()),
         PriceModel.load(prices),
         kv_bytes_per_token,
-        parse_duration(resume_after, "--resume-after"),
+        parse_duration(idle_after, "--idle-after"),
         parse_duration(resolution, "--resolution"),
     )
+    from traceflow import output
+
+    if fmt != "json" and output.FRESHNESS is not None:  # a lake fed by serve: how fresh, first
+        typer.echo(output.FRESHNESS[0])
     if fmt == "json":
-        echo(rep.as_dict(), fmt)
+        echo(rep.as_dict(), fmt, zone=selection.zone)
     elif fmt == "markdown":
         typer.echo(render_markdown(rep), nl=False)
     else:
@@ -406,7 +415,7 @@ def report(
             kv_bytes_per_token=kv_bytes_per_token,
             prices=PriceModel.load(prices),
             ttls=_ttls(ttl, ()),
-            resume_after_s=parse_duration(resume_after, "--resume-after"),
+            idle_after_s=parse_duration(idle_after, "--idle-after"),
             resolution_s=parse_duration(resolution, "--resolution"),
         )
         written = write_report(open_lake(data), selection, options, html=html, png_dir=png, svg_dir=svg)

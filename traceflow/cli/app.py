@@ -40,7 +40,9 @@ def _root(
     ),
 ) -> None:
     # A callback keeps the app a group of commands when only one of them is registered.
-    pass
+    from traceflow import output
+
+    output.FRESHNESS = None  # set again by the command if it opens a lake fed by serve
 
 
 #: Every command, in the order ``--help`` lists them, and the module of ``traceflow.cli`` that defines it.
@@ -73,6 +75,10 @@ COMMANDS: dict[str, str] = {
     "timeline": "cache",
     "compare": "cache",
     "check": "cache",
+    "daily": "usage",
+    "weekly": "usage",
+    "monthly": "usage",
+    "session": "usage",
     "blocks": "blocks",
     "statusline": "statusline",
     "prices": "prices",
@@ -106,6 +112,20 @@ def register_all() -> None:
     register(*COMMANDS)
 
 
+def _suggest(command: str | None) -> None:
+    """For a word that is no command, exit 2 naming the nearest commands (``day``: ``daily``)."""
+    if command is None or command.startswith("-"):
+        return
+    import difflib
+
+    close = difflib.get_close_matches(command, COMMANDS, n=3, cutoff=0.6)
+    close += [c for c in COMMANDS if c.startswith(command) and c not in close]
+    if close:
+        hint = " or ".join(f"`traceflow {c}`" for c in close[:3])
+        typer.echo(f"traceflow: error: no such command {command!r}; did you mean {hint}?", err=True)
+        sys.exit(2)
+
+
 def main() -> None:
     """Console-script entry point: run the app, turning traceflow errors into one-line messages."""
     command = sys.argv[1] if len(sys.argv) > 1 else None
@@ -117,6 +137,7 @@ def main() -> None:
     if command in COMMANDS:
         register(command)
     else:
+        _suggest(command)
         register_all()
     try:
         code = app(standalone_mode=False)  # returns the code of a typer.Exit instead of raising it

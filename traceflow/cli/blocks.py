@@ -5,27 +5,24 @@ from __future__ import annotations
 import datetime as dt
 import sys
 import time
-from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from traceflow.cli.options import LakeQuery, PricesOpt, echo, with_lake_query, with_selection
+from traceflow.cli.options import LakeQuery, PricesOpt, echo, with_lake_query, with_personal_selection
 from traceflow.errors import UsageError
 
 if TYPE_CHECKING:
+    from traceflow.output import Rows
     from traceflow.prices import PriceModel
     from traceflow.store.selection import Selection
 
-#: How far back ``--live`` reads: the active block began at most 5 hours ago.
-LIVE_WINDOW = dt.timedelta(hours=6)
 
-
-@with_selection
+@with_personal_selection
 @with_lake_query
 def blocks(
     active: Annotated[
-        bool, typer.Option("--active", help="Only the active block, with its projection.")
+        bool, typer.Option("--active", "-a", help="Only the active block, with its projection.")
     ] = False,
     gaps: Annotated[bool, typer.Option("--gaps/--no-gaps", help="Show the holes between blocks.")] = True,
     live: Annotated[
@@ -37,6 +34,25 @@ def blocks(
         int, typer.Option("--count", help="With --live: stop after this many refreshes (0: until Ctrl-C).")
     ] = 0,
     prices: PricesOpt = None,
+    recent: Annotated[
+        bool, typer.Option("--recent", "-r", help="Only the blocks of the last 3 days and the active one.")
+    ] = False,
+    order: Annotated[str | None, typer.Option("--order", "-o", help="asc (the default) or desc.")] = None,
+    json_out: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            "-j",
+            help="ccusage's `blocks --json` document (docs/ccusage.md); --format json is traceflow's rows.",
+        ),
+    ] = False,
+    breakdown: Annotated[
+        bool, typer.Option("--breakdown", "-b", help="Accepted for ccusage's sake (the models are listed).")
+    ] = False,
+    offline: Annotated[
+        bool,
+        typer.Option("--offline/--no-offline", "-O", help="Accepted for ccusage's sake: prices are local."),
+    ] = False,
     *,
     selection: Selection,
     query: LakeQuery,
@@ -46,15 +62,38 @@ def blocks(
     Per block its requests, tokens by kind, cost and burn rate; the active block's projection to its end.
 
     A block starts at its first request's UTC hour and ends 5 hours later; a request at or after the
-    end starts the next. Times print in --tz (default UTC).
+    end starts the next. Times print in --tz (default: TRACEFLOW_TZ, else this machine's zone).
     """
-    from traceflow.analysis.blocks import billing_blocks
+    from traceflow.analysis.blocks import billing_blocks, table
+    from traceflow.output import Rows
     from traceflow.prices import PriceModel
 
     pm = PriceModel.load(prices)
+    if order not in (None, "asc", "desc"):
+        raise UsageError(f"--order {order!r}: choose asc or desc")
+    if json_out and not live:
+        from traceflow.analysis.usage import blocks_document
+        from traceflow.output import to_json
+
+        con = query.connect(["requests"])
+        doc = blocks_document(con, selection, selection.zone, pm, active=active, recent=recent, order=order)
+        typer.echo(to_json(doc))
+        return
     if not live:
         con = query.connect(["requests"])
-        echo(billing_blocks(con, selection, pm, active_only=active, gaps=gaps), query.fmt)
+        now = dt.datetime.now(dt.UTC)
+        rows = billing_blocks(con, selection, pm, now=now, active_only=active, gaps=gaps)
+        if recent:
+            since = now - dt.timedelta(days=3)
+            rows = Rows(rows.columns, [r for r in rows.rows if r[0] >= since or r[2] == "active"])
+        if order == "desc":
+            rows = Rows(rows.columns, rows.rows[::-1])
+        if query.fmt != "table":
+            echo(rows, query.fmt, zone=selection.zone)
+        elif active:
+            typer.echo(_panels(rows, now, selection.zone))
+        else:
+            echo(table(rows), query.fmt, zone=selection.zone)
         if query.fmt == "table":
             typer.echo(f"Prices: {pm.describe()}.")
         return
@@ -66,31 +105,37 @@ def blocks(
 
 
 def _live(query: LakeQuery, selection: Selection, pm: PriceModel, interval: float, count: int) -> None:
-    """Print the active block every ``interval`` seconds, reading only the last hours of the lake."""
-    from traceflow.analysis.blocks import billing_blocks, live_line
-    from traceflow.store import zones
+    """Print the active block every ``interval`` seconds: the chain is the whole history's, as in
+    ``blocks`` (a window's first request is not where a block starts)."""
+    from traceflow.analysis.blocks import billing_blocks
 
     clear = sys.stdout.isatty() and query.fmt == "table"
     shown = 0
     try:
         while count == 0 or shown < count:
             now = dt.datetime.now(dt.UTC)
-            since = now - LIVE_WINDOW
-            window = replace(selection, since=max(since, selection.since) if selection.since else since)
             con = query.connect(["requests"])  # a fresh view each time: new files are seen
-            rows = billing_blocks(con, window, pm, now=now, active_only=True, gaps=False)
+            rows = billing_blocks(con, selection, pm, now=now, active_only=True, gaps=False)
             con.close()
-            records = [zones.localise(r) for r in rows.records()]
             if query.fmt == "table":
-                text = "\n".join(live_line(records[0] if records else None, now.astimezone(zones.tzinfo())))
-                typer.echo(("\x1b[H\x1b[2J" if clear else "") + text)
+                typer.echo(("\x1b[H\x1b[2J" if clear else "") + _panels(rows, now, selection.zone))
             else:
-                echo(rows, query.fmt)
+                echo(rows, query.fmt, zone=selection.zone)
             shown += 1
             if count == 0 or shown < count:
                 time.sleep(interval)
     except KeyboardInterrupt:
         typer.echo("")
+
+
+def _panels(rows: Rows, now: dt.datetime, zone: str) -> str:
+    """The active blocks (one per user) as panels (:func:`traceflow.analysis.blocks.panel`), in ``zone``."""
+    from traceflow.analysis.blocks import panel
+    from traceflow.store import zones
+
+    records = [zones.localise(r, zone) for r in rows.records()] or [None]
+    local = now.astimezone(zones.tzinfo(zone))
+    return "\n\n".join("\n".join(panel(r, local)) for r in records)
 
 
 COMMANDS = {"blocks": blocks}

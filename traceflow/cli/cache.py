@@ -23,6 +23,7 @@ from traceflow.cli.options import (
     PricesOpt,
     echo,
     echo_sections,
+    echo_text,
     open_lake,
     with_lake_query,
     with_selection,
@@ -77,20 +78,27 @@ def misses(
         if groups:
             raise UsageError("--list prints one row per miss; it takes no --by")
         frame = m.miss_rows(con, selection, options, misses_only=True).drop("miss")
-        echo(frame, fmt)
+        if fmt == "table":  # when, why and how much first: a session id is 36 characters
+            frame = frame.select(*m.LIST_ESSENTIAL, *(c for c in frame.columns if c not in m.LIST_ESSENTIAL))
+        echo(frame, fmt, essential=m.LIST_ESSENTIAL, zone=selection.zone)
         return
     if groups:
         reports = m.miss_groups(con, selection, groups, options)
         if fmt == "json":
-            echo(reports, fmt)
+            echo(reports, fmt, zone=selection.zone)
             return
         cols = [*groups, *m.flat(reports[0]).keys()] if reports else [*groups]
         rows = [(*(r[g] for g in groups), *m.flat(r).values()) for r in reports]
-        echo(Rows(cols, rows), fmt)
+        echo(
+            Rows(cols, rows),
+            fmt,
+            essential=(*groups, "misses", "missed_tokens", "miss_cost_usd"),
+            zone=selection.zone,
+        )
         return
     report = m.miss_report(con, selection, options)
     if fmt == "json":
-        echo(report, fmt)
+        echo(report, fmt, zone=selection.zone)
         return
     requests = report["requests"]
     judged = requests - report["not_applicable"]  # the shares are of the requests that were judged
@@ -99,12 +107,12 @@ def misses(
         return n / judged if judged and n is not None else None
 
     rows = [
-        (c, v["misses"], share(v["misses"]), v["missed_tokens"], v["cost_usd"])
+        (c, v["misses"], share(v["misses"]), v["missed_tokens"], v["miss_cost_usd"])
         for c, v in report["by_cause"].items()
     ]
     total_cost = m.total_cost(report["by_cause"])
     rows.append(("all", report["misses"], share(report["misses"]), report["missed_tokens"], total_cost))
-    result = Rows(["cause", "misses", "share_of_requests", "missed_tokens", "cost_usd"], rows)
+    result = Rows(["cause", "misses", "share_of_requests", "missed_tokens", "miss_cost_usd"], rows)
     if fmt in ("table", "markdown"):
         misses = report["misses"]
         head = f"{requests:,} requests, {f'{misses:,}' if misses is not None else 'n/a'} misses"
@@ -114,7 +122,7 @@ def misses(
                 "(not applicable)"
             )
         typer.echo(head)
-    echo(result, fmt)
+    echo(result, fmt, zone=selection.zone)
 
 
 @with_lake_query
@@ -148,8 +156,8 @@ def timeline(
     if fmt == "csv":
         echo(Rows(t.KEYS, [[r[k] for k in t.KEYS] for r in records]), fmt)
         return
-    typer.echo(t.headline(session, records))
-    echo(t.table(records, bars=not no_bars), fmt)
+    echo_text(t.headline(session, records))
+    echo(t.table(records, bars=not no_bars), fmt, essential=t.ESSENTIAL)
 
 
 @with_selection
@@ -157,8 +165,8 @@ def timeline(
 def compare(
     boundary: Annotated[
         str,
-        typer.Option("--boundary", help="resume, version or model: the transition to compare."),
-    ] = "resume",
+        typer.Option("--boundary", help="restart, version or model: the transition to compare."),
+    ] = "restart",
     confidence: Annotated[
         float, typer.Option("--confidence", help="Confidence of the intervals (0.95).")
     ] = 0.95,
@@ -169,7 +177,7 @@ def compare(
     selection: Selection,
     query: LakeQuery,
 ) -> None:
-    """Compare misses at a boundary (resume, version, model) with idle gaps of matched length and TTL.
+    """Compare misses at a boundary (restart, version, model) with idle gaps of matched length and TTL.
 
     The miss rates with Wilson intervals, their difference with Newcombe's interval, and the missed
     tokens per request on both sides.
@@ -186,7 +194,7 @@ def compare(
     )
     result = c.compare(con, selection, boundary, options, confidence)
     if fmt == "json":
-        echo(result, fmt)
+        echo(result, fmt, zone=selection.zone)
         return
     b, k, d = result["boundaries"], result["controls"], result["difference"]
     rows = Rows(
@@ -213,18 +221,22 @@ def compare(
             ("difference", None, None, d["miss_rate"], d["ci_low"], d["ci_high"], None),
         ],
     )
+    why = c.missing(result)
+    if why is not None and fmt in ("table", "markdown"):
+        echo_text(why)
+        return
     if fmt in ("table", "markdown"):
-        typer.echo(
+        echo_text(
             f"{boundary}: {b['requests']} transitions matched to idle gaps of the same length and TTL "
             f"({b['unmatched']} without a match); {result['confidence']:.0%} intervals"
         )
-    echo(rows, fmt)
+    echo(rows, fmt, zone=selection.zone)
 
 
 def observed_ttl(
     selection: Selection, groups: list[str], prices: Path | None, data: Path | None, fmt: str
 ) -> None:
-    """``traceflow ttl --observed``: the TTL in force per UTC day (and group) and its changes."""
+    """``traceflow ttl --observed``: the TTL in force per day (in --tz; and group) and its changes."""
     from traceflow.analysis.ttl_observed import ttl_in_force
     from traceflow.output import Rows
     from traceflow.prices import PriceModel
@@ -232,7 +244,7 @@ def observed_ttl(
     con = open_lake(data).connect(["requests", "events", "metric_points"])
     result = ttl_in_force(con, selection, groups, PriceModel.load(prices))
     if fmt == "json":
-        echo(result, fmt)
+        echo(result, fmt, zone=selection.zone)
         return
     keys = [g for g in groups if g != "day"]
     days = Rows(
@@ -243,7 +255,7 @@ def observed_ttl(
         ],
     )
     if fmt == "csv":
-        echo(days, fmt)
+        echo(days, fmt, zone=selection.zone)
         return
     changes = Rows(
         [*keys, "day", "from_s", "to_s", "extra_cost_usd"],
@@ -252,7 +264,15 @@ def observed_ttl(
             for c in result["changes"]
         ],
     )
-    echo_sections([("TTL in force per UTC day", days), ("Changes", changes)], fmt, result["notes"])
+    echo_sections(
+        [
+            (f"TTL in force per {'UTC day' if selection.zone == 'UTC' else f'day ({selection.zone})'}", days),
+            ("Changes", changes),
+        ],
+        fmt,
+        result["notes"],
+        zone=selection.zone,
+    )
 
 
 @with_selection
@@ -274,7 +294,7 @@ def check(
         float,
         typer.Option(
             "--max-version-rise",
-            help="Alert when a new client version's share of resume, prefix_break and unexplained "
+            help="Alert when a new client version's share of restart, prefix_break and unexplained "
             "misses is more than this above the previous version's (0.05).",
         ),
     ] = 0.05,
@@ -323,7 +343,7 @@ def check(
     )
     body = result.as_dict()
     if fmt == "json":
-        echo(body, fmt)
+        echo(body, fmt, zone=selection.zone)
     else:
         from traceflow.output import Rows
 
@@ -346,8 +366,8 @@ def check(
             for f in result.fired
         ]
         if fmt in ("table", "markdown"):
-            typer.echo("\n".join([head, *fired, *(f"note: {n}" for n in result.notes)]))
-        echo(Rows(["metric", "window", "baseline"], rows), fmt)
+            echo_text("\n".join([head, *fired, *(f"note: {n}" for n in result.notes)]))
+        echo(Rows(["metric", "window", "baseline"], rows), fmt, zone=selection.zone)
     if result.alert:
         if webhook:
             try:

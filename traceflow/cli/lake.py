@@ -19,6 +19,7 @@ from traceflow.cli.options import (
     EngineOpt,
     FormatOpt,
     LakeQuery,
+    NoRefreshOpt,
     PricesOpt,
     SparkRemoteOpt,
     open_lake,
@@ -107,6 +108,7 @@ def import_(
     """Import agent logs or trace files into the lake; files already imported add nothing."""
     from traceflow import importers
     from traceflow.importers.interrupt import ImportInterrupted
+    from traceflow.importers.refresh import folders, remember
     from traceflow.importers.run import run_import
     from traceflow.output import to_json
 
@@ -115,9 +117,13 @@ def import_(
     progress = _Progress(f"importing {source}", enabled=fmt != "json")
     try:
         with _writing(lake, "import"):
+            roots = paths or importer.default_paths()
+            dirs = folders(roots)  # before the import lists them
             summary = run_import(lake, importer, paths or None, progress=progress, jobs=jobs)
             if summary.rows.get("requests"):
                 summary.conflicts = lake.conflicts()
+            # an agent's logs: later read commands bring them up to date first (docs/freshness.md)
+            remember(lake, source, roots, dirs)
     except ImportInterrupted as e:
         progress.close()
         typer.echo(f"traceflow: interrupted: {e}", err=True)
@@ -153,8 +159,8 @@ def mix(
     query: LakeQuery,
 ) -> None:
     """The token mix: cold input, cache read, cache write and output, their shares and the reuse ratio."""
-    from traceflow.analysis.mix import savings_line, token_mix_rows
-    from traceflow.output import render
+    from traceflow.analysis.mix import ESSENTIAL, savings_line, token_mix_rows
+    from traceflow.output import fit_text, render
     from traceflow.prices import PriceModel
 
     fmt = query.fmt
@@ -162,9 +168,9 @@ def mix(
     con = query.connect(["requests", "events"])
     pm = PriceModel.load(prices)
     result = token_mix_rows(con, selection, groups, pm)
-    typer.echo(render(result, fmt, single=not groups))
+    typer.echo(render(result, fmt, single=not groups, essential=(*groups, *ESSENTIAL)))
     if savings and fmt == "table" and not groups and result.rows:
-        typer.echo(savings_line(result.records()[0], pm))
+        typer.echo(fit_text(savings_line(result.records()[0], pm)))
 
 
 def sql(
@@ -172,6 +178,7 @@ def sql(
     file: Annotated[Path | None, typer.Option("--file", help="Read the query from this .sql file.")] = None,
     data: DataOpt = None,
     fmt: FormatOpt = "table",
+    no_refresh: NoRefreshOpt = False,
 ) -> None:
     """Run read-only SQL over the views: requests, events, metric_points, spans."""
     from traceflow.output import render
@@ -180,7 +187,7 @@ def sql(
     if (query is None) == (file is None):
         raise UsageError('give either a query ("SELECT ...") or --file q.sql, not both or neither')
     text = query if query is not None else _read_sql_file(file)  # type: ignore[arg-type]
-    frame = run_sql(open_lake(data), text)
+    frame = run_sql(open_lake(data, refresh=not no_refresh), text)
     typer.echo(render(frame, fmt))
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import inspect
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,14 @@ DataOpt = Annotated[
         help="Data directory or s3://bucket/prefix (default: $TRACEFLOW_DATA, else "
         "~/.local/share/traceflow).",
         show_default=False,
+    ),
+]
+NoRefreshOpt = Annotated[
+    bool,
+    typer.Option(
+        "--no-refresh",
+        help="Answer from what the lake holds, without first importing what is new in the local "
+        "agent logs it imports (default: refresh, unless TRACEFLOW_REFRESH=0; see docs/freshness.md).",
     ),
 ]
 PricesOpt = Annotated[
@@ -105,7 +114,12 @@ ByOpt = Annotated[
 SinceOpt = Annotated[
     str | None, typer.Option(help="Only requests at or after this time (2026-08-01, 2026-08-01T12:00Z, 7d).")
 ]
-UntilOpt = Annotated[str | None, typer.Option(help="Only requests before this time.")]
+UntilOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Only requests before this time; a date alone (2026-08-03, 20260803) includes that whole day."
+    ),
+]
 AgentOpt = Annotated[list[str] | None, typer.Option("--agent", help="Only this agent (repeatable).")]
 ModelOpt = Annotated[list[str] | None, typer.Option("--model", help="Only this model (repeatable).")]
 SessionOpt = Annotated[
@@ -119,6 +133,8 @@ TzOpt = Annotated[
     str | None,
     typer.Option(
         "--tz",
+        "--timezone",
+        "-z",
         help="Time zone of days, weeks, months and printed times, and of --since/--until without an "
         "offset: an IANA name (Asia/Tokyo) or local (default: $TRACEFLOW_TZ, else UTC).",
         show_default=False,
@@ -145,37 +161,60 @@ LAKE_QUERY_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
     ("spark_remote", SparkRemoteOpt, None),
     ("fmt", FormatOpt, "table"),
     ("wide", WideOpt, False),
+    ("no_refresh", NoRefreshOpt, False),
 )
 
 
 def connect(
-    data: Path | None, tables: list[str], engine: str = "duckdb", spark_remote: str | None = None
+    data: Path | None,
+    tables: list[str],
+    engine: str = "duckdb",
+    spark_remote: str | None = None,
+    *,
+    refresh: bool = True,
 ) -> Any:
     """The lake's DuckDB connection, or a Spark engine over the same lake (``--engine spark``)."""
     if engine == "duckdb":
         if spark_remote:
             raise UsageError("--spark-remote needs --engine spark")
-        return open_lake(data).connect(tables)
+        return open_lake(data, refresh=refresh).connect(tables)
     if engine == "spark":
         from traceflow.engines.spark import connect as spark_connect
 
-        return spark_connect(open_lake(data), tables, spark_remote)
+        return spark_connect(open_lake(data, refresh=refresh), tables, spark_remote)
     raise UsageError(f"--engine {engine!r}: choose duckdb or spark")
 
 
-def open_lake(data: Path | None, *, create: bool = False) -> Lake:
+def open_lake(data: Path | None, *, create: bool = False, refresh: bool = True) -> Lake:
     """The lake in ``--data``, else ``$TRACEFLOW_DATA``, else the XDG data dir.
 
     Only commands that write (``create=True``: import, synth into the lake) may name a directory
-    that does not exist yet; a read command refuses it rather than report on an empty lake.
+    that does not exist yet; a read command refuses it rather than report on an empty lake, unless
+    it is the default lake and there are local agent logs to fill it with.
+
+    Every read command opens its lake here, so here it is first brought up to date: what is new in
+    the local agent logs it imports is imported (``refresh``: not with ``--no-refresh``, nor with
+    ``TRACEFLOW_REFRESH=0``; see :mod:`traceflow.store.local_logs`), and a lake fed by ``serve``
+    sets the freshness line of the tables and JSON printed (:data:`traceflow.output.FRESHNESS`).
     """
-    from traceflow import config
+    from traceflow import config, output
     from traceflow.store.lake import Lake
 
+    output.FRESHNESS = None
     location = config.data_location(data)
+    default = data is None and config.get("data") is None
     if config.is_url(location):  # an object-store lake: a prefix exists once something is written
-        return Lake(location)
+        lake = Lake(location)
+        if not create:
+            _refresh(lake, default, refresh)
+        return lake
     root = data_dir(data)
+    if not create and not root.exists() and _fills_default_lake(default, refresh):
+        create = True  # the default lake, first used: the refresh below fills it
+        root.mkdir(parents=True, exist_ok=True)
+        lake = Lake(root)
+        _refresh(lake, default, refresh)
+        return lake
     if not create and not root.exists():
         where = "--data" if data is not None else "the data directory"
         raise UsageError(
@@ -185,7 +224,73 @@ def open_lake(data: Path | None, *, create: bool = False) -> Lake:
         )
     if not create and not root.is_dir():
         raise UsageError(f"--data {root} is not a directory; pass the data directory of a lake")
-    return Lake(root)
+    lake = Lake(root)
+    if not create:
+        _refresh(lake, default, refresh)
+        _note_freshness(lake)
+    return lake
+
+
+def _fills_default_lake(default: bool, refresh: bool) -> bool:
+    """Whether a read command may create the default lake: it refreshes and an agent's default log
+    folder holds logs."""
+    from traceflow.store import local_logs
+
+    if not (default and refresh and local_logs.setting_on()):
+        return False
+    from traceflow import importers
+    from traceflow.importers.refresh import default_sources
+
+    return any(
+        importers.get(name).discover(Path(root))
+        for name, roots in default_sources().items()
+        for root in roots
+    )
+
+
+def _refresh(lake: Lake, default: bool, refresh: bool) -> None:
+    """Import what is new in the local agent logs ``lake`` imports (see :func:`open_lake`). A lake
+    that imports none costs one ``stat``; one whose logs did not change, one per folder and file."""
+    from traceflow.store import local_logs
+
+    if not refresh or not local_logs.setting_on():
+        return
+    marked = os.path.exists(local_logs.marker_path(lake.state_dir))
+    if not default and not marked:
+        return  # a lake that imports no local agent logs
+    if marked and local_logs.current(lake.state_dir):
+        return  # nothing new (an agent's folder that appeared since is found at the next change)
+    from traceflow.errors import TraceflowError
+    from traceflow.importers.refresh import refresh as refresh_logs
+
+    try:
+        summaries = refresh_logs(lake, default_lake=default)
+    except (TraceflowError, OSError) as e:
+        typer.echo(
+            f"traceflow: warning: could not bring the local agent logs up to date ({e}); answering "
+            "from what the lake holds (--no-refresh skips this step)",
+            err=True,
+        )
+        return
+    for summary in summaries:
+        if summary.skipped:
+            typer.echo(
+                f"traceflow: warning: refreshing {summary.source} skipped {summary.skipped:,} malformed "
+                f"record(s); `traceflow import {summary.source}` lists them",
+                err=True,
+            )
+
+
+def _note_freshness(lake: Lake) -> None:
+    """On a lake fed by ``serve``, the freshness line every table and JSON document then carries."""
+    from traceflow import output
+    from traceflow.store import freshness
+
+    if not freshness.serve_fed(lake):
+        return
+    fresh = freshness.of(lake)
+    if fresh is not None:
+        output.FRESHNESS = (fresh.line(), fresh.as_dict())
 
 
 @dataclass(frozen=True)
@@ -197,46 +302,67 @@ class LakeQuery:
     spark_remote: str | None
     fmt: str
     wide: bool = False
+    no_refresh: bool = False
 
     def connect(self, tables: list[str]) -> Any:
         """The lake's DuckDB connection over ``tables``, or with ``--engine spark`` a Spark engine."""
-        return connect(self.data, tables, self.engine, self.spark_remote)
+        return connect(self.data, tables, self.engine, self.spark_remote, refresh=not self.no_refresh)
+
+    def lake(self) -> Lake:
+        """The lake itself (refreshed unless ``--no-refresh``; see :func:`open_lake`)."""
+        return open_lake(self.data, refresh=not self.no_refresh)
 
     def source(self, tables: list[str]) -> Any:
         """The :class:`Lake` itself on DuckDB (a command that tunes its own connection opens it, as
         ``export`` does), else what :meth:`connect` gives: the Spark engine over ``tables``."""
         if self.engine == "duckdb" and not self.spark_remote:
-            return open_lake(self.data)
+            return self.lake()
         return self.connect(tables)
 
 
-def echo(value: Any, fmt: str, *, single: bool = False) -> None:
-    """Print ``value`` in ``fmt``: a table (``Rows`` or a frame) rendered, anything else as JSON with json."""
-    from traceflow.output import render, to_json
+def echo(
+    value: Any, fmt: str, *, single: bool = False, zone: str | None = None, essential: Sequence[str] = ()
+) -> None:
+    """Print ``value`` in ``fmt``: a table (``Rows`` or a frame) rendered, anything else as JSON with json;
+    its times shown in ``zone`` (the selection's; None: :func:`traceflow.store.zones.default_zone`);
+    ``essential``: the columns the view keeps when a table must leave some out to fit."""
+    from traceflow.output import document, render, to_json
     from traceflow.store import zones
 
-    value = zones.localise(value)
+    value = zones.localise(value, zones.default_zone() if zone is None else zone)
     if fmt == "json" and not hasattr(value, "columns"):
-        typer.echo(to_json(value))
+        typer.echo(to_json(document(value)))
     else:
-        typer.echo(render(value, fmt, single=single))
+        typer.echo(render(value, fmt, single=single, essential=essential))
+
+
+def echo_text(text: str) -> None:
+    """Print ``text`` (sentences beside a table) wrapped to the width tables fit."""
+    from traceflow.output import fit_text
+
+    typer.echo(fit_text(text))
 
 
 def echo_sections(
-    sections: Sequence[tuple[str, Rows | pl.DataFrame]], fmt: str, notes: Sequence[str] = ()
+    sections: Sequence[tuple[str, Rows | pl.DataFrame]],
+    fmt: str,
+    notes: Sequence[str] = (),
+    *,
+    zone: str | None = None,
 ) -> None:
-    """Several tables under titles (table and markdown formats), then one ``note:`` line per note."""
-    from traceflow.output import render
+    """Several tables under titles (table and markdown formats), then one ``note:`` line per note;
+    times shown in ``zone`` (as :func:`echo`)."""
+    from traceflow.output import Rows, fit_text, footer, render_markdown, render_table
     from traceflow.store import zones
 
     out: list[str] = []
-    for title, frame in zones.localise(list(sections)):
+    for title, frame in zones.localise(list(sections), zones.default_zone() if zone is None else zone):
         if fmt == "markdown":
-            out += [f"## {title}", "", render(frame, "markdown"), ""]
+            out += [f"## {title}", "", render_markdown(Rows.of(frame)), ""]
         else:
-            out += [title, "-" * len(title), render(frame, "table"), ""]
-    out += [f"note: {n}" for n in notes]
-    typer.echo("\n".join(out).rstrip("\n"))
+            out += [title, "-" * len(title), render_table(Rows.of(frame)), ""]
+    out += [fit_text(f"note: {n}") for n in notes]
+    typer.echo(footer("\n".join(out).rstrip("\n")))
 
 
 def build_selection(
@@ -249,15 +375,15 @@ def build_selection(
     source: list[str] | None = None,
     tz: str | None = None,
 ) -> Selection:
-    """The :class:`Selection` the selection options describe; ``tz`` (``--tz``, else the
-    ``tz`` setting) becomes the zone in force (:mod:`traceflow.store.zones`), in which a ``--since`` or
+    """The :class:`Selection` the selection options describe; ``tz`` (``--tz``, else
+    :func:`traceflow.store.zones.default_zone`) becomes its zone, in which a ``--since`` or
     ``--until`` without an offset is read."""
     from traceflow.store import zones
     from traceflow.store.selection import Selection
 
-    zones.use(tz)
-    start = parse_zoned(since, "--since") if since else None
-    end = parse_zoned(until, "--until") if until else None
+    zone = zones.default_zone() if tz is None else zones.resolve(tz)
+    start = parse_zoned(since, "--since", zone) if since else None
+    end = parse_zoned(until, "--until", zone, end=True) if until else None
     if start is not None and end is not None and start >= end:
         raise UsageError(
             f"--since {since} is not before --until {until}, so nothing is selected; swap them or "
@@ -271,22 +397,24 @@ def build_selection(
         sessions=tuple(session or ()),
         users=tuple(user or ()),
         sources=tuple(source or ()),
+        zone=zone,
     )
 
 
-def parse_zoned(value: str, option: str) -> dt.datetime:
-    """:func:`traceflow.store.selection.parse_time`, a date or time without an offset read in the zone
-    in force (``2026-08-01`` with ``--tz Asia/Tokyo``: Tokyo's midnight)."""
+def parse_zoned(value: str, option: str, zone: str, *, end: bool = False) -> dt.datetime:
+    """:func:`traceflow.store.selection.parse_time`, a date or time without an offset read in ``zone``
+    (``2026-08-01`` with ``--tz Asia/Tokyo``: Tokyo's midnight). With ``end`` (``--until``) a date
+    alone means the end of that day (:func:`traceflow.store.selection.parse_end`)."""
     from traceflow.store import zones
-    from traceflow.store.selection import parse_time
+    from traceflow.store.selection import parse_end, parse_time
 
-    parsed = parse_time(value, option)
+    parsed = (parse_end if end else parse_time)(value, option)
     text = value.strip().replace("Z", "+00:00")
     try:
         naive = dt.datetime.fromisoformat(text).tzinfo is None
     except ValueError:  # an age (7d): relative to now, no zone
         return parsed
-    return parsed.replace(tzinfo=zones.tzinfo()) if naive else parsed
+    return parsed.replace(tzinfo=zones.tzinfo(zone)) if naive else parsed
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -351,6 +479,20 @@ def with_selection(command: F) -> F:
     """
     options = [(name, annotation, None) for name, annotation in SELECTION_OPTIONS]
     return _expand(command, "selection", options, build_selection)
+
+
+def build_personal_selection(tz: str | None = None, **options: Any) -> Selection:
+    """:func:`build_selection` for a personal view: without ``--tz``, the zone is
+    :func:`traceflow.store.zones.personal_zone` (the setting, else this machine's), not UTC."""
+    from traceflow.store import zones
+
+    return build_selection(tz=zones.personal_zone() if tz is None else tz, **options)
+
+
+def with_personal_selection(command: F) -> F:
+    """:func:`with_selection` for a personal view (``blocks``): its zone defaults to this machine's."""
+    options = [(name, annotation, None) for name, annotation in SELECTION_OPTIONS]
+    return _expand(command, "selection", options, build_personal_selection)
 
 
 def with_lake_query(command: F) -> F:

@@ -245,7 +245,7 @@ def size(
 ) -> None:
     """Size KV tiers: bytes per token, footprint per TTL, tier hold time, SSD wear (DWPD) and cost."""
     from traceflow.kv.sizing import Prices, SsdArray, size_report
-    from traceflow.output import render, to_json
+    from traceflow.output import document, render, to_json
     from traceflow.units import parse_bandwidth, parse_duration, parse_size
 
     name, kv_size = kv.resolve(selection.models)
@@ -270,7 +270,7 @@ def size(
         rate_source=source_note,
     )
     if fmt == "json":
-        typer.echo(to_json(report))
+        typer.echo(to_json(document(report)))
         return
     parts = [
         render(_kv_rows(report), fmt),
@@ -410,10 +410,10 @@ def _print_simulation(
 ) -> None:
     """The simulate report: JSON, or (``lead``,) the summary, the tiers, the instances, the worst
     resume, the results over time and the sweep."""
-    from traceflow.output import render, to_json
+    from traceflow.output import document, render, to_json
 
     if fmt == "json":
-        typer.echo(to_json(report))
+        typer.echo(to_json(document(report)))
         return
     parts = [render(_kv_rows(lead), fmt)] if lead is not None else []
     parts += [render(_kv_rows(report), fmt), render(_table(report["tiers"]), fmt)]

@@ -4,12 +4,18 @@ Claude Code runs a status line command after each assistant message with a JSON 
 (``session_id``, ``transcript_path``, ``model.id``, ``workspace``, ``cost``, ...) and shows the first
 line it prints. This line says, for that session:
 
-* its **cost today** (the day in the zone in force, ``TRACEFLOW_TZ``) under the price model, sub-agents
+* its **cost today** (the day in ``--tz``, else ``TRACEFLOW_TZ``) under the price model, sub-agents
   included, and its token-weighted **reuse ratio** today, ``cache_read / (cold + read + write)``;
 * how long its **cache stays warm**: the TTL in force minus the time since the session's last
   request. The TTL in force is 1 hour when most of the session's cache-write tokens (today, main
-  stream) were 1-hour writes, else 5 minutes (DESIGN §3); a cache read refreshes the TTL, so the
-  clock starts at the last request, whatever it read or wrote.
+  stream) were 1-hour writes, else 5 minutes (docs/forensics.md#traceflow-misses); a cache read
+  refreshes the TTL, so the clock starts at the last request, whatever it read or wrote;
+* what ccusage's status line shows besides (docs/ccusage.md): the **model** (Claude Code's display
+  name), and the active 5-hour **block** of all sessions (:mod:`traceflow.analysis.blocks`' chain over
+  the requests' recorded times, read from the transcripts beside this one): its cost, the time left
+  and its **burn rate** in dollars per hour. The transcripts are read back only as far as the chain
+  needs: from 10 hours ago, further (doubling, at most 8 days) while requests in the first 5 hours
+  of that window could belong to a block that began before it.
 
 Where the numbers come from: the session's transcript (``transcript_path``, and its sub-agents'
 files beside it), read from its end back to the start of the day (or an hour ago, if earlier, so a
@@ -61,13 +67,17 @@ class Status:
     ttl_s: float
     last_request_at: dt.datetime | None
     warm_s: float | None  # seconds the cache stays warm; negative: it went cold that long ago
+    model: str | None = None  # Claude Code's name of the model (display name, else id)
+    block_cost_usd: float | None = None  # the active 5-hour block's cost (all sessions)
+    block_remaining_s: float | None = None  # time left in it
+    block_usd_per_hour: float | None = None  # its burn rate
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
 
 def parse_input(text: str) -> tuple[str, str | None, str | None]:
-    """(session id, transcript path, model id) from Claude Code's status line JSON."""
+    """(session id, transcript path, model name: display name, else id) from Claude Code's JSON."""
     import orjson
 
     try:
@@ -84,7 +94,7 @@ def parse_input(text: str) -> tuple[str, str | None, str | None]:
         )
     path = data.get("transcript_path")
     model = data.get("model")
-    model_id = model.get("id") if isinstance(model, dict) else None
+    model_id = (model.get("display_name") or model.get("id")) if isinstance(model, dict) else None
     return (
         data["session_id"],
         path if isinstance(path, str) and path else None,
@@ -149,6 +159,71 @@ def _lake_usage(data: str | None, session_id: str, since: dt.datetime) -> list[U
     ]
 
 
+#: How far back the block's chain is read first, and at most.
+BLOCK_LOOKBACK = dt.timedelta(hours=10)
+BLOCK_LOOKBACK_MAX = dt.timedelta(days=8)
+
+
+def _all_usage(projects: Path, since: dt.datetime) -> list[Any]:
+    """Every transcript's requests since ``since`` under ``projects`` (files changed since then)."""
+    from traceflow.importers.claude_code_tail import read_since
+
+    out: list[Any] = []
+    cutoff = since.timestamp()
+    for p in [*projects.glob("*/*.jsonl"), *projects.glob("*/*/subagents/*.jsonl")]:
+        try:
+            if p.stat().st_mtime < cutoff:
+                continue
+            out += [r for r in read_since(p, since) if r.at >= since]
+        except OSError:
+            continue
+    return out
+
+
+#: A block's length (:data:`traceflow.analysis.blocks.BLOCK`, not imported: that module loads DuckDB).
+BLOCK = dt.timedelta(hours=5)
+
+
+def block_at(usage: list[Any], now: dt.datetime, prices: Any) -> tuple[float, float, float | None] | None:
+    """(cost, seconds left, dollars per hour) of the block active at ``now`` among ``usage`` (each with
+    ``at``, ``model`` and tokens), by :func:`traceflow.analysis.blocks.group_blocks`' rule: a block
+    starts at its first request's UTC hour, floored, and a request at or after its end starts the
+    next; the burn rate is the cost over the minutes between its first and last request. Written
+    here so that the status line does not load DuckDB; tests/test_statusline.py checks it against
+    ``group_blocks``."""
+    start: dt.datetime | None = None
+    members: list[Any] = []
+    for r in sorted(usage, key=lambda r: r.at):
+        if start is None or r.at >= start + BLOCK:
+            start = r.at.astimezone(dt.UTC).replace(minute=0, second=0, microsecond=0)
+            members = []
+        members.append(r)
+    if start is None or not start <= now < start + BLOCK:
+        return None
+    cost = sum(
+        prices.cost(r.model, r.cold, r.read, r.write, r.output, r.write_1h or 0)
+        for r in members
+        if prices.priced(r.model) is not None  # a request without a model is not priced
+    )
+    minutes = (members[-1].at - members[0].at).total_seconds() / 60
+    return cost, (start + BLOCK - now).total_seconds(), cost / minutes * 60 if minutes > 0 else None
+
+
+def active_block(transcript: Path, now: dt.datetime, prices: Any) -> tuple[float, float, float | None] | None:
+    """(cost, seconds left, dollars per hour) of the 5-hour block active at ``now`` over every
+    transcript beside ``transcript`` (``projects/<project>/<session>.jsonl``), or None."""
+    projects = transcript.parent.parent
+    lookback = BLOCK_LOOKBACK
+    while True:
+        since = now - lookback
+        usage = _all_usage(projects, since)
+        early = any(r.at < since + BLOCK for r in usage)
+        if not early or lookback >= BLOCK_LOOKBACK_MAX:
+            break
+        lookback = min(lookback * 2, BLOCK_LOOKBACK_MAX)
+    return block_at(usage, now, prices)
+
+
 def ttl_in_force(usage: list[Usage]) -> float:
     """1 hour when most of the main stream's cache-write tokens with a known TTL were 1-hour writes."""
     w5 = sum(u.write_5m or 0 for u in usage if u.main)
@@ -164,8 +239,9 @@ def status(
     day_start: dt.datetime,
     data: str | None = None,
     prices: Any = None,
+    model: str | None = None,
 ) -> Status:
-    """The session's :class:`Status` at ``now``; ``day_start`` is today's start in the zone in force."""
+    """The session's :class:`Status` at ``now``; ``day_start`` is today's start in the chosen zone."""
     from traceflow.prices import PriceModel
     from traceflow.store.measures import context, ratio
 
@@ -185,7 +261,19 @@ def status(
     warm = ttl - (now - last).total_seconds() if last is not None else None
     if not usage:
         source = "none"
-    return Status(session_id, source, len(today), cost, reuse, ttl, last, warm)
+    block = active_block(Path(transcript), now, pm) if transcript and source == "transcript" else None
+    return Status(
+        session_id,
+        source,
+        len(today),
+        cost,
+        reuse,
+        ttl,
+        last,
+        warm,
+        model,
+        *(block if block is not None else (None, None, None)),
+    )
 
 
 def _minutes(seconds: float) -> str:
@@ -198,11 +286,13 @@ def _minutes(seconds: float) -> str:
 
 
 def line(st: Status) -> str:
-    """The status line: ``$1.24 today · reuse 93.2% · cache warm 41m 10s (1h TTL)``."""
+    """The status line: ``Sonnet 4.5 · $1.24 today · reuse 93.2% · cache warm 41m 10s (1h TTL) ·
+    block $3.10 (2h 45m left) · $1.20/h``."""
     if st.requests_today == 0 and st.warm_s is None:
         return "traceflow: no requests of this session today"
     ttl = "1h" if st.ttl_s == TTL_1H else "5m"
-    parts = [f"${st.cost_usd_today:,.2f} today"]
+    parts = [st.model] if st.model else []
+    parts.append(f"${st.cost_usd_today:,.2f} today")
     if st.reuse_ratio_today is not None:
         parts.append(f"reuse {st.reuse_ratio_today:.1%}")
     if st.warm_s is not None:
@@ -210,6 +300,10 @@ def line(st: Status) -> str:
             parts.append(f"cache warm {_minutes(st.warm_s)} ({ttl} TTL)")
         else:
             parts.append(f"cache cold {_minutes(st.warm_s)} ago ({ttl} TTL)")
+    if st.block_cost_usd is not None and st.block_remaining_s is not None:
+        parts.append(f"block ${st.block_cost_usd:,.2f} ({_minutes(st.block_remaining_s)} left)")
+        if st.block_usd_per_hour is not None:
+            parts.append(f"${st.block_usd_per_hour:,.2f}/h")
     return " · ".join(parts)
 
 
@@ -227,19 +321,25 @@ def run(
     from traceflow.prices import PriceModel
     from traceflow.store import zones
 
-    zones.use(tz)
+    zone = zones.default_zone() if tz is None else zones.resolve(tz)
     at = now or dt.datetime.now(dt.UTC)
-    local = at.astimezone(zones.tzinfo())
+    local = at.astimezone(zones.tzinfo(zone))
     day_start = local.replace(hour=0, minute=0, second=0, microsecond=0)
-    session_id, transcript, _ = parse_input(text)
+    session_id, transcript, model = parse_input(text)
     st = status(
-        session_id, transcript, now=at, day_start=day_start, data=data, prices=PriceModel.load(prices)
+        session_id,
+        transcript,
+        now=at,
+        day_start=day_start,
+        data=data,
+        prices=PriceModel.load(prices),
+        model=model,
     )
     if fmt == "table":
         return line(st)
     from traceflow.output import Rows, render, to_json
 
-    figures = zones.localise(st.as_dict())
+    figures = zones.localise(st.as_dict(), zone)
     if fmt == "json":
         return to_json(figures)
     return render(Rows(list(figures), [tuple(figures.values())]), fmt)

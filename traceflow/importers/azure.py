@@ -1,6 +1,6 @@
 """Azure LLM inference traces (Azure/AzurePublicDataset ``AzureLLMInferenceTrace_{code,conv}*.csv``).
 
-CSV with a header (REPLAY_FORMATS_AND_TRACES §4)::
+CSV with a header (docs/formats.md#azure-llm-inference-trace-2023)::
 
     TIMESTAMP,ContextTokens,GeneratedTokens
     2023-11-16 18:17:03.9799600,4808,10

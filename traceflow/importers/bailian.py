@@ -1,6 +1,6 @@
 """Alibaba Bailian traces (alibaba-edu/qwen-bailian-usagetraces-anon ``qwen_*_blksz_16.jsonl``).
 
-One JSON object per line (REPLAY_FORMATS_AND_TRACES §2.1 and §4; the dataset README)::
+One JSON object per line (docs/formats.md#alibaba-bailian; the dataset README)::
 
     {"chat_id": 159, "parent_chat_id": 55, "timestamp": 61.114, "input_length": 521,
      "output_length": 132, "type": "text", "turn": 2, "hash_ids": [1089, 1090, ...]}

@@ -1,6 +1,6 @@
 """BurstGPT traces (HPMLL/BurstGPT ``data/BurstGPT_*.csv``, also ``BurstGPT_without_fails_*.csv``).
 
-CSV with a header (REPLAY_FORMATS_AND_TRACES §4; the repository README)::
+CSV with a header (docs/formats.md#burstgpt; the repository README)::
 
     Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type
     5,ChatGPT,472,18,490,Conversation log

@@ -1,7 +1,7 @@
 """Claude Code's local JSONL transcripts: ``~/.claude/projects/<project>/<session>.jsonl``.
 
 One API response is written as one ``assistant`` line per content block, each repeating the whole
-``usage`` (AGENT_TELEMETRY_SCHEMAS §2.3); before v2.1.97 the early copies carry a placeholder
+``usage`` (docs/schemas.md#claude-code); before v2.1.97 the early copies carry a placeholder
 ``output_tokens``. We keep one row per ``(requestId, message.id)``: the most complete copy (largest
 token total, then the last written). The lake's views apply the same rule across imports, so the
 result does not depend on line order or on how a growing file was split between imports.

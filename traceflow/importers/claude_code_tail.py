@@ -6,8 +6,9 @@ began before ``since``: the work grows with the traffic since ``since`` (today),
 session's length. Lines are decoded by the importer's decoder
 (:data:`~traceflow.importers.claude_code_records.DECODER`) and deduplicated as the importer does:
 one request per ``(requestId, message.id)``, its most complete copy (largest
-:func:`traceflow.store.measures.completeness`, the last written among equals); API errors and synthetic
-messages carry no tokens. The cache write is :func:`traceflow.rows.anthropic_cache_write`'s.
+:func:`traceflow.store.measures.completeness`, the last written among equals); API errors and
+synthetic messages carry no tokens. The cache write is :func:`traceflow.rows.anthropic_cache_write`'s
+(docs/definitions.md).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """OpenAI Codex CLI rollout files: ``$CODEX_HOME/sessions/YYYY/MM/DD/rollout-*.jsonl``.
 
-Each line is ``{"timestamp": ISO, "type": T, "payload": {...}}`` (AGENT_TELEMETRY_SCHEMAS §3.6).
+Each line is ``{"timestamp": ISO, "type": T, "payload": {...}}`` (docs/schemas.md#codex).
 A request row comes from an ``event_msg``/``token_count`` line whose cumulative
 ``info.total_token_usage`` *advances*; the row holds the difference to the previous total:
 

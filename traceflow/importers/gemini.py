@@ -1,4 +1,4 @@
-"""Gemini CLI chat recordings: ``$GEMINI_DIR/tmp/<projectHash>/chats/*.jsonl`` (AGENT_TELEMETRY_SCHEMAS §4.5).
+"""Gemini CLI chat recordings: ``$GEMINI_DIR/tmp/<projectHash>/chats/*.jsonl`` (docs/schemas.md#gemini-cli).
 
 A recording starts with a metadata record ``{sessionId, projectHash, startTime, lastUpdated, kind}``,
 followed by MessageRecords ``{id, timestamp, type, content, model?, tokens?, ...}``, metadata updates
@@ -8,7 +8,7 @@ with ``messages`` is a checkpoint that replaces the whole message list, and ``$r
 message and everything after it. Because earlier records are superseded by later ones, the importer is
 ``whole_file``: it always gets the whole file and rebuilds the conversation from scratch.
 
-One request row per ``type: "gemini"`` message with tokens (§6.4 / §8):
+One request row per ``type: "gemini"`` message with tokens (docs/schemas.md#the-four-token-kinds):
 ``cold = input − cached`` (``input`` = promptTokenCount includes the cache), ``read = cached`` (clamped
 to ≤ input), ``write = 0`` (Gemini reports no per-request cache write; 5m/1h stay NULL),
 ``output = output + thoughts`` (candidates exclude thoughts), ``reasoning = thoughts``.

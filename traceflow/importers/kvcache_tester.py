@@ -1,6 +1,7 @@
 """kv-cache-tester (WEKA) Claude Code session traces (callanjfox/kv-cache-tester ``traces/trace_NNNN.json``).
 
-One JSON document per file, one Claude Code session each (REPLAY_FORMATS_AND_TRACES §4)::
+One JSON document per file, one Claude Code session each
+(docs/formats.md#kv-cache-tester-claude-code-sessions)::
 
     {"id": "trace_0010", "models": [...], "block_size": 64, "hash_id_scope": "local",
      "tool_tokens": ..., "system_tokens": ..., "totals": {...},

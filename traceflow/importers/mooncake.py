@@ -1,6 +1,6 @@
 """Mooncake traces (kvcache-ai/Mooncake ``FAST25-release/traces/*.jsonl`` and the same format elsewhere).
 
-One JSON object per line (REPLAY_FORMATS_AND_TRACES §1)::
+One JSON object per line (docs/formats.md#mooncake)::
 
     {"timestamp": 27482, "input_length": 6955, "output_length": 52, "hash_ids": [46, 47, ...]}
 

@@ -437,11 +437,15 @@ def run_import(
     *,
     progress: Callable[[int, int], None] | None = None,
     jobs: int | None = None,
+    files: Sequence[Path] | None = None,
 ) -> ImportSummary:
     """Import what is new under ``paths`` (or the agent's default locations) into ``lake``.
 
-    ``progress(done_bytes, total_bytes)`` is called as files are parsed.
+    ``progress(done_bytes, total_bytes)`` is called as files are parsed. ``files`` instead of
+    ``paths``: these files, found already (a refresh passes those that changed), not looked for.
     """
+    if files is not None:
+        return _run(lake, importer, list(files), progress, jobs)
     roots = list(paths) if paths else importer.default_paths()
     if not paths and not roots:
         raise _no_default_location(importer)
@@ -450,7 +454,7 @@ def run_import(
             raise MissingPath(
                 f"{root} does not exist; pass the path of a {importer.name} log file or directory"
             )
-    files: list[Path] = []
+    listed: list[Path] = []
     seen: set[Path] = set()
     for root in roots:
         found = importer.discover(root)
@@ -459,9 +463,19 @@ def run_import(
         for f in found:
             if f not in seen:
                 seen.add(f)
-                files.append(f)
-    if not paths and not files:  # the default folders are there, but hold no logs
+                listed.append(f)
+    if not paths and not listed:  # the default folders are there, but hold no logs
         raise _nothing_in_default_location(importer, roots)
+    return _run(lake, importer, listed, progress, jobs)
+
+
+def _run(
+    lake: Lake,
+    importer: Importer,
+    files: list[Path],
+    progress: Callable[[int, int], None] | None,
+    jobs: int | None,
+) -> ImportSummary:
     summary = ImportSummary(source=importer.name, files_seen=len(files))
     lake.ensure()
     writers = {os.getpid()}  # the processes whose staging files are this import's
@@ -558,7 +572,7 @@ def _import_files(
         _check_format(importer, summary, plans)
 
 
-#: What each importer reads, for the messages below (the README's table of sources says the same).
+#: What each importer reads, for the messages below (the table of sources in docs/collector.md says the same).
 READS: dict[str, str] = {
     "claude-code": "Claude Code transcripts (projects/<project>/<session>.jsonl)",
     "codex": "Codex rollouts (sessions/YYYY/MM/DD/rollout-*.jsonl)",
@@ -598,7 +612,8 @@ def _other_sources(importer: Importer, root: Path) -> list[str]:
 def _no_default_location(importer: Importer) -> UsageError:
     if importer.name in _LOOKS_LIKE:
         return UsageError(
-            f"no {importer.name} logs found in the default location (see the README's table of sources); "
+            f"no {importer.name} logs found in the default location "
+            "(see the table of sources in docs/collector.md); "
             f"pass the path of {_reads(importer)}: traceflow import {importer.name} PATH"
         )
     return UsageError(

@@ -1,6 +1,6 @@
 """TraceLab round traces (uw-syfi/TraceLab): real Claude Code and Codex rounds in TraceLab's format.
 
-One JSON object per LLM round (``round_trace.jsonl``; REPLAY_FORMATS_AND_TRACES, "TraceLab round traces")::
+One JSON object per LLM round (``round_trace.jsonl``; docs/formats.md#tracelab-round-traces)::
 
     {"provider": "claude", "project": "project_4c7b8a1b", "session_id": "claude:92ee...",
      "round_index": 0, "round_id": "msg_...", "model": "claude-opus-4-8",

@@ -1,6 +1,6 @@
 """KV-cache geometry: bytes per token (and per session) of a model, from its Hugging Face ``config.json``.
 
-Pure functions (no I/O except :func:`load_config`); formulas from ``KV_TIER_SIZING.md`` §1:
+Pure functions (no I/O except :func:`load_config`); formulas in docs/sizing-formulas.md#kv-bytes-per-token:
 
 * standard / grouped-query attention: ``2 (K and V) × L_full × kv_heads × head_dim × dtype_bytes``
 * latent attention (DeepSeek-style MLA): ``L × (kv_lora_rank + qk_rope_head_dim) × dtype_bytes`` (no ×2),
@@ -197,8 +197,8 @@ def state_bytes(c: Mapping[str, Any], kind: str, state_dtype: str | None = None)
     """Constant per-session bytes of one linear/SSM layer (vLLM ``MambaStateShapeCalculator`` shapes).
 
     Conv state in the model dtype; the recurrent state in ``mamba_ssm_cache_dtype`` when the config
-    sets it, fp32 for GatedDeltaNet and lightning attention (ASSUMPTION, KV_TIER_SIZING §1.4), else the
-    model dtype. ``state_dtype`` overrides both.
+    sets it, fp32 for GatedDeltaNet and lightning attention (ASSUMPTION,
+    docs/sizing-formulas.md#kv-bytes-per-token), else the model dtype. ``state_dtype`` overrides both.
     """
     conv_b = dtype_bytes(state_dtype or _model_dtype(c))
     if kind == "gdn":

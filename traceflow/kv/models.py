@@ -1,4 +1,5 @@
-"""The shipped model catalogue (KV_TIER_SIZING.md §2) and the lookup behind ``--model`` / ``--config``.
+"""The shipped model catalogue (docs/sizing-formulas.md#the-model-catalogue) and the lookup behind
+``--model`` / ``--config``.
 
 The catalogue is data: ``catalogue.toml`` beside this module, one ``[[model]]`` per entry holding the
 ``config.json`` keys the formulas in :mod:`traceflow.kv.geometry` read, so a catalogue model and
@@ -53,7 +54,7 @@ def _load_catalogue(path: Path) -> tuple[ModelSpec, ...]:
     )
 
 
-#: The shipped catalogue (KV_TIER_SIZING.md §2), from ``traceflow/kv/catalogue.toml``.
+#: The shipped catalogue (docs/sizing-formulas.md#the-model-catalogue), from ``traceflow/kv/catalogue.toml``.
 CATALOGUE: tuple[ModelSpec, ...] = _load_catalogue(_CATALOGUE_FILE)
 
 

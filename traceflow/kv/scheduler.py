@@ -115,7 +115,7 @@ class _Buckets:
 def run(
     spec: ServingSpec, turns: SessionTurns, bucket_s: float = 60.0, keep_requests: bool = False
 ) -> dict[str, Any]:
-    """Serve ``turns`` on ``spec``; the report (keys documented in README, ``--serving``).
+    """Serve ``turns`` on ``spec``; the report (keys documented in docs/sizing.md, ``simulate --serving``).
 
     ``keep_requests`` adds ``requests[]`` (per request: arrival, admission, TTFT, cached tokens; NaN
     where the run ended first).

@@ -165,7 +165,7 @@ class ServingSpec:
 
 # ------------------------------------------------------------------------------------------ presets
 
-#: The presets' one calibrated rate (printed in the report and the README); the other calibrated constant
+#: The presets' one calibrated rate (printed in the report and docs/sizing.md); the other calibrated constant
 #: of ``simulate`` is the workload's think time (:data:`traceflow.kv.synthetic.THINK_S`). Both are solved
 #: by ``benchmarks/calibrate_serving.py``.
 CALIBRATION = (
@@ -308,7 +308,9 @@ def spec_from_mapping(d: Mapping[str, Any], where: str = "--serving") -> Serving
             except (TypeError, ValueError):
                 raise UsageError(f"{where}: {key} = {value!r} is not a {kind.__name__}") from None
         else:
-            raise UsageError(f"{where}: unknown key {key!r}; the keys are listed in README, `--serving`")
+            raise UsageError(
+                f"{where}: unknown key {key!r}; the keys are listed in docs/sizing.md, `simulate --serving`"
+            )
     spec = replace(base, **changes)
     check_spec(spec, where)
     find_model(spec.model)  # a clear error for an unknown model

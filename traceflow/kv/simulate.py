@@ -4,8 +4,9 @@ Input is a :class:`~traceflow.kv.trace.BlockTrace`: requests in arrival order, e
 prefix-block ids. Tiers are given in bytes and hold ``capacity // (B × kv_bytes_per_token)`` blocks; the
 policies and the exclusive / inclusive hierarchy are described in :mod:`traceflow.kv.engines`.
 
-A request's usable hit is its longest resident prefix (every engine in KV_TIER_SIZING §4 needs a
-contiguous prefix); tokens after the first missing block are recomputed. So, per request,
+A request's usable hit is its longest resident prefix (every engine in
+docs/sizing-formulas.md#the-tier-model needs a contiguous prefix); tokens after the first missing
+block are recomputed. So, per request,
 ``Σ_tiers hit_tokens + recomputed_tokens = input_tokens``.
 
 TTFT model (per request, documented in :func:`traceflow.kv.sizing.ttft_seconds`)::

@@ -1,6 +1,6 @@
 """KV-cache tier sizing: footprint, how long a tier holds, SSD wear, cost. Pure functions, no I/O.
 
-Formulas (``KV_TIER_SIZING.md`` §3, §6, §8; ``b`` = KV bytes per token, ``R`` = KV token rate):
+Formulas (docs/sizing-formulas.md; ``b`` = KV bytes per token, ``R`` = KV token rate):
 
 * footprint(T)     = R × T × b                                  (+ per-session state × sessions)
 * hold time(C)     = C / (R × b)                                how long a tier of C bytes keeps KV
@@ -168,7 +168,7 @@ def footprint_tokens(rate_tok_s: float, ttl_s: float) -> float:
 
 
 def footprint_bytes(rate_tok_s: float, ttl_s: float, kv_bytes_per_token: float) -> float:
-    """Bytes of KV kept for ``ttl_s`` (formula (1)/(2) of KV_TIER_SIZING §3.1).
+    """Bytes of KV kept for ``ttl_s`` (docs/sizing-formulas.md#footprint-hold-time-and-ssd-wear).
 
     >>> footprint_bytes(4_200, 3_600, 126_976)
     1919877120000.0
@@ -257,7 +257,8 @@ def years_to_rated_endurance(actual_dwpd: float, rated_dwpd: float, warranty_yea
 def prefill_flops(
     n_active: float, layers: int, q_heads: int, d_qk: int, d_v: int, new_tokens: int, cached_tokens: int = 0
 ) -> float:
-    """Prefill FLOPs of ``new_tokens`` after ``cached_tokens`` of cached prefix (KV_TIER_SIZING §6.1).
+    """Prefill FLOPs of ``new_tokens`` after ``cached_tokens`` of cached prefix
+    (docs/sizing-formulas.md#prefill-flops-and-time-to-first-token).
 
     >>> f"{prefill_flops(70.6e9, 80, 64, 128, 128, 8_192):.4e}"
     '1.2447e+15'
@@ -286,7 +287,8 @@ def ttft_seconds(
     latency_s: Sequence[float] | None = None,
     overlap: bool = False,
 ) -> float:
-    """Time to first token: load hits from each tier, prefill the misses (KV_TIER_SIZING §6.4).
+    """Time to first token: load hits from each tier, prefill the misses
+    (docs/sizing-formulas.md#prefill-flops-and-time-to-first-token).
 
     A 128k-token MiniMax-M2 FP8 context: recomputed at 9,209 tok/s, loaded at 5.08 GB/s, at 20.3 GB/s
     (the rates that would give the seed's 13.9 s / 3.2 s / 0.8 s resumes; not the defaults).
@@ -314,7 +316,8 @@ PRICES_FILE = Path(__file__).with_name("prices.json")
 
 @dataclass(frozen=True)
 class Prices:
-    """Dated planning prices (KV_TIER_SIZING §8; ASSUMPTIONS, override with ``--prices FILE``).
+    """Dated planning prices (docs/sizing-formulas.md#planning-prices; ASSUMPTIONS, override with
+    ``--prices FILE``).
 
     The defaults are data, :data:`PRICES_FILE` (``traceflow/kv/prices.json``), read by :meth:`default`.
     A ``--prices`` file is JSON with any of these keys, replacing just those; copying the shipped file is

@@ -1,4 +1,5 @@
-"""The reference agentic-coding workload (DESIGN §4) as a seeded :class:`~traceflow.kv.trace.BlockTrace`.
+"""The reference agentic-coding workload (docs/replay.md#the-reference-agentic-coding-workload) as a seeded
+:class:`~traceflow.kv.trace.BlockTrace`.
 
 What ``traceflow simulate --workload agentic-coding`` replays; pure (numpy's seeded generator only).
 """
@@ -46,7 +47,8 @@ def agentic_coding_trace(
     seed: int = 0,
     **kw: Any,
 ) -> BlockTrace:
-    """The reference agentic-coding workload (DESIGN §4) as a seeded block trace.
+    """The reference agentic-coding workload (docs/replay.md#the-reference-agentic-coding-workload) as a
+    seeded block trace.
 
     Keywords and semantics: :func:`agentic_coding_turns`.
     """
@@ -71,7 +73,8 @@ def agentic_coding_turns(
     at_cap: str = "compact",
     compacted_tokens: tuple[int, int] = (4_000, 8_000),
 ) -> SessionTurns:
-    """The reference agentic-coding workload (DESIGN §4) as a seeded block trace, with each turn's answer.
+    """The reference agentic-coding workload (docs/replay.md#the-reference-agentic-coding-workload) as a
+    seeded block trace, with each turn's answer.
 
     Sessions arrive as a Poisson process (``sessions_per_min``); each turn appends a tool result of
     250–600 tokens (15 %: a file read of 1,500–3,500) and the model answers 40–200 tokens (15 %: a

@@ -140,7 +140,8 @@ def read_mooncake(source: str | Path | Iterable[bytes | str], block_size: int = 
 def chains_from_counts(
     times_s: Sequence[float], sessions: Sequence[str], context_tokens: Sequence[int], block_size: int = 512
 ) -> BlockTrace:
-    """Prefix blocks for traffic that carries token counts but no hash ids (KV_TIER_SIZING §5.1).
+    """Prefix blocks for traffic that carries token counts but no hash ids
+    (docs/sizing-formulas.md#from-token-counts-to-blocks).
 
     Each session is one append-only chain: full block ``k`` of a session is the same block on every
     request until the context shrinks (a compaction or reset starts a new chain); a partial last block

@@ -1,5 +1,5 @@
-"""Claude Code's OTLP telemetry -> ``requests`` rows (AGENT_TELEMETRY_SCHEMAS §1, §3;
-CLAUDE_CODE_REAL_CLIENT.md).
+"""Claude Code's OTLP telemetry -> ``requests`` rows (docs/schemas.md#claude-code;
+the captured payloads in tests/data/claude-code-otlp).
 
 * **``api_request`` log event** -> one ``requests`` row: cold = ``input_tokens``, read =
   ``cache_read_tokens``, write = ``cache_creation_tokens`` (the 5m + 1h sum when the total is 0 or

@@ -1,4 +1,4 @@
-"""Codex's OTLP log events -> ``requests`` rows (AGENT_TELEMETRY_SCHEMAS §4).
+"""Codex's OTLP log events -> ``requests`` rows (docs/schemas.md#codex).
 
 ``codex.sse_event`` with ``event.kind=response.completed`` and token counts -> a request (inclusive
 input: cold = input - cached - cache_write, cached clamped to input; write = 0 when absent; session =

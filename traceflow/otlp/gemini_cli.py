@@ -1,4 +1,4 @@
-"""Gemini CLI's OTLP log events -> ``requests`` rows (AGENT_TELEMETRY_SCHEMAS §5).
+"""Gemini CLI's OTLP log events -> ``requests`` rows (docs/schemas.md#gemini-cli).
 
 ``gemini_cli.api_response`` -> a request (cold = input - cached, output = output + thoughts,
 reasoning = thoughts, write NULL); one without usage (an error response) stays an event.

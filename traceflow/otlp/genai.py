@@ -1,4 +1,5 @@
-"""Spans with token usage from other instrumentations -> ``requests`` rows (AGENT_TELEMETRY_SCHEMAS §6.4, §8).
+"""Spans with token usage from other instrumentations -> ``requests`` rows
+(docs/schemas.md#opentelemetry-genai-spans-and-other-instrumentations).
 
 OTel GenAI ``gen_ai.usage.*`` (inclusive input, cache read and ``cache_write`` / older
 ``cache_creation`` subsets, reasoning) and OpenInference ``llm.token_count.*``. Legacy underscore

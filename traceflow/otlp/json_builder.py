@@ -1,6 +1,6 @@
 """OTLP/JSON objects -> protobuf ``Export*ServiceRequest`` messages, driven by the message descriptors.
 
-Read leniently (AGENT_TELEMETRY_SCHEMAS §7.2): int64 as strings or numbers, ``traceId``/``spanId``/
+Read leniently (docs/schemas.md#otlpjson-read-leniently): int64 as strings or numbers, ``traceId``/``spanId``/
 ``parentSpanId`` as hex (base64 is accepted too), lowerCamelCase or snake_case keys, enum names or
 numbers, unknown fields ignored. ``json_format.ParseDict`` reads about 1.4k log records/s here, so
 :func:`fill` walks the object itself (~10x faster), as strict about types as ParseDict, and names

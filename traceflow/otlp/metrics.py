@@ -1,4 +1,5 @@
-"""OTLP metrics -> ``metric_points`` rows with per-interval deltas (AGENT_TELEMETRY_SCHEMAS §7.4).
+"""OTLP metrics -> ``metric_points`` rows with per-interval deltas
+(docs/schemas.md#metrics-from-cumulative-sums-to-per-interval-deltas).
 
 * A stream is (resource attributes, scope name and version, metric name, point attributes); its key
   is a stable hash, so the state survives restarts (``MetricState.to_dict``/``from_dict``).

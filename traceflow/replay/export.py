@@ -1,8 +1,9 @@
-"""Replay exports: the selected requests as traces that serving benchmarks replay (DESIGN §4).
+"""Replay exports: the selected requests as traces that serving benchmarks replay
+(docs/replay.md#traceflow-export-format-o-file).
 
 :func:`export` loads the selection (:mod:`traceflow.replay.requests`), derives every request's
 ``hash_ids`` (:mod:`traceflow.replay.prefix`), hands both to the format's writer and writes the
-manifest. Formats (``REPLAY_FORMATS_AND_TRACES.md`` §1, §2, §4):
+manifest. Formats (docs/formats.md):
 
 ``mooncake``
     Flat Mooncake JSONL, one request a line, in arrival order (:mod:`traceflow.replay.mooncake`).

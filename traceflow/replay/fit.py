@@ -1,4 +1,5 @@
-"""Fit a workload profile to the selected requests (DESIGN §4).
+"""Fit a workload profile to the selected requests
+(docs/replay.md#traceflow-fit-o-profilejson-traceflow-synth).
 
 The profile is described in :mod:`traceflow.replay.workload`. :func:`fit` reads the main streams of the
 selected sessions (sub-agents and side requests on another model are left out): arrival = first requests

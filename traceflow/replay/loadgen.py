@@ -1,7 +1,7 @@
 """``traceflow synth --send URL``: replay a trace as Claude-Code-shaped OTLP log telemetry.
 
 Every request becomes one ``claude_code.api_request`` log record, exactly as Claude Code emits it
-(``reference/AGENT_TELEMETRY_SCHEMAS.md``; ``traceflow.otlp.claude_code`` maps it back to a request row):
+(docs/schemas.md#claude-code; ``traceflow.otlp.claude_code`` maps it back to a request row):
 body ``claude_code.api_request``, ``event.name = api_request``, ``session.id``, ``prompt.id``,
 ``request_id``, ``event.sequence``, ``event.timestamp``, ``model``, ``input_tokens`` (cold),
 ``cache_read_tokens``, ``cache_creation_tokens``, ``output_tokens``, ``duration_ms`` (and

@@ -1,4 +1,5 @@
-"""Prefix structure from token counts: ``hash_ids`` (prefix-block ids) for every request (DESIGN §4).
+"""Prefix structure from token counts: ``hash_ids`` (prefix-block ids) for every request
+(docs/replay.md#prefix-blocks-hash_ids).
 
 Telemetry has no token ids, only counts. A replay needs, per request, the ids of its prompt's blocks
 such that two requests share an id exactly where their prompts share that block *and everything

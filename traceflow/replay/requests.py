@@ -1,4 +1,4 @@
-"""The requests a replay reads: the selected requests of a lake, in replay order (DESIGN §4).
+"""The requests a replay reads: the selected requests of a lake, in replay order (docs/replay.md).
 
 :func:`load_requests` is what every replay stage starts from (the prefix derivation, the exports and
 the workload fit); the frame it returns is the shape they all accept, so a generated trace

@@ -1,4 +1,5 @@
-"""Source hash ids kept: requests that arrive with prefix-block ids of their own (DESIGN §4).
+"""Source hash ids kept: requests that arrive with prefix-block ids of their own
+(docs/replay.md#prefix-blocks-hash_ids).
 
 Source ids (Mooncake, kv-cache-tester, Bailian) are kept: at the source's block size they are
 re-based into a per-scope range (the first scope keeps its numbers, so a Mooncake trace re-exports

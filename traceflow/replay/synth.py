@@ -1,4 +1,5 @@
-"""Generate a trace from a workload profile or a preset (DESIGN §4).
+"""Generate a trace from a workload profile or a preset
+(docs/replay.md#traceflow-fit-o-profilejson-traceflow-synth).
 
 The profile is described in :mod:`traceflow.replay.workload`. :func:`generate`: sessions arrive by the
 renewal process (× ``rate_scale``) over ``duration``; each runs turn after turn (context = previous
@@ -7,7 +8,8 @@ cap (``end``) or at the end of the window, or compacts (``compact``). Seeded: on
 The reported cache: a request reads the previous context when the gap is within ``cache_ttl_s`` (5 min,
 Claude Code's TTL) and writes the rest (``attributes.cache_derived = "synthetic"``).
 
-The built-in preset ``agentic-coding`` is the reference workload of DESIGN §4 (the turn sizes of
+The built-in preset ``agentic-coding`` is the reference workload of
+docs/replay.md#the-reference-agentic-coding-workload (the turn sizes of
 ``traceflow.kv.synthetic.agentic_coding_trace``, ``traceflow simulate --workload``, which differs in
 three ways since issue 23: its sessions end at the cap, 11 of them resume, and its think time is
 calibrated): λ = 2.5 sessions/min Poisson; tool results of 250–600 tokens, 15 % file reads of
@@ -235,7 +237,7 @@ def preset(name: str) -> dict[str, Any]:
 _AGENTIC_CODING: dict[str, Any] = {
     "traceflow_profile": PROFILE_VERSION,
     "name": "agentic-coding",
-    "description": "The reference agentic-coding workload (DESIGN §4).",
+    "description": "The reference agentic-coding workload (docs/replay.md).",
     "agent": "claude-code",
     "model": "claude-sonnet-4-5",
     "arrival": {"sessions_per_min": 2.5, "cv": 1.0},

@@ -1,4 +1,5 @@
-"""Workload profiles: the document, its distributions, reading and writing it (DESIGN §4).
+"""Workload profiles: the document, its distributions, reading and writing it
+(docs/replay.md#traceflow-fit-o-profilejson-traceflow-synth).
 
 A *profile* is a small JSON document (``traceflow fit -o profile.json``)::
 

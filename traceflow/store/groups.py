@@ -7,13 +7,19 @@ Two kinds of grouping:
   ``kind`` for gaps): an expression over a ``requests`` row (``mix``) and one over the rows of the
   per-stream queries (``misses.sql``, ``gaps.sql``, ``sessions.sql``: ``root_session_id``,
   ``started_at``, ...). The periods (``day``, ``week``: the ISO week, labelled by its Monday,
-  ``month``) are taken in the zone in force (:mod:`traceflow.store.zones`; :data:`COLUMNS` holds their UTC
-  form, :func:`column_exprs` the one in force).
-* **Attribution** (``project``, ``host``, ``subagent_type``, ``attr:NAME``): read off the requests'
-  ``attributes``, one value per *stream* (``session_id``, ``parent_session_id``; a sub-agent is its
-  own stream): the first non-null value among the stream's requests (:func:`lookup_sql`). ``mix``
-  takes the stream's value, else (a request without a session) the request's own. ``sessions``
-  takes the value of the session's main stream.
+  ``month``) are taken in the selection's zone (``Selection.zone``, :mod:`traceflow.store.zones`;
+  :data:`COLUMNS` holds their UTC form, :func:`column_exprs` the one in a given zone).
+* **Attribution** (``project``, ``host``, ``subagent_type``, ``attr:NAME``): read off each request's
+  own ``attributes`` (its record's and its resource's). Only a request that carries no value
+  inherits one from its *stream* (``session_id``, ``parent_session_id``; a sub-agent is its own
+  stream), deterministically: the value of the nearest earlier request of the stream that carries
+  one, else of the earliest later one, in the order (request time, ``seq``, ``event_id``), over the
+  whole lake (not only the selection; :func:`attributed_sql`). A request without a session has only
+  its own value. For ``subagent_type`` a stream that carries none anywhere takes the ``agent_type``
+  of its ``subagent_completed`` event (the smallest, should there be several). ``mix`` groups each
+  request by its value; the per-stream queries (``misses``, ``gaps``) take the stream's value, which
+  is the value of its first request in that order (:func:`lookup_sql`), and ``sessions`` the value of
+  the session's main stream. The same rule on every engine and every run.
 
   - ``project``: the resource attribute the ``project_attribute`` setting names
     (``TRACEFLOW_PROJECT_ATTRIBUTE``, default ``project``; OTLP), else ``attributes.project``
@@ -127,7 +133,9 @@ class Keys:
     ``select``: ``"expr AS name, ..., "`` (empty without names); ``join``: a ``LEFT JOIN`` of the
     attribution values (empty when no attribution name is asked for); ``group``: ``GROUP BY 1, 2
     ORDER BY 1, 2`` (empty without names); ``names`` and ``exprs``: each name and its ``expr``, in
-    order (for a query that groups in steps, :mod:`traceflow.store.quantiles`).
+    order (for a query that groups in steps, :mod:`traceflow.store.quantiles`); ``relation``: what a
+    query over requests reads in place of ``requests`` (:func:`request_keys`: the requests with their
+    attribution, :func:`attributed_sql`).
     """
 
     select: str
@@ -135,11 +143,12 @@ class Keys:
     group: str
     names: tuple[str, ...] = ()
     exprs: tuple[str, ...] = ()
+    relation: str = "requests"
 
 
-def column_exprs(*, requests: bool) -> dict[str, str]:
+def column_exprs(*, requests: bool, zone: str) -> dict[str, str]:
     """:data:`COLUMNS`' expressions over a requests row (``requests``) or a per-stream query's row,
-    the periods (:data:`traceflow.store.zones.PERIODS`) taken in the zone in force."""
+    the periods (:data:`traceflow.store.zones.PERIODS`) taken in ``zone`` (``Selection.zone``)."""
     pick = 0 if requests else 1
     out: dict[str, str] = {}
     for name, pair in COLUMNS.items():
@@ -148,7 +157,7 @@ def column_exprs(*, requests: bool) -> dict[str, str]:
             out[name] = expr
     for period in zones.PERIODS:
         if period in out:
-            out[period] = zones.period_sql(period, REQUEST_TIME if requests else "started_at")
+            out[period] = zones.period_sql(period, REQUEST_TIME if requests else "started_at", zone)
     return out
 
 
@@ -210,66 +219,112 @@ def _session_tools_join() -> str:
     )
 
 
-def lookup_sql(names: Sequence[str]) -> str:
-    """One row per stream (``k_session``, ``k_parent``) with the first non-null value of each
-    attribution name among its requests (and, for ``subagent_type``, its ``subagent_completed``
-    events), as ``g0``, ``g1``, ... in the order of ``names``."""
-    cols = ", ".join(f"{request_expr(n)} AS g{i}" for i, n in enumerate(names))
-    parts = [f"SELECT session_id AS k_session, parent_session_id AS k_parent, {cols} FROM requests"]
-    if "subagent_type" in names:
-        i = list(names).index("subagent_type")
-        parts.append(
-            f"SELECT session_id AS k_session, parent_session_id AS k_parent, "
-            f"json_extract_string(attributes, '$.agent_type') AS g{i} "
-            "FROM events WHERE name = 'subagent_completed'"
+#: The stream order of attribution (a total order: ``event_id`` is unique in the view).
+STREAM_ORDER = f"{REQUEST_TIME} NULLS LAST, seq NULLS LAST, event_id NULLS LAST"
+_STREAM = "PARTITION BY session_id, parent_session_id"
+
+
+def attributed_sql(names: Sequence[str]) -> str:
+    """The ``requests`` rows, each with ``attr_g0``, ``attr_g1``, ... : its value of each attribution
+    name in ``names`` (its own, else inherited from its stream as the module says; a request without
+    a session keeps its own). Read as a relation in place of ``requests``."""
+    cols = []
+    for i, n in enumerate(names):
+        own = request_expr(n)
+        earlier = f"last_value({own} IGNORE NULLS) OVER ({_STREAM} ORDER BY {STREAM_ORDER} " + (
+            "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)"
         )
-    aggs = ", ".join(f"any_value(g{i}) AS g{i}" for i in range(len(names)))
-    union = " UNION ALL BY NAME ".join(f"({p})" for p in parts)
+        later = f"first_value({own} IGNORE NULLS) OVER ({_STREAM} ORDER BY {STREAM_ORDER} " + (
+            "ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING)"
+        )
+        inherited = f"coalesce({own}, {earlier}, {later})"
+        cols.append(f"CASE WHEN session_id IS NULL THEN {own} ELSE {inherited} END AS attr_g{i}")
+    return f"(SELECT *, {', '.join(cols)} FROM requests)"
+
+
+def _agent_types_sql() -> str:
+    """One row per stream (``k_session``, ``k_parent``) with the ``agent_type`` of its
+    ``subagent_completed`` event (the smallest, should there be several) as ``agent_type``."""
     return (
-        f"SELECT k_session, k_parent, {aggs} FROM ({union}) AS u "
-        "WHERE k_session IS NOT NULL GROUP BY k_session, k_parent"
+        "SELECT session_id AS k_session, parent_session_id AS k_parent, "
+        "min(json_extract_string(attributes, '$.agent_type')) AS agent_type "
+        "FROM events WHERE name = 'subagent_completed' AND session_id IS NOT NULL "
+        "GROUP BY session_id, parent_session_id"
     )
 
 
-def _keys(by: Sequence[str], expr: dict[str, str], on: str, tool_join: str) -> Keys:
+def lookup_sql(names: Sequence[str]) -> str:
+    """One row per stream (``k_session``, ``k_parent``) with the value of each attribution name of
+    its first request in stream order (:func:`attributed_sql`: its own or inherited, so the first that
+    carries one) and, for ``subagent_type``, else its ``subagent_completed`` event's, as ``g0``,
+    ``g1``, ... in the order of ``names``."""
+    firsts = ", ".join(f"max(CASE WHEN attr_n = 1 THEN attr_g{i} END) AS g{i}" for i in range(len(names)))
+    numbered = (
+        f"SELECT *, row_number() OVER ({_STREAM} ORDER BY {STREAM_ORDER}) AS attr_n "
+        f"FROM {attributed_sql(names)} AS a WHERE session_id IS NOT NULL"
+    )
+    text = (
+        f"SELECT session_id AS k_session, parent_session_id AS k_parent, {firsts} "
+        f"FROM ({numbered}) AS n GROUP BY session_id, parent_session_id"
+    )
+    if "subagent_type" not in names:
+        return text
+    i = list(names).index("subagent_type")
+    cols = ", ".join(
+        f"coalesce(s.g{j}, e.agent_type) AS g{j}" if j == i else f"s.g{j} AS g{j}" for j in range(len(names))
+    )
+    return (
+        f"SELECT coalesce(s.k_session, e.k_session) AS k_session, "
+        f"CASE WHEN s.k_session IS NULL THEN e.k_parent ELSE s.k_parent END AS k_parent, {cols} "
+        f"FROM ({text}) AS s FULL JOIN ({_agent_types_sql()}) AS e "
+        "ON e.k_session = s.k_session AND e.k_parent IS NOT DISTINCT FROM s.k_parent"
+    )
+
+
+def _keys(
+    by: Sequence[str], expr: dict[str, str], join: str, tool_join: str, relation: str = "requests"
+) -> Keys:
     if not by:
         return Keys("", "", "")
-    attribution = [b for b in by if is_attribution(b)]
     expr = {**expr, TOOL: f"{TOOL_ALIAS}.tool"}
     select = "".join(f"{expr[b]} AS {ident(b)}, " for b in by)
-    join = f"LEFT JOIN ({lookup_sql(attribution)}) AS {ALIAS} ON {on}" if attribution else ""
     if TOOL in by:
-        join += " " + tool_join
+        join = (join + " " + tool_join).strip()
     positions = ", ".join(str(i + 1) for i in range(len(by)))
     group = f"GROUP BY {positions} ORDER BY {positions}"
-    return Keys(select, join, group, tuple(by), tuple(expr[b] for b in by))
+    return Keys(select, join, group, tuple(by), tuple(expr[b] for b in by), relation)
 
 
-def request_keys(by: Sequence[str], table: str = "r") -> Keys:
-    """Grouping over ``requests`` (aliased ``table``): the ``mix`` groupings."""
+def request_keys(by: Sequence[str], table: str = "r", *, zone: str) -> Keys:
+    """Grouping over ``requests`` (read as :attr:`Keys.relation`, aliased ``table``): the ``mix``
+    groupings, the periods in ``zone``, each request attributed by its own values (:func:`attributed_sql`)."""
     check(by, choices(requests=True))
     attribution = [b for b in by if is_attribution(b)]
-    expr = column_exprs(requests=True)
+    expr = column_exprs(requests=True, zone=zone)
+    join = ""
     for i, b in enumerate(attribution):
-        own = request_expr(b, f"{table}.attributes")
-        expr[b] = f"coalesce({ALIAS}.g{i}, {own})"
-    on = (
-        f"{ALIAS}.k_session = {table}.session_id "
-        f"AND {ALIAS}.k_parent IS NOT DISTINCT FROM {table}.parent_session_id"
-    )
+        expr[b] = f"{table}.attr_g{i}"
+        if b == "subagent_type":  # a stream that carries none: its subagent_completed event's
+            event = f"coalesce({expr[b]}, {ALIAS}.agent_type)"
+            expr[b] = f"CASE WHEN {table}.session_id IS NULL THEN {expr[b]} ELSE {event} END"
+            join = (
+                f"LEFT JOIN ({_agent_types_sql()}) AS {ALIAS} ON {ALIAS}.k_session = {table}.session_id "
+                f"AND {ALIAS}.k_parent IS NOT DISTINCT FROM {table}.parent_session_id"
+            )
     tools = _tool_join(
         f"{table}.session_id", f"{table}.parent_session_id", f"coalesce({table}.started_at, {table}.ended_at)"
     )
-    return _keys(by, expr, on, tools)
+    relation = attributed_sql(attribution) if attribution else "requests"
+    return _keys(by, expr, join, tools, relation)
 
 
-def row_keys(by: Sequence[str], *, sessions: bool = False, kind: bool = False) -> Keys:
+def row_keys(by: Sequence[str], *, zone: str, sessions: bool = False, kind: bool = False) -> Keys:
     """Grouping over the rows of a per-stream query: one row per request (``misses.sql``,
     ``gaps.sql``: with ``session_id`` and ``parent_session_id``) or, with ``sessions``, one per
-    session (``sessions.sql``: attribution by the session's main stream)."""
+    session (``sessions.sql``: attribution by the session's main stream); the periods in ``zone``."""
     check(by, choices(requests=False, subagents=not sessions, kind=kind))
     attribution = [b for b in by if is_attribution(b)]
-    expr = column_exprs(requests=False)
+    expr = column_exprs(requests=False, zone=zone)
     for i, b in enumerate(attribution):
         expr[b] = f"{ALIAS}.g{i}"
     if sessions:
@@ -278,4 +333,5 @@ def row_keys(by: Sequence[str], *, sessions: bool = False, kind: bool = False) -
     else:
         on = f"{ALIAS}.k_session = session_id AND {ALIAS}.k_parent IS NOT DISTINCT FROM parent_session_id"
         tools = _tool_join("session_id", "parent_session_id", "started_at")
-    return _keys(by, expr, on, tools)
+    join = f"LEFT JOIN ({lookup_sql(attribution)}) AS {ALIAS} ON {on}" if attribution else ""
+    return _keys(by, expr, join, tools)

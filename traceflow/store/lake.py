@@ -1,6 +1,6 @@
 """The Parquet lake: immutable files published atomically, read through deduplicating DuckDB views.
 
-Layout (DESIGN §2)::
+Layout (docs/lake.md#storage)::
 
     <data>/v1/<table>/dt=YYYY-MM-DD/<time_ns>-<pid>-<rand>.parquet   published files (never modified)
     <data>/v1/_staging/                                              files being written

@@ -1,8 +1,14 @@
 """The selection every analysis takes: a time window and filters, turned into a SQL predicate.
 
-A request's time is the requests view's ``request_time`` (:data:`traceflow.store.measures.REQUEST_COLUMNS`);
-``--since`` is inclusive and ``--until`` exclusive, both in UTC unless they carry an offset. Values
-travel as DuckDB parameters, never spliced into the SQL text.
+A request's time is the requests view's ``request_time`` (docs/definitions.md); ``--since`` is
+inclusive and ``--until`` exclusive, both in UTC unless they carry an offset (:func:`parse_time`; the
+CLI reads one without an offset in the selection's zone); a date alone as ``--until`` includes that
+whole day (:func:`parse_end`: ``--until 2026-11-05`` ends at the 6th's midnight, as ccusage reads
+it). Values travel as DuckDB parameters, never spliced into the SQL text.
+
+The selection also carries the **zone** (``zone``, an IANA name; default
+:func:`traceflow.store.zones.default_zone`) in which its requests' days, weeks and months are grouped
+and their times printed: an analysis receives it here, never from process state (``docs/zones.md``).
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from traceflow.errors import UsageError
-from traceflow.store import measures
+from traceflow.store import measures, zones
 from traceflow.units import parse_duration
 
 #: The time of a request, as analyses group and filter it (the column of the requests view).
@@ -36,9 +42,20 @@ def parse_time(value: str, option: str) -> dt.datetime:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
 
+def parse_end(value: str, option: str) -> dt.datetime:
+    """The end of a window: :func:`parse_time`, except that a date alone (``2026-11-05``,
+    ``20261105``) ends at the next midnight, so that the day it names is included."""
+    parsed = parse_time(value, option)
+    try:
+        dt.date.fromisoformat(value.strip())
+    except ValueError:
+        return parsed
+    return parsed + dt.timedelta(days=1)
+
+
 @dataclass(frozen=True)
 class Selection:
-    """Which requests an analysis looks at."""
+    """Which requests an analysis looks at, and the zone (``zone``) its periods and times are in."""
 
     since: dt.datetime | None = None
     until: dt.datetime | None = None
@@ -48,6 +65,11 @@ class Selection:
     users: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
+    zone: str = field(default_factory=zones.default_zone)
+
+    def __post_init__(self) -> None:
+        # an IANA name, UTC or local, resolved once (a bad name is a usage error naming the fix)
+        object.__setattr__(self, "zone", zones.resolve(self.zone, "zone"))
 
     def where(self, time_expr: str = REQUEST_TIME) -> tuple[str, list[Any]]:
         """A ``WHERE`` body (``true`` when nothing is filtered) and its positional parameters."""
@@ -80,3 +102,8 @@ class Selection:
                 clauses.append(f"{column} IN ({', '.join('?' for _ in values)})")
                 params.extend(values)
         return clauses, params
+
+
+def zone_of(selection: Selection | None) -> str:
+    """The zone of ``selection`` (no selection: :func:`traceflow.store.zones.default_zone`)."""
+    return selection.zone if selection is not None else zones.default_zone()

@@ -1,4 +1,4 @@
-"""Time bases: agent telemetry beside public serving traces (DESIGN §2).
+"""Time bases: agent telemetry beside public serving traces (docs/everyday.md#time-bases).
 
 Every source has a *time base*, one per kind of source. Agent telemetry (Claude Code, Codex, Gemini,
 OTLP, TraceLab, ...) shares one: ``agent``, absolute UTC times. Each public serving trace
@@ -222,6 +222,29 @@ def bounded_resolution(span: float, resolution_s: float, max_buckets: int = MAX_
         if nice > res and span / nice <= room:
             return float(nice)
     return float(math.ceil(span / room / 86400) * 86400)
+
+
+def coarsening_note(asked_s: float, used_s: float) -> str | None:
+    """What a grid coarsened past :data:`MAX_BUCKETS` says (None when it was not): the width used,
+    and that the series of two selections add up bucket by bucket only at one width, which each must
+    then be asked at (a window of a coarsened selection is coarsened less, or not at all).
+
+    >>> coarsening_note(60, 60) is None
+    True
+    >>> coarsening_note(60, 120).split(": ")[-1]
+    'ask each with --resolution 2m'
+    """
+    if used_s == asked_s:
+        return None
+    from traceflow.units import format_duration
+
+    used = format_duration(used_s)
+    asked = format_duration(asked_s)
+    return (
+        f"buckets of {used}, not the {asked} asked (at {asked} this selection would pass {MAX_BUCKETS:,} "
+        f"buckets); series of other selections add up with this one bucket by bucket only at one width: "
+        f"ask each with --resolution {used}"
+    )
 
 
 def grid_resolution(

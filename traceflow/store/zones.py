@@ -1,6 +1,6 @@
 """The time zone of days, weeks and months, and of printed times (``--tz``, ``TRACEFLOW_TZ``).
 
-The lake keeps UTC (DESIGN §2); a zone only changes how times are *grouped* (``--by day``,
+The lake keeps UTC (docs/lake.md#data-model); a zone only changes how times are *grouped* (``--by day``,
 ``--by week``, ``--by month``, the 5-hour blocks' printed bounds) and *printed*, and how a date or
 time without an offset in ``--since``/``--until`` is read.
 
@@ -11,8 +11,9 @@ the telemetry itself is stamped in UTC. Set ``TRACEFLOW_TZ=local`` (the machine'
 uses) or an IANA name (``Asia/Tokyo``) once to have local days everywhere; ``--tz`` overrides it
 per command.
 
-The zone in force is process state (:func:`use`, :func:`current`): the CLI sets it once from
-``--tz`` before it runs a command, and the groupings of :mod:`traceflow.store.groups` read it.
+The zone is never process state: it is a field of the
+:class:`~traceflow.store.selection.Selection` (default :func:`default_zone`), and every function
+here that groups or prints a time takes it as an argument (``docs/zones.md``).
 """
 
 from __future__ import annotations
@@ -20,8 +21,6 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from traceflow import config
@@ -31,8 +30,6 @@ from traceflow.store import measures
 UTC = "UTC"
 #: The period groupings (their labels: :data:`traceflow.store.measures.PERIODS`).
 PERIODS = tuple(measures.PERIODS)
-
-_in_force: str | None = None
 
 
 def local_zone() -> str:
@@ -76,34 +73,24 @@ def resolve(name: str | None, option: str = "--tz") -> str:
     return text
 
 
-def use(name: str | None, option: str = "--tz") -> str:
-    """Make ``name`` (resolved as :func:`resolve` does; None: the ``tz`` setting) the zone in force."""
-    global _in_force
-    _in_force = resolve(config.get("tz"), "TRACEFLOW_TZ") if name is None else resolve(name, option)
-    return _in_force
+def default_zone() -> str:
+    """The zone of a selection that names none: the ``tz`` setting (``TRACEFLOW_TZ``), else UTC.
 
-
-def current() -> str:
-    """The zone in force: what :func:`use` set, else the ``tz`` setting (``TRACEFLOW_TZ``), else UTC."""
-    if _in_force is not None:
-        return _in_force
+    The one place the default is decided: a :class:`~traceflow.store.selection.Selection`, the CLI
+    (no ``--tz``) and the printed times of a command without a selection all take it from here."""
     return resolve(config.get("tz"), "TRACEFLOW_TZ")
 
 
-@contextmanager
-def using(name: str) -> Iterator[str]:
-    """The zone ``name`` in force inside a ``with`` block (the previous one after it)."""
-    global _in_force
-    before = _in_force
-    try:
-        yield use(name)
-    finally:
-        _in_force = before
+def personal_zone() -> str:
+    """The zone of a personal view (``daily``, ``weekly``, ``monthly``, ``session``, ``blocks``) that
+    names none: the ``tz`` setting when set (a server lake may pin UTC there), else this machine's
+    zone, as ccusage and every personal CLI use (``docs/zones.md``)."""
+    setting = config.get("tz")
+    return resolve(setting, "TRACEFLOW_TZ") if setting else local_zone()
 
 
-def tzinfo(name: str | None = None) -> dt.tzinfo:
-    """The ``tzinfo`` of ``name`` (default: the zone in force)."""
-    zone = name or current()
+def tzinfo(zone: str) -> dt.tzinfo:
+    """The ``tzinfo`` of the (resolved) zone name ``zone``."""
     if zone == UTC:
         return dt.UTC
     import zoneinfo
@@ -111,19 +98,20 @@ def tzinfo(name: str | None = None) -> dt.tzinfo:
     return zoneinfo.ZoneInfo(zone)
 
 
-def wall_clock_sql(expr: str, zone: str | None = None) -> str:
-    """``expr`` (a TIMESTAMPTZ) as the wall-clock TIMESTAMP of ``zone`` (default: the zone in force)."""
-    z = zone or current()
-    return f"({expr} AT TIME ZONE '{z}')"
+def wall_clock_sql(expr: str, zone: str) -> str:
+    """``expr`` (a TIMESTAMPTZ) as the wall-clock TIMESTAMP of ``zone``."""
+    if "'" in zone:
+        raise ValueError(f"not a zone name: {zone!r}")
+    return f"({expr} AT TIME ZONE '{zone}')"
 
 
-def period_sql(period: str, expr: str, zone: str | None = None) -> str:
+def period_sql(period: str, expr: str, zone: str) -> str:
     """The label of the ``period`` (day, week, month) that the time ``expr`` falls in, in ``zone``:
     ``2026-12-02`` for a day, the ISO week's Monday ``2026-11-30`` for a week, ``2026-12`` for a month."""
     return measures.period_label_sql(period, wall_clock_sql(expr, zone))
 
 
-def period_of(period: str, when: dt.datetime, zone: str | None = None) -> str:
+def period_of(period: str, when: dt.datetime, zone: str) -> str:
     """The label :func:`period_sql` gives the time ``when`` (an aware datetime), computed in Python
     from the same :data:`traceflow.store.measures.PERIODS` (``tests/test_periods.py`` compares the two)."""
     spec = measures.PERIODS.get(period)
@@ -137,19 +125,17 @@ def period_of(period: str, when: dt.datetime, zone: str | None = None) -> str:
     return local.strftime(spec.fmt)
 
 
-def naive_in_zone(value: dt.datetime, zone: str | None = None) -> dt.datetime:
-    """``value`` with the zone in force attached when it carries no offset (an aware one unchanged)."""
+def naive_in_zone(value: dt.datetime, zone: str) -> dt.datetime:
+    """``value`` with ``zone`` attached when it carries no offset (an aware one unchanged)."""
     return value if value.tzinfo is not None else value.replace(tzinfo=tzinfo(zone))
 
 
-def localise(value: Any, zone: str | None = None) -> Any:
-    """``value`` with every aware datetime in it shown in ``zone`` (default: the zone in force):
-    a datetime, a list, tuple or dict of them, or a polars frame's zoned columns. UTC changes nothing."""
-    z = zone or current()
-    if z == UTC:
+def localise(value: Any, zone: str) -> Any:
+    """``value`` with every aware datetime in it shown in ``zone``: a datetime, a list, tuple or
+    dict of them, or a polars frame's zoned columns. UTC changes nothing."""
+    if zone == UTC:
         return value
-    info = tzinfo(z)
-    return _localise(value, info, z)
+    return _localise(value, tzinfo(zone), zone)
 
 
 def _localise(value: Any, info: dt.tzinfo, zone: str) -> Any:
@@ -166,7 +152,8 @@ def _localise(value: Any, info: dt.tzinfo, zone: str) -> Any:
     if isinstance(rows, list) and isinstance(columns, list):  # traceflow.output.Rows
         from traceflow.output import Rows
 
-        return Rows(columns, [tuple(_localise(v, info, zone) for v in r) for r in rows])
+        localised = [tuple(_localise(v, info, zone) for v in r) for r in rows]
+        return Rows(columns, localised, getattr(value, "essential", ()))
     schema = getattr(value, "schema", None)
     if schema is not None and hasattr(value, "with_columns"):  # a polars frame
         import polars as pl

@@ -1,0 +1,34 @@
+-- usage_periods: per period, agent, user and model: requests, the token kinds (1-hour writes too) and the first
+-- and last recorded time, each request filed at the time the agent recorded it (ended_at, the
+-- transcript line's timestamp; started_at when there is none), as ccusage files it. What `daily`,
+-- `weekly`, `monthly`, `session` and `blocks --json` sum (traceflow.analysis.usage): they replace
+-- the `period` block (the UTC day here) with their key and the `agents` block with a predicate
+-- keeping agent telemetry only.
+-- params:  $since TIMESTAMPTZ = NULL  only requests recorded at or after this time
+--          $until TIMESTAMPTZ = NULL  only requests recorded before this time
+-- returns: period, agent, user_id, model, requests, cold_input_tokens, cache_read_tokens, cache_write_tokens,
+--          cache_write_1h_tokens, output_tokens, first_at, last_at
+
+WITH sel AS (
+    SELECT *
+    FROM requests
+    WHERE coalesce(ended_at, started_at) IS NOT NULL
+      AND /*@agents*/ true /*@end*/
+      AND /*@selection*/ (CAST($since AS TIMESTAMPTZ) IS NULL OR coalesce(ended_at, started_at) >= CAST($since AS TIMESTAMPTZ))
+      AND (CAST($until AS TIMESTAMPTZ) IS NULL OR coalesce(ended_at, started_at) < CAST($until AS TIMESTAMPTZ)) /*@end*/
+)
+SELECT /*@period*/ strftime(coalesce(ended_at, started_at) AT TIME ZONE 'UTC', '%Y-%m-%d') /*@end*/ AS period,
+       agent,
+       user_id,
+       model,
+       count(*)::BIGINT AS requests,
+       coalesce(sum(cold_input_tokens), 0)::BIGINT AS cold_input_tokens,
+       coalesce(sum(cache_read_tokens), 0)::BIGINT AS cache_read_tokens,
+       coalesce(sum(cache_write_tokens), 0)::BIGINT AS cache_write_tokens,
+       coalesce(sum(cache_write_1h_tokens), 0)::BIGINT AS cache_write_1h_tokens,
+       coalesce(sum(output_tokens), 0)::BIGINT AS output_tokens,
+       min(coalesce(ended_at, started_at)) AS first_at,
+       max(coalesce(ended_at, started_at)) AS last_at
+FROM sel
+GROUP BY 1, 2, 3, 4
+ORDER BY 1, 2, 3, 4;
