@@ -78,9 +78,7 @@ class ImportSummary:
     rows: dict[str, int] = field(default_factory=lambda: {t: 0 for t in TABLES})
     skipped: int = 0
     errors: list[LineError] = field(default_factory=list)
-    #: Request ids the lake holds with copies that disagree on user or session
-    #: (:meth:`~traceflow.store.lake.Lake.conflicts`; None: not counted).
-    conflicts: int | None = None
+    conflicts: int | None = None  # ids with copies that disagree on user or session (Lake.conflicts)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -104,11 +102,8 @@ class ImportSummary:
         )
         if self.skipped:
             text += f"; {self.skipped:,} record(s) skipped (see above)"
-        if self.conflicts:
-            text += (
-                f"; {self.conflicts:,} request id(s) in the lake have copies that disagree on user or "
-                "session (replayed traffic?): one copy of each is kept (docs/definitions.md)"
-            )
+        if self.conflicts:  # replayed traffic, say: one copy of each is kept
+            text += f"; {self.conflicts:,} request id(s) have copies that disagree on user or session"
         return text
 
 
