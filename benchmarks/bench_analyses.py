@@ -165,6 +165,7 @@ def proposed_view_sql(lake: object, name: str) -> str:
     """
     from traceflow.schema import REQUESTS, TABLES
     from traceflow.store.lake import Lake
+    from traceflow.store.measures import dedup_order, request_columns_sql
 
     assert isinstance(lake, Lake)
     spec = TABLES[name]
@@ -182,11 +183,7 @@ def proposed_view_sql(lake: object, name: str) -> str:
         listing = ", ".join(f"'{p}'" for p in paths)
         return f"read_parquet([{listing}], union_by_name = true, hive_partitioning = false)"
 
-    completeness = (
-        "coalesce(cold_input_tokens, 0) + coalesce(cache_read_tokens, 0)"
-        " + coalesce(cache_write_tokens, 0) + coalesce(output_tokens, 0)"
-    )
-    order = f"{completeness} DESC, ingested_at DESC" if name == REQUESTS.name else "ingested_at DESC"
+    order = dedup_order(name)
     parts = []
     if single:
         parts.append(f"SELECT {typed} FROM {src(single)}")
@@ -196,13 +193,7 @@ def proposed_view_sql(lake: object, name: str) -> str:
             f"QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY {order}) = 1"
         )
     raw = " UNION ALL ".join(f"({p})" for p in parts)
-    extra = ""
-    if name == REQUESTS.name:
-        extra = (
-            ", coalesce(cold_input_tokens, 0) + coalesce(cache_read_tokens, 0)"
-            " + coalesce(cache_write_tokens, 0) AS context_tokens"
-            f", {completeness} AS total_tokens"
-        )
+    extra = f", {request_columns_sql()}" if name == REQUESTS.name else ""
     return f"CREATE OR REPLACE VIEW {name} AS SELECT * {extra} FROM ({raw})"
 
 

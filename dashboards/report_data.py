@@ -92,7 +92,7 @@ DEFAULT_REPORT_OPTIONS = ReportOptions()
 def _time_span(con: duckdb.DuckDBPyConnection, where: str, params: list[Any]) -> tuple[int, float]:
     row = con.execute(
         "SELECT count(*)::BIGINT, coalesce(epoch(max(coalesce(ended_at, started_at)))"
-        " - epoch(min(coalesce(started_at, ended_at))), 0)::DOUBLE"
+        " - epoch(min(request_time)), 0)::DOUBLE"
         f" FROM requests WHERE {where}",
         params,
     ).fetchall()
@@ -291,12 +291,11 @@ def context_frame(
     sql = f"""
 WITH main AS (
     SELECT session_id AS s,
-           epoch(coalesce(started_at, ended_at)) AS t,
-           (coalesce(cold_input_tokens, 0) + coalesce(cache_read_tokens, 0)
-            + coalesce(cache_write_tokens, 0))::BIGINT AS ctx
+           epoch(request_time) AS t,
+           context_tokens AS ctx
     FROM requests
     WHERE ({where}) AND session_id IS NOT NULL AND parent_session_id IS NULL
-      AND coalesce(started_at, ended_at) IS NOT NULL
+      AND request_time IS NOT NULL
 ),
 top AS (
     SELECT s, count(*) AS n, min(t) AS t0 FROM main GROUP BY s ORDER BY n DESC, s LIMIT {int(sessions)}
@@ -338,13 +337,13 @@ def dwpd_frame(
     from traceflow.store import zones
     from traceflow.store.sql import query_frame
 
-    day = zones.period_sql("day", "coalesce(started_at, ended_at)", zone)  # the day in --tz
+    day = zones.period_sql("day", "request_time", zone)  # the day in --tz
     sql = f"""
 SELECT {day} AS day,
        coalesce(sum(cache_write_tokens), 0)::BIGINT AS write_tokens,
        (epoch(max(coalesce(ended_at, started_at)))
-        - epoch(min(coalesce(started_at, ended_at))))::DOUBLE AS span_s
-FROM requests WHERE ({where}) AND coalesce(started_at, ended_at) IS NOT NULL
+        - epoch(min(request_time)))::DOUBLE AS span_s
+FROM requests WHERE ({where}) AND request_time IS NOT NULL
 GROUP BY day ORDER BY day
 """
     frame = query_frame(con, sql, params)
@@ -391,11 +390,10 @@ def hit_ratio_frame(
     }
     rows = con.execute(
         f"""SELECT * FROM (
-            SELECT epoch(coalesce(started_at, ended_at))::DOUBLE AS t,
+            SELECT epoch(request_time)::DOUBLE AS t,
                    coalesce(session_id, event_id) || '/' || coalesce(parent_session_id, '') AS stream,
-                   (coalesce(cold_input_tokens, 0) + coalesce(cache_read_tokens, 0)
-                    + coalesce(cache_write_tokens, 0))::BIGINT AS ctx
-            FROM requests WHERE ({where}) AND coalesce(started_at, ended_at) IS NOT NULL
+                   context_tokens AS ctx
+            FROM requests WHERE ({where}) AND request_time IS NOT NULL
             ORDER BY t DESC LIMIT {int(limit)}) WHERE ctx > 0 ORDER BY t""",
         params,
     ).fetchall()

@@ -28,11 +28,10 @@
 WITH req AS (
     SELECT event_id, session_id, parent_session_id, agent, agent_version, model, user_id, source,
            prompt_id, seq,
-           coalesce(started_at, ended_at) AS t_start,
+           request_time AS t_start,
            coalesce(ended_at, started_at) AS t_end,
-           epoch_us(coalesce(started_at, ended_at)) AS t_us,
-           (coalesce(cold_input_tokens, 0) + coalesce(cache_read_tokens, 0)
-             + coalesce(cache_write_tokens, 0))::BIGINT AS context_tokens,
+           epoch_us(request_time) AS t_us,
+           context_tokens,
            coalesce(cold_input_tokens, 0) AS cold_input_tokens,
            coalesce(cache_read_tokens, 0) AS cache_read_tokens,
            coalesce(cache_write_tokens, 0) AS cache_write_tokens,
@@ -41,7 +40,7 @@ WITH req AS (
            coalesce(json_extract_string(attributes, '$.hash_scope'), source) AS scope,
            coalesce(len(hash_ids), 0) > 0 AND coalesce(block_size, 0) > 0 AS judged
     FROM requests
-    WHERE total_tokens > 0 AND coalesce(started_at, ended_at) IS NOT NULL
+    WHERE total_tokens > 0 AND request_time IS NOT NULL
 ),
 blocks AS (
     SELECT event_id, scope, t_us, seq, context_tokens, block_size,

@@ -10,10 +10,10 @@
 WITH sel AS (
     SELECT *
     FROM requests
-    WHERE /*@selection*/ (CAST($since AS TIMESTAMPTZ) IS NULL OR coalesce(started_at, ended_at) >= CAST($since AS TIMESTAMPTZ))
-      AND (CAST($until AS TIMESTAMPTZ) IS NULL OR coalesce(started_at, ended_at) < CAST($until AS TIMESTAMPTZ)) /*@end*/
+    WHERE /*@selection*/ (CAST($since AS TIMESTAMPTZ) IS NULL OR request_time >= CAST($since AS TIMESTAMPTZ))
+      AND (CAST($until AS TIMESTAMPTZ) IS NULL OR request_time < CAST($until AS TIMESTAMPTZ)) /*@end*/
 )
-SELECT date_trunc('hour', coalesce(started_at, ended_at) AT TIME ZONE 'UTC') AS hour_start,
+SELECT date_trunc('hour', request_time AT TIME ZONE 'UTC') AS hour_start,
        user_id,
        source,
        model,
@@ -23,9 +23,9 @@ SELECT date_trunc('hour', coalesce(started_at, ended_at) AT TIME ZONE 'UTC') AS 
        coalesce(sum(cache_write_tokens), 0)::BIGINT AS cache_write_tokens,
        coalesce(sum(cache_write_1h_tokens), 0)::BIGINT AS cache_write_1h_tokens,
        coalesce(sum(output_tokens), 0)::BIGINT AS output_tokens,
-       min(coalesce(started_at, ended_at)) AS first_at,
-       max(coalesce(started_at, ended_at)) AS last_at
+       min(request_time) AS first_at,
+       max(request_time) AS last_at
 FROM sel
-WHERE coalesce(started_at, ended_at) IS NOT NULL
+WHERE request_time IS NOT NULL
 GROUP BY 1, 2, 3, 4
 ORDER BY 1, 2, 3, 4;

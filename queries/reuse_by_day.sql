@@ -8,17 +8,17 @@
 WITH sel AS (
     SELECT *
     FROM requests
-    WHERE /*@selection*/ (CAST($since AS TIMESTAMPTZ) IS NULL OR coalesce(started_at, ended_at) >= CAST($since AS TIMESTAMPTZ))
-      AND (CAST($until AS TIMESTAMPTZ) IS NULL OR coalesce(started_at, ended_at) < CAST($until AS TIMESTAMPTZ)) /*@end*/
+    WHERE /*@selection*/ (CAST($since AS TIMESTAMPTZ) IS NULL OR request_time >= CAST($since AS TIMESTAMPTZ))
+      AND (CAST($until AS TIMESTAMPTZ) IS NULL OR request_time < CAST($until AS TIMESTAMPTZ)) /*@end*/
 )
-SELECT CAST(coalesce(started_at, ended_at) AT TIME ZONE 'UTC' AS DATE) AS day,
+SELECT CAST(request_time AT TIME ZONE 'UTC' AS DATE) AS day,
        count(*)::BIGINT AS requests,
        count(DISTINCT coalesce(parent_session_id, session_id))::BIGINT AS sessions,
        coalesce(sum(cold_input_tokens), 0)::BIGINT AS cold_input_tokens,
        coalesce(sum(cache_read_tokens), 0)::BIGINT AS cache_read_tokens,
        coalesce(sum(cache_write_tokens), 0)::BIGINT AS cache_write_tokens,
        coalesce(sum(output_tokens), 0)::BIGINT AS output_tokens,
-       sum(cache_read_tokens) / nullif(sum(context_tokens), 0)::DOUBLE AS reuse_ratio
+       reuse_ratio(sum(cache_read_tokens), sum(context_tokens)) AS reuse_ratio
 FROM sel
 GROUP BY 1
 ORDER BY 1;

@@ -1,14 +1,14 @@
 -- rollup: token totals per UTC day, agent, model, session, user and source.
 -- session_id is the session a request belongs to, with sub-agents folded into the session that
 -- spawned them (coalesce(parent_session_id, session_id)); day is the UTC day of the request's time
--- (coalesce(started_at, ended_at)), NULL when it has none. `traceflow compact` stores this query's
+-- (request_time), NULL when it has none. `traceflow compact` stores this query's
 -- result as the request_rollup view; `traceflow mix` sums it instead of scanning every request when
 -- the selection is the whole lake, or filters only on these columns and on whole UTC days.
 -- params:  none
 -- returns: day, agent, model, session_id, user_id, source, requests, cold_input_tokens,
 --          cache_read_tokens, cache_write_tokens, output_tokens, cache_write_1h_tokens
 
-SELECT strftime(coalesce(started_at, ended_at) AT TIME ZONE 'UTC', '%Y-%m-%d') AS day,
+SELECT strftime(request_time AT TIME ZONE 'UTC', '%Y-%m-%d') AS day,
        agent, model, coalesce(parent_session_id, session_id) AS session_id, user_id, source,
        count(*)::BIGINT AS requests,
        coalesce(sum(cold_input_tokens), 0)::BIGINT AS cold_input_tokens,

@@ -99,8 +99,7 @@ SELECT p.root_session_id, p.agent, p.model, p.user_id, p.source, p.started_at, p
        greatest(w.context_drops, coalesce(c.compaction_events, 0))::BIGINT AS compactions,
        w.idle_returns, w.idle_return_reload_tokens, w.idle_return_cache_write_tokens,
        p.cold_input_tokens, p.cache_read_tokens, p.cache_write_tokens, p.output_tokens,
-       p.cache_read_tokens
-         / nullif(p.cold_input_tokens + p.cache_read_tokens + p.cache_write_tokens, 0)::DOUBLE AS reuse_ratio,
+       reuse_ratio(p.cache_read_tokens, p.cold_input_tokens + p.cache_read_tokens + p.cache_write_tokens) AS reuse_ratio,
        p.agent_version,
        p.cache_write_tokens / nullif(p.cache_read_tokens, 0)::DOUBLE AS write_amplification
 FROM per_session p

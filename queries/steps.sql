@@ -35,7 +35,7 @@ WITH sel AS (
     -- selected rows are the same as over the whole lake
     SELECT *
     FROM requests
-    WHERE total_tokens > 0 AND coalesce(started_at, ended_at) IS NOT NULL
+    WHERE total_tokens > 0 AND request_time IS NOT NULL
       AND /*@roots*/ true /*@end*/
 ),
 keyed AS (
@@ -47,7 +47,7 @@ keyed AS (
         CASE WHEN coalesce(parent_session_id, session_id) IS NULL THEN hash(event_id)
              ELSE hash(coalesce(parent_session_id, session_id)) END AS root_key,
         parent_session_id IS NULL AS is_main,
-        epoch_us(coalesce(started_at, ended_at)) AS t_start_us,
+        epoch_us(request_time) AS t_start_us,
         epoch_us(coalesce(ended_at, started_at)) AS t_end_us,
         CASE WHEN prompt_id IS NOT NULL THEN hash(prompt_id) END AS prompt_key
     FROM sel
@@ -58,7 +58,7 @@ stream AS (
     SELECT
         coalesce(parent_session_id, session_id) AS root_session_id, root_key, is_main,
         session_id, parent_session_id, agent, model, user_id, source, prompt_id, prompt_key,
-        coalesce(started_at, ended_at) AS t_start,
+        request_time AS t_start,
         coalesce(ended_at, started_at) AS t_end,
         t_start_us, t_end_us,
         context_tokens,

@@ -10,21 +10,21 @@
 WITH sel AS (
     SELECT *
     FROM requests
-    WHERE /*@selection*/ (CAST($since AS TIMESTAMPTZ) IS NULL OR coalesce(started_at, ended_at) >= CAST($since AS TIMESTAMPTZ))
-      AND (CAST($until AS TIMESTAMPTZ) IS NULL OR coalesce(started_at, ended_at) < CAST($until AS TIMESTAMPTZ)) /*@end*/
+    WHERE /*@selection*/ (CAST($since AS TIMESTAMPTZ) IS NULL OR request_time >= CAST($since AS TIMESTAMPTZ))
+      AND (CAST($until AS TIMESTAMPTZ) IS NULL OR request_time < CAST($until AS TIMESTAMPTZ)) /*@end*/
 )
 SELECT coalesce(parent_session_id, session_id) AS root_session_id,
        max(agent) AS agent, max(model) AS model,
        count(*)::BIGINT AS requests,
        count(DISTINCT CASE WHEN parent_session_id IS NOT NULL THEN session_id END)::BIGINT AS subagents,
-       min(coalesce(started_at, ended_at)) AS first_at,
+       min(request_time) AS first_at,
        max(coalesce(ended_at, started_at)) AS last_at,
        coalesce(sum(cold_input_tokens), 0)::BIGINT AS cold_input_tokens,
        coalesce(sum(cache_read_tokens), 0)::BIGINT AS cache_read_tokens,
        coalesce(sum(cache_write_tokens), 0)::BIGINT AS cache_write_tokens,
        coalesce(sum(output_tokens), 0)::BIGINT AS output_tokens,
        coalesce(sum(total_tokens), 0)::BIGINT AS total_tokens,
-       sum(cache_read_tokens) / nullif(sum(context_tokens), 0)::DOUBLE AS reuse_ratio
+       reuse_ratio(sum(cache_read_tokens), sum(context_tokens)) AS reuse_ratio
 FROM sel
 GROUP BY coalesce(parent_session_id, session_id)
 ORDER BY total_tokens DESC, root_session_id

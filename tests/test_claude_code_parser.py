@@ -88,7 +88,7 @@ def _expected_requests(files: list[Path]) -> dict[str, tuple[int, ...]]:
             if split is not None:
                 w5 = split.get("ephemeral_5m_input_tokens") or 0
                 w1 = split.get("ephemeral_1h_input_tokens") or 0
-                write = w5 + w1 or write
+                write = write or w5 + w1  # the total, else (0) the breakdown's sum
             kinds = (
                 usage.get("input_tokens") or 0,
                 usage.get("cache_read_input_tokens") or 0,

@@ -228,6 +228,26 @@ def test_duplicates_resolved_alike(engines: Engines, lakes: dict[str, Lake]) -> 
     assert raw > a["n"].sum()
 
 
+def test_replayed_copies_resolved_alike(spark: Any, tmp_path: Path) -> None:
+    """One capture replayed for five users (the same request ids, equally complete, stored at the
+    same time): both engines' views and compactions keep the same copy of every request, the one
+    stored first (traceflow.store.measures.dedup_order), and the gaps agree."""
+    from tests.test_dedup_order import _replayed
+    from traceflow.engines.spark import SparkEngine, compact
+
+    by_duck, by_spark = Lake(tmp_path / "duck"), Lake(tmp_path / "spark")
+    _replayed(by_duck, sessions=30, turns=8, files=3)
+    _replayed(by_spark, sessions=30, turns=8, files=3)
+    q = "SELECT event_id, user_id, session_id FROM requests ORDER BY event_id"
+    kept = sql.query_frame(by_duck.connect(), q)
+    assert kept["user_id"].unique().to_list() == ["user-0"]  # written first
+    engine = SparkEngine(spark, by_duck, ["requests", "events"])
+    assert not differences(kept, sql.query_frame(engine, q), ordered=True)
+    _check(gaps.gap_report(by_duck.connect()), gaps.gap_report(engine))
+    compact(spark, by_spark, "requests")
+    assert not differences(kept, sql.query_frame(by_spark.connect(), q), ordered=True)
+
+
 # -- export ---------------------------------------------------------------------------------------
 
 EXPORTS = {"mooncake": "trace.jsonl", "aiperf": "trace.jsonl", "kvcache-tester": "traces"}

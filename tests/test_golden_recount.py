@@ -601,9 +601,8 @@ def otlp_copies(path: Path, out: dict[str, list[Copy]]) -> None:
 def transcript_copies(path: Path, out: dict[str, list[Copy]]) -> None:
     """The requests of a Claude Code transcript, by ``requestId``: one per request, its most complete
     block line (largest token total, then the last written); ``<synthetic>`` lines are no requests;
-    the cache write is the 5m + 1h breakdown where present and not 0, else
-    ``cache_creation_input_tokens``; it starts at the user line that triggered it, ends at the kept
-    line's write time."""
+    the cache write is ``cache_creation_input_tokens``, else (0, missing) the 5m + 1h breakdown;
+    it starts at the user line that triggered it, ends at the kept line's write time."""
     kept: dict[str, Copy] = {}
     trigger: int | None = None
     for line in path.read_text().splitlines():
@@ -623,7 +622,7 @@ def transcript_copies(path: Path, out: dict[str, list[Copy]]) -> None:
         toks = (
             u.get("input_tokens") or 0,
             u.get("cache_read_input_tokens") or 0,
-            write or u.get("cache_creation_input_tokens") or 0,
+            u.get("cache_creation_input_tokens") or write,
             u.get("output_tokens") or 0,
         )
         key = rec.get("requestId") or msg["id"]

@@ -99,6 +99,8 @@ def test_snapshot_writes_a_standalone_duckdb_file(lake: Lake, tmp_path: Path) ->
     assert counts["requests"] == 2
     con = duckdb.connect(str(out), read_only=True)
     assert con.execute("SELECT sum(output_tokens)::BIGINT FROM requests").fetchone() == (5,)
+    # the ratio macros travel with the tables: the packaged queries run on the file as they are
+    assert con.execute("SELECT reuse_ratio(1, 4), token_share(3, 0)").fetchone() == (0.25, None)
 
 
 def test_a_data_dir_with_a_quote_in_its_name_works_end_to_end(tmp_path: Path) -> None:

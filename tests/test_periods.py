@@ -39,9 +39,11 @@ def corpus_lake(tmp_path: Path, cli: CLI, lake: Lake) -> list[dict[str, Any]]:
     code, _, err = cli("import", "claude-code", str(corpus / "projects"))
     assert code == 0, err
     con = lake.connect(["requests"])
-    cur = con.execute(f"SELECT coalesce(started_at, ended_at) AS t, {', '.join(KINDS)} FROM requests")
+    cur = con.execute(f"SELECT started_at, ended_at, {', '.join(KINDS)} FROM requests")
     cols = [d[0] for d in cur.description]
     rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+    for r in rows:  # a request's time: its start, else its end (independent of the view's column)
+        r["t"] = r["started_at"] if r["started_at"] is not None else r["ended_at"]
     assert len(rows) > 100
     return rows
 
@@ -170,6 +172,26 @@ def test_check_window_is_yesterday_in_the_zone() -> None:
         dt.datetime(2026, 8, 2, 15, 0, tzinfo=dt.UTC),  # 3 August 00:00 in Tokyo
         dt.datetime(2026, 8, 3, 15, 0, tzinfo=dt.UTC),
     )
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Asia/Tokyo", "America/Los_Angeles", "Australia/Lord_Howe"])
+def test_period_twins_agree(zone: str) -> None:
+    """zones.period_of (Python) and zones.period_sql (DuckDB) give every period the calendar's
+    label, on times around midnights, week and month ends and DST changes."""
+    import duckdb
+
+    from traceflow.store import zones
+
+    start = dt.datetime(2026, 3, 27, tzinfo=dt.UTC)
+    times = [start + dt.timedelta(minutes=97 * i) for i in range(400)]  # 27 days, every 97 minutes
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute("CREATE TABLE t AS SELECT unnest(?::TIMESTAMPTZ[]) AS ts", [times])
+    for period in zones.PERIODS:
+        sql = con.execute(f"SELECT ts, {zones.period_sql(period, 'ts', zone)} FROM t ORDER BY ts").fetchall()
+        assert len(sql) == len(times)
+        for ts, label in sql:
+            assert label == zones.period_of(period, ts, zone) == _label(period, ts, zone), (period, ts)
 
 
 # four requests around midnight, one hour apart in UTC and nine hours ahead in Tokyo (UTC+9):

@@ -16,6 +16,7 @@ from traceflow.analysis import gaps
 from traceflow.errors import MissingParameter, QueryError, UnknownQuery, UsageError
 from traceflow.store import sql
 from traceflow.store.lake import DERIVED, Lake
+from traceflow.store.measures import macros_sql
 from traceflow.store.selection import Selection
 
 REPO = Path(__file__).resolve().parents[1]
@@ -85,6 +86,8 @@ def test_query_file_runs_in_a_bare_duckdb(lake: Lake, name: str) -> None:
     fill(lake)
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
+    for macro in macros_sql():  # reuse_ratio, token_share (traceflow.store.measures)
+        con.execute(macro)
     for table in ("requests", "events", "metric_points", "spans"):
         con.execute(lake.view_sql(table))
     for view in DERIVED:  # request_steps and request_rollup: views over requests (misses reads steps)
@@ -148,7 +151,7 @@ def test_a_selection_filters_the_rows_of_the_window(con: Any) -> None:
     assert f"/*@roots*/ {roots} IN (SELECT {roots} FROM requests WHERE" in window
     assert f"AND {block}) /*@end*/" in window  # the sessions that have a selected request
     assert "(t_start >= $sel_0 AND coalesce(parent_session_id, session_id) IN ($sel_1))" in query
-    assert "coalesce(started_at, ended_at)" not in query
+    assert "request_time" not in query
     # without a selection the window runs over every request
     whole = sql.statement(con, sql.load("gaps"), {"selection": "(true)"}, {})
     assert "/*@roots*/ true /*@end*/" in whole

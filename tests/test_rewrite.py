@@ -19,6 +19,10 @@ CASES = [
     ("SELECT $since, $ttl_s", "SELECT :since, :ttl_s"),
     ("SELECT CAST($since AS TIMESTAMPTZ)", "SELECT CAST(:since AS TIMESTAMP)"),
     ("SELECT epoch_us(started_at)", "SELECT unix_micros(started_at)"),
+    (  # traceflow.store.measures' macros, expanded (DuckDB substitutes the arguments the same way)
+        "SELECT reuse_ratio(sum(a), sum(b + c)), token_share(x, t)",
+        "SELECT ((sum(a)) / CAST(nullif((sum(b + c)), 0) AS DOUBLE)), ((x) / CAST(nullif((t), 0) AS DOUBLE))",
+    ),
     (
         "SELECT to_timestamp(b * 60.0)",
         "SELECT timestamp_micros(CAST(bround((b * 60.0D) * 1000000.0D) AS BIGINT))",
@@ -178,6 +182,7 @@ REFUSED = [
     ("SELECT unnest(l), generate_subscripts(m, 1) FROM t", "same list"),
     ("SELECT lag(x IGNORE NULLS) OVER (ORDER BY t) FROM t", "IGNORE NULLS"),
     ("SELECT date_trunc('millennium', t) FROM x", "date_trunc"),
+    ("SELECT reuse_ratio(a) FROM t", "takes 2 argument"),
     ("SELECT (t AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' FROM x", "twice"),
     ("SELECT * FROM generate_series(1, 3)", ""),
     ("SELECT * FROM read_parquet('x.parquet')", ""),

@@ -67,6 +67,35 @@ def split_inclusive(
     return Tokens(left - (write or 0), read, write, output)
 
 
+def anthropic_cache_write(total: int | None, write_5m: int | None, write_1h: int | None) -> int | None:
+    """The cache write of one Anthropic ``usage`` (every path that reads one calls this: the OTLP
+    ``api_request`` event, the transcript importer, the status line's transcript tail).
+
+    Anthropic's counts are exclusive as they come (:class:`Tokens`: ``input_tokens`` is the cold
+    input, ``cache_read_input_tokens`` the read, ``cache_creation_input_tokens`` the write), and the
+    5-minute/1-hour split (``cache_creation.ephemeral_{5m,1h}_input_tokens``, OTLP
+    ``cache_creation_{5m,1h}_tokens``) is a breakdown of the write. The precedence:
+
+    * a non-zero ``total`` is the write, whatever the split says: the API bills the total, and a
+      split that disagrees with it is kept as reported in ``cache_write_5m_tokens`` and
+      ``cache_write_1h_tokens`` (where it can be seen), not used to change the total;
+    * a ``total`` of 0 or missing beside a split with tokens is the split's sum: old Claude Code
+      versions reported ``cache_creation_input_tokens = 0`` with a non-zero breakdown;
+    * otherwise ``total`` as given (0, or None when the record says nothing).
+
+    >>> anthropic_cache_write(100, 60, 0)  # the split disagrees: the total is the write
+    100
+    >>> anthropic_cache_write(0, 60, 40), anthropic_cache_write(None, 0, 40)
+    (100, 40)
+    >>> anthropic_cache_write(0, 0, 0), anthropic_cache_write(None, None, None)
+    (0, None)
+    """
+    if total:
+        return total
+    split = (write_5m or 0) + (write_1h or 0)
+    return split if split > 0 else total
+
+
 @dataclass
 class LineError:
     """One record that could not be imported."""

@@ -267,8 +267,7 @@ def version_shares(
         return []
     seen = dict(
         con.execute(
-            "SELECT agent_version, min(coalesce(started_at, ended_at)) FROM requests "
-            "WHERE agent_version IS NOT NULL GROUP BY 1"
+            "SELECT agent_version, min(request_time) FROM requests WHERE agent_version IS NOT NULL GROUP BY 1"
         ).fetchall()
     )
     active = {r["version"] for r in token_mix_rows(con, window, ["version"]).records()}

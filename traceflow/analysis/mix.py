@@ -14,8 +14,10 @@ from traceflow.output import Rows
 from traceflow.prices import PriceModel
 from traceflow.store import groups, zones
 from traceflow.store.lake import ROLLUP_VIEW
+from traceflow.store.measures import period_label_sql
 from traceflow.store.selection import Selection
 from traceflow.store.sql import Engine, materialised
+from traceflow.store.sql import load as load_query
 
 if TYPE_CHECKING:
     import polars as pl
@@ -55,8 +57,8 @@ ROLLUP_GROUPS: dict[str, str] = {
     "model": "model",
     "session": "session_id",
     "day": "day",
-    "week": "strftime(date_trunc('week', CAST(day AS DATE)), '%Y-%m-%d')",  # UTC weeks of UTC days
-    "month": "substr(day, 1, 7)",
+    "week": period_label_sql("week", "CAST(day AS DATE)"),  # UTC weeks of UTC days
+    "month": period_label_sql("month", "CAST(day AS DATE)"),
     "user": "user_id",
     "source": "source",
 }
@@ -66,7 +68,8 @@ def mix_sql(by: Sequence[str], where: str, *, zone: str, rollup: bool = False, w
     """The mix over ``requests`` (or, with ``rollup``, over the stored ``request_rollup`` sums).
 
     The groupings are :mod:`traceflow.store.groups`', the periods in ``zone``; the rollup (UTC days)
-    answers only its own columns.
+    answers only its own columns. The total, the shares and the reuse ratio are the ``mix`` block of
+    ``queries/token_mix.sql``.
     ``write_1h`` keeps the ``cache_write_1h_tokens`` sum after ``output_tokens`` (for the savings)."""
     if rollup:
         unknown = [b for b in by if b not in ROLLUP_GROUPS]
@@ -99,13 +102,7 @@ WITH sums AS (
 )
 SELECT {"".join(f"{groups.ident(b)}, " for b in by)}requests, cold_input_tokens, cache_read_tokens,
        cache_write_tokens, output_tokens,{" cache_write_1h_tokens," if write_1h else ""}
-       (cold_input_tokens + cache_read_tokens + cache_write_tokens + output_tokens)::BIGINT AS total_tokens,
-       cold_input_tokens / nullif(total_tokens, 0)::DOUBLE AS share_cold_input,
-       cache_read_tokens / nullif(total_tokens, 0)::DOUBLE AS share_cache_read,
-       cache_write_tokens / nullif(total_tokens, 0)::DOUBLE AS share_cache_write,
-       output_tokens / nullif(total_tokens, 0)::DOUBLE AS share_output,
-       cache_read_tokens
-         / nullif(cold_input_tokens + cache_read_tokens + cache_write_tokens, 0)::DOUBLE AS reuse_ratio
+       {load_query("token_mix").block("mix")}
        {", tool_calls" if calls else ""}
 FROM sums
 """

@@ -67,8 +67,8 @@ SUMMARY: tuple[Column, ...] = (
     ("idle_return_cache_write_tokens", "coalesce(sum(idle_return_cache_write_tokens), 0)::BIGINT"),
     (
         "reuse_ratio",
-        "sum(cache_read_tokens)"
-        " / nullif(sum(cold_input_tokens + cache_read_tokens + cache_write_tokens), 0)::DOUBLE",
+        "reuse_ratio(sum(cache_read_tokens),"
+        " sum(cold_input_tokens + cache_read_tokens + cache_write_tokens))",
     ),
     # cache writes / cache reads (null when nothing was read): over all sessions, and per session
     ("write_amplification", "sum(cache_write_tokens) / nullif(sum(cache_read_tokens), 0)::DOUBLE"),
@@ -161,7 +161,7 @@ def _with_sessionless(
     counts = sql.query_frame(
         con,
         f"SELECT {keys.select}count(*)::BIGINT AS sessionless_requests FROM {keys.relation} r {keys.join}"
-        " WHERE total_tokens > 0 AND coalesce(started_at, ended_at) IS NOT NULL"
+        " WHERE total_tokens > 0 AND request_time IS NOT NULL"
         f" AND coalesce(parent_session_id, session_id) IS NULL AND ({where}) {keys.group}",
         params,
     )

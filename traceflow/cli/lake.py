@@ -120,6 +120,8 @@ def import_(
             roots = paths or importer.default_paths()
             dirs = folders(roots)  # before the import lists them
             summary = run_import(lake, importer, paths or None, progress=progress, jobs=jobs)
+            if summary.rows.get("requests"):
+                summary.conflicts = lake.conflicts()
             # an agent's logs: later read commands bring them up to date first (docs/freshness.md)
             remember(lake, source, roots, dirs)
     except ImportInterrupted as e:

@@ -243,6 +243,7 @@ def status(
 ) -> Status:
     """The session's :class:`Status` at ``now``; ``day_start`` is today's start in the chosen zone."""
     from traceflow.prices import PriceModel
+    from traceflow.store.measures import context, ratio
 
     pm = prices or PriceModel.load(None)
     since = min(day_start, now - dt.timedelta(seconds=TTL_1H))
@@ -253,8 +254,7 @@ def status(
         source = "lake"
     today = [u for u in usage if u.at >= day_start]
     cost = sum(pm.cost(u.model, u.cold, u.read, u.write, u.output, u.write_1h or 0) for u in today)
-    context = sum(u.cold + u.read + u.write for u in today)
-    reuse = sum(u.read for u in today) / context if context else None
+    reuse = ratio(sum(u.read for u in today), sum(context(u.cold, u.read, u.write) for u in today))
     main = [u for u in usage if u.main]
     last = max((u.at for u in main), default=None)
     ttl = ttl_in_force([u for u in main if u.at >= day_start] or main)

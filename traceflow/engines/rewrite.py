@@ -48,6 +48,8 @@ Translated (DuckDB -> Spark), each to the same values:
 - ``fma(a, b, c)`` -> ``CAST(java_method('java.lang.Math', 'fma', a, b, c) AS DOUBLE)`` (one
   rounding; DuckDB has no ``fma``: :mod:`traceflow.store.quantiles` sends it to Spark only)
 - ``error(msg)`` -> ``raise_error(msg)``; ``random()`` -> ``rand()``
+- the macros of :data:`traceflow.store.measures.MACROS` (``reuse_ratio(read, context)``, ...) -> their
+  body with the arguments in place of the parameters, translated
 - ``UNION ALL BY NAME`` -> ``UNION ALL`` with each side's columns put in the first side's order, a
   column one side lacks as NULL (Spark SQL has no ``BY NAME``); every column must be named
 - ``AS [NOT] MATERIALIZED (`` -> ``AS (`` (a planning hint); nested ``WITH`` stays nested
@@ -86,6 +88,7 @@ from sqlglot.generators.spark import SparkGenerator
 from traceflow.engines.sqltree import RULES, call, cast, double, only, refuse, translate
 from traceflow.errors import QueryError
 from traceflow.schema import TABLES
+from traceflow.store.measures import MACROS
 
 #: strftime directives and their Spark ``date_format`` letters.
 STRFTIME = {"%Y": "yyyy", "%m": "MM", "%d": "dd", "%H": "HH", "%M": "mm", "%S": "ss"}
@@ -314,8 +317,27 @@ def _bracket(node: exp.Expression) -> exp.Expression:
     return call("try_element_at", translate(node.this), cast(position, "INT"))  # Spark's index is an INT
 
 
+def _macro(node: exp.Expression) -> exp.Expression:
+    """A call of one of :data:`traceflow.store.measures.MACROS`, expanded: its body with the arguments in
+    place of the parameters (DuckDB substitutes them the same way), then translated."""
+    macro = MACROS[node.name.lower()]
+    if len(node.expressions) != len(macro.params):
+        raise refuse(node, f"{node.name}() takes {len(macro.params)} argument(s)")
+    values = dict(zip(macro.params, node.expressions, strict=True))
+
+    def substitute(n: exp.Expression) -> exp.Expression:
+        if isinstance(n, exp.Column) and not n.table and n.name in values:
+            return exp.Paren(this=values[n.name].copy())
+        return n
+
+    body = sqlglot.parse_one(macro.body, read=_DuckDBAsWritten).transform(substitute)
+    return exp.Paren(this=translate(body))
+
+
 def _anonymous(node: exp.Expression) -> exp.Expression:
     name = node.name.lower()
+    if name in MACROS:
+        return _macro(node)
     args = [translate(a) for a in node.expressions]
     if name == "fma" and len(args) == 3:
         return cast(

@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from traceflow import config
 from traceflow.errors import LakeError, QueryError, UsageError
 from traceflow.schema import REQUESTS, TABLES
-from traceflow.store import lake as lake_mod
 from traceflow.store.lake import Lake
+from traceflow.store.measures import SOURCE_FILE, SOURCE_ROW, dedup_order, request_columns_sql
 
 if TYPE_CHECKING:
     import polars as pl
@@ -175,26 +175,34 @@ def lake_session(lake: Lake, remote: str | None = None) -> SparkSession:
 
 def read_table(spark: SparkSession, lake: Lake, name: str) -> DataFrame:
     """The table's published files with exactly its columns and types (a column an older file lacks
-    is NULL), not yet deduplicated."""
+    is NULL), not yet deduplicated, and where each row is stored
+    (:data:`traceflow.store.measures.SOURCE_FILE`: the file's name,
+    :data:`~traceflow.store.measures.SOURCE_ROW`: the row's index in it)."""
     spec = TABLES[name]
     files = [spark_path(f) for f in lake.file_names(name)]
+    where = [f"_metadata.file_name AS {SOURCE_FILE}", f"_metadata.row_index AS {SOURCE_ROW}"]
     if not files:
         nulls = ", ".join(f"CAST(NULL AS {spark_type(t)}) AS {c}" for c, t in spec.columns.items())
-        return spark.sql(f"SELECT {nulls} WHERE false")
+        return spark.sql(
+            f"SELECT {nulls}, CAST(NULL AS STRING) AS {SOURCE_FILE}, 0L AS {SOURCE_ROW} WHERE false"
+        )
     raw = spark.read.option("mergeSchema", "true").parquet(*files)
     present = set(raw.columns)
     exprs = [
         f"CAST({c} AS {spark_type(t)}) AS {c}" if c in present else f"CAST(NULL AS {spark_type(t)}) AS {c}"
         for c, t in spec.columns.items()
     ]
-    return raw.selectExpr(*exprs)
+    return raw.selectExpr(*exprs, *where)
 
 
 def dedup_sql(name: str, source: str) -> str:
     """The deduplicating ``SELECT`` over ``source`` (a view of :func:`read_table`): one row per
-    ``event_id``, the copy :meth:`Lake.view_sql` keeps."""
-    order = lake_mod._DEDUP_ORDER.get(name, "ingested_at DESC")
-    return f"SELECT * FROM {source} QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY {order}) = 1"
+    ``event_id``, the copy :meth:`Lake.view_sql` keeps, with the table's columns."""
+    order = dedup_order(name)
+    cols = ", ".join(TABLES[name].columns)
+    return (
+        f"SELECT {cols} FROM {source} QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY {order}) = 1"
+    )
 
 
 def register(spark: SparkSession, lake: Lake, tables: Iterable[str] | None = None) -> list[str]:
@@ -205,14 +213,9 @@ def register(spark: SparkSession, lake: Lake, tables: Iterable[str] | None = Non
         read_table(spark, lake, name).createOrReplaceTempView(raw_view)
         files = set(lake.file_names(name))
         deduped = bool(files) and files <= lake._deduped(name)
-        body = f"SELECT * FROM {raw_view}" if deduped else dedup_sql(name, raw_view)
-        extra = ""
-        if name == REQUESTS.name:
-            extra = (
-                ", coalesce(cold_input_tokens, 0) + coalesce(cache_read_tokens, 0)"
-                " + coalesce(cache_write_tokens, 0) AS context_tokens,"
-                f" {lake_mod._COMPLETENESS} AS total_tokens"
-            )
+        cols = ", ".join(TABLES[name].columns)
+        body = f"SELECT {cols} FROM {raw_view}" if deduped else dedup_sql(name, raw_view)
+        extra = f", {request_columns_sql()}" if name == REQUESTS.name else ""
         spark.sql(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * {extra} FROM ({body})")
     return names
 

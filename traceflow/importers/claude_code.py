@@ -10,8 +10,9 @@ result does not depend on line order or on how a growing file was split between 
   the OTLP ``api_request`` event of the same request carries, so a transcript line and its OTLP
   event count once. Lines without ``requestId`` fall back to ``message.id``.
 * ``<synthetic>`` lines (failed calls, zero usage) are not requests; they become ``api_error`` events.
-* The cache write is the 5m + 1h breakdown when it is present (old versions reported
-  ``cache_creation_input_tokens = 0`` beside a non-zero breakdown), else ``cache_creation_input_tokens``.
+* The cache write is ``cache_creation_input_tokens``, or the 5m + 1h breakdown's sum where that is 0
+  beside a non-zero breakdown (old versions): :func:`traceflow.rows.anthropic_cache_write`, the rule
+  the OTLP mapper and the status line share.
 * Sub-agent transcripts (``<session>/subagents/agent-<id>.jsonl``, ``isSidechain``) become their own
   session ``agent-<id>`` with ``parent_session_id`` = the spawning session.
 * ``prompt_id`` is the ``promptId`` of the user line that started the turn (tool-result lines and

@@ -2,10 +2,11 @@
 
 One API response is written as one ``assistant`` line per content block, each repeating the whole
 ``usage``; :func:`requests_frame` keeps one row per ``(requestId, message.id)``: the most complete
-copy (largest token total), the last written among equals, choosing it in Python so that only the
-kept rows become a frame. The request starts at the earliest of its lines' trigger times (the user
-or tool-result line that preceded the first block, flagged ``started_at_estimated``), else at the
-first block. :func:`events_frame` builds the events column by column.
+copy (largest :func:`traceflow.store.measures.completeness`), the last written among equals, choosing it
+in Python so that only the kept rows become a frame. The cache write is
+:func:`traceflow.rows.anthropic_cache_write`'s. The request starts at the earliest of its lines'
+trigger times (the user or tool-result line that preceded the first block, flagged
+``started_at_estimated``), else at the first block. :func:`events_frame` builds the events column by column.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import orjson
 
 from traceflow.importers.claude_code_rows import COLUMNS, SOURCE
 from traceflow.importers.compressed import plain_name
-from traceflow.rows import Row
+from traceflow.rows import Row, anthropic_cache_write
+from traceflow.store.measures import completeness
 
 
 def _request_rows(kept: Any) -> Any:
@@ -111,13 +113,8 @@ def requests_frame(raw: list[tuple[str, list[tuple[Any, ...]]]]) -> Any:
                 key = "m:" + message_id
             else:
                 key = f"l:{path}:{seq}"
-            if w5 is None:
-                write = creation
-            else:
-                write = w5 + w1
-                if write <= 0:
-                    write = creation
-            total = cold + read + write + output
+            write = anthropic_cache_write(creation, w5, w1)
+            total = completeness(cold, read, write, output)
             start = ts if trigger is None or trigger > ts else trigger
             slot = slots.get(key)
             if slot is None:

@@ -5,9 +5,10 @@ session's transcript backwards, a chunk at a time, and stops at the first chunk 
 began before ``since``: the work grows with the traffic since ``since`` (today), not with the
 session's length. Lines are decoded by the importer's decoder
 (:data:`~traceflow.importers.claude_code_records.DECODER`) and deduplicated as the importer does:
-one request per ``(requestId, message.id)``, its most complete copy (largest token total, the last
-written among equals); API errors and synthetic messages carry no tokens. A cache write reported as 0
-with a non-zero 5m/1h breakdown is the breakdown's sum (docs/schemas.md#the-four-token-kinds).
+one request per ``(requestId, message.id)``, its most complete copy (largest
+:func:`traceflow.store.measures.completeness`, the last written among equals); API errors and
+synthetic messages carry no tokens. The cache write is :func:`traceflow.rows.anthropic_cache_write`'s
+(docs/definitions.md).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from dataclasses import dataclass
 import msgspec
 
 from traceflow.importers.claude_code_records import DECODER, Assistant
+from traceflow.rows import anthropic_cache_write
+from traceflow.store.measures import completeness
 
 #: Bytes read from the end per step.
 CHUNK = 1 << 20
@@ -46,7 +49,7 @@ class TailRequest:
 
     @property
     def total(self) -> int:
-        return self.cold + self.read + self.write + self.output
+        return completeness(self.cold, self.read, self.write, self.output)
 
 
 def _request(rec: Assistant, offset: int) -> TailRequest | None:
@@ -57,9 +60,7 @@ def _request(rec: Assistant, offset: int) -> TailRequest | None:
     if msg.model == "<synthetic>" or rec.isApiErrorMessage:
         return None
     w5, w1 = usage.ttl_split()
-    write = usage.cache_creation_input_tokens or 0
-    if write == 0 and (w5 or w1):
-        write = (w5 or 0) + (w1 or 0)
+    write = anthropic_cache_write(usage.cache_creation_input_tokens or 0, w5, w1) or 0
     at = rec.timestamp if rec.timestamp.tzinfo else rec.timestamp.replace(tzinfo=dt.UTC)
     key: tuple[str | None, str | None] | int = (rec.requestId, msg.id) if rec.requestId or msg.id else offset
     return TailRequest(

@@ -79,6 +79,7 @@ class ImportSummary:
     rows: dict[str, int] = field(default_factory=lambda: {t: 0 for t in TABLES})
     skipped: int = 0
     errors: list[LineError] = field(default_factory=list)
+    conflicts: int | None = None  # ids with copies that disagree on user or session (Lake.conflicts)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -89,6 +90,7 @@ class ImportSummary:
             "rows": dict(self.rows),
             "skipped": self.skipped,
             "errors": [str(e) for e in self.errors],
+            "conflicting_requests": self.conflicts,
         }
 
     def __str__(self) -> str:
@@ -101,6 +103,8 @@ class ImportSummary:
         )
         if self.skipped:
             text += f"; {self.skipped:,} record(s) skipped (see above)"
+        if self.conflicts:  # replayed traffic, say: one copy of each is kept
+            text += f"; {self.conflicts:,} request id(s) have copies that disagree on user or session"
         return text
 
 

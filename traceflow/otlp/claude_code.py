@@ -3,7 +3,8 @@ the captured payloads in tests/data/claude-code-otlp).
 
 * **``api_request`` log event** -> one ``requests`` row: cold = ``input_tokens``, read =
   ``cache_read_tokens``, write = ``cache_creation_tokens`` (the 5m + 1h sum when the total is 0 or
-  missing but the breakdown is not), 5m/1h from ``cache_creation_{5m,1h}_tokens`` (2.1.332+),
+  missing but the breakdown is not: :func:`traceflow.rows.anthropic_cache_write`), 5m/1h from
+  ``cache_creation_{5m,1h}_tokens`` (2.1.332+),
   ``ended_at`` = ``timeUnixNano`` (else ``observedTimeUnixNano``, else ``event.timestamp``),
   ``started_at`` = ``ended_at`` - ``duration_ms``. ``event_id`` = ``stable_id("anthropic-request",
   request_id)``, the key the transcript importer uses, so the OTLP event and the transcript line of
@@ -33,7 +34,7 @@ from typing import Any
 from traceflow.otlp.attributes import Resource, agent_version, num, sessions, text, tok, toks
 from traceflow.otlp.limits import MAX_DURATION_MS, MAX_TOKENS, duration_ms
 from traceflow.otlp.mapper import Mapper, Origin, request_row
-from traceflow.rows import Tokens, stable_id
+from traceflow.rows import Tokens, anthropic_cache_write, stable_id
 
 _ANTHROPIC_REQUEST = b"\x1fanthropic-request\x1f"  # stable_id's framing of the first two parts
 
@@ -51,8 +52,7 @@ def api_request(
     except ValueError as e:
         m.problems.reject(f"claude_code.api_request with an invalid {_bad_count(a)}", str(e))
         return
-    if not write and (w5 or w1):
-        write = (w5 or 0) + (w1 or 0)
+    write = anthropic_cache_write(write, w5, w1)
     x = get("session.id")
     session = x if type(x) is str and x else text(x)
     x = get("model")

@@ -186,9 +186,9 @@ def choices(*, requests: bool, subagents: bool = True, kind: bool = False) -> li
 
 def tool_lookup_sql() -> str:
     """One row per (request, tool): ``k_session``, ``k_parent``, ``k_start`` (the request's start,
-    ``coalesce(started_at, ended_at)``), ``tool`` and ``calls``: how many ``tool_result`` events of
+    ``request_time``), ``tool`` and ``calls``: how many ``tool_result`` events of
     that tool the stream logged after its previous request ended and no later than this one started."""
-    start = "coalesce(started_at, ended_at)"
+    start = REQUEST_TIME
     return f"""
 SELECT r.session_id AS k_session, r.parent_session_id AS k_parent, r.t_start AS k_start,
        json_extract_string(e.attributes, '$.tool_name') AS tool, count(*)::BIGINT AS calls

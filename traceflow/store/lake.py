@@ -14,7 +14,11 @@ collector) may publish at once; file names never collide.
 
 Readers open an in-memory DuckDB with one view per table. A row may be stored more than once (the
 same request imported twice, an exporter's retry, a transcript line and its OTLP event); the views
-keep one row per ``event_id``: the most complete copy (largest token total), then the newest.
+keep one row per ``event_id``, chosen by :func:`traceflow.store.measures.dedup_order`: the most complete
+copy (largest token total), then the newest, then a total order over the other columns. The
+``requests`` view adds the derived columns of :data:`traceflow.store.measures.REQUEST_COLUMNS`
+(``request_time``, ``context_tokens``, ``total_tokens``) and each connection the ratio macros of
+:data:`traceflow.store.measures.MACROS`.
 
 Compaction also stores two derived views of the compacted requests: ``request_steps``
 (``queries/steps.sql``: each request's stream, position, gap and reusable prefix, the window every
@@ -50,6 +54,14 @@ import orjson
 from traceflow import config
 from traceflow.errors import LakeError
 from traceflow.schema import LAKE_VERSION, REQUESTS, TABLES, Table, polars_type
+from traceflow.store.measures import (
+    CONFLICTS,
+    SOURCE_FILE,
+    SOURCE_ROW,
+    dedup_order,
+    macros_sql,
+    request_columns_sql,
+)
 from traceflow.store.sql import MATERIALISED, STEPS, sql_string
 from traceflow.store.sql import load as load_query
 
@@ -61,11 +73,6 @@ if TYPE_CHECKING:
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
-#: How complete a request row is: among copies of one request the views keep the largest.
-_COMPLETENESS = (
-    "coalesce(cold_input_tokens, 0) + coalesce(cache_read_tokens, 0)"
-    " + coalesce(cache_write_tokens, 0) + coalesce(output_tokens, 0)"
-)
 #: Views derived from the requests and stored by compaction: view name -> packaged query. The view
 #: carries the comment :data:`MATERIALISED` while it reads stored files instead of running its query.
 STEPS_VIEW = STEPS
@@ -80,12 +87,33 @@ def _derived_sql(view: str) -> str:
 
 
 def _query_digest(view: str) -> str:
-    """A digest of the derived view's query: stored files of another version of it are stale."""
-    return hashlib.blake2b(_derived_sql(view).encode(), digest_size=8).hexdigest()
+    """A digest of the derived view's query and of the definitions it reads (the requests view's
+    derived columns, the macros): stored files of another version of them are stale."""
+    text = "\n".join([_derived_sql(view), request_columns_sql(), *macros_sql()])
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
-#: Which copy of an ``event_id`` the views keep, per table (default: the newest).
-_DEDUP_ORDER = {REQUESTS.name: f"{_COMPLETENESS} DESC, ingested_at DESC"}
+def _read(paths: list[str]) -> str:
+    """DuckDB's read of published files (a column an older file lacks is NULL)."""
+    listing = ", ".join(sql_string(p) for p in paths)
+    return f"read_parquet([{listing}], union_by_name = true, hive_partitioning = false)"
+
+
+def _file_ranks(names: Iterable[str]) -> dict[str, int]:
+    """Each published file's rank by its file name (``<time_ns>-<pid>-<rand>.parquet``: the order
+    they were written in), the :data:`~traceflow.store.measures.SOURCE_FILE` of its rows."""
+    return {n: i for i, n in enumerate(sorted(names, key=lambda n: (n.rsplit("/", 1)[-1], n)))}
+
+
+def _positions(paths: list[str], ranks: Mapping[str, int]) -> str:
+    """The :data:`~traceflow.store.measures.SOURCE_FILE` and
+    :data:`~traceflow.store.measures.SOURCE_ROW` columns of a :func:`_read` of ``paths`` (DuckDB
+    numbers the files of one read in the order given)."""
+    listing = ", ".join(str(ranks[p]) for p in paths)
+    return (
+        f"list_extract([{listing}], CAST(file_index AS BIGINT) + 1) AS {SOURCE_FILE}, "
+        f"CAST(file_row_number AS BIGINT) AS {SOURCE_ROW}"
+    )
 
 
 def to_micros(value: dt.datetime) -> int:
@@ -355,6 +383,8 @@ class Lake:
         limit = config.get("memory_limit")
         if limit:
             con.execute("SET memory_limit = ?", [limit])
+        for macro in macros_sql():
+            con.execute(macro)
         names = list(tables or TABLES)
         for name in names:
             con.execute(self.view_sql(name))
@@ -528,36 +558,58 @@ class Lake:
         base = [f for f in files if f in base_set]
         new = [f for f in files if f not in base_set]
         typed = ", ".join(f"CAST({c} AS {t}) AS {c}" for c, t in spec.columns.items())
-        order = _DEDUP_ORDER.get(name, "ingested_at DESC")
+        cols = ", ".join(spec.columns)
+        window = f"QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY {dedup_order(name)}) = 1"
+        ranks = _file_ranks(files)
 
-        def read(paths: list[str]) -> str:
-            listing = ", ".join(sql_string(p) for p in paths)
-            return f"read_parquet([{listing}], union_by_name = true, hive_partitioning = false)"
+        def positioned(paths: list[str]) -> str:  # the typed rows and where each is stored
+            return f"SELECT {typed}, {_positions(paths, ranks)} FROM {_read(paths)}"
 
-        window = f"QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY {order}) = 1"
         if not files:
             nulls = ", ".join(f"CAST(NULL AS {t}) AS {c}" for c, t in spec.columns.items())
             raw = f"(SELECT {nulls} WHERE false)"
         elif not new:
-            raw = f"(SELECT {typed} FROM {read(base)})"
+            raw = f"(SELECT {typed} FROM {_read(base)})"
         elif not base:
-            raw = f"(SELECT {typed} FROM {read(new)} {window})"
+            raw = f"(SELECT {cols} FROM ({positioned(new)}) {window})"
         else:
-            fresh_ids = f"(SELECT DISTINCT event_id FROM {read(new)})"
+            fresh_ids = f"(SELECT DISTINCT event_id FROM {_read(new)})"
             raw = (
-                f"(SELECT b.* FROM (SELECT {typed} FROM {read(base)}) b ANTI JOIN {fresh_ids} n "
+                f"(SELECT b.* FROM (SELECT {typed} FROM {_read(base)}) b ANTI JOIN {fresh_ids} n "
                 "ON b.event_id = n.event_id "
-                f"UNION ALL SELECT * FROM (SELECT {typed} FROM {read(new)} UNION ALL "
-                f"SELECT b.* FROM (SELECT {typed} FROM {read(base)}) b SEMI JOIN {fresh_ids} n "
+                f"UNION ALL SELECT {cols} FROM ({positioned(new)} UNION ALL "
+                f"SELECT b.* FROM ({positioned(base)}) b SEMI JOIN {fresh_ids} n "
                 f"ON b.event_id = n.event_id) {window})"
             )
-        extra = ""
-        if name == REQUESTS.name:
-            extra = (
-                ", coalesce(cold_input_tokens, 0) + coalesce(cache_read_tokens, 0)"
-                f" + coalesce(cache_write_tokens, 0) AS context_tokens, {_COMPLETENESS} AS total_tokens"
-            )
+        extra = f", {request_columns_sql()}" if name == REQUESTS.name else ""
         return f"CREATE OR REPLACE VIEW {name} AS SELECT * {extra} FROM {raw}"
+
+    # -- copies that disagree -----------------------------------------------------------------
+    def _count_conflicts(self, files: list[str]) -> int:
+        """:data:`~traceflow.store.measures.CONFLICTS` over the stored request ``files`` (before dedup)."""
+        if not files:
+            return 0
+        import duckdb  # here, not at the top: writers (imports, the collector) never load it
+
+        listing = ", ".join(sql_string(f) for f in files)
+        rows = f"read_parquet([{listing}], union_by_name = true, hive_partitioning = false)"
+        con = duckdb.connect(":memory:")
+        self._register(con)
+        try:
+            row = con.execute(CONFLICTS.format(rows=rows)).fetchone()
+        finally:
+            con.close()
+        return int(row[0]) if row else 0
+
+    def conflicts(self) -> int:
+        """How many request ids were stored with copies that disagree on ``user_id`` or ``session_id``
+        (one request replayed as another user's or session's): the views keep one copy of each
+        (:func:`~traceflow.store.measures.dedup_order`). Counted over the stored rows, plus the ids each
+        compaction found among the rows it merged (it keeps only the surviving copy; an id found
+        again after a compaction counts again)."""
+        record = self._read_marker("conflicts", REQUESTS.name)
+        resolved = record.get("resolved", 0) if isinstance(record, dict) else 0
+        return int(resolved) + self._count_conflicts(self.file_names(REQUESTS.name))
 
     # -- maintenance --------------------------------------------------------------------------
     def compact(self, table: str) -> tuple[int, int]:
@@ -576,10 +628,10 @@ class Lake:
             return len(files), len(files)
         self.ensure()
         out = self.staging / f"compact-{time.time_ns()}-{secrets.token_hex(4)}"
-        listing = ", ".join(sql_string(f) for f in files)
         cols = ", ".join(spec.columns)
         day = " , ".join(spec.partition_by)
-        order = _DEDUP_ORDER.get(table, "ingested_at DESC")
+        order = dedup_order(table)
+        rows = f"SELECT *, {_positions(files, _file_ranks(files))} FROM {_read(files)}"
         import duckdb  # here, not at the top: writers (imports, the collector) never load it
 
         con = duckdb.connect(":memory:")
@@ -588,8 +640,7 @@ class Lake:
             con.execute("SET preserve_insertion_order = false")
             con.execute(
                 f"COPY (SELECT {cols}, coalesce(strftime(coalesce({day}) AT TIME ZONE 'UTC', '%Y-%m-%d'), "
-                f"'unknown') AS dt FROM read_parquet([{listing}], union_by_name = true, "
-                f"hive_partitioning = false) "
+                f"'unknown') AS dt FROM ({rows}) "
                 f"QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY {order}) = 1) "
                 f"TO {sql_string(out)} (FORMAT parquet, PARTITION_BY (dt), COMPRESSION zstd)"
             )
@@ -601,6 +652,12 @@ class Lake:
         """The end of a compaction on any engine: publish the deduplicated partitions written to the
         staging directory ``out`` (:meth:`publish_compacted`), remove the ``files`` they replace, and
         store the derived views again after ``requests``. Returns (files before, files after)."""
+        if table == REQUESTS.name:  # the copies that lose are removed below: keep their count
+            found = self._count_conflicts(files)
+            if found:
+                record = self._read_marker("conflicts", table)
+                before = record.get("resolved", 0) if isinstance(record, dict) else 0
+                self._write_marker("conflicts", table, {"resolved": int(before) + found})
         published = self.publish_compacted(table, out)
         self.remove_compacted(files)
         shutil.rmtree(out, ignore_errors=True)

@@ -1,10 +1,10 @@
 """The selection every analysis takes: a time window and filters, turned into a SQL predicate.
 
-A request's time is ``coalesce(started_at, ended_at)``; ``--since`` is inclusive and ``--until``
-exclusive, both in UTC unless they carry an offset (:func:`parse_time`; the CLI reads one without an
-offset in the selection's zone); a date alone as ``--until`` includes that whole day (:func:`parse_end`:
-``--until 2026-11-05`` ends at the 6th's midnight, as ccusage reads it). Values travel as DuckDB
-parameters, never spliced into the SQL text.
+A request's time is the requests view's ``request_time`` (docs/definitions.md); ``--since`` is
+inclusive and ``--until`` exclusive, both in UTC unless they carry an offset (:func:`parse_time`; the
+CLI reads one without an offset in the selection's zone); a date alone as ``--until`` includes that
+whole day (:func:`parse_end`: ``--until 2026-11-05`` ends at the 6th's midnight, as ccusage reads
+it). Values travel as DuckDB parameters, never spliced into the SQL text.
 
 The selection also carries the **zone** (``zone``, an IANA name; default
 :func:`traceflow.store.zones.default_zone`) in which its requests' days, weeks and months are grouped
@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from traceflow.errors import UsageError
-from traceflow.store import zones
+from traceflow.store import measures, zones
 from traceflow.units import parse_duration
 
-#: The time of a request, as analyses group and filter it.
-REQUEST_TIME = "coalesce(started_at, ended_at)"
+#: The time of a request, as analyses group and filter it (the column of the requests view).
+REQUEST_TIME = measures.REQUEST_TIME
 
 
 def parse_time(value: str, option: str) -> dt.datetime:

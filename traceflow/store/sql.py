@@ -17,7 +17,8 @@ a name the file does not take raises :class:`~traceflow.errors.UsageError`. Valu
 The analysis modules run the same files, replacing *blocks* marked ``/*@name*/ ... /*@end*/``: the
 ``selection`` block (the time filter the file applies by default) becomes the full
 :class:`~traceflow.store.selection.Selection` predicate. Outside traceflow the markers are plain comments, so
-each file runs as it is in any DuckDB that has the views.
+each file runs as it is in any DuckDB that has the views and the macros of
+:data:`traceflow.store.measures.MACROS` (:meth:`~traceflow.store.lake.Lake.connect` defines both).
 
 The per-request window (each request's stream, position, gap, kind and reusable prefix) is written
 once, in ``queries/steps.sql``; the per-stream queries read its rows as ``request_steps``
@@ -94,6 +95,13 @@ class Query:
         if missing:
             raise QueryError(f"query {self.name!r} has no block(s) {missing} to replace")
         return text.strip().rstrip(";").rstrip()
+
+    def block(self, name: str) -> str:
+        """The text the file itself has in its block ``name`` (what :meth:`sql` keeps by default)."""
+        for m in _BLOCK.finditer(self.text):
+            if m.group(1) == name:
+                return m.group(2).strip()
+        raise QueryError(f"query {self.name!r} has no block {name!r}")
 
 
 def _dir() -> Any:
@@ -303,7 +311,7 @@ def steps_selection(block: str) -> str:
     the steps' ``t_start`` (the same value); the filter columns (agent, model, session, user, source)
     have the same names there.
 
-    >>> steps_selection("(coalesce(started_at, ended_at) >= $sel_0 AND model IN ($sel_1))")
+    >>> steps_selection("(request_time >= $sel_0 AND model IN ($sel_1))")
     '(t_start >= $sel_0 AND model IN ($sel_1))'
     """
     return block.replace(REQUEST_TIME, STEPS_TIME)
@@ -337,7 +345,7 @@ def statement(
     if query.name == "steps":
         if not stored:
             return query.sql({**wanted, "roots": roots})
-        where = wanted.get("selection") or _block_text(query, "selection")
+        where = wanted.get("selection") or query.block("selection")
         return f"SELECT * FROM {STEPS} -- stored by compaction\nWHERE {where}"
     sql = query.sql(wanted)
     if stored:
@@ -360,16 +368,8 @@ def roots_block(blocks: Mapping[str, str] | None) -> str:
     root = "coalesce(parent_session_id, session_id, event_id)"
     return (
         f"{root} IN (SELECT {root} FROM requests WHERE total_tokens > 0 AND "
-        f"coalesce(started_at, ended_at) IS NOT NULL AND {selection})"
+        f"{REQUEST_TIME} IS NOT NULL AND {selection})"
     )
-
-
-def _block_text(query: Query, name: str) -> str:
-    """The default text of ``query``'s block ``name``."""
-    for m in _BLOCK.finditer(query.text):
-        if m.group(1) == name:
-            return m.group(2).strip()
-    raise QueryError(f"query {query.name!r} has no block {name!r}")
 
 
 def with_steps(sql: str, steps: str) -> str:

@@ -100,9 +100,9 @@ def selection_sources(
         con,
         "SELECT source, count(*)::BIGINT AS n,"
         " count(*) FILTER (WHERE coalesce(parent_session_id, session_id) IS NULL)::BIGINT AS sessionless,"
-        " (epoch_us(min(coalesce(started_at, ended_at))) / 1000000.0)::DOUBLE AS first_s,"
+        " (epoch_us(min(request_time)) / 1000000.0)::DOUBLE AS first_s,"
         " (epoch_us(max(coalesce(ended_at, started_at))) / 1000000.0)::DOUBLE AS last_s"
-        f" FROM requests WHERE total_tokens > 0 AND coalesce(started_at, ended_at) IS NOT NULL AND ({where})"
+        f" FROM requests WHERE total_tokens > 0 AND request_time IS NOT NULL AND ({where})"
         " GROUP BY source ORDER BY n DESC, source",
         params,
     ).rows()

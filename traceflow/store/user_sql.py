@@ -14,6 +14,7 @@ from traceflow.errors import QueryError, UsageError
 from traceflow.paths import output_file
 from traceflow.schema import TABLES
 from traceflow.store.lake import Lake
+from traceflow.store.measures import macros_sql
 from traceflow.store.sql import query_frame, sql_string
 
 _READ_ONLY = {"SELECT", "EXPLAIN"}
@@ -66,6 +67,8 @@ def snapshot(lake: Lake, out: Path) -> dict[str, int]:
             con.execute(f"CREATE TABLE snap.{name} AS SELECT * FROM {name}")
             row = con.execute(f"SELECT count(*) FROM snap.{name}").fetchone()
             counts[name] = int(row[0]) if row else 0
+        for macro in macros_sql("snap"):  # reuse_ratio, token_share: the packaged queries use them
+            con.execute(macro)
         con.execute("DETACH snap")
     except BaseException:
         tmp.unlink(missing_ok=True)  # a failed snapshot leaves no partial file behind

@@ -25,10 +25,11 @@ from typing import Any
 
 from traceflow import config
 from traceflow.errors import UsageError
+from traceflow.store import measures
 
 UTC = "UTC"
-#: The period groupings and their strftime label over a zone's wall-clock time.
-PERIODS = ("day", "week", "month")
+#: The period groupings (their labels: :data:`traceflow.store.measures.PERIODS`).
+PERIODS = tuple(measures.PERIODS)
 
 
 def local_zone() -> str:
@@ -116,26 +117,21 @@ def wall_clock_sql(expr: str, zone: str) -> str:
 def period_sql(period: str, expr: str, zone: str) -> str:
     """The label of the ``period`` (day, week, month) that the time ``expr`` falls in, in ``zone``:
     ``2026-12-02`` for a day, the ISO week's Monday ``2026-11-30`` for a week, ``2026-12`` for a month."""
-    local = wall_clock_sql(expr, zone)
-    if period == "day":
-        return f"strftime({local}, '%Y-%m-%d')"
-    if period == "week":
-        return f"strftime(date_trunc('week', {local}), '%Y-%m-%d')"
-    if period == "month":
-        return f"strftime({local}, '%Y-%m')"
-    raise ValueError(f"not a period: {period}")
+    return measures.period_label_sql(period, wall_clock_sql(expr, zone))
 
 
 def period_of(period: str, when: dt.datetime, zone: str) -> str:
-    """The label :func:`period_sql` gives the time ``when`` (an aware datetime), computed in Python."""
+    """The label :func:`period_sql` gives the time ``when`` (an aware datetime), computed in Python
+    from the same :data:`traceflow.store.measures.PERIODS` (``tests/test_periods.py`` compares the two)."""
+    spec = measures.PERIODS.get(period)
+    if spec is None:
+        raise ValueError(f"not a period: {period}")
     local = when.astimezone(tzinfo(zone))
-    if period == "day":
-        return local.strftime("%Y-%m-%d")
-    if period == "week":
-        return (local.date() - dt.timedelta(days=local.weekday())).isoformat()
-    if period == "month":
-        return local.strftime("%Y-%m")
-    raise ValueError(f"not a period: {period}")
+    if spec.trunc == "week":  # DuckDB's date_trunc('week'): the ISO week's Monday
+        local = local - dt.timedelta(days=local.weekday())
+    elif spec.trunc is not None:
+        raise ValueError(f"no Python twin for date_trunc({spec.trunc!r})")
+    return local.strftime(spec.fmt)
 
 
 def naive_in_zone(value: dt.datetime, zone: str) -> dt.datetime:
