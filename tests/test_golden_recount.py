@@ -269,12 +269,15 @@ def test_misses_and_causes_match_the_raw_files(weka: tuple[Any, list[Stream]]) -
     falls more than 1,024 tokens below its reusable prefix (the smaller of the previous request's
     prompt and its own); cause, first match wins: first_request, model_switch, compaction (context
     below half the previous; the traces have no compaction events), ttl_expired (gap above 300 s: the
-    traces have no 1-hour writes), unexplained; missed tokens = reusable prefix - cache read. The cache
+    traces have no 1-hour writes), prefix_break (a cache read above zero and at most the static prefix
+    the trace records, its ``tool_tokens + system_tokens`` or the sub-agent entry's, + 1,024;
+    docs/forensics-definitions.md), unexplained; missed tokens = reusable prefix - cache read. The cache
     read is the importer's documented derivation: the leading run of the request's hash ids already
     seen in an earlier request of the trace (in start order, file order on ties), times 64."""
     con, _ = weka
     by_id: dict[int, int] = {}  # id(request) -> its cache read
     streams: list[list[Req]] = []
+    static: list[int] = []  # each stream's recorded static prefix (0: none recorded)
     for f in sorted(WEKA.glob("*.json")):
         doc = json.loads(f.read_bytes())
         flat: list[Req] = []  # every request of the trace in file order (a sub-agent's at its entry)
@@ -284,10 +287,12 @@ def test_misses_and_causes_match_the_raw_files(weka: tuple[Any, list[Stream]]) -
                 sub = [_req(s, rec["t"], False) for s in rec["requests"]]
                 flat += sub
                 streams.append(sub)
+                static.append((rec.get("tool_tokens") or 0) + (rec.get("system_tokens") or 0))
             else:
                 mains.append(_req(rec, 0.0, False))
                 flat.append(mains[-1])
         streams.append(mains)
+        static.append((doc.get("tool_tokens") or 0) + (doc.get("system_tokens") or 0))
         seen: set[int] = set()
         for r in sorted(flat, key=lambda r: r.start_us):
             hit = 0
@@ -299,7 +304,7 @@ def test_misses_and_causes_match_the_raw_files(weka: tuple[Any, list[Stream]]) -
             by_id[id(r)] = min(r.context, hit * 64)
     causes: dict[str, int] = {}
     missed = 0
-    for s in streams:
+    for s, prefix in zip(streams, static, strict=True):
         reqs = sorted(s, key=lambda r: r.start_us)
         for i, cur in enumerate(reqs):
             if i == 0:
@@ -316,6 +321,8 @@ def test_misses_and_causes_match_the_raw_files(weka: tuple[Any, list[Stream]]) -
                 cause = "compaction"
             elif idle_gap_s(prev, cur) > 300:
                 cause = "ttl_expired"
+            elif prefix > 0 and 0 < by_id[id(cur)] <= prefix + 1024:
+                cause = "prefix_break"
             else:
                 cause = "unexplained"
             causes[cause] = causes.get(cause, 0) + 1
