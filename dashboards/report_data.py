@@ -91,7 +91,7 @@ DEFAULT_REPORT_OPTIONS = ReportOptions()
 
 def _time_span(con: duckdb.DuckDBPyConnection, where: str, params: list[Any]) -> tuple[int, float]:
     row = con.execute(
-        "SELECT count(*)::BIGINT, coalesce(epoch(max(coalesce(ended_at, started_at)))"
+        "SELECT count(*)::BIGINT, coalesce(epoch(max(recorded_time))"
         " - epoch(min(request_time)), 0)::DOUBLE"
         f" FROM requests WHERE {where}",
         params,
@@ -341,7 +341,7 @@ def dwpd_frame(
     sql = f"""
 SELECT {day} AS day,
        coalesce(sum(cache_write_tokens), 0)::BIGINT AS write_tokens,
-       (epoch(max(coalesce(ended_at, started_at)))
+       (epoch(max(recorded_time))
         - epoch(min(request_time)))::DOUBLE AS span_s
 FROM requests WHERE ({where}) AND request_time IS NOT NULL
 GROUP BY day ORDER BY day

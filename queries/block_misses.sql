@@ -29,7 +29,7 @@ WITH req AS (
     SELECT event_id, session_id, parent_session_id, agent, agent_version, model, user_id, source,
            prompt_id, seq,
            request_time AS t_start,
-           coalesce(ended_at, started_at) AS t_end,
+           recorded_time AS t_end,
            epoch_us(request_time) AS t_us,
            context_tokens,
            coalesce(cold_input_tokens, 0) AS cold_input_tokens,

@@ -48,7 +48,7 @@ keyed AS (
              ELSE hash(coalesce(parent_session_id, session_id)) END AS root_key,
         parent_session_id IS NULL AS is_main,
         epoch_us(request_time) AS t_start_us,
-        epoch_us(coalesce(ended_at, started_at)) AS t_end_us,
+        epoch_us(recorded_time) AS t_end_us,
         CASE WHEN prompt_id IS NOT NULL THEN hash(prompt_id) END AS prompt_key
     FROM sel
 ),
@@ -59,7 +59,7 @@ stream AS (
         coalesce(parent_session_id, session_id) AS root_session_id, root_key, is_main,
         session_id, parent_session_id, agent, model, user_id, source, prompt_id, prompt_key,
         request_time AS t_start,
-        coalesce(ended_at, started_at) AS t_end,
+        recorded_time AS t_end,
         t_start_us, t_end_us,
         context_tokens,
         coalesce(cold_input_tokens, 0) AS cold_input_tokens,

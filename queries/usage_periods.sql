@@ -12,12 +12,12 @@
 WITH sel AS (
     SELECT *
     FROM requests
-    WHERE coalesce(ended_at, started_at) IS NOT NULL
+    WHERE recorded_time IS NOT NULL
       AND /*@agents*/ true /*@end*/
-      AND /*@selection*/ (CAST($since AS TIMESTAMPTZ) IS NULL OR coalesce(ended_at, started_at) >= CAST($since AS TIMESTAMPTZ))
-      AND (CAST($until AS TIMESTAMPTZ) IS NULL OR coalesce(ended_at, started_at) < CAST($until AS TIMESTAMPTZ)) /*@end*/
+      AND /*@selection*/ (CAST($since AS TIMESTAMPTZ) IS NULL OR recorded_time >= CAST($since AS TIMESTAMPTZ))
+      AND (CAST($until AS TIMESTAMPTZ) IS NULL OR recorded_time < CAST($until AS TIMESTAMPTZ)) /*@end*/
 )
-SELECT /*@period*/ strftime(coalesce(ended_at, started_at) AT TIME ZONE 'UTC', '%Y-%m-%d') /*@end*/ AS period,
+SELECT /*@period*/ strftime(recorded_time AT TIME ZONE 'UTC', '%Y-%m-%d') /*@end*/ AS period,
        agent,
        user_id,
        model,
@@ -27,8 +27,8 @@ SELECT /*@period*/ strftime(coalesce(ended_at, started_at) AT TIME ZONE 'UTC', '
        coalesce(sum(cache_write_tokens), 0)::BIGINT AS cache_write_tokens,
        coalesce(sum(cache_write_1h_tokens), 0)::BIGINT AS cache_write_1h_tokens,
        coalesce(sum(output_tokens), 0)::BIGINT AS output_tokens,
-       min(coalesce(ended_at, started_at)) AS first_at,
-       max(coalesce(ended_at, started_at)) AS last_at
+       min(recorded_time) AS first_at,
+       max(recorded_time) AS last_at
 FROM sel
 GROUP BY 1, 2, 3, 4
 ORDER BY 1, 2, 3, 4;

@@ -26,6 +26,7 @@ from traceflow.analysis.mix import token_cost
 from traceflow.output import Rows
 from traceflow.prices import PriceModel
 from traceflow.store import sql, zones
+from traceflow.store.measures import RECORDED_TIME
 from traceflow.store.selection import Selection
 from traceflow.store.time_base import PUBLIC_SOURCES
 
@@ -34,8 +35,6 @@ if TYPE_CHECKING:
 
     from traceflow.store.sql import Engine
 
-#: The time a request is filed at in these views: when the agent recorded it.
-RECORDED_TIME = "coalesce(ended_at, started_at)"
 #: The views and the top-level key of their JSON document (ccusage 20's names).
 VIEWS = {"daily": "daily", "weekly": "weekly", "monthly": "monthly", "session": "session"}
 #: ccusage's name of an agent, by the lake's ``agent`` value.

@@ -136,11 +136,11 @@ def _lake_usage(data: str | None, session_id: str, since: dt.datetime) -> list[U
         return []
     con = Lake(location).connect(["requests"])
     rows = con.execute(
-        """SELECT coalesce(ended_at, started_at), model, cold_input_tokens, cache_read_tokens,
+        """SELECT recorded_time, model, cold_input_tokens, cache_read_tokens,
                   cache_write_tokens, cache_write_5m_tokens, cache_write_1h_tokens, output_tokens,
                   parent_session_id IS NULL
            FROM requests
-           WHERE coalesce(parent_session_id, session_id) = ? AND coalesce(ended_at, started_at) >= ?""",
+           WHERE coalesce(parent_session_id, session_id) = ? AND recorded_time >= ?""",
         [session_id, since],
     ).fetchall()
     return [

@@ -193,7 +193,7 @@ def tool_lookup_sql() -> str:
 SELECT r.session_id AS k_session, r.parent_session_id AS k_parent, r.t_start AS k_start,
        json_extract_string(e.attributes, '$.tool_name') AS tool, count(*)::BIGINT AS calls
 FROM (SELECT session_id, parent_session_id, {start} AS t_start,
-             lag(coalesce(ended_at, started_at)) OVER (
+             lag(recorded_time) OVER (
                  PARTITION BY session_id, parent_session_id ORDER BY {start}, seq) AS prev_end
       FROM requests WHERE session_id IS NOT NULL AND {start} IS NOT NULL) AS r
 JOIN events AS e

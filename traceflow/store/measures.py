@@ -8,6 +8,8 @@ Every other module takes them from this table (``docs/definitions.md`` lists the
 
   - ``request_time``: when a request happened, ``started_at``, else ``ended_at`` (a record that only
     gives its end); what ``--since``/``--until`` filter and ``--by day`` groups;
+  - ``recorded_time``: when the agent recorded it, ``ended_at``, else ``started_at``: where the
+    ccusage-compatible period views file a request, and a request's end in the per-stream window;
   - ``context_tokens``: the prompt, ``cold_input + cache_read + cache_write`` (the counts are
     exclusive, :class:`traceflow.rows.Tokens`; a count the record lacks is 0);
   - ``total_tokens``: the context and the output.
@@ -51,11 +53,15 @@ def _sum(columns: tuple[str, ...]) -> str:
 #: The derived columns of the ``requests`` view: name -> expression over the stored columns.
 REQUEST_COLUMNS: Mapping[str, str] = {
     "request_time": "coalesce(started_at, ended_at)",
+    "recorded_time": "coalesce(ended_at, started_at)",
     "context_tokens": _sum(CONTEXT_COLUMNS),
     "total_tokens": _sum(TOKEN_COLUMNS),
 }
 #: The column a request's time is read from (the view's; ``t_start`` in ``request_steps``).
 REQUEST_TIME = "request_time"
+#: The column of the time the agent recorded a request (its end, else its start): what ccusage files
+#: a request at, and so the period views (``daily``… ``session``, ``blocks --json``) and a stream's end.
+RECORDED_TIME = "recorded_time"
 #: How complete one stored copy of a request is: among the copies of an ``event_id`` the largest wins.
 COMPLETENESS = REQUEST_COLUMNS["total_tokens"]
 

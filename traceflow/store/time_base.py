@@ -101,7 +101,7 @@ def selection_sources(
         "SELECT source, count(*)::BIGINT AS n,"
         " count(*) FILTER (WHERE coalesce(parent_session_id, session_id) IS NULL)::BIGINT AS sessionless,"
         " (epoch_us(min(request_time)) / 1000000.0)::DOUBLE AS first_s,"
-        " (epoch_us(max(coalesce(ended_at, started_at))) / 1000000.0)::DOUBLE AS last_s"
+        " (epoch_us(max(recorded_time)) / 1000000.0)::DOUBLE AS last_s"
         f" FROM requests WHERE total_tokens > 0 AND request_time IS NOT NULL AND ({where})"
         " GROUP BY source ORDER BY n DESC, source",
         params,
