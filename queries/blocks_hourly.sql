@@ -1,5 +1,5 @@
 -- blocks_hourly: per UTC hour, user, source and model: requests, the token kinds and the first and
--- last request time. The input of the 5-hour billing blocks (`traceflow blocks`): a block starts at a
+-- last request time, each request at the time the agent recorded it (`recorded_time`, as ccusage). The input of the 5-hour billing blocks (`traceflow blocks`): a block starts at a
 -- whole UTC hour and lasts whole hours, so every request of one hour falls in the same block; each
 -- user has their own chain, and traceflow leaves out the public traces' sources (not a bill).
 -- params:  $since TIMESTAMPTZ = NULL  only requests at or after this time
@@ -10,10 +10,10 @@
 WITH sel AS (
     SELECT *
     FROM requests
-    WHERE /*@selection*/ (CAST($since AS TIMESTAMPTZ) IS NULL OR request_time >= CAST($since AS TIMESTAMPTZ))
-      AND (CAST($until AS TIMESTAMPTZ) IS NULL OR request_time < CAST($until AS TIMESTAMPTZ)) /*@end*/
+    WHERE /*@selection*/ (CAST($since AS TIMESTAMPTZ) IS NULL OR recorded_time >= CAST($since AS TIMESTAMPTZ))
+      AND (CAST($until AS TIMESTAMPTZ) IS NULL OR recorded_time < CAST($until AS TIMESTAMPTZ)) /*@end*/
 )
-SELECT date_trunc('hour', request_time AT TIME ZONE 'UTC') AS hour_start,
+SELECT date_trunc('hour', recorded_time AT TIME ZONE 'UTC') AS hour_start,
        user_id,
        source,
        model,
@@ -23,9 +23,9 @@ SELECT date_trunc('hour', request_time AT TIME ZONE 'UTC') AS hour_start,
        coalesce(sum(cache_write_tokens), 0)::BIGINT AS cache_write_tokens,
        coalesce(sum(cache_write_1h_tokens), 0)::BIGINT AS cache_write_1h_tokens,
        coalesce(sum(output_tokens), 0)::BIGINT AS output_tokens,
-       min(request_time) AS first_at,
-       max(request_time) AS last_at
+       min(recorded_time) AS first_at,
+       max(recorded_time) AS last_at
 FROM sel
-WHERE request_time IS NOT NULL
+WHERE recorded_time IS NOT NULL
 GROUP BY 1, 2, 3, 4
 ORDER BY 1, 2, 3, 4;

@@ -1,5 +1,8 @@
 """Five-hour billing blocks, as ccusage's ``blocks`` reports them (``traceflow blocks``).
 
+A request counts at the time the agent recorded it (``recorded_time``: its end, else its start), as
+ccusage counts it, in the table, ``--json`` and the status line alike.
+
 The rule: requests in time order; a block starts at the first request's UTC hour, floored, and ends
 5 hours later; a request at or after the end starts a new block (at its own hour, floored). Since
 every block starts and ends on a whole UTC hour, all the requests of one UTC hour fall in the same
@@ -37,6 +40,7 @@ from traceflow.analysis.mix import token_cost
 from traceflow.output import Rows
 from traceflow.prices import PriceModel
 from traceflow.store import sql
+from traceflow.store.measures import RECORDED_TIME
 from traceflow.store.selection import Selection
 from traceflow.store.time_base import AGENT, time_base
 from traceflow.units import format_elapsed
@@ -215,7 +219,7 @@ def hourly(con: duckdb.DuckDBPyConnection | Engine, selection: Selection | None 
     """The lake's hourly sums (``queries/blocks_hourly.sql``) over ``selection``, agent telemetry
     only: the hours of a public serving trace (:func:`~traceflow.store.time_base.time_base`) are
     left out, they are nobody's bill."""
-    block, params = sql.selection_block(selection)
+    block, params = sql.selection_block(selection, RECORDED_TIME)
     frame = sql.run(con, "blocks_hourly", params, blocks={"selection": block})
     out = []
     for r in frame.iter_rows(named=True):

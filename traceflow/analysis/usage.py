@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from traceflow.analysis.blocks import BLOCK, Block, Hour, chains
+from traceflow.analysis.blocks import BLOCK, Block, Hour, chains, hourly
 from traceflow.analysis.mix import token_cost
 from traceflow.output import Rows
 from traceflow.prices import PriceModel
@@ -318,33 +318,6 @@ def _utc(value: dt.datetime) -> dt.datetime:
 # ---------------------------------------------------------------------------------------------------
 
 
-def recorded_hours(con: duckdb.DuckDBPyConnection | Engine, selection: Selection | None = None) -> list[Hour]:
-    """The hourly sums of agent telemetry by recorded time (``usage_periods.sql`` per UTC hour)."""
-    block, params = sql.selection_block(selection, RECORDED_TIME)
-    frame = sql.run(
-        con,
-        "usage_periods",
-        params,
-        blocks={"selection": block, "agents": _agents_predicate(), "period": _key_sql("hour", zones.UTC)},
-    )
-    return [
-        Hour(
-            _utc(r["period"]),
-            r["user_id"],
-            r["model"],
-            r["requests"],
-            r["cold_input_tokens"],
-            r["cache_read_tokens"],
-            r["cache_write_tokens"],
-            r["cache_write_1h_tokens"],
-            r["output_tokens"],
-            _utc(r["first_at"]),
-            _utc(r["last_at"]),
-        )
-        for r in frame.iter_rows(named=True)
-    ]
-
-
 def _block_json(b: Block, now: dt.datetime, hours: Sequence[Hour] = ()) -> dict[str, Any]:
     active = b.active(now)
     burn = b.burn() if active else None
@@ -445,7 +418,7 @@ def blocks_document(
     at = now or dt.datetime.now(dt.UTC)
     pm = prices or PriceModel()
     window = selection or Selection()
-    hours = recorded_hours(con, _without_time(window))
+    hours = hourly(con, _without_time(window))
     out: list[dict[str, Any]] = []
     for chain in chains(hours, pm):  # each user's own chain (one for local logs)
         user = chain[0].user if chain else None
