@@ -105,6 +105,7 @@ def _shares_a_module_fixture(item: pytest.Item) -> bool:
     )
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Groups for pytest-xdist's ``--dist loadgroup`` (pyproject's addopts run the suite with ``-n
     auto``): every Spark test on one worker, so that one JVM starts (the session-scoped ``spark``
