@@ -131,6 +131,13 @@ def _zone_in_force() -> Iterator[None]:
     zones._in_force = None
 
 
+@pytest.fixture(autouse=True)
+def _no_terminal_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tables are as wide as their columns, as when written to a file (traceflow.output.terminal_width):
+    pytest-xdist's workers run with ``COLUMNS=80``; a test that wants a width sets it."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
 @pytest.fixture
 def testdata() -> Path:
     return TESTDATA
