@@ -190,7 +190,11 @@ def require_pyspark() -> None:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    """One Spark local-mode session (``local[2]``) for the whole test run: the JVM starts once."""
+    """One Spark local-mode session (``local[2]``) for the whole test run: the JVM starts once (on one
+    pytest-xdist worker: every test that takes this fixture is grouped there, see
+    :func:`pytest_collection_modifyitems`). The JVM compiles with C1 only (``TieredStopAtLevel=1``):
+    a test run is short, and the C2 compiler's work does not pay back in it (the 18 packaged queries
+    on the synthetic lake: 39 s of JVM CPU instead of 77 s; docs/testing.md)."""
     require_pyspark()
     from traceflow.engines.spark import session
 
@@ -202,6 +206,7 @@ def spark() -> Iterator[Any]:
             "spark.default.parallelism": "2",
             "spark.driver.memory": "1g",
             "spark.ui.showConsoleProgress": "false",
+            "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
         },
     )
     s.sparkContext.setLogLevel("ERROR")
