@@ -80,6 +80,53 @@ def packaged_examples() -> Path:
 EXAMPLES = packaged_examples()
 
 
+def _uses_spark(item: pytest.Item) -> bool:
+    """Whether ``item`` runs on the Spark session: marked ``spark``, or asks for the ``spark`` fixture
+    (and not merely a parameter of that name, as in tests/test_rewrite.py)."""
+    if item.get_closest_marker("spark"):
+        return True
+    callspec = getattr(item, "callspec", None)
+    return "spark" in getattr(item, "fixturenames", ()) and "spark" not in (
+        callspec.params if callspec else {}
+    )
+
+
+def _shares_a_module_fixture(item: pytest.Item) -> bool:
+    """Whether ``item`` uses a module- or session-scoped fixture written in its own module (a server,
+    an imported lake): set up once per worker process that runs one of the module's tests."""
+    module = item.getparent(pytest.Module)
+    info = getattr(item, "_fixtureinfo", None)
+    if module is None or info is None:
+        return False
+    return any(
+        d.scope in ("module", "session") and d.baseid == module.nodeid
+        for defs in info.name2fixturedefs.values()
+        for d in defs
+    )
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Groups for pytest-xdist's ``--dist loadgroup`` (pyproject's addopts run the suite with ``-n
+    auto``): every Spark test on one worker, so that one JVM starts (the session-scoped ``spark``
+    fixture); the tests of a module that share a module-scoped fixture on one worker, so that it is
+    set up once; every other test goes to whichever worker is free. docs/testing.md explains."""
+    for item in items:
+        if _uses_spark(item):
+            item.add_marker(pytest.mark.xdist_group("spark"))
+        elif _shares_a_module_fixture(item):
+            module = item.getparent(pytest.Module)
+            assert module is not None
+            item.add_marker(pytest.mark.xdist_group(module.nodeid))
+
+
+@pytest.fixture(autouse=True)
+def _no_terminal_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tables are as wide as their columns, as when written to a file (traceflow.output.terminal_width):
+    pytest-xdist's workers run with ``COLUMNS=80``; a test that wants a width sets it."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
 @pytest.fixture
 def testdata() -> Path:
     return TESTDATA
@@ -132,7 +179,11 @@ def require_pyspark() -> None:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    """One Spark local-mode session (``local[2]``) for the whole test run: the JVM starts once."""
+    """One Spark local-mode session (``local[2]``) for the whole test run: the JVM starts once (on one
+    pytest-xdist worker: every test that takes this fixture is grouped there, see
+    :func:`pytest_collection_modifyitems`). The JVM compiles with C1 only (``TieredStopAtLevel=1``):
+    a test run is short, and the C2 compiler's work does not pay back in it (the 18 packaged queries
+    on the synthetic lake: 39 s of JVM CPU instead of 77 s; docs/testing.md)."""
     require_pyspark()
     from traceflow.engines.spark import session
 
@@ -144,6 +195,7 @@ def spark() -> Iterator[Any]:
             "spark.default.parallelism": "2",
             "spark.driver.memory": "1g",
             "spark.ui.showConsoleProgress": "false",
+            "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
         },
     )
     s.sparkContext.setLogLevel("ERROR")
