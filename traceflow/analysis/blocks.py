@@ -40,7 +40,7 @@ from traceflow.analysis.mix import token_cost
 from traceflow.output import Rows
 from traceflow.prices import PriceModel
 from traceflow.store import sql
-from traceflow.store.measures import RECORDED_TIME
+from traceflow.store.measures import RECORDED_TIME, TOKEN_COLUMNS
 from traceflow.store.selection import Selection
 from traceflow.store.time_base import AGENT, time_base
 from traceflow.units import format_elapsed
@@ -59,10 +59,7 @@ COLUMNS = (
     "end",
     "status",
     "requests",
-    "cold_input_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "output_tokens",
+    *TOKEN_COLUMNS,
     "total_tokens",
     "cost_usd",
     "unpriced_tokens",

@@ -14,7 +14,7 @@ from traceflow.output import Rows
 from traceflow.prices import PriceModel
 from traceflow.store import groups, zones
 from traceflow.store.lake import ROLLUP_VIEW
-from traceflow.store.measures import period_label_sql
+from traceflow.store.measures import TOKEN_COLUMNS, period_label_sql
 from traceflow.store.selection import Selection
 from traceflow.store.sql import Engine, materialised
 from traceflow.store.sql import load as load_query
@@ -25,10 +25,7 @@ if TYPE_CHECKING:
 #: Output columns, in order (JSON keys are a contract).
 COLUMNS = (
     "requests",
-    "cold_input_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "output_tokens",
+    *TOKEN_COLUMNS,
     "total_tokens",
     "share_cold_input",
     "share_cache_read",
