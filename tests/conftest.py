@@ -108,12 +108,13 @@ def _shares_a_module_fixture(item: pytest.Item) -> bool:
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Groups for pytest-xdist's ``--dist loadgroup`` (pyproject's addopts run the suite with ``-n
-    auto``): every Spark test on one worker, so that one JVM starts (the session-scoped ``spark``
-    fixture); the tests of a module that share a module-scoped fixture on one worker, so that it is
+    logical``): a module's Spark tests on one worker, so that a worker starts at most one JVM (the
+    session-scoped ``spark`` fixture) and two Spark modules can run at once on two; the tests of a module that share a module-scoped fixture on one worker, so that it is
     set up once; every other test goes to whichever worker is free. docs/testing.md explains."""
     for item in items:
-        if _uses_spark(item):
-            item.add_marker(pytest.mark.xdist_group("spark"))
+        if _uses_spark(item):  # a module's Spark tests together: at most one JVM per worker
+            module = item.getparent(pytest.Module)
+            item.add_marker(pytest.mark.xdist_group(f"spark:{module.nodeid if module else ''}"))
         elif _shares_a_module_fixture(item):
             module = item.getparent(pytest.Module)
             assert module is not None
