@@ -109,8 +109,9 @@ def _shares_a_module_fixture(item: pytest.Item) -> bool:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Groups for pytest-xdist's ``--dist loadgroup`` (pyproject's addopts run the suite with ``-n
     logical``): a module's Spark tests on one worker, so that a worker starts at most one JVM (the
-    session-scoped ``spark`` fixture) and two Spark modules can run at once on two; the tests of a module that share a module-scoped fixture on one worker, so that it is
-    set up once; every other test goes to whichever worker is free. docs/testing.md explains."""
+    session-scoped ``spark`` fixture) and two Spark modules can run at once on two; the tests of a
+    module that share a module-scoped fixture on one worker, so that it is set up once; every other
+    test goes to whichever worker is free. docs/testing.md explains."""
     for item in items:
         if _uses_spark(item):  # a module's Spark tests together: at most one JVM per worker
             module = item.getparent(pytest.Module)
