@@ -373,7 +373,7 @@ def test_size_and_the_report_assume_one_ssd_array(cli: Cli, lake: Lake) -> None:
         "requests",
         [{"event_id": "a", "source": "t", "started_at": 1785585600_000000, "cache_write_tokens": 1000}],
     )
-    frame = dwpd_frame(lake.connect(["requests"]), "true", [], 126_976)
+    frame = dwpd_frame(lake.connect(["requests"]), "true", [], 126_976, "UTC")
     assert frame["rated_dwpd"].to_list() == [ssd.rated_dwpd]
     assert frame["dwpd"][0] == pytest.approx(
         sizing.dwpd(1000 * 126_976 / 60, ssd.drives, ssd.drive_bytes, ssd.raid, ssd.waf)
@@ -384,7 +384,7 @@ def test_size_and_the_report_assume_one_ssd_array(cli: Cli, lake: Lake) -> None:
         resolution_s = 60.0
         series_since = None
 
-    note = next(n for n in _notes(Data(), True) if "SSD" in n)  # type: ignore[arg-type]
+    note = next(n for n in _notes(Data(), True, "UTC") if "SSD" in n)  # type: ignore[arg-type]
     assert f"{ssd.drives} drives of {ssd.drive_bytes / 1e12:g} TB in {ssd.raid}" in note
     assert f"rated {ssd.rated_dwpd:g} DWPD" in note
     assert isinstance(frame, pl.DataFrame)

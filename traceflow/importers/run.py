@@ -34,13 +34,21 @@ import orjson
 from traceflow import importers
 from traceflow.errors import MissingPath, UsageError
 from traceflow.importers.base import FileContext, Importer, finish
-from traceflow.importers.compressed import CorruptInput, is_packed, open_input
+from traceflow.importers.compressed import is_packed, open_input
 from traceflow.importers.interrupt import (
     ImportInterrupted,
     interruptible,
     remove_staged,
     staging_names,
     worker_pids,
+)
+from traceflow.importers.wrong_input import (
+    LOOKS_LIKE,
+    first_record,
+    no_default_location,
+    no_files_of_format,
+    nothing_in_default_location,
+    reads,
 )
 from traceflow.paths import max_document_bytes, max_line_bytes, too_large
 from traceflow.rows import LineError, Parsed
@@ -461,7 +469,7 @@ def run_import(
         return _run(lake, importer, list(files), progress, jobs)
     roots = list(paths) if paths else importer.default_paths()
     if not paths and not roots:
-        raise _no_default_location(importer)
+        raise no_default_location(importer)
     for root in roots:
         if not root.exists():
             raise MissingPath(
@@ -472,13 +480,13 @@ def run_import(
     for root in roots:
         found = importer.discover(root)
         if not found and paths:
-            raise _no_files_of_format(importer, root)
+            raise no_files_of_format(importer, root)
         for f in found:
             if f not in seen:
                 seen.add(f)
                 listed.append(f)
     if not paths and not listed:  # the default folders are there, but hold no logs
-        raise _nothing_in_default_location(importer, roots)
+        raise nothing_in_default_location(importer, roots)
     return _run(lake, importer, listed, progress, jobs)
 
 
@@ -586,106 +594,22 @@ def _import_files(
         _check_format(importer, summary, plans)
 
 
-#: What each importer reads, for the messages below (the table of sources in docs/collector.md says the same).
-READS: dict[str, str] = {
-    "claude-code": "Claude Code transcripts (projects/<project>/<session>.jsonl)",
-    "codex": "Codex rollouts (sessions/YYYY/MM/DD/rollout-*.jsonl)",
-    "gemini": "Gemini CLI chat recordings (tmp/<project>/chats/*.jsonl)",
-    "otlp-json": "OTLP/JSON export requests, one per line (*.json, *.jsonl)",
-    "mooncake": "Mooncake traces (*.jsonl with timestamp, input_length, output_length, hash_ids)",
-    "azure": "Azure LLM inference traces (AzureLLMInferenceTrace_*.csv)",
-    "kvcache-tester": "kv-cache-tester sessions (traces/trace_NNNN.json)",
-    "bailian": "Alibaba Bailian traces (qwen_*_blksz_16.jsonl)",
-    "burstgpt": "BurstGPT traces (BurstGPT_*.csv)",
-}
-
-#: Whether the first record of a file looks like the agent formats that ignore unknown lines
-#: silently (a file of another format would otherwise import as "no new rows").
-_LOOKS_LIKE: dict[str, Callable[[dict[str, Any]], bool]] = {
-    "claude-code": lambda r: "sessionId" in r or "leafUuid" in r or ("type" in r and "uuid" in r),
-    "codex": lambda r: "type" in r and "payload" in r,
-    "gemini": lambda r: "sessionId" in r or "messages" in r or ("type" in r and "id" in r),
-}
-
-
-def _reads(importer: Importer) -> str:
-    return READS.get(importer.name, f"{importer.name} files")
-
-
-def _other_sources(importer: Importer, root: Path) -> list[str]:
-    """The agent importers that do find files under ``root`` (a hint for the message)."""
-    out = []
-    for name in ("claude-code", "codex", "gemini"):
-        if name != importer.name and root.is_dir():
-            with contextlib.suppress(Exception):
-                if importers.get(name).discover(root):
-                    out.append(name)
-    return out
-
-
-def _no_default_location(importer: Importer) -> UsageError:
-    if importer.name in _LOOKS_LIKE:
-        return UsageError(
-            f"no {importer.name} logs found in the default location "
-            "(see the table of sources in docs/collector.md); "
-            f"pass the path of {_reads(importer)}: traceflow import {importer.name} PATH"
-        )
-    return UsageError(
-        f"{importer.name} has no default location; pass the path of {_reads(importer)}: "
-        f"traceflow import {importer.name} PATH"
-    )
-
-
-def _nothing_in_default_location(importer: Importer, roots: Sequence[Path]) -> UsageError:
-    where = ", ".join(str(r) for r in roots)
-    return UsageError(
-        f"no {importer.name} logs in {where} (the default location): nothing to import; "
-        f"pass the path of {_reads(importer)}: traceflow import {importer.name} PATH"
-    )
-
-
-def _no_files_of_format(importer: Importer, root: Path) -> UsageError:
-    others = _other_sources(importer, root)
-    hint = ""
-    if others:
-        hint = f"; these look like {' or '.join(others)} files: traceflow import {others[0]} {root}"
-    return UsageError(
-        f"no {importer.name} files under {root}: `import {importer.name}` reads {_reads(importer)}; "
-        f"pass such a file or folder, or the importer for these files (see `traceflow import --help`){hint}"
-    )
-
-
-def _first_record(path: str) -> dict[str, Any] | None:
-    """The first non-blank line of a file as a JSON object, or None."""
-    try:
-        with open_input(path) as fh:
-            for line in fh:
-                if line.strip():
-                    rec = orjson.loads(line)
-                    return rec if isinstance(rec, dict) else None
-    except (OSError, orjson.JSONDecodeError, CorruptInput):
-        return None
-    return None
-
-
 def _check_format(importer: Importer, summary: ImportSummary, plans: list[FilePlan]) -> None:
     """A usage error when what was read is not the importer's format: no row came of it, and every
     record was rejected, or (for the agent formats that skip unknown lines) a file read from its
     start does not look like one."""
     if sum(summary.rows.values()) or not summary.bytes_read or any(p.start for p in plans):
         return  # rows came of it, or nothing was read, or a grown file's new lines were (skipped records)
-    fix = (
-        f"pass {_reads(importer)}, or import these files with their own importer (`traceflow import --help`)"
-    )
+    fix = f"pass {reads(importer)}, or import these files with their own importer (`traceflow import --help`)"
     if summary.skipped:
         raise UsageError(
             f"nothing imported: all {summary.skipped} record(s) read were rejected, so these are not "
             f"{importer.name} files (e.g. {summary.errors[0]}); {fix}"
         )
-    looks_like = _LOOKS_LIKE.get(importer.name)
+    looks_like = LOOKS_LIKE.get(importer.name)
     if looks_like is None:
         return
-    strangers = [p.path for p in plans if (rec := _first_record(p.path)) is not None and not looks_like(rec)]
+    strangers = [p.path for p in plans if (rec := first_record(p.path)) is not None and not looks_like(rec)]
     if strangers and len(strangers) == len(plans):
         raise UsageError(
             f"nothing imported: {strangers[0]}"

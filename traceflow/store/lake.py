@@ -45,7 +45,7 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,6 +54,7 @@ import orjson
 from traceflow import config
 from traceflow.errors import LakeError
 from traceflow.schema import LAKE_VERSION, REQUESTS, TABLES, Table, polars_type
+from traceflow.store import staging as staging_files
 from traceflow.store.measures import (
     CONFLICTS,
     SOURCE_FILE,
@@ -295,7 +296,7 @@ class Lake:
     # -- writing ------------------------------------------------------------------------------
     def staging_path(self) -> Path:
         self.ensure()
-        return self.staging / f"{time.time_ns()}-{os.getpid()}-{secrets.token_hex(4)}.parquet"
+        return self.staging / staging_files.name()
 
     def write_staged(self, table: str, frame: pl.DataFrame) -> list[tuple[Path, str]]:
         """Write a frame into staging files, one per ``dt`` partition; publish them with :meth:`publish`."""
@@ -681,34 +682,6 @@ class Lake:
                 d.rmdir()  # a partition whose rows all moved elsewhere
 
     def clean_staging(self, older_than_s: float = 3600) -> int:
-        """Remove staging files left by crashed writers (never the ones being written now): those whose
-        writer, the process named in the file's name (:meth:`staging_path`), is gone from this machine
-        (a ``kill -9``), and any older than ``older_than_s``. The staging folder is this machine's own
-        (an object-store lake stages under :func:`traceflow.config.local_root`)."""
-        removed = 0
-        now = time.time()
-        for f in self._iter_staging():
-            with contextlib.suppress(FileNotFoundError):
-                if not _writer_alive(f.name) or now - f.stat().st_mtime > older_than_s:
-                    f.unlink()
-                    removed += 1
-        return removed
-
-    def _iter_staging(self) -> Iterator[Path]:
-        if self.staging.exists():
-            yield from self.staging.iterdir()
-
-
-def _writer_alive(name: str) -> bool:
-    """Whether the process that names the staging file ``name`` (``<ns>-<pid>-<hex>.parquet``) runs;
-    True for a name of another form (not ours to judge)."""
-    parts = name.split("-")
-    if len(parts) != 3 or not parts[1].isdigit():
-        return True
-    try:
-        os.kill(int(parts[1]), 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):
-        return True  # another user's process (or a number no pid is): leave it to the age rule
-    return True
+        """Remove staging files left by crashed writers, never the ones being written now
+        (:func:`traceflow.store.staging.clean`)."""
+        return staging_files.clean(self.staging, older_than_s)
