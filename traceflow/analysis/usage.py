@@ -28,7 +28,7 @@ from traceflow.prices import PriceModel
 from traceflow.store import sql, zones
 from traceflow.store.measures import RECORDED_TIME
 from traceflow.store.selection import Selection
-from traceflow.store.time_base import PUBLIC_SOURCES
+from traceflow.store.time_base import agent_telemetry_sql
 
 if TYPE_CHECKING:
     import duckdb
@@ -45,11 +45,6 @@ ORDERS = ("asc", "desc")
 RECENT = dt.timedelta(days=3)
 
 
-def _agents_predicate() -> str:
-    names = ", ".join(f"'{s}'" for s in sorted(PUBLIC_SOURCES))
-    return f"coalesce(source, '') NOT IN ({names})"
-
-
 def _key_sql(view: str, zone: str) -> str:
     recorded = RECORDED_TIME
     if view == "daily":
@@ -60,8 +55,6 @@ def _key_sql(view: str, zone: str) -> str:
         return zones.period_sql("month", recorded, zone)
     if view == "session":
         return "coalesce(parent_session_id, session_id, '')"
-    if view == "hour":
-        return f"date_trunc('hour', {recorded} AT TIME ZONE 'UTC')"
     raise ValueError(f"not a usage view: {view}")
 
 
@@ -153,7 +146,7 @@ def periods(
         con,
         "usage_periods",
         params,
-        blocks={"selection": block, "agents": _agents_predicate(), "period": _key_sql(view, zone)},
+        blocks={"selection": block, "agents": agent_telemetry_sql(), "period": _key_sql(view, zone)},
     )
     out: dict[str, Period] = {}
     for r in frame.iter_rows(named=True):

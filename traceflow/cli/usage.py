@@ -66,10 +66,13 @@ OfflineOpt = Annotated[
 
 @dataclass(frozen=True)
 class Window:
-    """What ``--since``, ``--until`` and ``--timezone`` ask for: the selection and its zone."""
+    """What ``--since``, ``--until`` and ``--timezone`` ask for: the selection, which carries the zone."""
 
     selection: Selection
-    zone: str
+
+    @property
+    def zone(self) -> str:
+        return self.selection.zone
 
 
 def personal_zone(tz: str | None) -> str:
@@ -82,8 +85,7 @@ def personal_zone(tz: str | None) -> str:
 
 def build_window(since: str | None = None, until: str | None = None, timezone: str | None = None) -> Window:
     """The :class:`Window` of the options: dates without an offset read in the view's zone."""
-    zone = personal_zone(timezone)
-    return Window(build_selection(since, until, tz=zone), zone)
+    return Window(build_selection(since, until, tz=personal_zone(timezone)))
 
 
 #: The window options, in the order ``--help`` shows them.

@@ -68,6 +68,13 @@ def time_base(source: str | None) -> str:
     return f"{PUBLIC}:{source}" if source in PUBLIC_SOURCES else AGENT
 
 
+def agent_telemetry_sql(column: str = "source") -> str:
+    """:func:`time_base` as a SQL predicate: true where ``column`` names no public serving trace
+    (the requests whose time base is ``agent``)."""
+    names = ", ".join(f"'{s}'" for s in sorted(PUBLIC_SOURCES))
+    return f"coalesce({column}, '') NOT IN ({names})"
+
+
 def is_public(base: str) -> bool:
     """Whether ``base`` is a public serving trace's own time base."""
     return base.startswith(f"{PUBLIC}:")
