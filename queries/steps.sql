@@ -23,7 +23,7 @@
 -- returns: root_session_id, root_key, is_main, session_id, parent_session_id, agent, model, user_id,
 --          source, prompt_id, prompt_key, t_start, t_end, t_start_us, t_end_us, context_tokens,
 --          cold_input_tokens, cache_read_tokens, cache_write_tokens, output_tokens,
---          agent_version, cache_write_5m_tokens, cache_write_1h_tokens, position,
+--          agent_version, cache_write_5m_tokens, cache_write_1h_tokens, event_id, position,
 --          prev_end_us, next_end_us, prev_prompt_key, prev_context_tokens, prev_output_tokens,
 --          prev_model, prev_cache_write_5m_tokens, prev_cache_write_1h_tokens, gap_s, kind,
 --          prefix_tokens, gap_bin
@@ -67,6 +67,7 @@ stream AS (
         coalesce(cache_write_tokens, 0) AS cache_write_tokens,
         coalesce(output_tokens, 0) AS output_tokens,
         agent_version, cache_write_5m_tokens, cache_write_1h_tokens,
+        event_id,  -- what a --where on an attribution compares (traceflow.store.filters)
         row_number() OVER w AS position,
         -- prev_end_us: when every earlier request of the stream had ended (the latest of their ends:
         -- with overlapping requests the previous row may end before an earlier one); NULL for the first

@@ -203,7 +203,7 @@ def _midnight(value: dt.datetime) -> str | None:
 def _rollup_where(sel: Selection) -> tuple[str, list[Any]] | None:
     """The selection as a predicate over the rollup's columns, or None when the rollup cannot
     answer it exactly (a bound inside a day, or a filter on something the rollup does not keep)."""
-    if sel.extra:
+    if sel.extra or sel.conditions:  # --where: a request's own values, which the rollup sums away
         return None
     clauses: list[str] = []
     params: list[Any] = []

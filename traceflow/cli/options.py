@@ -129,6 +129,15 @@ UserOpt = Annotated[list[str] | None, typer.Option("--user", help="Only this use
 SourceOpt = Annotated[
     list[str] | None, typer.Option("--source", help="Only rows from this source, e.g. otlp (repeatable).")
 ]
+WhereOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--where",
+        help="Only requests whose KEY is VALUE: KEY=VALUE, KEY!=VALUE, KEY=A,B (one of a list); "
+        "repeatable (ANDed). Keys: agent, model, user, source, version, project, host, attr:NAME "
+        "(a request's own value, as --by reads it).",
+    ),
+]
 TzOpt = Annotated[
     str | None,
     typer.Option(
@@ -150,6 +159,7 @@ SELECTION_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("session", SessionOpt),
     ("user", UserOpt),
     ("source", SourceOpt),
+    ("where", WhereOpt),
     ("tz", TzOpt),
 )
 
@@ -374,13 +384,15 @@ def build_selection(
     user: list[str] | None = None,
     source: list[str] | None = None,
     tz: str | None = None,
+    where: list[str] | None = None,
 ) -> Selection:
     """The :class:`Selection` the selection options describe; ``tz`` (``--tz``, else
     :func:`traceflow.store.zones.default_zone`) becomes its zone, in which a ``--since`` or
     ``--until`` without an offset is read."""
-    from traceflow.store import zones
+    from traceflow.store import filters, zones
     from traceflow.store.selection import Selection
 
+    conditions = filters.parse(where)
     zone = zones.default_zone() if tz is None else zones.resolve(tz)
     start = parse_zoned(since, "--since", zone) if since else None
     end = parse_zoned(until, "--until", zone, end=True) if until else None
@@ -397,6 +409,7 @@ def build_selection(
         sessions=tuple(session or ()),
         users=tuple(user or ()),
         sources=tuple(source or ()),
+        conditions=conditions,
         zone=zone,
     )
 
@@ -475,7 +488,8 @@ def with_selection(command: F) -> F:
 
     ``command`` declares ``selection: Selection`` (keyword-only) where the options belong in
     ``--help``; typer sees ``--since``, ``--until``, ``--agent``, ``--model``, ``--session``,
-    ``--user`` and ``--source`` there instead, and the command receives one :class:`Selection`.
+    ``--user``, ``--source``, ``--where`` and ``--tz`` there instead, and the command receives one
+    :class:`Selection`.
     """
     options = [(name, annotation, None) for name, annotation in SELECTION_OPTIONS]
     return _expand(command, "selection", options, build_selection)

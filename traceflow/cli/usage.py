@@ -14,7 +14,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from traceflow.cli.options import LakeQuery, PricesOpt, build_selection, echo, with_lake_query, with_options
+from traceflow.cli.options import (
+    LakeQuery,
+    PricesOpt,
+    WhereOpt,
+    build_selection,
+    echo,
+    with_lake_query,
+    with_options,
+)
 
 if TYPE_CHECKING:
     from traceflow.store.selection import Selection
@@ -83,9 +91,15 @@ def personal_zone(tz: str | None) -> str:
     return zones.resolve(tz, "--timezone") if tz else zones.personal_zone()
 
 
-def build_window(since: str | None = None, until: str | None = None, timezone: str | None = None) -> Window:
-    """The :class:`Window` of the options: dates without an offset read in the view's zone."""
-    return Window(build_selection(since, until, tz=personal_zone(timezone)))
+def build_window(
+    since: str | None = None,
+    until: str | None = None,
+    timezone: str | None = None,
+    where: list[str] | None = None,
+) -> Window:
+    """The :class:`Window` of the options: dates without an offset read in the view's zone; ``where``:
+    the ``--where`` filters (:mod:`traceflow.store.filters`)."""
+    return Window(build_selection(since, until, tz=personal_zone(timezone), where=where))
 
 
 #: The window options, in the order ``--help`` shows them.
@@ -93,11 +107,13 @@ WINDOW_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
     ("since", CcSinceOpt, None),
     ("until", CcUntilOpt, None),
     ("timezone", TimezoneOpt, None),
+    ("where", WhereOpt, None),
 )
 
 
 def with_window(command: Any) -> Any:
-    """Give ``command`` ``--since``, ``--until`` and ``--timezone`` in place of its ``window``."""
+    """Give ``command`` ``--since``, ``--until``, ``--timezone`` and ``--where`` in place of its
+    ``window``."""
     return with_options("window", WINDOW_OPTIONS, build_window)(command)
 
 

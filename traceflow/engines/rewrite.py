@@ -56,7 +56,7 @@ Translated (DuckDB -> Spark), each to the same values:
 - ``WHERE (a) ...`` -> ``WHERE true AND (a) ...`` (Spark reads ``WHERE (`` after a table as an alias)
 - ``QUALIFY``, ``FILTER (WHERE ...)``, ``GROUP BY ALL``, ``GROUPING SETS``, named windows, ``SEMI``
   and ``ANTI`` joins, ``JOIN ... USING`` (not under an unqualified ``*``: Spark orders the columns
-  otherwise), ``IS [NOT] DISTINCT FROM``: as they are
+  otherwise), ``IS [NOT] DISTINCT FROM``, ``x IN (SELECT ...)``: as they are
 
 Refused (:class:`QueryError`), among others: ``quantile_cont`` and the other DuckDB aggregates
 without an exact Spark twin (the analyses compute quantiles by rank, :mod:`traceflow.store.quantiles`),

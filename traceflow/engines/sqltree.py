@@ -282,7 +282,9 @@ def _select(node: exp.Expression) -> exp.Expression:
 
 
 def _in(node: exp.Expression) -> exp.Expression:
-    only(node, "this", "expressions")
+    # x IN (list) and x IN (SELECT ...): the same three-valued logic on both engines (a --where on an
+    # attribution is an IN sub-query in a WHERE, traceflow.store.filters)
+    only(node, "this", "expressions", "query")
     return same(node)
 
 

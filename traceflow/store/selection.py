@@ -16,11 +16,14 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from traceflow.errors import UsageError
 from traceflow.store import measures, zones
 from traceflow.units import parse_duration
+
+if TYPE_CHECKING:
+    from traceflow.store.filters import Condition
 
 #: The time of a request, as analyses group and filter it (the column of the requests view).
 REQUEST_TIME = measures.REQUEST_TIME
@@ -72,6 +75,8 @@ class Selection:
     sessions: tuple[str, ...] = ()
     users: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()
+    #: ``--where`` conditions on the ``--by`` keys (:mod:`traceflow.store.filters`), ANDed
+    conditions: tuple[Condition, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
     zone: str = field(default_factory=zones.default_zone)
 
@@ -96,7 +101,9 @@ class Selection:
         self, session: str = "coalesce(parent_session_id, session_id)"
     ) -> tuple[list[str], list[Any]]:
         """The ``IN`` clauses of the filters (not the time window) and their parameters; ``session``
-        is the expression a session filter compares (the view's, or a rollup's column)."""
+        is the expression a session filter compares (the view's, or a rollup's column). The
+        ``--where`` conditions (:func:`traceflow.store.filters.clauses`) need a row of the requests
+        view or of ``request_steps`` (its ``event_id`` and columns)."""
         clauses: list[str] = []
         params: list[Any] = []
         for column, values in (
@@ -109,6 +116,12 @@ class Selection:
             if values:
                 clauses.append(f"{column} IN ({', '.join('?' for _ in values)})")
                 params.extend(values)
+        if self.conditions:
+            from traceflow.store import filters  # filters reads groups, which reads this module
+
+            more, more_params = filters.clauses(self.conditions)
+            clauses += more
+            params += more_params
         return clauses, params
 
 

@@ -308,13 +308,14 @@ STEPS_TIME = "t_start"
 def steps_selection(block: str) -> str:
     """A ``selection`` block for the rows of :data:`STEPS`: the requests view's time expression
     (:data:`~traceflow.store.selection.REQUEST_TIME`, as :func:`selection_block` writes it) read as
-    the steps' ``t_start`` (the same value); the filter columns (agent, model, session, user, source)
-    have the same names there.
+    the steps' ``t_start`` (the same value); the filter columns (agent, model, session, user, source,
+    version, and ``event_id`` for a ``--where`` on an attribution) have the same names there.
 
     >>> steps_selection("(request_time >= $sel_0 AND model IN ($sel_1))")
     '(t_start >= $sel_0 AND model IN ($sel_1))'
     """
-    return block.replace(REQUEST_TIME, STEPS_TIME)
+    # only the window's bounds: a --where sub-query reads the requests view (traceflow.store.filters)
+    return re.sub(rf"\b{REQUEST_TIME}(?= (?:>=|<) \$sel_\d)", STEPS_TIME, block)
 
 
 def statement(
