@@ -299,12 +299,12 @@ def test_the_selection_options_come_where_the_command_declares_them() -> None:
 
     register_all()
     commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
-    selection = ["since", "until", "agent", "model", "session", "user", "source", "tz"]
+    selection = ["since", "until", "agent", "model", "session", "user", "source", "where", "tz"]
     for name in ("mix", "gaps", "export", "size", "dashboard"):
         params = [p.name for p in commands[name].params]
         start = params.index("since")
-        assert params[start : start + 8] == selection, name
-        assert params[start + 8] == "data", name
+        assert params[start : start + 9] == selection, name
+        assert params[start + 9] == "data", name
 
 
 def _commands_with_format() -> dict[str, bool]:

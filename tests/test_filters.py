@@ -173,6 +173,8 @@ def test_export_aiperf_where_team_equals_sql_over_its_rows(
     assert sum(t["output_length"] for t in turns) == want[1]
     # AIPerf sessions are the lake's sessions (a session split after a prefix break gets "~n")
     assert sorted({t["session_id"].split("~")[0] for t in turns}) == want[2]
+    manifest = json.loads((tmp_path / f"{team}.manifest.json").read_text())
+    assert manifest["source"]["selection"]["where"] == [f"attr:team.id={team}"]
 
 
 @pytest.mark.parametrize("team", TEAMS)

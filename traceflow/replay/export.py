@@ -186,6 +186,8 @@ def _selection_dict(selection: Selection | None) -> dict[str, Any]:
         v = getattr(selection, key)
         if v:
             out[key] = list(v)
+    if selection.conditions:  # --where, as typed (traceflow.store.filters)
+        out["where"] = [str(c) for c in selection.conditions]
     return out
 
 
