@@ -82,6 +82,9 @@ NOT_RUN = {
     ),
     "traceflow check --webhook https://hooks.example.com/traceflow": "would POST an alert to a host "
     "on the internet; tests/test_misses.py runs --webhook against a server on 127.0.0.1",
+    "traceflow check --where attr:team.id=payments --webhook https://hooks.example.com/traceflow "
+    "--webhook-format slack": "would POST an alert to a host on the internet; tests/test_webhooks.py "
+    "runs --webhook-format slack and alertmanager against a server on 127.0.0.1",
     "python benchmarks/bench_serving.py --figures benchmarks/serving_figures.json": "a benchmark (three "
     "serving presets over two hours, three seeds); tests/test_serving.py checks the table it writes",
     "traceflow blocks --live --interval 10": "refreshes until Ctrl-C; tests/test_blocks.py runs --live "

@@ -313,8 +313,9 @@ def version_regressions(versions: list[dict[str, Any]], max_rise: float) -> list
     return fired
 
 
-def post_webhook(url: str, body: dict[str, Any], timeout_s: float = 10.0) -> int:
-    """POST ``body`` as JSON to ``url``; returns the HTTP status (a failure raises TraceflowError)."""
+def post_webhook(url: str, body: Any, timeout_s: float = 10.0) -> int:
+    """POST ``body`` (a JSON value: :func:`traceflow.analysis.webhooks.payload`) to ``url``; returns
+    the HTTP status (a failure raises TraceflowError)."""
     if not url.startswith(("http://", "https://")):
         raise UsageError(f"--webhook {url!r} is not an http:// or https:// URL")
     data = to_json(body).encode()

@@ -318,6 +318,14 @@ def check(
     webhook: Annotated[
         str | None, typer.Option("--webhook", help="POST the alert as JSON to this URL when a check fires.")
     ] = None,
+    webhook_format: Annotated[
+        str,
+        typer.Option(
+            "--webhook-format",
+            help="The webhook's body: json (traceflow's object), slack (an incoming-webhook message) or "
+            "alertmanager (Alertmanager's API v2 list of alerts: give .../api/v2/alerts as --webhook).",
+        ),
+    ] = "json",
     *,
     selection: Selection,
     data: DataOpt = None,
@@ -327,9 +335,10 @@ def check(
 
     Exit status 0 when healthy, 4 when a check fired (1 and 2 are errors).
     """
-    from traceflow.analysis import health
+    from traceflow.analysis import health, webhooks
     from traceflow.errors import TraceflowError
 
+    webhooks.check_format(webhook_format)
     con = open_lake(data).connect(["requests", "events", "metric_points"])
     result = health.check(
         con,
@@ -371,7 +380,7 @@ def check(
     if result.alert:
         if webhook:
             try:
-                health.post_webhook(webhook, body)
+                health.post_webhook(webhook, webhooks.payload(webhook_format, result, selection))
             except TraceflowError as e:
                 typer.echo(f"traceflow: error: {e}", err=True)
         raise typer.Exit(health.ALERT_EXIT)
