@@ -267,3 +267,15 @@ def test_duckdb_equals_spark_with_where(teams: Lake, spark: Any) -> None:
         assert gap_summary(engine, sel).to_dicts() == gap_summary(con, sel).to_dicts()
     finally:
         engine.close()
+
+
+def test_a_compacted_lake_answers_alike(teams: Lake, cli: Cli) -> None:
+    """After ``compact`` the per-stream queries read the stored steps and ``mix`` could read the
+    rollup: a --where gives the same figures as over the fresh lake."""
+    where = ("--where", "attr:team.id=beta")
+    before = [_json(cli, c, *where) for c in ("mix", "misses", "gaps")]
+    teams.compact("requests")
+    teams.materialise_derived()
+    assert all(teams.fresh_derived(v) is not None for v in ("request_steps", "request_rollup"))
+    assert [_json(cli, c, *where) for c in ("mix", "misses", "gaps")] == before
+    assert before[0]["requests"] == 4
