@@ -16,12 +16,8 @@ VERSION=20.0.24
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DIR="${TRACEFLOW_CCUSAGE_DIR:-$REPO/.ci/cache/ccusage}"
 
-log() { printf 'install_ccusage: %s\n' "$*" >&2; }
-
 # shellcheck source=npm_pinned.sh
 source "$REPO/scripts/npm_pinned.sh"
-cleanup() { rm -rf ${STAGE:+"$STAGE"}; }
-trap cleanup EXIT
 
 # The command of an install in $1, if it runs and reports the pinned version.
 find_binary() {

@@ -21,14 +21,11 @@ VERSION=2.1.332
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DIR="${TRACEFLOW_CLAUDE_DIR:-$REPO/.ci/cache/claude-code}"
 
-log() { printf 'install_claude_code: %s\n' "$*" >&2; }
-
 # shellcheck source=npm_pinned.sh
 source "$REPO/scripts/npm_pinned.sh"
 # `claude --version` runs with a throw-away HOME/config/tmp so it writes nothing anywhere else.
 PROBE_HOME="$(mktemp -d)"
-cleanup() { rm -rf "$PROBE_HOME" ${STAGE:+"$STAGE"}; }
-trap cleanup EXIT
+TEMPORARY+=("$PROBE_HOME")
 
 TIMEOUT=()
 if command -v timeout >/dev/null; then TIMEOUT=(timeout 60); fi

@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
 # Sourced by the install scripts of pinned npm packages (install_ccusage.sh, install_claude_code.sh):
-# the install itself, written once. The sourcing script defines `log MESSAGE` and
-# `find_binary DIR` (the command of an install in DIR, printed, if it runs and reports the pinned
-# version; else it returns 1), removes "$STAGE" (when set) on exit, then calls:
+# the install itself, written once. The sourcing script defines `find_binary DIR` (the command of an
+# install in DIR, printed, if it runs and reports the pinned version; else it returns 1), may add
+# paths to TEMPORARY (removed on exit, with the staging dir), then calls:
 #
 #   npm_pinned DIR PACKAGE@VERSION PACKAGE_JSON_NAME DESCRIPTION
 #
 # which leaves the command in $BIN. When DIR holds no working install, it installs PACKAGE@VERSION
 # into a staging dir under a lock (so concurrent runs are safe) and renames it into place; an install
 # that then fails find_binary is an error (exit 1, after `install_hint` when the script defines one).
+# Progress goes to stderr, each line led by the script's name.
 STAGE=""
 BIN=""
+TEMPORARY=()
+
+log() { printf '%s: %s\n' "$(basename "$0" .sh)" "$*" >&2; }
+cleanup() { rm -rf ${STAGE:+"$STAGE"} "${TEMPORARY[@]}"; }
+trap cleanup EXIT
 
 npm_pinned() {
     local dir="$1" spec="$2" name="$3" description="$4" start
