@@ -338,16 +338,10 @@ def check(
     from traceflow.errors import TraceflowError
 
     con = open_lake(data).connect(["requests", "events", "metric_points"])
-    result = health.check(
-        con,
-        selection,
-        baseline_days=baseline_days,
-        max_drop=max_drop,
-        max_unexplained_rise=max_unexplained_rise,
-        min_requests=min_requests,
-        max_version_rise=max_version_rise,
-        max_amplification_rise=max_amplification_rise,
+    thresholds = health.Thresholds(
+        max_drop, max_unexplained_rise, min_requests, max_version_rise, max_amplification_rise
     )
+    result = health.check(con, selection, baseline_days=baseline_days, thresholds=thresholds)
     body = result.as_dict()
     if fmt == "json":
         echo(body, fmt, zone=selection.zone)

@@ -74,12 +74,16 @@ _DISPLAY = "traceflow.display"
 
 
 def _context() -> Any:
-    """The click context of the running command (None outside one)."""
-    try:
-        from typer._click.globals import get_current_context  # typer 0.2x brings its own click
-    except ImportError:  # older typer runs on click itself
-        from click import get_current_context
-    return get_current_context(silent=True)
+    """The click context of the running command (None outside one): typer 0.2x brings its own click,
+    older typer runs on click itself."""
+    import importlib
+
+    for name in ("typer._click.globals", "click.globals"):
+        try:
+            return importlib.import_module(name).get_current_context(silent=True)
+        except ImportError:
+            continue
+    return None
 
 
 def display() -> Display:
