@@ -18,6 +18,7 @@ from traceflow.cli.options import (
     LakeQuery,
     PricesOpt,
     connect,
+    display,
     echo,
     echo_sections,
     open_lake,
@@ -397,16 +398,15 @@ def report(
         parse_duration(idle_after, "--idle-after"),
         parse_duration(resolution, "--resolution"),
     )
-    from traceflow import output
-
-    if fmt != "json" and output.FRESHNESS is not None:  # a lake fed by serve: how fresh, first
-        typer.echo(output.FRESHNESS[0])
+    shown = display()
+    if fmt != "json" and shown.freshness is not None:  # a lake fed by serve: how fresh, first
+        typer.echo(shown.freshness[0])
     if fmt == "json":
         echo(rep.as_dict(), fmt, zone=selection.zone)
     elif fmt == "markdown":
         typer.echo(render_markdown(rep), nl=False)
     else:
-        typer.echo(render_text(rep), nl=False)
+        typer.echo(render_text(rep, wide=shown.wide), nl=False)
     if html or png or svg:
         from traceflow.dashboards.render import write_report
         from traceflow.dashboards.report_data import ReportOptions

@@ -22,6 +22,7 @@ from traceflow.cli.options import (
     NoRefreshOpt,
     PricesOpt,
     SparkRemoteOpt,
+    display,
     open_lake,
     with_lake_query,
     with_selection,
@@ -168,9 +169,9 @@ def mix(
     con = query.connect(["requests", "events"])
     pm = PriceModel.load(prices)
     result = token_mix_rows(con, selection, groups, pm)
-    typer.echo(render(result, fmt, single=not groups, essential=(*groups, *ESSENTIAL)))
+    typer.echo(render(result, fmt, single=not groups, essential=(*groups, *ESSENTIAL), display=display()))
     if savings and fmt == "table" and not groups and result.rows:
-        typer.echo(fit_text(savings_line(result.records()[0], pm)))
+        typer.echo(fit_text(savings_line(result.records()[0], pm), wide=display().wide))
 
 
 def sql(
@@ -188,7 +189,7 @@ def sql(
         raise UsageError('give either a query ("SELECT ...") or --file q.sql, not both or neither')
     text = query if query is not None else _read_sql_file(file)  # type: ignore[arg-type]
     frame = run_sql(open_lake(data, refresh=not no_refresh), text)
-    typer.echo(render(frame, fmt))
+    typer.echo(render(frame, fmt, display=display()))
 
 
 def _read_sql_file(file: Path) -> str:
@@ -217,7 +218,7 @@ def compact(
     lake = open_lake(data)
     with _writing(lake, "compact"):
         rows = _compact(lake, engine, spark_remote)
-    typer.echo(render(pl.DataFrame(rows), fmt))
+    typer.echo(render(pl.DataFrame(rows), fmt, display=display()))
 
 
 def _compact(lake: Lake, engine: str, spark_remote: str | None) -> list[dict[str, Any]]:
