@@ -5,7 +5,8 @@
 -- requests are ordered by (started_at, seq); gap_s is the idle time since the earlier requests of the
 -- stream had all ended (the latest end among them; clamped at 0, NULL for the first); kind is agent
 -- (same prompt_id), human (new prompt_id) or unknown; prefix_tokens is the previous request's context
--- plus its output, at most this request's context. Requests without tokens are left out.
+-- plus its output, at most this request's context; event_id names the request (the attribution of
+-- --by project|host|attr:NAME joins on it). Requests without tokens are left out.
 -- The window always runs over the whole lake: a selection narrows the rows reported, never what a
 -- request is compared with, so the first request of a selection keeps its previous request (and a
 -- request's row is the same in every selection that holds it). $since and $until select the rows
@@ -25,7 +26,7 @@
 --          cold_input_tokens, cache_read_tokens, cache_write_tokens, output_tokens,
 --          agent_version, cache_write_5m_tokens, cache_write_1h_tokens, position,
 --          prev_end_us, next_end_us, prev_prompt_key, prev_context_tokens, prev_output_tokens,
---          prev_model, prev_cache_write_5m_tokens, prev_cache_write_1h_tokens, gap_s, kind,
+--          prev_model, prev_cache_write_5m_tokens, prev_cache_write_1h_tokens, event_id, gap_s, kind,
 --          prefix_tokens, gap_bin
 
 WITH sel AS (
@@ -81,7 +82,8 @@ stream AS (
         -- its cache writes by TTL (NULL where the source has no 5m/1h split)
         lag(model) OVER w AS prev_model,
         lag(cache_write_5m_tokens) OVER w AS prev_cache_write_5m_tokens,
-        lag(cache_write_1h_tokens) OVER w AS prev_cache_write_1h_tokens
+        lag(cache_write_1h_tokens) OVER w AS prev_cache_write_1h_tokens,
+        event_id
     FROM keyed
     WINDOW w AS (PARTITION BY stream_key ORDER BY t_start_us, seq),
            earlier AS (PARTITION BY stream_key ORDER BY t_start_us, seq ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING),

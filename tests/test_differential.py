@@ -355,6 +355,33 @@ def test_attribution_per_request_on_both_engines(spark: Any, tmp_path: Path) -> 
                 assert dict(zip(got[by].to_list(), got["requests"].to_list(), strict=True)) == want, (by, c)
 
 
+def test_misses_and_sessions_attribute_each_request_on_both_engines(spark: Any, tmp_path: Path) -> None:
+    """The same 240 requests through ``misses --by project`` and ``sessions --by project``: each
+    request under its own project on both engines (the one session in each project's group, with
+    that project's requests), as counted from the order they were written in. Before, the stream's
+    first project took all 240."""
+    from tests.test_attribution import ABG, abg_order, alpha_beta_gamma
+    from traceflow.importers import get
+    from traceflow.importers.run import run_import
+
+    lake = Lake(tmp_path / "lake")
+    lake.ensure()
+    path = tmp_path / "abg.json"
+    alpha_beta_gamma(path)
+    first = abg_order()[0]
+    assert run_import(lake, get("otlp-json"), [path]).rows["requests"] == 240
+    with engines(spark, lake) as (con, engine):
+        for c in (con, engine):
+            got = misses.miss_groups(c, None, ("project",))
+            assert {g["project"]: (g["requests"], g["misses"]) for g in got} == {
+                v: (n, int(v == first)) for v, n in ABG.items()
+            }, c
+            frame = sessions.session_summary(c, None, ("project",))
+            assert {r["project"]: (r["sessions"], r["requests"]) for r in frame.iter_rows(named=True)} == {
+                v: (1, n) for v, n in ABG.items()
+            }, c
+
+
 # -- the defects the syntax tree fixes, on both engines ---------------------------------------
 
 
