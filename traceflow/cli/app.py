@@ -50,6 +50,7 @@ COMMANDS: dict[str, str] = {
     "sql": "lake",
     "compact": "lake",
     "snapshot": "lake",
+    "status": "lake",
     "serve": "serve",
     "quarantine": "quarantine",
     "version": "lake",

@@ -1,5 +1,6 @@
 """The commands that fill, query and keep the lake: ``import``, ``mix``, ``sql``, ``compact``,
-``snapshot`` (and ``version``). Each parses its options, calls one library function and prints.
+``snapshot``, ``status`` (and ``version``). Each parses its options, calls one library function and
+prints.
 """
 
 from __future__ import annotations
@@ -259,6 +260,34 @@ def snapshot(
     typer.echo(f"wrote {out}: " + ", ".join(f"{n} {t}" for t, n in counts.items()))
 
 
+def status(data: DataOpt = None, fmt: FormatOpt = "table", no_refresh: NoRefreshOpt = False) -> None:
+    """Show the lake's state: requests per source and agent, newest record, disagreeing copies.
+
+    The last: request ids stored with copies that disagree on user or session (one copy counts).
+    """
+    import polars as pl
+
+    from traceflow.cli.options import echo
+    from traceflow.store.overview import status as lake_status
+
+    state = lake_status(open_lake(data, refresh=not no_refresh))
+    if fmt == "json":
+        echo(state.as_dict(), fmt)
+        return
+    sources = pl.DataFrame(
+        state.as_dict()["sources"],
+        schema={
+            "source": pl.String,
+            "agent": pl.String,
+            "requests": pl.Int64,
+            "newest_request": pl.Datetime("us", "UTC"),
+        },
+    )
+    if fmt == "table":
+        typer.echo("\n".join(state.lines()) + "\n")
+    echo(sources, fmt)
+
+
 def version() -> None:
     """Print traceflow's version."""
     typer.echo(__version__)
@@ -271,5 +300,6 @@ COMMANDS: dict[str, Callable[..., Any]] = {
     "sql": sql,
     "compact": compact,
     "snapshot": snapshot,
+    "status": status,
     "version": version,
 }
