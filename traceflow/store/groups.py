@@ -52,8 +52,7 @@ from dataclasses import dataclass
 from traceflow import config
 from traceflow.errors import UsageError
 from traceflow.store import zones
-from traceflow.store.measures import REQUEST_TIME
-from traceflow.store.sql import STEPS
+from traceflow.store.measures import REQUEST_TIME, STEPS
 
 #: Names of the column groupings, with their expression over a requests row and over a row of the
 #: per-stream queries; ``kind`` (gaps only) has no request expression.

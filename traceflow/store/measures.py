@@ -65,6 +65,10 @@ REQUEST_TIME = "request_time"
 #: The column of the time the agent recorded a request (its end, else its start): what ccusage files
 #: a request at, and so the period views (``daily``… ``session``, ``blocks --json``) and a stream's end.
 RECORDED_TIME = "recorded_time"
+
+#: The relation the per-stream queries read: ``queries/steps.sql``'s rows, one per request in stream
+#: order; the lake's view of this name holds them for the whole lake (stored by compaction).
+STEPS = "request_steps"
 #: How complete one stored copy of a request is: among the copies of an ``event_id`` the largest wins.
 COMPLETENESS = REQUEST_COLUMNS["total_tokens"]
 

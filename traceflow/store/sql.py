@@ -40,7 +40,7 @@ from importlib.resources import files
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from traceflow.errors import MissingParameter, QueryError, UnknownQuery, UsageError
-from traceflow.store.selection import REQUEST_TIME
+from traceflow.store.measures import REQUEST_TIME, STEPS
 
 if TYPE_CHECKING:
     import duckdb
@@ -289,9 +289,6 @@ def query_frame(
     return frame
 
 
-#: The relation the per-stream queries read: ``queries/steps.sql``'s rows, one per request in stream
-#: order; the lake's view of this name holds them for the whole lake (stored by compaction).
-STEPS = "request_steps"
 _READS_STEPS = re.compile(rf"\b{STEPS}\b")
 _LEADING_WITH = re.compile(r"\A(?:\s+|--[^\n]*\n)*WITH\s", re.I)
 
