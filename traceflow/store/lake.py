@@ -39,7 +39,6 @@ DuckDB's spills. DuckDB reads the store through s3fs (``register_filesystem``).
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import hashlib
 import os
 import secrets
@@ -64,6 +63,7 @@ from traceflow.store.measures import (
     request_columns_sql,
 )
 from traceflow.store.row_frames import frame_by_column, frame_by_row
+from traceflow.store.row_frames import to_micros as to_micros  # re-exported: imported from here elsewhere
 from traceflow.store.sql import MATERIALISED, STEPS, sql_string
 from traceflow.store.sql import load as load_query
 
@@ -73,7 +73,6 @@ if TYPE_CHECKING:
 
     from traceflow.store.objects import ObjectStore
 
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 #: Views derived from the requests and stored by compaction: view name -> packaged query. The view
 #: carries the comment :data:`MATERIALISED` while it reads stored files instead of running its query.
@@ -116,14 +115,6 @@ def _positions(paths: list[str], ranks: Mapping[str, int]) -> str:
         f"list_extract([{listing}], CAST(file_index AS BIGINT) + 1) AS {SOURCE_FILE}, "
         f"CAST(file_row_number AS BIGINT) AS {SOURCE_ROW}"
     )
-
-
-def to_micros(value: dt.datetime) -> int:
-    """Microseconds since the Unix epoch of an aware (or UTC-naive) datetime."""
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.UTC)
-    delta = value - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
 def frame_from_rows(table: Table, rows: Sequence[Mapping[str, Any]]) -> pl.DataFrame:

@@ -12,6 +12,16 @@ import orjson
 from traceflow.errors import LakeError
 from traceflow.schema import Table
 
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def to_micros(value: dt.datetime) -> int:
+    """Microseconds since the Unix epoch of an aware (or UTC-naive) datetime."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
+    delta = value - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
 
 def frame_by_column(table: Table, rows: Sequence[Mapping[str, Any]], raw_schema: dict[str, Any]) -> Any:
     """The frame of rows that all have the same keys in the same order (a mapping's rows do), built
@@ -50,8 +60,6 @@ def frame_by_row(
 ) -> Any:
     """:func:`frame_from_rows` of rows of any keys (unknown ones an error)."""
     import polars as pl
-
-    from traceflow.store.lake import to_micros
 
     known = cols.keys()
     prepared: list[Mapping[str, Any]] = []
