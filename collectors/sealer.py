@@ -7,7 +7,9 @@ second core and keeps a payload that crashes the mapper away from the servers.
 
 One seal, for a run of consecutive closed segments (up to ``batch_bytes``):
 
-1. decode and map every record (``traceflow.otlp.decode.map_request``, with the persisted ``MetricState``);
+1. decode and map every record (``traceflow.otlp.decode.map_request_chunks``, with the persisted
+   ``MetricState``), ``CHUNK_RECORDS`` log records at a time, each chunk's rows made a frame at once
+   (the row dicts of a large request never exist together: docs/collector.md, memory);
 2. write one staged Parquet file per table and partition, publish them (``Lake.write_staged`` +
    ``Lake.publish``: fsynced, atomic renames);
 3. save the metric state (a journal line of what changed: ``collectors/metric_state_file.py``), then
