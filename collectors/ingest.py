@@ -443,6 +443,7 @@ class Ingest:
         self._expected = f"Bearer {token}".encode() if token else None
         self.counters = Counters()
         self.lake = LakeHealth()
+        self._decoding = asyncio.Semaphore(1)  # large bodies are decoded one at a time
 
     def authorized(self, authorization: str | bytes | None) -> bool:
         """Constant-time check of an ``Authorization`` header / metadata value."""
@@ -480,8 +481,10 @@ class Ingest:
     async def _export(self, signal: Signal, encoding: str, body: bytes) -> tuple[Outcome, int]:
         if len(body) > INLINE_DECODE_BYTES:
             # A big body (JSON above all) takes a while to decode: do it off the event loop, which
-            # then keeps serving other clients between the decoder's GIL slices.
-            checked = await asyncio.to_thread(_check, signal, encoding, body)
+            # then keeps serving other clients between the decoder's GIL slices. One at a time: a
+            # decoded message takes about four times its size (settings.memory_bound_bytes).
+            async with self._decoding:
+                checked = await asyncio.to_thread(_check, signal, encoding, body)
         else:
             checked = _check(signal, encoding, body)
         if isinstance(checked, Outcome):
