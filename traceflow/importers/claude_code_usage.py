@@ -1,0 +1,363 @@
+"""The usage ledger: the requests of a lake's Claude Code transcripts, kept current from their new bytes.
+
+``traceflow daily | weekly | monthly | session --json`` answer from it instead of importing into the
+lake and querying it (``docs/freshness.md``), when it holds exactly what the lake's view of the same
+transcripts would: the lake's ``requests`` hold nothing but what refreshes of these transcripts wrote
+(:func:`covered`), the transcripts are Claude Code's only (no Codex or Gemini logs to refresh) and
+every request line names its session. Otherwise :class:`Unsupported` sends the command to the lake.
+
+What is kept: per transcript, where the last read stopped (size, mtime, offset, line number, a hash of
+its first bytes: the importer's own bookkeeping, :mod:`traceflow.importers.run`), and per request the
+copy the lake's views would keep, with the fields the period views read (recorded time, model,
+session, the token kinds). A read takes the lines that carry usage only: a byte test
+(``"usage"`` and ``"assistant"`` in the line) before the importer's decoder
+(:data:`~traceflow.importers.claude_code_records.DECODER`), so prompts and tool results are never
+decoded. The rules are the importer's: the request key (``requestId``, else ``message.id``, else
+the file and line), the cache write (:func:`traceflow.rows.anthropic_cache_write`), the kept copy
+(the most complete, :func:`traceflow.store.measures.completeness`; among equals the one read last:
+the later refresh, then the later file and line), a last line without its newline read once it is
+whole. ``tests/test_usage_ledger.py`` checks the views it gives against the lake's.
+
+An unchanged transcript costs one ``stat``; a grown one is read from where the last read stopped.
+The ledger lives in ``<state>/imports/usage-ledger.msgpack`` (bookkeeping: the result cache ignores it).
+"""
+
+from __future__ import annotations
+
+import codecs
+import hashlib
+import os
+import time
+
+import msgspec
+import orjson
+
+from traceflow.importers.claude_code_records import DECODER, Assistant, micros
+from traceflow.rows import anthropic_cache_write
+from traceflow.store.measures import completeness
+
+TYPE_CHECKING = False  # typing is not imported at run time
+if TYPE_CHECKING:
+    from typing import Any
+
+LEDGER = "usage-ledger.msgpack"
+COVERED = "usage-covered.json"
+_VERSION = 1
+#: The importer's head hash length and its "settled" time for a last line without a newline
+#: (:mod:`traceflow.importers.run`).
+_HEAD_BYTES = 4096
+_SETTLED_NS = 2_000_000_000
+#: Fields of a request: the recorded time (µs since the epoch), model, session, cold input, output,
+#: cache write, cache read, 1-hour write (the order :func:`traceflow.analysis.usage.periods_of_requests`
+#: reads), then its completeness and the refresh, file (its index in the ledger's paths) and line of
+#: the kept copy.
+TS, MODEL, SESSION, COLD, OUTPUT, WRITE, READ, WRITE_1H, TOTAL, GEN, PATH, SEQ = range(12)
+
+
+class Unsupported(Exception):
+    """The ledger cannot give the lake's answer exactly (see the module docstring): read the lake."""
+
+
+def _head(path: str, length: int) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.blake2b(fh.read(length), digest_size=12).hexdigest()
+
+
+def _path(state_dir: str, name: str) -> str:
+    return os.path.join(state_dir, "imports", name)
+
+
+def _write(path: str, data: bytes) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Which lakes the ledger speaks for
+# ---------------------------------------------------------------------------------------------------
+
+
+def requests_signature(data_dir: str) -> str:
+    """The names of the lake's ``requests`` files (files are published by rename and never changed
+    in place, so any write or compaction changes it); ``""`` for a lake without requests."""
+    base = os.path.join(data_dir, "v1", "requests")
+    names: list[str] = []
+    try:
+        parts = sorted(e.name for e in os.scandir(base) if e.is_dir(follow_symlinks=False))
+    except (FileNotFoundError, NotADirectoryError):
+        return ""
+    for part in parts:
+        try:
+            names += sorted(f"{part}/{e.name}" for e in os.scandir(os.path.join(base, part)))
+        except OSError:
+            names.append(f"{part}/?")
+    if not names:
+        return ""
+    return hashlib.blake2b("\n".join(names).encode(), digest_size=16).hexdigest()
+
+
+def covered(data_dir: str, state_dir: str) -> bool:
+    """Whether the lake's ``requests`` hold only what refreshes of its Claude Code transcripts wrote
+    (:func:`record_refresh`), so that the ledger's answer is the lake's."""
+    sig = requests_signature(data_dir)
+    if not sig:
+        return True
+    try:
+        with open(_path(state_dir, COVERED), "rb") as fh:
+            value = orjson.loads(fh.read())
+    except (OSError, ValueError):
+        return False
+    return isinstance(value, dict) and sig in (value.get("signatures") or ())
+
+
+def record_refresh(data_dir: str, state_dir: str, before: str, after: str) -> None:
+    """After a refresh of Claude Code transcripts alone changed the lake's ``requests`` from
+    signature ``before`` to ``after``: the lake stays covered if it was."""
+    if before == after:
+        return
+    path = _path(state_dir, COVERED)
+    try:
+        with open(path, "rb") as fh:
+            value = orjson.loads(fh.read())
+        known = [s for s in value.get("signatures", []) if isinstance(s, str)]
+    except (OSError, ValueError, AttributeError):
+        known = []
+    if before and before not in known:
+        return  # the lake held other data before: the ledger does not speak for it
+    _write(path, orjson.dumps({"version": _VERSION, "signatures": [*known[-7:], after]}))
+
+
+# ---------------------------------------------------------------------------------------------------
+# The ledger
+# ---------------------------------------------------------------------------------------------------
+
+
+class Ledger:
+    """The ledger of one lake (see the module docstring)."""
+
+    def __init__(self, state_dir: str, roots: list[str]) -> None:
+        self.state_dir = state_dir
+        self.roots = roots
+        self.gen = 0
+        self.dirs: dict[str, int] = {}
+        #: path -> [size, mtime_ns, offset, next line, head hash, head length, index in paths]
+        self.files: dict[str, list[Any]] = {}
+        self.requests: dict[str, list[Any]] = {}
+        #: the files of the kept copies (a request holds its file's index here)
+        self.paths: list[str] = []
+        self.changed = False
+
+    @classmethod
+    def load(cls, state_dir: str, roots: list[str]) -> Ledger:
+        """The stored ledger of ``roots``, or an empty one (other roots, none stored, unreadable)."""
+        ledger = cls(state_dir, roots)
+        try:
+            with open(_path(state_dir, LEDGER), "rb") as fh:
+                value = msgspec.msgpack.decode(fh.read())
+        except (OSError, msgspec.DecodeError):
+            return ledger
+        if not isinstance(value, dict) or value.get("version") != _VERSION or value.get("roots") != roots:
+            return ledger
+        ledger.gen = value["gen"]
+        ledger.dirs = value["dirs"]
+        ledger.files = value["files"]
+        ledger.paths = value["paths"]
+        ledger.requests = value["requests"]
+        return ledger
+
+    def save(self) -> None:
+        if self.changed:
+            value = {
+                "version": _VERSION,
+                "roots": self.roots,
+                "gen": self.gen,
+                "dirs": self.dirs,
+                "files": self.files,
+                "paths": self.paths,
+                "requests": self.requests,
+            }
+            _write(_path(self.state_dir, LEDGER), msgspec.msgpack.encode(value))
+
+    # -- bringing it up to date ------------------------------------------------------------------
+    def update(self) -> int:
+        """Read what is new in the transcripts under the roots; returns the bytes read."""
+        moved = not self.dirs or any(_mtime(d) != m for d, m in self.dirs.items())
+        if moved:
+            self.dirs, paths = _walk(self.roots)
+        else:
+            paths = list(self.files)
+        self.gen += 1
+        read = 0
+        for path in sorted(paths):
+            read += self._read(path)
+        if moved:
+            self.changed = True
+        return read
+
+    def _read(self, path: str) -> int:
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return 0  # removed: its rows stay, as in the lake
+        rec = self.files.get(path)
+        if rec is not None and rec[0] == st.st_size and rec[1] == st.st_mtime_ns:
+            return 0
+        head_len = min(st.st_size, _HEAD_BYTES)
+        if rec is not None and st.st_size >= rec[2] and rec[4] == _head(path, rec[5]):
+            start, line = rec[2], rec[3]
+        else:
+            start, line = 0, 1
+        with open(path, "rb") as fh:
+            fh.seek(start)
+            data = fh.read(st.st_size - start)
+        if data and data[-1] != 10:
+            cut = data.rfind(b"\n") + 1
+            if not _whole_last_line(data[cut:], st.st_mtime_ns):
+                data = data[:cut]
+        if rec is None or len(rec) < 7:
+            index = len(self.paths)
+            self.paths.append(path)
+        else:
+            index = rec[6]
+        self._lines(data, path, index, line)
+        self.files[path] = [
+            st.st_size,
+            st.st_mtime_ns,
+            start + len(data),
+            line + data.count(b"\n"),
+            _head(path, head_len),
+            head_len,
+            index,
+        ]
+        self.changed = True
+        return len(data)
+
+    def _lines(self, data: bytes, path: str, index: int, first_line: int) -> None:
+        """Keep the requests of the lines of ``data`` that carry usage (the first is ``first_line``).
+        A sub-agent's requests count in the session that spawned it: its lines' ``sessionId``."""
+        find, rfind, count = data.find, data.rfind, data.count
+        view = memoryview(data)
+        decode = DECODER.decode
+        ascii_only = data.isascii()
+        requests, gen, paths = self.requests, self.gen, self.paths
+        no = first_line - 1  # the number of the line before ``pos``
+        pos, size = 0, len(data)
+        while pos < size:
+            at = find(b'"usage"', pos)
+            if at < 0:
+                break
+            start = rfind(b"\n", 0, at) + 1
+            end = find(b"\n", at)
+            if end < 0:
+                end = size
+            no += count(b"\n", pos, start) + 1
+            pos = end + 1
+            if find(b'"assistant"', start, end) < 0:
+                continue  # not an assistant record (a tool result that quotes a sub-agent's usage)
+            line = view[start:end]
+            try:
+                rec = decode(line)
+            except (msgspec.ValidationError, msgspec.DecodeError):
+                continue  # the importer skips it too (and reports it)
+            if not ascii_only:
+                try:
+                    codecs.utf_8_decode(line, "strict", True)
+                except UnicodeDecodeError:
+                    continue
+            if not isinstance(rec, Assistant):
+                continue
+            msg = rec.message
+            usage = msg.usage if msg is not None else None
+            if msg is None or usage is None or rec.timestamp is None:
+                continue
+            if msg.model == "<synthetic>" or rec.isApiErrorMessage:
+                continue
+            if not rec.sessionId:
+                raise Unsupported(f"{path}:{no}: a request line without its sessionId")
+            if rec.requestId is not None:
+                key = "r:" + rec.requestId
+            elif msg.id is not None:
+                key = "m:" + msg.id
+            else:
+                key = f"l:{path}:{no}"
+            split = usage.cache_creation
+            w5 = w1 = None
+            if split is not None:
+                w5, w1 = split.ephemeral_5m_input_tokens or 0, split.ephemeral_1h_input_tokens or 0
+            cold, read, output = (
+                usage.input_tokens or 0,
+                usage.cache_read_input_tokens or 0,
+                usage.output_tokens or 0,
+            )
+            write = anthropic_cache_write(usage.cache_creation_input_tokens or 0, w5, w1) or 0
+            total = completeness(cold, read, write, output)
+            old = requests.get(key)
+            if old is not None and (total, gen, path, no) < (
+                old[TOTAL],
+                old[GEN],
+                paths[old[PATH]],
+                old[SEQ],
+            ):
+                continue
+            requests[key] = [
+                micros(rec.timestamp),
+                msg.model,
+                rec.sessionId,
+                cold,
+                output,
+                write,
+                read,
+                w1 or 0,
+                total,
+                gen,
+                index,
+                no,
+            ]
+
+
+def _mtime(path: str) -> int | None:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return None
+
+
+def _walk(roots: list[str]) -> tuple[dict[str, int], list[str]]:
+    """The folders under ``roots`` (with their mtimes, taken before each is listed) and the
+    transcripts in them; a compressed transcript or a link makes the ledger :class:`Unsupported`."""
+    dirs: dict[str, int] = {}
+    files: list[str] = []
+    todo = list(roots)
+    while todo:
+        folder = todo.pop()
+        try:
+            dirs[folder] = os.stat(folder).st_mtime_ns
+            with os.scandir(folder) as it:
+                entries = list(it)
+        except (FileNotFoundError, NotADirectoryError, PermissionError):
+            continue
+        for entry in entries:
+            name = entry.name
+            if entry.is_symlink():
+                raise Unsupported(f"{entry.path} is a link")
+            if entry.is_dir(follow_symlinks=False):
+                todo.append(entry.path)
+            elif name.endswith(".jsonl"):
+                files.append(entry.path)
+            elif ".jsonl." in name:
+                raise Unsupported(f"{entry.path} is compressed")
+    return dirs, files
+
+
+def _whole_last_line(tail: bytes, mtime_ns: int) -> bool:
+    """The importer's rule for a last line without its newline: read once it is JSON or settled."""
+    if not tail.strip():
+        return True
+    try:
+        orjson.loads(tail)
+    except orjson.JSONDecodeError:
+        return time.time_ns() - mtime_ns > _SETTLED_NS
+    return True
