@@ -248,5 +248,28 @@ def test_the_command_uses_the_ledger_without_heavy_imports(lake: Lake, logs: Pat
     out = run(lake, "daily", "--json", "--timezone", "UTC", module=True, importtime=True)
     assert out.returncode == 0, out.stderr.decode()[-2000:]
     assert heavy_imports(out.stderr) == []  # no typer, DuckDB, polars or pyarrow
-    assert (lake.state_dir / "imports" / "usage-ledger.msgpack").is_file()
-    assert json.loads(out.stdout)["traceflow"]["requests"] > 40
+    assert (lake.state_dir / "imports" / "usage-requests.msgpack").is_file()
+    first = json.loads(out.stdout)
+    assert first["traceflow"]["requests"] > 40
+    again = run(lake, "daily", "--json", "--timezone", "UTC", module=True, importtime=True)
+    assert again.stdout == out.stdout  # the stored answer ...
+    assert "traceflow.analysis" not in again.stderr.decode()  # ... not computed again
+    with (logs / "-home-u-odd" / f"{SESSION}.jsonl").open("ab") as fh:
+        fh.write(_assistant("req_late", "msg_late", "2026-04-07T00:00:00.000Z", 37))
+    grown = json.loads(run(lake, "daily", "--json", "--timezone", "UTC", module=True).stdout)
+    assert grown["traceflow"]["requests"] == first["traceflow"]["requests"] + 1  # not the stored answer
+
+
+def test_requests_that_are_not_the_index_s_are_read_again(
+    cli: Cli, lake: Lake, logs: Path, env: None
+) -> None:
+    """A crash between the two files' writes: the ledger starts again from the transcripts."""
+    remember(lake, "claude-code", [logs], folders([logs]))
+    before = ledger_doc(lake, "daily", "UTC")
+    requests = lake.state_dir / "imports" / "usage-requests.msgpack"
+    saved = requests.read_bytes()
+    with (logs / "-home-u-odd" / f"{SESSION}.jsonl").open("ab") as fh:
+        fh.write(_assistant("req_late", "msg_late", "2026-04-07T00:00:00.000Z", 37))
+    ledger_doc(lake, "daily", "UTC")
+    requests.write_bytes(saved)  # the index is a generation ahead of the requests
+    assert ledger_doc(lake, "daily", "UTC") == lake_doc(cli, "daily", "--timezone", "UTC") != before

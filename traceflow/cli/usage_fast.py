@@ -62,7 +62,7 @@ def fast_path(argv: list[str]) -> bool:
 
     try:
         text = answer(
-            argv[0], values.get("data"), values.get("tz"), values.get("order"), values.get("prices")
+            argv[0], values.get("data"), values.get("tz"), values.get("order"), values.get("prices"), argv
         )
     except (Unsupported, TraceflowError, OSError, ValueError):
         return False
@@ -73,11 +73,27 @@ def fast_path(argv: list[str]) -> bool:
     return True
 
 
-def answer(view: str, data: str | None, tz: str | None, order: str | None, prices: str | None) -> str | None:
-    """The JSON document of ``view``, or None (:class:`Unsupported`) when the ledger cannot give it."""
+def answer(
+    view: str,
+    data: str | None,
+    tz: str | None,
+    order: str | None,
+    prices: str | None,
+    argv: list[str] | None = None,
+) -> str | None:
+    """The JSON document of ``view``; None, or :class:`Unsupported`, when the ledger cannot give it.
+    With ``argv`` (the command line), the answer is kept beside the ledger and printed again while
+    the ledger, the settings, the price table and the code are the same (the result cache's key,
+    :func:`traceflow.store.result_cache.plan`)."""
     from traceflow import config, importers
-    from traceflow.importers.claude_code_usage import Ledger, Unsupported, covered
-    from traceflow.store import local_logs
+    from traceflow.importers.claude_code_usage import (
+        Ledger,
+        Unsupported,
+        covered,
+        store_answer,
+        stored_answer,
+    )
+    from traceflow.store import local_logs, result_cache
 
     if not local_logs.setting_on():
         return None
@@ -105,6 +121,11 @@ def answer(view: str, data: str | None, tz: str | None, order: str | None, price
     ledger = Ledger.load(state_dir, sources["claude-code"])
     ledger.update()
     ledger.save()
+    plan = result_cache.plan(["traceflow", *argv], commands=VIEWS) if argv else None
+    if plan is not None:
+        text = stored_answer(state_dir, plan.key, ledger.stamp)
+        if text is not None:
+            return text
 
     from traceflow.analysis import usage
     from traceflow.output import to_json
@@ -114,4 +135,8 @@ def answer(view: str, data: str | None, tz: str | None, order: str | None, price
     zone = zones.personal_zone(tz)
     pm = PriceModel.load(prices)
     rows = usage.ordered(view, usage.periods_of_requests(ledger.requests.values(), view, zone, pm), order)
-    return to_json(usage.document(view, rows, zone, prices=pm))
+    text = to_json(usage.document(view, rows, zone, prices=pm))
+    ledger.save()  # the requests were read again (see Ledger._load_requests)
+    if plan is not None:
+        store_answer(state_dir, plan.key, ledger.stamp, text)
+    return text

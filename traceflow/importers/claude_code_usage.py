@@ -19,7 +19,10 @@ the later refresh, then the later file and line), a last line without its newlin
 whole. ``tests/test_usage_ledger.py`` checks the views it gives against the lake's.
 
 An unchanged transcript costs one ``stat``; a grown one is read from where the last read stopped.
-The ledger lives in ``<state>/imports/usage-ledger.msgpack`` (bookkeeping: the result cache ignores it).
+The ledger lives in ``<state>/imports/`` (``usage-ledger.json``, ``usage-requests.msgpack``:
+bookkeeping, which the result cache ignores). The answers computed from it are kept beside it
+(:func:`stored_answer`), so that a run with nothing new prints the stored answer after one ``stat``
+per folder and file.
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ TYPE_CHECKING = False  # typing is not imported at run time
 if TYPE_CHECKING:
     from typing import Any
 
-LEDGER = "usage-ledger.msgpack"
+LEDGER = "usage-ledger.json"
+REQUESTS = "usage-requests.msgpack"
 COVERED = "usage-covered.json"
 _VERSION = 1
 #: The importer's head hash length and its "settled" time for a last line without a newline
@@ -136,19 +140,43 @@ def record_refresh(data_dir: str, state_dir: str, before: str, after: str) -> No
 
 
 class Ledger:
-    """The ledger of one lake (see the module docstring)."""
+    """The ledger of one lake (see the module docstring): an index of the files read
+    (``usage-ledger.json``, read by every run) and the requests (``usage-requests.msgpack``, read
+    only when a file has grown). Both carry the ledger's identity and generation; where they
+    disagree (a crash between their writes), everything is read again."""
 
     def __init__(self, state_dir: str, roots: list[str]) -> None:
         self.state_dir = state_dir
         self.roots = roots
+        #: Which ledger this is (a new one gets a new identity) and how many times it read new bytes:
+        #: together they say whether an answer computed from it is still its answer.
+        self.ident = f"{time.time_ns()}-{os.getpid()}"
         self.gen = 0
         self.dirs: dict[str, int] = {}
         #: path -> [size, mtime_ns, offset, next line, head hash, head length, index in paths]
         self.files: dict[str, list[Any]] = {}
-        self.requests: dict[str, list[Any]] = {}
-        #: the files of the kept copies (a request holds its file's index here)
-        self.paths: list[str] = []
+        self._requests: dict[str, list[Any]] | None = None
+        self._paths: list[str] | None = None
         self.changed = False
+
+    @property
+    def stamp(self) -> str:
+        """Changes whenever the requests do."""
+        return f"{self.ident}:{self.gen}"
+
+    @property
+    def requests(self) -> dict[str, list[Any]]:
+        """Request key -> its kept copy (:data:`TS` ... :data:`SEQ`)."""
+        self._load_requests()
+        assert self._requests is not None
+        return self._requests
+
+    @property
+    def paths(self) -> list[str]:
+        """The files of the kept copies (a request holds its file's index here)."""
+        self._load_requests()
+        assert self._paths is not None
+        return self._paths
 
     @classmethod
     def load(cls, state_dir: str, roots: list[str]) -> Ledger:
@@ -156,55 +184,95 @@ class Ledger:
         ledger = cls(state_dir, roots)
         try:
             with open(_path(state_dir, LEDGER), "rb") as fh:
-                value = msgspec.msgpack.decode(fh.read())
-        except (OSError, msgspec.DecodeError):
+                value = orjson.loads(fh.read())
+        except (OSError, ValueError):
             return ledger
         if not isinstance(value, dict) or value.get("version") != _VERSION or value.get("roots") != roots:
             return ledger
+        ledger.ident = value["ident"]
         ledger.gen = value["gen"]
         ledger.dirs = value["dirs"]
         ledger.files = value["files"]
-        ledger.paths = value["paths"]
-        ledger.requests = value["requests"]
         return ledger
 
+    def _load_requests(self) -> int:
+        """Read the requests (once). When they are not this index's, the ledger starts again: every
+        transcript is read (returns the bytes read then)."""
+        if self._requests is not None:
+            return 0
+        self._requests, self._paths = {}, []
+        if not self.files:
+            return 0
+        try:
+            with open(_path(self.state_dir, REQUESTS), "rb") as fh:
+                value = msgspec.msgpack.decode(fh.read())
+        except (OSError, msgspec.DecodeError):
+            value = None
+        if isinstance(value, dict) and value.get("ident") == self.ident and value.get("gen") == self.gen:
+            self._requests, self._paths = value["requests"], value["paths"]
+            return 0
+        self.ident = f"{time.time_ns()}-{os.getpid()}"
+        self.gen = 0
+        self.files = {}
+        self.dirs, paths = _walk(self.roots)
+        return self._read_all(paths)
+
     def save(self) -> None:
-        if self.changed:
-            value = {
-                "version": _VERSION,
-                "roots": self.roots,
-                "gen": self.gen,
-                "dirs": self.dirs,
-                "files": self.files,
-                "paths": self.paths,
-                "requests": self.requests,
-            }
-            _write(_path(self.state_dir, LEDGER), msgspec.msgpack.encode(value))
+        """Write what changed: the requests first, then the index that names them."""
+        if not self.changed:
+            return
+        if self._requests is not None:
+            value = {"ident": self.ident, "gen": self.gen, "paths": self._paths, "requests": self._requests}
+            _write(_path(self.state_dir, REQUESTS), msgspec.msgpack.encode(value))
+        index = {
+            "version": _VERSION,
+            "roots": self.roots,
+            "ident": self.ident,
+            "gen": self.gen,
+            "dirs": self.dirs,
+            "files": self.files,
+        }
+        _write(_path(self.state_dir, LEDGER), orjson.dumps(index))
+        self.changed = False
 
     # -- bringing it up to date ------------------------------------------------------------------
     def update(self) -> int:
-        """Read what is new in the transcripts under the roots; returns the bytes read."""
+        """Read what is new in the transcripts under the roots; returns the bytes read. One ``stat``
+        per folder and per file known; a folder that changed is listed again."""
         moved = not self.dirs or any(_mtime(d) != m for d, m in self.dirs.items())
         if moved:
             self.dirs, paths = _walk(self.roots)
+            self.changed = True
         else:
             paths = list(self.files)
-        self.gen += 1
-        read = 0
-        for path in sorted(paths):
-            read += self._read(path)
-        if moved:
-            self.changed = True
-        return read
+        if not any(self._stale(p) is not None for p in paths):
+            return 0
+        rebuilt = self._load_requests()
+        return rebuilt + self._read_all(paths)
 
-    def _read(self, path: str) -> int:
+    def _read_all(self, paths: list[str]) -> int:
+        """Read what is new in ``paths`` (in their order, a new generation); the bytes read."""
+        stale = [(p, st) for p in sorted(paths) if (st := self._stale(p)) is not None]
+        if not stale:
+            return 0
+        self._load_requests()
+        self.gen += 1
+        self.changed = True
+        return sum(self._read(path, st) for path, st in stale)
+
+    def _stale(self, path: str) -> os.stat_result | None:
+        """The file's ``stat`` when it changed since it was read (or was never read)."""
         try:
             st = os.stat(path)
         except FileNotFoundError:
-            return 0  # removed: its rows stay, as in the lake
+            return None  # removed: its rows stay, as in the lake
         rec = self.files.get(path)
         if rec is not None and rec[0] == st.st_size and rec[1] == st.st_mtime_ns:
-            return 0
+            return None
+        return st
+
+    def _read(self, path: str, st: os.stat_result) -> int:
+        rec = self.files.get(path)
         head_len = min(st.st_size, _HEAD_BYTES)
         if rec is not None and st.st_size >= rec[2] and rec[4] == _head(path, rec[5]):
             start, line = rec[2], rec[3]
@@ -217,7 +285,7 @@ class Ledger:
             cut = data.rfind(b"\n") + 1
             if not _whole_last_line(data[cut:], st.st_mtime_ns):
                 data = data[:cut]
-        if rec is None or len(rec) < 7:
+        if rec is None:
             index = len(self.paths)
             self.paths.append(path)
         else:
@@ -232,7 +300,6 @@ class Ledger:
             head_len,
             index,
         ]
-        self.changed = True
         return len(data)
 
     def _lines(self, data: bytes, path: str, index: int, first_line: int) -> None:
@@ -361,3 +428,45 @@ def _whole_last_line(tail: bytes, mtime_ns: int) -> bool:
     except orjson.JSONDecodeError:
         return time.time_ns() - mtime_ns > _SETTLED_NS
     return True
+
+
+# ---------------------------------------------------------------------------------------------------
+# Answers computed from the ledger
+# ---------------------------------------------------------------------------------------------------
+
+ANSWERS = "usage-answers"
+#: Answers kept (the least recently written go first).
+MAX_ANSWERS = 64
+
+
+def stored_answer(state_dir: str, key: str, stamp: str) -> str | None:
+    """The answer stored under ``key`` (a :func:`traceflow.store.result_cache.plan` key: the
+    command line, the settings, the price table, the code) when it was computed from the ledger as
+    it is now (its :attr:`Ledger.stamp`); None otherwise."""
+    try:
+        with open(os.path.join(state_dir, "imports", ANSWERS, key), "rb") as fh:
+            blob = fh.read()
+    except OSError:
+        return None
+    head, _, text = blob.partition(b"\n")
+    if head.decode("ascii", "replace") != stamp:
+        return None
+    try:
+        return text.decode()
+    except UnicodeDecodeError:
+        return None
+
+
+def store_answer(state_dir: str, key: str, stamp: str, text: str) -> None:
+    """Keep ``text`` as the answer of ``key`` for the ledger at ``stamp``."""
+    folder = os.path.join(state_dir, "imports", ANSWERS)
+    _write(os.path.join(folder, key), stamp.encode() + b"\n" + text.encode())
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.stat().st_mtime_ns)
+    except OSError:
+        return
+    for old in entries[:-MAX_ANSWERS]:
+        try:  # noqa: SIM105 (contextlib costs an import)
+            os.unlink(old.path)
+        except OSError:
+            pass
