@@ -85,7 +85,7 @@ def answer(
     With ``argv`` (the command line), the answer is kept beside the ledger and printed again while
     the ledger, the settings, the price table and the code are the same (the result cache's key,
     :func:`traceflow.store.result_cache.plan`)."""
-    from traceflow import config, importers
+    from traceflow import config
     from traceflow.importers.claude_code_usage import (
         Ledger,
         Unsupported,
@@ -110,7 +110,7 @@ def answer(
     sources = local_logs.sources_of(local_logs.read_marker(state_dir))
     if default:
         for name in local_logs.AGENTS:
-            roots = [str(r.resolve()) for r in importers.get(name).default_paths()]
+            roots = [os.path.realpath(r) for r in local_logs.default_folders(name)]
             if roots:
                 known = sources.setdefault(name, [])
                 known += [r for r in roots if r not in known]

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 from traceflow.errors import UnknownSource
-from traceflow.importers.base import Importer
+
+if TYPE_CHECKING:  # the importers' modules import it; the usage ledger needs none of it
+    from traceflow.importers.base import Importer
 
 #: CLI name -> module that defines ``IMPORTER``.
 REGISTRY: dict[str, str] = {

@@ -32,14 +32,9 @@ import hashlib
 import os
 import time
 
-import msgspec
 import orjson
 
-from traceflow.importers.claude_code_records import DECODER, Assistant, micros
-from traceflow.rows import anthropic_cache_write
-from traceflow.store.measures import completeness
-
-TYPE_CHECKING = False  # typing is not imported at run time
+TYPE_CHECKING = False  # typing is not imported at run time; msgspec and the decoder only when a file is read
 if TYPE_CHECKING:
     from typing import Any
 
@@ -200,6 +195,8 @@ class Ledger:
         transcript is read (returns the bytes read then)."""
         if self._requests is not None:
             return 0
+        import msgspec
+
         self._requests, self._paths = {}, []
         if not self.files:
             return 0
@@ -222,6 +219,8 @@ class Ledger:
         if not self.changed:
             return
         if self._requests is not None:
+            import msgspec
+
             value = {"ident": self.ident, "gen": self.gen, "paths": self._paths, "requests": self._requests}
             _write(_path(self.state_dir, REQUESTS), msgspec.msgpack.encode(value))
         index = {
@@ -305,6 +304,12 @@ class Ledger:
     def _lines(self, data: bytes, path: str, index: int, first_line: int) -> None:
         """Keep the requests of the lines of ``data`` that carry usage (the first is ``first_line``).
         A sub-agent's requests count in the session that spawned it: its lines' ``sessionId``."""
+        import msgspec
+
+        from traceflow.importers.claude_code_records import DECODER, Assistant, micros
+        from traceflow.rows import anthropic_cache_write
+        from traceflow.store.measures import completeness
+
         find, rfind, count = data.find, data.rfind, data.count
         view = memoryview(data)
         decode = DECODER.decode
