@@ -112,6 +112,7 @@ COPIES = b"".join(
     [
         _assistant("req_opus", "msg_opus", "2026-04-04T08:00:00.000Z", 19, isSidechain=True, agentId="x1"),
         _assistant("req_T1", "msg_T1", "2026-04-01T00:00:00.000Z", 5, isSidechain=True, agentId="x1"),
+        _assistant("req_gen", "msg_gen", "2026-04-04T09:00:00.000Z", 3, isSidechain=True, agentId="x1"),
     ]
 )
 
@@ -189,6 +190,8 @@ def test_a_fresh_ledger_then_appended_lines_read_only_the_new_bytes(
             _assistant("req_T1", "msg_T1", "2026-04-05T00:00:00.000Z", 7),  # equal total, read last: wins
             _assistant("req_new", "msg_new", "2026-04-05T01:00:00.000Z", 29),
             _assistant("req_opus", "msg_opus", "2026-04-05T02:00:00.000Z", 20),  # more complete: wins
+            # as complete as the sub-agent file's copy, in a file named before it: the later read wins
+            _assistant("req_gen", "msg_gen", "2026-04-05T03:00:00.000Z", 3),
         ]
     )
     with target.open("ab") as fh:
