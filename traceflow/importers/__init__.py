@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
 
 from traceflow.errors import UnknownSource
 
+TYPE_CHECKING = False  # typing is not imported at run time (the usage ledger's fast path)
 if TYPE_CHECKING:  # the importers' modules import it; the usage ledger needs none of it
     from traceflow.importers.base import Importer
 
