@@ -36,9 +36,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from traceflow.analysis.mix import token_cost
 from traceflow.output import Rows
-from traceflow.prices import PriceModel
+from traceflow.prices import PriceModel, token_cost
 from traceflow.store import sql
 from traceflow.store.measures import RECORDED_TIME, TOKEN_COLUMNS
 from traceflow.store.selection import Selection

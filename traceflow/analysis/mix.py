@@ -11,7 +11,7 @@ import duckdb
 
 from traceflow.errors import UsageError
 from traceflow.output import Rows
-from traceflow.prices import PriceModel
+from traceflow.prices import PriceModel, token_cost
 from traceflow.store import groups, zones
 from traceflow.store.lake import ROLLUP_VIEW
 from traceflow.store.measures import TOKEN_COLUMNS, period_label_sql
@@ -138,23 +138,6 @@ def token_mix_rows(
     out = [(*r[:m], *saved.get(tuple(r[:n]), UNPRICED), *r[m:]) for r in rows]
     # --by tool adds tool_calls: the tool results that preceded the group's requests
     return Rows([*by, *COLUMNS, *SAVINGS, *(["tool_calls"] if groups.TOOL in by else [])], out)
-
-
-def token_cost(prices: PriceModel, model: str | None, sums: Sequence[int]) -> tuple[float, float] | None:
-    """(cost with no cache, cost as billed) in USD of ``(cold, read, write, output, write_1h)`` tokens
-    of one model: with no cache every input token is cold; as billed a read costs the read price, a
-    1-hour write the 1-hour write price and every other write the 5-minute one
-    (:meth:`~traceflow.prices.PriceModel.cost`). None for requests
-    without a model name (not priced)."""
-    cold, read, write, output, write_1h = sums
-    p = prices.priced(model)
-    if p is None:
-        return None
-    per_in, per_out = p.input / 1e6, p.output / 1e6
-    no_cache = (cold + read + write) * per_in * prices.cold_multiplier + output * per_out
-    # a model's own cache prices (a LiteLLM table) where listed, else the multipliers
-    billed = prices.cost(model, cold, read, write, output, write_1h)
-    return no_cache, billed
 
 
 def savings_by_group(

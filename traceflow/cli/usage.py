@@ -88,7 +88,7 @@ def personal_zone(tz: str | None) -> str:
     (``TRACEFLOW_TZ``; a server lake may pin UTC there), else this machine's zone."""
     from traceflow.store import zones
 
-    return zones.resolve(tz, "--timezone") if tz else zones.personal_zone()
+    return zones.personal_zone(tz)
 
 
 def build_window(

@@ -5,7 +5,10 @@ from __future__ import annotations
 import importlib
 
 from traceflow.errors import UnknownSource
-from traceflow.importers.base import Importer
+
+TYPE_CHECKING = False  # typing is not imported at run time (the usage ledger's fast path)
+if TYPE_CHECKING:  # the importers' modules import it; the usage ledger needs none of it
+    from traceflow.importers.base import Importer
 
 #: CLI name -> module that defines ``IMPORTER``.
 REGISTRY: dict[str, str] = {

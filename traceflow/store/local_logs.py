@@ -33,6 +33,31 @@ MARKER = "local.json"
 _VERSION = 1
 
 
+def default_folders(agent: str) -> list[str]:
+    """The folders where ``agent`` (one of :data:`AGENTS`) keeps its logs by default and that exist
+    here: Claude Code's ``projects`` under ``$CLAUDE_CONFIG_DIR`` (comma-separated folders), else
+    under ``~/.config/claude`` and ``~/.claude``; Codex's ``sessions`` and ``archived_sessions``
+    under ``$CODEX_HOME`` (``~/.codex``); Gemini's ``tmp`` under ``$GEMINI_DIR`` (``~/.gemini``).
+    Each importer's ``default_paths()`` is this (standard library only: the usage views ask first)."""
+    home = os.path.expanduser("~")
+    if agent == "claude-code":
+        env = config.get("claude_config_dir")
+        if env:
+            roots = [os.path.expanduser(p) for p in env.split(",") if p.strip()]
+        else:
+            roots = [os.path.join(home, ".config", "claude"), os.path.join(home, ".claude")]
+        candidates = [os.path.join(r, "projects") for r in roots]
+    elif agent == "codex":
+        base = os.path.expanduser(config.get("codex_home") or os.path.join(home, ".codex"))
+        candidates = [os.path.join(base, "sessions"), os.path.join(base, "archived_sessions")]
+    elif agent == "gemini":
+        base = os.path.expanduser(config.get("gemini_dir") or os.path.join(home, ".gemini"))
+        candidates = [os.path.join(base, "tmp")]
+    else:
+        raise ValueError(f"not an agent's logs: {agent}")
+    return [c for c in candidates if os.path.isdir(c)]
+
+
 def marker_path(state_dir: str | os.PathLike[str]) -> str:
     return os.path.join(os.fspath(state_dir), "imports", MARKER)
 

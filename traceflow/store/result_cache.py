@@ -269,11 +269,16 @@ class Plan:
         self.path = os.path.join(self.cache_dir, key + ".bin")
 
 
-def plan(argv: list[str], environ: dict[str, str] | os._Environ[str] | None = None) -> Plan | None:
-    """The cache plan for ``argv`` (``sys.argv``: program name first), or None when not cacheable."""
+def plan(
+    argv: list[str],
+    environ: dict[str, str] | os._Environ[str] | None = None,
+    commands: frozenset[str] = COMMANDS,
+) -> Plan | None:
+    """The cache plan for ``argv`` (``sys.argv``: program name first), or None when not cacheable.
+    ``commands``: the commands that may be (the usage ledger keys its answers the same way)."""
     env = os.environ if environ is None else environ
     args = argv[1:]
-    if not args or args[0] not in COMMANDS or not enabled(env):
+    if not args or args[0] not in commands or not enabled(env):
         return None
     try:
         if os.isatty(1):  # a person at a terminal: not worth the risk (progress bars, widths)
