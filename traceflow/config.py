@@ -110,6 +110,12 @@ SETTINGS: tuple[Setting, ...] = (
         "Where `traceflow import gemini` looks for `tmp/*/chats/*.jsonl`.",
     ),
     Setting(
+        "opencode_data_dir",
+        "OPENCODE_DATA_DIR",
+        "$XDG_DATA_HOME/opencode (~/.local/share/opencode)",
+        "Where `traceflow import opencode` looks for `storage/message/*/*.json` and `opencode.db`.",
+    ),
+    Setting(
         "host",
         "TRACEFLOW_HOST",
         "127.0.0.1",

@@ -215,6 +215,12 @@ def _models_used(view: str, p: Period) -> list[str]:
     return sorted(names)
 
 
+def lake_agent(name: str) -> str:
+    """The lake's ``agent`` value of ``name``, given by the lake's name or ccusage's (``claude``:
+    ``claude-code``), as ``--agent`` takes it."""
+    return {v: k for k, v in AGENT_NAMES.items()}.get(name, name)
+
+
 def agent_names(agents: set[str]) -> list[str]:
     """ccusage's names of the lake's agents (``claude-code``: ``claude``), sorted; ``claude`` when
     none is known."""

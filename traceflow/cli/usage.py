@@ -51,6 +51,14 @@ OrderOpt = Annotated[
         "--order", "-o", help="asc or desc (default: periods oldest first, sessions costliest first)."
     ),
 ]
+ViewAgentOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--agent",
+        help="Only this agent (repeatable), by traceflow's or ccusage's name (claude, codex, gemini, "
+        "opencode), as ccusage's `ccusage AGENT daily` selects one.",
+    ),
+]
 BreakdownOpt = Annotated[bool, typer.Option("--breakdown", "-b", help="A row per model under each period.")]
 JsonOpt = Annotated[bool, typer.Option("--json", "-j", help="ccusage's JSON document (see docs/ccusage.md).")]
 OfflineOpt = Annotated[
@@ -83,9 +91,18 @@ def personal_zone(tz: str | None) -> str:
     return zones.resolve(tz, "--timezone") if tz else zones.personal_zone()
 
 
-def build_window(since: str | None = None, until: str | None = None, timezone: str | None = None) -> Window:
-    """The :class:`Window` of the options: dates without an offset read in the view's zone."""
-    return Window(build_selection(since, until, tz=personal_zone(timezone)))
+def build_window(
+    since: str | None = None,
+    until: str | None = None,
+    timezone: str | None = None,
+    agent: list[str] | None = None,
+) -> Window:
+    """The :class:`Window` of the options: dates without an offset read in the view's zone; ``agent``
+    (``--agent``) by the lake's name or ccusage's (:func:`traceflow.analysis.usage.lake_agent`)."""
+    from traceflow.analysis.usage import lake_agent
+
+    agents = [lake_agent(a) for a in agent or ()]
+    return Window(build_selection(since, until, agents or None, tz=personal_zone(timezone)))
 
 
 #: The window options, in the order ``--help`` shows them.
@@ -93,11 +110,13 @@ WINDOW_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
     ("since", CcSinceOpt, None),
     ("until", CcUntilOpt, None),
     ("timezone", TimezoneOpt, None),
+    ("agent", ViewAgentOpt, None),
 )
 
 
 def with_window(command: Any) -> Any:
-    """Give ``command`` ``--since``, ``--until`` and ``--timezone`` in place of its ``window``."""
+    """Give ``command`` ``--since``, ``--until``, ``--timezone`` and ``--agent`` in place of its
+    ``window``."""
     return with_options("window", WINDOW_OPTIONS, build_window)(command)
 
 

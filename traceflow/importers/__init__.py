@@ -12,6 +12,7 @@ REGISTRY: dict[str, str] = {
     "claude-code": "claude_code",
     "codex": "codex",
     "gemini": "gemini",
+    "opencode": "opencode",
     "otlp-json": "otlp_json",
     "mooncake": "mooncake",
     "azure": "azure",
