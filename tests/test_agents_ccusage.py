@@ -25,6 +25,7 @@ from tests.test_ccusage_oracle import ccusage_binary
 from tests.test_import_opencode import opencode_home
 
 ZONE = "UTC"
+QWEN_FIXTURE = Path(__file__).resolve().parent / "data" / "agent-logs" / "qwen"
 KEYS = ("inputTokens", "outputTokens", "cacheCreationTokens", "cacheReadTokens", "totalTokens")
 Tally = dict[str, dict[str, int]]
 
@@ -57,6 +58,8 @@ def run_traceflow(agent: str, view: str, env: dict[str, str], xdg: Path, home: P
         "CLAUDE_CONFIG_DIR": None,
         "CODEX_HOME": None,
         "GEMINI_DIR": None,
+        "OPENCODE_DATA_DIR": None,
+        "QWEN_DATA_DIR": None,
         **env,
     }
     result = CliRunner().invoke(app, [view, "--json", "--timezone", ZONE, "--agent", agent], env=full)
@@ -161,3 +164,68 @@ def test_opencode_models_equal_ccusage(opencode_docs: dict[str, Any]) -> None:
     }
     cc_models = {m for r in cc["session"]["sessions"] for m in r["modelsUsed"]}
     assert cc_models == {m for r in tf["session"]["session"] for m in r["modelsUsed"]}
+
+
+# -- Qwen Code -------------------------------------------------------------------------------------
+
+QW_1 = "4c1e2a7b-6f0d-4e55-9a0b-2d3c4e5f6a71"  # with a sidechain sub-agent (agentId explore-7f3c)
+QW_2 = "9b8a7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c62"  # /branch of QW_1 after its first request
+QW_3 = "e2f3a4b5-c6d7-48e9-a0b1-c2d3e4f5a6b3"  # qwen3-max with thoughts
+#: The first request of QW_1 (prompt 14820, no cache, 212 out), copied into QW_2 by /branch.
+QW_FORKED = {"inputTokens": 14820, "outputTokens": 212, "cacheReadTokens": 0, "cacheCreationTokens": 0}
+
+
+def qwen_expected(cc_daily: Tally, cc_session: Tally) -> tuple[Tally, Tally]:
+    """ccusage's Qwen rows turned into traceflow's by the named differences."""
+    daily = {k: dict(v) for k, v in cc_daily.items()}
+    session = {k: dict(v) for k, v in cc_session.items()}
+    # 1. /branch copies a record into the new session with its uuid: one request, counted once here
+    #    (in the session it was sent in); ccusage counts the copy again in the fork.
+    for t, row in ((daily, "2026-03-12"), (session, QW_2)):
+        for k, v in QW_FORKED.items():
+            t[row][k] -= v
+        t[row]["totalTokens"] -= sum(QW_FORKED.values())
+    # 2. promptTokenCount includes the cached tokens: traceflow's input is the cold part (prompt −
+    #    cached), ccusage's inputTokens is the whole prompt beside cacheReadTokens, so it counts the
+    #    cache read twice (in inputTokens and in totalTokens).
+    for t in (daily, session):
+        for row in t.values():
+            row["inputTokens"] -= row["cacheReadTokens"]
+            row["totalTokens"] -= row["cacheReadTokens"]
+    # 3. thoughtsTokenCount is apart from candidatesTokenCount: traceflow's output includes it,
+    #    ccusage's outputTokens leaves it out (its totalTokens counts it): 1288 + 904 in QW_3.
+    add(daily, "2026-03-13", "outputTokens", 1288 + 904, in_total=False)
+    add(session, QW_3, "outputTokens", 1288 + 904, in_total=False)
+    return daily, session
+
+
+@pytest.fixture(scope="module")
+def qwen_docs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    ccusage_binary()
+    env = {"QWEN_DATA_DIR": str(QWEN_FIXTURE)}
+    home = tmp_path_factory.mktemp("home")
+    xdg = tmp_path_factory.mktemp("xdg")
+    return {
+        "cc": {v: run_ccusage("qwen", v, env, home) for v in ("daily", "session")},
+        "tf": {v: run_traceflow("qwen", v, env, xdg, home) for v in ("daily", "session")},
+    }
+
+
+def test_qwen_days_and_sessions_equal_ccusage(qwen_docs: dict[str, Any]) -> None:
+    cc, tf = qwen_docs["cc"], qwen_docs["tf"]
+    want_daily, want_session = qwen_expected(
+        tally(cc["daily"]["daily"], "date"), tally(cc["session"]["sessions"], "sessionId")
+    )
+    assert tally(tf["daily"]["daily"], "period") == want_daily
+    assert tally(tf["session"]["session"], "period") == want_session
+    assert {r["agent"] for r in tf["session"]["session"]} == {"qwen"}  # ccusage's name of the agent
+
+
+def test_qwen_models_equal_ccusage(qwen_docs: dict[str, Any]) -> None:
+    cc, tf = qwen_docs["cc"], qwen_docs["tf"]
+    assert {r["date"]: sorted(r["modelsUsed"]) for r in cc["daily"]["daily"]} == {
+        r["period"]: sorted(r["modelsUsed"]) for r in tf["daily"]["daily"]
+    }
+    assert {r["sessionId"]: sorted(r["modelsUsed"]) for r in cc["session"]["sessions"]} == {
+        r["period"]: sorted(r["modelsUsed"]) for r in tf["session"]["session"]
+    }

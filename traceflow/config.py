@@ -116,6 +116,12 @@ SETTINGS: tuple[Setting, ...] = (
         "Where `traceflow import opencode` looks for `storage/message/*/*.json` and `opencode.db`.",
     ),
     Setting(
+        "qwen_data_dir",
+        "QWEN_DATA_DIR",
+        "~/.qwen",
+        "Where `traceflow import qwen` looks for `projects/*/chats/*.jsonl`.",
+    ),
+    Setting(
         "host",
         "TRACEFLOW_HOST",
         "127.0.0.1",

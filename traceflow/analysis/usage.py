@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 #: The views and the top-level key of their JSON document (ccusage 20's names).
 VIEWS = {"daily": "daily", "weekly": "weekly", "monthly": "monthly", "session": "session"}
 #: ccusage's name of an agent, by the lake's ``agent`` value.
-AGENT_NAMES = {"claude-code": "claude", "gemini-cli": "gemini"}
+AGENT_NAMES = {"claude-code": "claude", "gemini-cli": "gemini", "qwen-code": "qwen"}
 #: ``--order``'s choices.
 ORDERS = ("asc", "desc")
 #: ``blocks --recent``: the blocks that started this long before now (and the active one).

@@ -13,6 +13,7 @@ REGISTRY: dict[str, str] = {
     "codex": "codex",
     "gemini": "gemini",
     "opencode": "opencode",
+    "qwen": "qwen",
     "otlp-json": "otlp_json",
     "mooncake": "mooncake",
     "azure": "azure",

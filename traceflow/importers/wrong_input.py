@@ -23,6 +23,7 @@ READS: dict[str, str] = {
     "codex": "Codex rollouts (sessions/YYYY/MM/DD/rollout-*.jsonl)",
     "gemini": "Gemini CLI chat recordings (tmp/<project>/chats/*.jsonl)",
     "opencode": "OpenCode messages (storage/message/<session>/<message>.json, opencode.db)",
+    "qwen": "Qwen Code chat records (projects/<project>/chats/<session>.jsonl)",
     "otlp-json": "OTLP/JSON export requests, one per line (*.json, *.jsonl)",
     "mooncake": "Mooncake traces (*.jsonl with timestamp, input_length, output_length, hash_ids)",
     "azure": "Azure LLM inference traces (AzureLLMInferenceTrace_*.csv)",

@@ -2,12 +2,12 @@
 
 A lake **imports local agent logs** when either
 
-* ``traceflow import claude-code|codex|gemini|opencode`` has run on it: the import records the folders or
+* ``traceflow import claude-code|codex|gemini|opencode|qwen`` has run on it: the import records the folders or
   files it read (its *roots*) in ``<state>/imports/local.json``; or
 * it is the **default lake** (neither ``--data`` nor ``TRACEFLOW_DATA`` names one) and an agent's
   default log folder exists (``$CLAUDE_CONFIG_DIR/projects`` or ``~/.claude/projects``,
   ``$CODEX_HOME/sessions``, ``$GEMINI_DIR/tmp``, ``$OPENCODE_DATA_DIR`` or
-  ``~/.local/share/opencode``).
+  ``~/.local/share/opencode``, ``$QWEN_DATA_DIR/projects`` or ``~/.qwen/projects``).
 
 Every read command on such a lake first brings it up to date
 (:func:`traceflow.importers.refresh.refresh`), unless ``--no-refresh`` or ``TRACEFLOW_REFRESH=0``
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
 #: The importers of agents' local logs: the sources a lake refreshes.
-AGENTS = ("claude-code", "codex", "gemini", "opencode")
+AGENTS = ("claude-code", "codex", "gemini", "opencode", "qwen")
 MARKER = "local.json"
 _VERSION = 1
 
