@@ -229,3 +229,41 @@ def test_qwen_models_equal_ccusage(qwen_docs: dict[str, Any]) -> None:
     assert {r["sessionId"]: sorted(r["modelsUsed"]) for r in cc["session"]["sessions"]} == {
         r["period"]: sorted(r["modelsUsed"]) for r in tf["session"]["session"]
     }
+
+
+# -- Amp -------------------------------------------------------------------------------------------
+
+AMP_FIXTURE = Path(__file__).resolve().parent / "data" / "agent-logs" / "amp"
+
+
+@pytest.fixture(scope="module")
+def amp_docs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    ccusage_binary()
+    env = {"AMP_DATA_DIR": str(AMP_FIXTURE)}
+    home = tmp_path_factory.mktemp("home")
+    xdg = tmp_path_factory.mktemp("xdg")
+    return {
+        "cc": {v: run_ccusage("amp", v, env, home) for v in ("daily", "session")},
+        "tf": {v: run_traceflow("amp", v, env, xdg, home) for v in ("daily", "session")},
+    }
+
+
+def test_amp_days_and_sessions_equal_ccusage(amp_docs: dict[str, Any]) -> None:
+    """No deliberate difference: Amp's usage is Anthropic's split, read the same way by both."""
+    cc, tf = amp_docs["cc"], amp_docs["tf"]
+    assert tally(tf["daily"]["daily"], "period") == tally(cc["daily"]["daily"], "date")
+    assert tally(tf["session"]["session"], "period") == tally(cc["session"]["sessions"], "sessionId")
+
+
+def test_amp_models_and_claude_costs_equal_ccusage(amp_docs: dict[str, Any]) -> None:
+    """Per day and model the same tokens; Claude models' costs within 0.5 % (gpt-5 is not in
+    traceflow's built-in price list, which holds Claude models: `--prices` with LiteLLM's file prices it)."""
+    cc, tf = amp_docs["cc"], amp_docs["tf"]
+    want = {(r["date"], m["modelName"]): m for r in cc["daily"]["daily"] for m in r["modelBreakdowns"]}
+    got = {(r["period"], m["modelName"]): m for r in tf["daily"]["daily"] for m in r["modelBreakdowns"]}
+    assert set(got) == set(want)
+    for key, m in got.items():
+        for k in ("inputTokens", "outputTokens", "cacheCreationTokens", "cacheReadTokens"):
+            assert m[k] == want[key][k], (key, k)
+        if key[1].startswith("claude-"):
+            assert m["cost"] == pytest.approx(want[key]["cost"], rel=0.005), key

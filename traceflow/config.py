@@ -122,6 +122,12 @@ SETTINGS: tuple[Setting, ...] = (
         "Where `traceflow import qwen` looks for `projects/*/chats/*.jsonl`.",
     ),
     Setting(
+        "amp_data_dir",
+        "AMP_DATA_DIR",
+        "$XDG_DATA_HOME/amp (~/.local/share/amp)",
+        "Where `traceflow import amp` looks for `threads/*.json`.",
+    ),
+    Setting(
         "host",
         "TRACEFLOW_HOST",
         "127.0.0.1",

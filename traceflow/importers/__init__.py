@@ -14,6 +14,7 @@ REGISTRY: dict[str, str] = {
     "gemini": "gemini",
     "opencode": "opencode",
     "qwen": "qwen",
+    "amp": "amp",
     "otlp-json": "otlp_json",
     "mooncake": "mooncake",
     "azure": "azure",
