@@ -267,3 +267,36 @@ def test_amp_models_and_claude_costs_equal_ccusage(amp_docs: dict[str, Any]) -> 
             assert m[k] == want[key][k], (key, k)
         if key[1].startswith("claude-"):
             assert m["cost"] == pytest.approx(want[key]["cost"], rel=0.005), key
+
+
+# -- GitHub Copilot CLI ----------------------------------------------------------------------------
+
+COPILOT_FIXTURE = Path(__file__).resolve().parent / "data" / "agent-logs" / "copilot"
+CP_2 = "5a4b3c2d-1e0f-4a9b-8c7d-6e5f4a3b2c1d"  # resumed; its second process ran gemini-2.5-pro
+
+
+@pytest.fixture(scope="module")
+def copilot_docs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    ccusage_binary()
+    env = {"COPILOT_HOME": str(COPILOT_FIXTURE)}
+    home = tmp_path_factory.mktemp("home")
+    xdg = tmp_path_factory.mktemp("xdg")
+    return {
+        "cc": {v: run_ccusage("copilot", v, env, home) for v in ("daily", "session")},
+        "tf": {v: run_traceflow("copilot", v, env, xdg, home) for v in ("daily", "session")},
+    }
+
+
+def test_copilot_days_and_sessions_equal_ccusage(copilot_docs: dict[str, Any]) -> None:
+    cc, tf = copilot_docs["cc"], copilot_docs["tf"]
+    daily, session = tally(cc["daily"]["daily"], "date"), tally(cc["session"]["sessions"], "sessionId")
+    # The one difference: Gemini's reasoningTokens are outside its outputTokens (for Claude and GPT
+    # models they are a part of them). traceflow counts them as output (they are billed as output);
+    # ccusage 20.0.24 leaves them out of its output and its totals: 1210 on the 16th, in CP_2.
+    add(daily, "2026-03-16", "outputTokens", 1210)
+    add(session, CP_2, "outputTokens", 1210)
+    assert tally(tf["daily"]["daily"], "period") == daily
+    assert tally(tf["session"]["session"], "period") == session
+    assert {r["date"]: sorted(r["modelsUsed"]) for r in cc["daily"]["daily"]} == {
+        r["period"]: sorted(r["modelsUsed"]) for r in tf["daily"]["daily"]
+    }

@@ -128,6 +128,12 @@ SETTINGS: tuple[Setting, ...] = (
         "Where `traceflow import amp` looks for `threads/*.json`.",
     ),
     Setting(
+        "copilot_home",
+        "COPILOT_HOME",
+        "~/.copilot",
+        "Where `traceflow import copilot` looks for `session-state/*/events.jsonl`.",
+    ),
+    Setting(
         "host",
         "TRACEFLOW_HOST",
         "127.0.0.1",

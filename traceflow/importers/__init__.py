@@ -15,6 +15,7 @@ REGISTRY: dict[str, str] = {
     "opencode": "opencode",
     "qwen": "qwen",
     "amp": "amp",
+    "copilot": "copilot",
     "otlp-json": "otlp_json",
     "mooncake": "mooncake",
     "azure": "azure",

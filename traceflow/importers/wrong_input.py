@@ -25,6 +25,7 @@ READS: dict[str, str] = {
     "opencode": "OpenCode messages (storage/message/<session>/<message>.json, opencode.db)",
     "qwen": "Qwen Code chat records (projects/<project>/chats/<session>.jsonl)",
     "amp": "Amp thread files (threads/T-<id>.json)",
+    "copilot": "GitHub Copilot CLI session events (session-state/<session>/events.jsonl)",
     "otlp-json": "OTLP/JSON export requests, one per line (*.json, *.jsonl)",
     "mooncake": "Mooncake traces (*.jsonl with timestamp, input_length, output_length, hash_ids)",
     "azure": "Azure LLM inference traces (AzureLLMInferenceTrace_*.csv)",
