@@ -300,3 +300,23 @@ def test_copilot_days_and_sessions_equal_ccusage(copilot_docs: dict[str, Any]) -
     assert {r["date"]: sorted(r["modelsUsed"]) for r in cc["daily"]["daily"]} == {
         r["period"]: sorted(r["modelsUsed"]) for r in tf["daily"]["daily"]
     }
+
+
+# -- Kimi ------------------------------------------------------------------------------------------
+
+KIMI_FIXTURE = Path(__file__).resolve().parent / "data" / "agent-logs" / "kimi"
+
+
+def test_kimi_days_and_sessions_equal_ccusage(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """No deliberate difference: Kimi's split is Anthropic's, its sub-agent (``agents/coder-2``) is in
+    the session folder ccusage groups by, and ``session`` records (running totals) count for neither."""
+    ccusage_binary()
+    env = {"KIMI_DATA_DIR": str(KIMI_FIXTURE)}
+    home, xdg = tmp_path_factory.mktemp("home"), tmp_path_factory.mktemp("xdg")
+    for view, key, cc_key in (("daily", "daily", "date"), ("session", "session", "sessionId")):
+        cc = run_ccusage("kimi", view, env, home)
+        tf = run_traceflow("kimi", view, env, xdg, home)
+        assert tally(tf[key], "period") == tally(cc["daily" if view == "daily" else "sessions"], cc_key)
+        assert {r["period"]: sorted(r["modelsUsed"]) for r in tf[key]} == {
+            r[cc_key]: sorted(r["modelsUsed"]) for r in cc["daily" if view == "daily" else "sessions"]
+        }

@@ -134,6 +134,12 @@ SETTINGS: tuple[Setting, ...] = (
         "Where `traceflow import copilot` looks for `session-state/*/events.jsonl`.",
     ),
     Setting(
+        "kimi_data_dir",
+        "KIMI_DATA_DIR",
+        "~/.kimi",
+        "Where `traceflow import kimi` looks for `sessions/**/wire.jsonl` (and `config.json`).",
+    ),
+    Setting(
         "host",
         "TRACEFLOW_HOST",
         "127.0.0.1",

@@ -16,6 +16,7 @@ REGISTRY: dict[str, str] = {
     "qwen": "qwen",
     "amp": "amp",
     "copilot": "copilot",
+    "kimi": "kimi",
     "otlp-json": "otlp_json",
     "mooncake": "mooncake",
     "azure": "azure",

@@ -26,6 +26,7 @@ READS: dict[str, str] = {
     "qwen": "Qwen Code chat records (projects/<project>/chats/<session>.jsonl)",
     "amp": "Amp thread files (threads/T-<id>.json)",
     "copilot": "GitHub Copilot CLI session events (session-state/<session>/events.jsonl)",
+    "kimi": "Kimi wire logs (sessions/<group>/<session>/wire.jsonl)",
     "otlp-json": "OTLP/JSON export requests, one per line (*.json, *.jsonl)",
     "mooncake": "Mooncake traces (*.jsonl with timestamp, input_length, output_length, hash_ids)",
     "azure": "Azure LLM inference traces (AzureLLMInferenceTrace_*.csv)",
