@@ -60,6 +60,10 @@ def run_traceflow(agent: str, view: str, env: dict[str, str], xdg: Path, home: P
         "GEMINI_DIR": None,
         "OPENCODE_DATA_DIR": None,
         "QWEN_DATA_DIR": None,
+        "AMP_DATA_DIR": None,
+        "COPILOT_HOME": None,
+        "KIMI_DATA_DIR": None,
+        "CODEBUFF_DATA_DIR": None,
         **env,
     }
     result = CliRunner().invoke(app, [view, "--json", "--timezone", ZONE, "--agent", agent], env=full)
@@ -302,21 +306,28 @@ def test_copilot_days_and_sessions_equal_ccusage(copilot_docs: dict[str, Any]) -
     }
 
 
-# -- Kimi ------------------------------------------------------------------------------------------
+# -- Kimi, Codebuff: no deliberate difference -----------------------------------------------------
 
-KIMI_FIXTURE = Path(__file__).resolve().parent / "data" / "agent-logs" / "kimi"
+DATA = Path(__file__).resolve().parent / "data" / "agent-logs"
+EQUAL = {
+    # Kimi's split is Anthropic's; its sub-agent (``agents/coder-2``) is in the session folder ccusage
+    # groups by; ``session``-scope records (running totals) count for neither.
+    "kimi": ("KIMI_DATA_DIR", DATA / "kimi"),
+    # Codebuff's usage is Anthropic's split; the session is ``<channel>/<project>/<chat>`` for both.
+    "codebuff": ("CODEBUFF_DATA_DIR", DATA / "codebuff" / "manicode"),
+}
 
 
-def test_kimi_days_and_sessions_equal_ccusage(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """No deliberate difference: Kimi's split is Anthropic's, its sub-agent (``agents/coder-2``) is in
-    the session folder ccusage groups by, and ``session`` records (running totals) count for neither."""
+@pytest.mark.parametrize("agent", sorted(EQUAL))
+def test_days_and_sessions_equal_ccusage(agent: str, tmp_path_factory: pytest.TempPathFactory) -> None:
     ccusage_binary()
-    env = {"KIMI_DATA_DIR": str(KIMI_FIXTURE)}
+    variable, folder = EQUAL[agent]
+    env = {variable: str(folder)}
     home, xdg = tmp_path_factory.mktemp("home"), tmp_path_factory.mktemp("xdg")
-    for view, key, cc_key in (("daily", "daily", "date"), ("session", "session", "sessionId")):
-        cc = run_ccusage("kimi", view, env, home)
-        tf = run_traceflow("kimi", view, env, xdg, home)
-        assert tally(tf[key], "period") == tally(cc["daily" if view == "daily" else "sessions"], cc_key)
-        assert {r["period"]: sorted(r["modelsUsed"]) for r in tf[key]} == {
-            r[cc_key]: sorted(r["modelsUsed"]) for r in cc["daily" if view == "daily" else "sessions"]
+    for view, cc_rows, cc_key in (("daily", "daily", "date"), ("session", "sessions", "sessionId")):
+        cc = run_ccusage(agent, view, env, home)[cc_rows]
+        tf = run_traceflow(agent, view, env, xdg, home)[view]
+        assert tally(tf, "period") == tally(cc, cc_key)
+        assert {r["period"]: sorted(r["modelsUsed"]) for r in tf} == {
+            r[cc_key]: sorted(r["modelsUsed"]) for r in cc
         }

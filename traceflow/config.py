@@ -140,6 +140,12 @@ SETTINGS: tuple[Setting, ...] = (
         "Where `traceflow import kimi` looks for `sessions/**/wire.jsonl` (and `config.json`).",
     ),
     Setting(
+        "codebuff_data_dir",
+        "CODEBUFF_DATA_DIR",
+        "~/.config/manicode (and ~/.config/manicode-dev)",
+        "Where `traceflow import codebuff` looks for `projects/*/chats/*/chat-messages.json`.",
+    ),
+    Setting(
         "host",
         "TRACEFLOW_HOST",
         "127.0.0.1",

@@ -17,6 +17,7 @@ REGISTRY: dict[str, str] = {
     "amp": "amp",
     "copilot": "copilot",
     "kimi": "kimi",
+    "codebuff": "codebuff",
     "otlp-json": "otlp_json",
     "mooncake": "mooncake",
     "azure": "azure",

@@ -9,7 +9,8 @@ A lake **imports local agent logs** when either
   ``$CODEX_HOME/sessions``, ``$GEMINI_DIR/tmp``, ``$OPENCODE_DATA_DIR`` or
   ``~/.local/share/opencode``, ``$QWEN_DATA_DIR/projects`` or ``~/.qwen/projects``,
   ``$AMP_DATA_DIR/threads`` or ``~/.local/share/amp/threads``, ``$COPILOT_HOME/session-state`` or
-  ``~/.copilot/session-state``, ``$KIMI_DATA_DIR/sessions`` or ``~/.kimi/sessions``).
+  ``~/.copilot/session-state``, ``$KIMI_DATA_DIR/sessions`` or ``~/.kimi/sessions``,
+  ``$CODEBUFF_DATA_DIR`` or ``~/.config/manicode``).
 
 Every read command on such a lake first brings it up to date
 (:func:`traceflow.importers.refresh.refresh`), unless ``--no-refresh`` or ``TRACEFLOW_REFRESH=0``
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
 #: The importers of agents' local logs: the sources a lake refreshes.
-AGENTS = ("claude-code", "codex", "gemini", "opencode", "qwen", "amp", "copilot", "kimi")
+AGENTS = ("claude-code", "codex", "gemini", "opencode", "qwen", "amp", "copilot", "kimi", "codebuff")
 MARKER = "local.json"
 _VERSION = 1
 
