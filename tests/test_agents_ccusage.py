@@ -64,6 +64,7 @@ def run_traceflow(agent: str, view: str, env: dict[str, str], xdg: Path, home: P
         "COPILOT_HOME": None,
         "KIMI_DATA_DIR": None,
         "CODEBUFF_DATA_DIR": None,
+        "KILO_DATA_DIR": None,
         **env,
     }
     result = CliRunner().invoke(app, [view, "--json", "--timezone", ZONE, "--agent", agent], env=full)
@@ -380,3 +381,39 @@ def test_gemini_and_codex_equal_ccusage(tmp_path: Path) -> None:
             cc_session = {"019a9776-0a34-7842-8627-112b63d66e90": only}
         assert tf_daily == cc_daily, agent
         assert tf_session == cc_session, agent
+
+
+# -- Kilo CLI --------------------------------------------------------------------------------------
+
+KILO_PARENT, KILO_CHILD = "ses_4d1a7e20bffeKx9Qp2Wm5Zr8Tn", "ses_4d1a6c11affeLm3Vb7Hq1Yu6Ej"
+
+
+def kilo_home(tmp: Path) -> Path:
+    """The Kilo fixture's database, built from its SQL."""
+    import sqlite3
+
+    home = tmp / "kilo"
+    home.mkdir()
+    con = sqlite3.connect(home / "kilo.db")
+    con.executescript((DATA / "kilo" / "kilo.sql").read_text())
+    con.commit()
+    con.close()
+    return home
+
+
+def test_kilo_days_and_sessions_equal_ccusage(tmp_path: Path) -> None:
+    ccusage_binary()
+    env = {"KILO_DATA_DIR": str(kilo_home(tmp_path))}
+    home, xdg = tmp_path / "home", tmp_path / "xdg"
+    home.mkdir()
+    xdg.mkdir()
+    daily = tally(run_ccusage("kilo", "daily", env, home)["daily"], "date")
+    session = tally(run_ccusage("kilo", "session", env, home)["sessions"], "sessionId")
+    # As for OpenCode (Kilo is its fork): reasoning (1536 + 704, the gpt-5 sub-agent's) is output in
+    # traceflow, beside the output in ccusage (counted in its totalTokens); the sub-agent's session
+    # (session.parent_id) counts in its parent's.
+    add(daily, "2026-03-20", "outputTokens", 1536 + 704, in_total=False)
+    add(session, KILO_CHILD, "outputTokens", 1536 + 704, in_total=False)
+    fold(session, KILO_CHILD, KILO_PARENT)
+    assert tally(run_traceflow("kilo", "daily", env, xdg, home)["daily"], "period") == daily
+    assert tally(run_traceflow("kilo", "session", env, xdg, home)["session"], "period") == session

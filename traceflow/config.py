@@ -146,6 +146,12 @@ SETTINGS: tuple[Setting, ...] = (
         "Where `traceflow import codebuff` looks for `projects/*/chats/*/chat-messages.json`.",
     ),
     Setting(
+        "kilo_data_dir",
+        "KILO_DATA_DIR",
+        "$XDG_DATA_HOME/kilo (~/.local/share/kilo)",
+        "Where `traceflow import kilo` looks for `kilo.db`.",
+    ),
+    Setting(
         "host",
         "TRACEFLOW_HOST",
         "127.0.0.1",

@@ -18,6 +18,7 @@ REGISTRY: dict[str, str] = {
     "copilot": "copilot",
     "kimi": "kimi",
     "codebuff": "codebuff",
+    "kilo": "kilo",
     "otlp-json": "otlp_json",
     "mooncake": "mooncake",
     "azure": "azure",

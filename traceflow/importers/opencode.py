@@ -83,9 +83,13 @@ def _text(value: Any) -> str | None:
     return value.strip() if isinstance(value, str) and value.strip() else None
 
 
-def request_row(msg: dict[str, Any], message_id: str | None, session_id: str | None) -> Row | None:
-    """The request row of one OpenCode message (None for a message that is no request)."""
-    if msg.get("role") not in (None, "assistant"):
+def request_row(
+    msg: dict[str, Any], message_id: str | None, session_id: str | None, *, kilo: bool = False
+) -> Row | None:
+    """The request row of one OpenCode message (None for a message that is no request). ``kilo``: a
+    Kilo CLI message (an OpenCode fork, :mod:`traceflow.importers.kilo`): its role must be
+    ``assistant``, its provider may be absent, and its rows are Kilo's."""
+    if msg.get("role") not in (("assistant",) if kilo else (None, "assistant")):
         return None
     tokens = msg.get("tokens")
     if tokens is None:
@@ -103,7 +107,7 @@ def request_row(msg: dict[str, Any], message_id: str | None, session_id: str | N
     if not (cold or output or reasoning or read or write):
         return None
     model, provider = _text(msg.get("modelID")), _text(msg.get("providerID"))
-    if model is None or provider is None:
+    if model is None or (provider is None and not kilo):
         return None
     mid = message_id or _text(msg.get("id"))
     if mid is None:
@@ -114,7 +118,9 @@ def request_row(msg: dict[str, Any], message_id: str | None, session_id: str | N
     created, completed = _millis(times.get("created")), _millis(times.get("completed"))
     if created is None and completed is None:
         raise BadMessage(f"message {mid!r} without time.created")
-    attrs: dict[str, Any] = {"message_id": mid, "provider": provider}
+    attrs: dict[str, Any] = {"message_id": mid}
+    if provider is not None:
+        attrs["provider"] = provider
     for key in ("mode", "agent", "finish"):
         if isinstance(msg.get(key), str):
             attrs[key] = msg[key]
@@ -129,9 +135,9 @@ def request_row(msg: dict[str, Any], message_id: str | None, session_id: str | N
         attrs["total_tokens"] = total
     cost = msg.get("cost")
     return {
-        "event_id": stable_id("opencode-message", mid),
-        "source": SOURCE,
-        "agent": AGENT,
+        "event_id": stable_id("kilo-message" if kilo else "opencode-message", mid),
+        "source": "kilo-db" if kilo else SOURCE,
+        "agent": "kilo" if kilo else AGENT,
         "agent_version": None,
         "session_id": sid,
         "parent_session_id": None,
@@ -183,7 +189,7 @@ class OpenCodeImporter:
     def parse(self, data: bytes, ctx: FileContext) -> Parsed:
         out = Parsed()
         if _is_database(ctx.plain.name):
-            self._database(data, ctx, out)
+            database_rows(data, ctx, out)
             return out
         try:
             msg = orjson.loads(data)
@@ -204,29 +210,34 @@ class OpenCodeImporter:
             out.requests.append(row)
         return out
 
-    def _database(self, data: bytes, ctx: FileContext, out: Parsed) -> None:
-        con = sqlite3.connect(":memory:")
-        try:
-            con.deserialize(data)
-            parents = _db_parents(con)
-            cursor = con.execute("SELECT id, session_id, data FROM message ORDER BY rowid")
-            for seq, (mid, sid, raw) in enumerate(cursor, start=1):
-                try:
-                    msg = orjson.loads(raw)
-                    if not isinstance(msg, dict):
-                        raise BadMessage("data is not a JSON object")
-                    row = request_row(msg, str(mid), str(sid))
-                except (orjson.JSONDecodeError, BadMessage) as exc:
-                    out.errors.append(LineError(str(ctx.path), seq, f"message {mid}: {exc}"))
-                    continue
-                if row is not None:
-                    row["parent_session_id"] = parents.get(str(sid))
-                    row["seq"] = seq
-                    out.requests.append(row)
-        except sqlite3.DatabaseError as exc:
-            out.errors.append(LineError(str(ctx.path), 1, f"not an OpenCode database ({exc})"))
-        finally:
-            con.close()
+
+def database_rows(data: bytes, ctx: FileContext, out: Parsed, *, kilo: bool = False) -> None:
+    """The request rows of an OpenCode (or, with ``kilo``, a Kilo CLI) database's ``message`` table,
+    with ``parent_session_id`` from its ``session`` table."""
+    con = sqlite3.connect(":memory:")
+    try:
+        con.deserialize(data)
+        parents = _db_parents(con)
+        cursor = con.execute("SELECT id, session_id, data FROM message ORDER BY rowid")
+        for seq, (mid, sid, raw) in enumerate(cursor, start=1):
+            try:
+                msg = orjson.loads(raw)
+                if not isinstance(msg, dict):
+                    raise BadMessage("data is not a JSON object")
+                row = request_row(msg, str(mid), str(sid), kilo=kilo)
+            except (orjson.JSONDecodeError, BadMessage) as exc:
+                out.errors.append(LineError(str(ctx.path), seq, f"message {mid}: {exc}"))
+                continue
+            if row is not None:
+                row["parent_session_id"] = parents.get(str(sid))
+                row["seq"] = seq
+                out.requests.append(row)
+    except sqlite3.DatabaseError as exc:
+        out.errors.append(
+            LineError(str(ctx.path), 1, f"not an {'Kilo' if kilo else 'OpenCode'} database ({exc})")
+        )
+    finally:
+        con.close()
 
 
 def _db_parents(con: sqlite3.Connection) -> dict[str, str]:

@@ -10,7 +10,8 @@ A lake **imports local agent logs** when either
   ``~/.local/share/opencode``, ``$QWEN_DATA_DIR/projects`` or ``~/.qwen/projects``,
   ``$AMP_DATA_DIR/threads`` or ``~/.local/share/amp/threads``, ``$COPILOT_HOME/session-state`` or
   ``~/.copilot/session-state``, ``$KIMI_DATA_DIR/sessions`` or ``~/.kimi/sessions``,
-  ``$CODEBUFF_DATA_DIR`` or ``~/.config/manicode``).
+  ``$CODEBUFF_DATA_DIR`` or ``~/.config/manicode``, ``$KILO_DATA_DIR/kilo.db`` or
+  ``~/.local/share/kilo/kilo.db``).
 
 Every read command on such a lake first brings it up to date
 (:func:`traceflow.importers.refresh.refresh`), unless ``--no-refresh`` or ``TRACEFLOW_REFRESH=0``
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
 #: The importers of agents' local logs: the sources a lake refreshes.
-AGENTS = ("claude-code", "codex", "gemini", "opencode", "qwen", "amp", "copilot", "kimi", "codebuff")
+AGENTS = ("claude-code", "codex", "gemini", "opencode", "qwen", "amp", "copilot", "kimi", "codebuff", "kilo")
 MARKER = "local.json"
 _VERSION = 1
 
