@@ -65,6 +65,7 @@ def run_traceflow(agent: str, view: str, env: dict[str, str], xdg: Path, home: P
         "KIMI_DATA_DIR": None,
         "CODEBUFF_DATA_DIR": None,
         "KILO_DATA_DIR": None,
+        "PI_AGENT_DIR": None,
         **env,
     }
     result = CliRunner().invoke(app, [view, "--json", "--timezone", ZONE, "--agent", agent], env=full)
@@ -316,7 +317,11 @@ EQUAL = {
     "kimi": ("KIMI_DATA_DIR", DATA / "kimi"),
     # Codebuff's usage is Anthropic's split; the session is ``<channel>/<project>/<chat>`` for both.
     "codebuff": ("CODEBUFF_DATA_DIR", DATA / "codebuff" / "manicode"),
+    # pi's usage is exclusive; ccusage labels its models ``[pi] <model>`` (see MODEL_LABELS).
+    "pi": ("PI_AGENT_DIR", DATA / "pi"),
 }
+#: How ccusage names an agent's models where traceflow keeps the recorded name.
+MODEL_LABELS = {"pi": "[pi] "}
 
 
 @pytest.mark.parametrize("agent", sorted(EQUAL))
@@ -329,7 +334,8 @@ def test_days_and_sessions_equal_ccusage(agent: str, tmp_path_factory: pytest.Te
         cc = run_ccusage(agent, view, env, home)[cc_rows]
         tf = run_traceflow(agent, view, env, xdg, home)[view]
         assert tally(tf, "period") == tally(cc, cc_key)
-        assert {r["period"]: sorted(r["modelsUsed"]) for r in tf} == {
+        label = MODEL_LABELS.get(agent, "")
+        assert {r["period"]: sorted(label + m for m in r["modelsUsed"]) for r in tf} == {
             r[cc_key]: sorted(r["modelsUsed"]) for r in cc
         }
 

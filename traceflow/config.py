@@ -152,6 +152,12 @@ SETTINGS: tuple[Setting, ...] = (
         "Where `traceflow import kilo` looks for `kilo.db`.",
     ),
     Setting(
+        "pi_agent_dir",
+        "PI_AGENT_DIR",
+        "~/.pi/agent/sessions (and ~/.omp/agent/sessions)",
+        "Where `traceflow import pi` looks for `<project>/*.jsonl`.",
+    ),
+    Setting(
         "host",
         "TRACEFLOW_HOST",
         "127.0.0.1",

@@ -56,7 +56,7 @@ ViewAgentOpt = Annotated[
     typer.Option(
         "--agent",
         help="Only this agent (repeatable), by traceflow's or ccusage's name (claude, codex, gemini, "
-        "opencode, qwen, amp, copilot, kimi, codebuff, kilo), as `ccusage AGENT daily` selects one.",
+        "opencode, qwen, amp, copilot, kimi, codebuff, kilo, pi), as `ccusage AGENT daily` selects one.",
     ),
 ]
 BreakdownOpt = Annotated[bool, typer.Option("--breakdown", "-b", help="A row per model under each period.")]

@@ -19,6 +19,7 @@ REGISTRY: dict[str, str] = {
     "kimi": "kimi",
     "codebuff": "codebuff",
     "kilo": "kilo",
+    "pi": "pi",
     "otlp-json": "otlp_json",
     "mooncake": "mooncake",
     "azure": "azure",

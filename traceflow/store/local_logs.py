@@ -11,7 +11,7 @@ A lake **imports local agent logs** when either
   ``$AMP_DATA_DIR/threads`` or ``~/.local/share/amp/threads``, ``$COPILOT_HOME/session-state`` or
   ``~/.copilot/session-state``, ``$KIMI_DATA_DIR/sessions`` or ``~/.kimi/sessions``,
   ``$CODEBUFF_DATA_DIR`` or ``~/.config/manicode``, ``$KILO_DATA_DIR/kilo.db`` or
-  ``~/.local/share/kilo/kilo.db``).
+  ``~/.local/share/kilo/kilo.db``, ``$PI_AGENT_DIR`` or ``~/.pi/agent/sessions``).
 
 Every read command on such a lake first brings it up to date
 (:func:`traceflow.importers.refresh.refresh`), unless ``--no-refresh`` or ``TRACEFLOW_REFRESH=0``
@@ -33,7 +33,19 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
 #: The importers of agents' local logs: the sources a lake refreshes.
-AGENTS = ("claude-code", "codex", "gemini", "opencode", "qwen", "amp", "copilot", "kimi", "codebuff", "kilo")
+AGENTS = (
+    "claude-code",
+    "codex",
+    "gemini",
+    "opencode",
+    "qwen",
+    "amp",
+    "copilot",
+    "kimi",
+    "codebuff",
+    "kilo",
+    "pi",
+)
 MARKER = "local.json"
 _VERSION = 1
 
