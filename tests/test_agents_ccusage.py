@@ -66,6 +66,7 @@ def run_traceflow(agent: str, view: str, env: dict[str, str], xdg: Path, home: P
         "CODEBUFF_DATA_DIR": None,
         "KILO_DATA_DIR": None,
         "PI_AGENT_DIR": None,
+        "OPENCLAW_DIR": None,
         **env,
     }
     result = CliRunner().invoke(app, [view, "--json", "--timezone", ZONE, "--agent", agent], env=full)
@@ -319,9 +320,11 @@ EQUAL = {
     "codebuff": ("CODEBUFF_DATA_DIR", DATA / "codebuff" / "manicode"),
     # pi's usage is exclusive; ccusage labels its models ``[pi] <model>`` (see MODEL_LABELS).
     "pi": ("PI_AGENT_DIR", DATA / "pi"),
+    # OpenClaw's transcripts are pi's; a reset transcript (``.jsonl.reset.<time>``) is read by both.
+    "openclaw": ("OPENCLAW_DIR", DATA / "openclaw"),
 }
 #: How ccusage names an agent's models where traceflow keeps the recorded name.
-MODEL_LABELS = {"pi": "[pi] "}
+MODEL_LABELS = {"pi": "[pi] ", "openclaw": "[openclaw] "}
 
 
 @pytest.mark.parametrize("agent", sorted(EQUAL))

@@ -34,6 +34,8 @@ def sources(tmp: Path) -> dict[str, Path]:
         "copilot": DATA / "copilot",
         "kimi": DATA / "kimi",
         "codebuff": DATA / "codebuff" / "manicode",
+        "pi": DATA / "pi",
+        "openclaw": DATA / "openclaw",
     }
 
 
@@ -61,7 +63,7 @@ def test_one_lake_of_all_agents_sums_the_agents(tmp_path: Path) -> None:
         (row,) = by_agent(lake).values()
         alone[name] = row
     got = by_agent(together)
-    assert len(got) == 9
+    assert len(got) == 11
     assert sorted(got.values(), key=str) == sorted(alone.values(), key=str)
     assert sum(r["total_tokens"] for r in got.values()) == sum(r["total_tokens"] for r in alone.values())
     assert {"opencode", "qwen-code", "amp"} <= set(got)

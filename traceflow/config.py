@@ -158,6 +158,12 @@ SETTINGS: tuple[Setting, ...] = (
         "Where `traceflow import pi` looks for `<project>/*.jsonl`.",
     ),
     Setting(
+        "openclaw_dir",
+        "OPENCLAW_DIR",
+        "~/.openclaw",
+        "Where `traceflow import openclaw` looks for `agents/*/sessions/*.jsonl`.",
+    ),
+    Setting(
         "host",
         "TRACEFLOW_HOST",
         "127.0.0.1",

@@ -56,7 +56,8 @@ ViewAgentOpt = Annotated[
     typer.Option(
         "--agent",
         help="Only this agent (repeatable), by traceflow's or ccusage's name (claude, codex, gemini, "
-        "opencode, qwen, amp, copilot, kimi, codebuff, kilo, pi), as `ccusage AGENT daily` selects one.",
+        "opencode, qwen, amp, copilot, kimi, codebuff, kilo, pi, openclaw), as `ccusage AGENT daily` "
+        "selects one.",
     ),
 ]
 BreakdownOpt = Annotated[bool, typer.Option("--breakdown", "-b", help="A row per model under each period.")]

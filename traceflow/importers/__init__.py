@@ -20,6 +20,7 @@ REGISTRY: dict[str, str] = {
     "codebuff": "codebuff",
     "kilo": "kilo",
     "pi": "pi",
+    "openclaw": "openclaw",
     "otlp-json": "otlp_json",
     "mooncake": "mooncake",
     "azure": "azure",

@@ -30,6 +30,7 @@ READS: dict[str, str] = {
     "codebuff": "Codebuff chats (projects/<project>/chats/<chat>/chat-messages.json)",
     "kilo": "the Kilo CLI database (kilo.db)",
     "pi": "pi session files (sessions/<project>/<time>_<session>.jsonl)",
+    "openclaw": "OpenClaw transcripts (agents/<agent>/sessions/<session>.jsonl)",
     "otlp-json": "OTLP/JSON export requests, one per line (*.json, *.jsonl)",
     "mooncake": "Mooncake traces (*.jsonl with timestamp, input_length, output_length, hash_ids)",
     "azure": "Azure LLM inference traces (AzureLLMInferenceTrace_*.csv)",

@@ -11,7 +11,8 @@ A lake **imports local agent logs** when either
   ``$AMP_DATA_DIR/threads`` or ``~/.local/share/amp/threads``, ``$COPILOT_HOME/session-state`` or
   ``~/.copilot/session-state``, ``$KIMI_DATA_DIR/sessions`` or ``~/.kimi/sessions``,
   ``$CODEBUFF_DATA_DIR`` or ``~/.config/manicode``, ``$KILO_DATA_DIR/kilo.db`` or
-  ``~/.local/share/kilo/kilo.db``, ``$PI_AGENT_DIR`` or ``~/.pi/agent/sessions``).
+  ``~/.local/share/kilo/kilo.db``, ``$PI_AGENT_DIR`` or ``~/.pi/agent/sessions``,
+  ``$OPENCLAW_DIR/agents`` or ``~/.openclaw/agents``).
 
 Every read command on such a lake first brings it up to date
 (:func:`traceflow.importers.refresh.refresh`), unless ``--no-refresh`` or ``TRACEFLOW_REFRESH=0``
@@ -45,6 +46,7 @@ AGENTS = (
     "codebuff",
     "kilo",
     "pi",
+    "openclaw",
 )
 MARKER = "local.json"
 _VERSION = 1
