@@ -152,3 +152,25 @@ def test_default_location(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> No
     assert IMPORTER.default_paths() == []  # nothing there yet
     (tmp_path / "oc" / "storage" / "message").mkdir(parents=True)
     assert IMPORTER.default_paths() == [tmp_path / "oc"]
+
+
+def test_rows_still_in_the_write_ahead_log_are_read(tmp_path: Path) -> None:
+    """OpenCode keeps its database in WAL mode: a message not yet checkpointed is only in
+    ``opencode.db-wal`` while OpenCode runs (here: the connection stays open)."""
+    import json
+
+    db = tmp_path / "opencode.db"
+    con = sqlite3.connect(db)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("PRAGMA wal_autocheckpoint=0")
+    con.execute("CREATE TABLE message (id TEXT PRIMARY KEY, session_id TEXT, data TEXT)")
+    record = {"role": "assistant", "modelID": "m", "providerID": "p", "time": {"created": 1767312000000}}
+    record["tokens"] = {"input": 5, "output": 1, "cache": {"read": 7, "write": 0}}
+    con.execute("INSERT INTO message VALUES ('m1', 's1', ?)", (json.dumps(record),))
+    con.commit()
+    try:
+        assert (tmp_path / "opencode.db-wal").stat().st_size > 0
+        got = IMPORTER.parse(db.read_bytes(), FileContext(path=db)).requests
+        assert [(r["session_id"], r["cache_read_tokens"]) for r in got] == [("s1", 7)]
+    finally:
+        con.close()

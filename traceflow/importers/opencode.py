@@ -31,7 +31,9 @@ model or provider, or with no token at all, give no row (ccusage skips them too)
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
+import tempfile
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -213,10 +215,27 @@ class OpenCodeImporter:
 
 def database_rows(data: bytes, ctx: FileContext, out: Parsed, *, kilo: bool = False) -> None:
     """The request rows of an OpenCode (or, with ``kilo``, a Kilo CLI) database's ``message`` table,
-    with ``parent_session_id`` from its ``session`` table."""
-    con = sqlite3.connect(":memory:")
+    with ``parent_session_id`` from its ``session`` table. The agents keep their database in WAL mode:
+    rows not yet checkpointed are in ``<db>-wal``, so when that file exists the two are copied
+    together and opened as SQLite would (the bytes in ``data`` alone would miss them)."""
+    wal = Path(f"{ctx.path}-wal")
+    with tempfile.TemporaryDirectory(prefix="traceflow-db-") as tmp:
+        if wal.is_file():
+            copy = Path(tmp) / "db"
+            copy.write_bytes(data)
+            shutil.copyfile(wal, Path(tmp) / "db-wal")
+            con = sqlite3.connect(copy)
+        else:
+            con = sqlite3.connect(":memory:")
+        _read_database(con, data, not wal.is_file(), ctx, out, kilo=kilo)
+
+
+def _read_database(
+    con: sqlite3.Connection, data: bytes, load: bool, ctx: FileContext, out: Parsed, *, kilo: bool
+) -> None:
     try:
-        con.deserialize(data)
+        if load:
+            con.deserialize(data)
         parents = _db_parents(con)
         cursor = con.execute("SELECT id, session_id, data FROM message ORDER BY rowid")
         for seq, (mid, sid, raw) in enumerate(cursor, start=1):
