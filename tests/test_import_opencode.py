@@ -172,5 +172,10 @@ def test_rows_still_in_the_write_ahead_log_are_read(tmp_path: Path) -> None:
         assert (tmp_path / "opencode.db-wal").stat().st_size > 0
         got = IMPORTER.parse(db.read_bytes(), FileContext(path=db)).requests
         assert [(r["session_id"], r["cache_read_tokens"]) for r in got] == [("s1", 7)]
+        # the log is a file of its own to a refresh (new rows may change only it), read with its database
+        wal = tmp_path / "opencode.db-wal"
+        assert IMPORTER.discover(tmp_path) == [db, wal]
+        again = IMPORTER.parse(wal.read_bytes(), FileContext(path=wal)).requests
+        assert [r["event_id"] for r in again] == [r["event_id"] for r in got]
     finally:
         con.close()

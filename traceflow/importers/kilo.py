@@ -17,7 +17,7 @@ from typing import ClassVar
 
 from traceflow import config
 from traceflow.importers.base import FileContext
-from traceflow.importers.opencode import database_rows
+from traceflow.importers.opencode import database_of_log, database_rows, with_logs
 from traceflow.rows import Parsed
 
 
@@ -45,11 +45,14 @@ class KiloImporter:
             return [root]
         if not root.is_dir():
             return []
-        return sorted(p for p in root.rglob("kilo*.db") if p.is_file())
+        return with_logs(sorted(p for p in root.rglob("kilo*.db") if p.is_file()))
 
     def parse(self, data: bytes, ctx: FileContext) -> Parsed:
         out = Parsed()
-        database_rows(data, ctx, out, kilo=True)
+        if ctx.plain.name.endswith(".db-wal"):
+            database_of_log(ctx, out, kilo=True)
+        else:
+            database_rows(data, ctx, out, kilo=True)
         return out
 
 

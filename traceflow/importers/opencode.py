@@ -186,10 +186,13 @@ class OpenCodeImporter:
         if not root.is_dir():
             return []
         messages = [p for p in root.rglob("*.json") if p.is_file() and p.parent.parent.name == "message"]
-        return self._databases(root) + sorted(messages)
+        return with_logs(self._databases(root)) + sorted(messages)
 
     def parse(self, data: bytes, ctx: FileContext) -> Parsed:
         out = Parsed()
+        if ctx.plain.name.endswith(".db-wal"):
+            database_of_log(ctx, out)
+            return out
         if _is_database(ctx.plain.name):
             database_rows(data, ctx, out)
             return out
@@ -211,6 +214,29 @@ class OpenCodeImporter:
             row["seq"] = 1
             out.requests.append(row)
         return out
+
+
+def with_logs(databases: list[Path]) -> list[Path]:
+    """``databases`` with each one's write-ahead log (``<db>-wal``) where there is one: a refresh
+    watches the log too, since new rows land there first and the database file may not change."""
+    out: list[Path] = []
+    for db in databases:
+        out.append(db)
+        wal = Path(f"{db}-wal")
+        if wal.is_file():
+            out.append(wal)
+    return out
+
+
+def database_of_log(ctx: FileContext, out: Parsed, *, kilo: bool = False) -> None:
+    """The rows of the database whose write-ahead log ``ctx.path`` is (read with the log): the lake's
+    ``event_id`` dedup absorbs the rows read before."""
+    db = Path(str(ctx.path).removesuffix("-wal"))
+    try:
+        data = db.read_bytes()
+    except FileNotFoundError:
+        return
+    database_rows(data, FileContext(path=db, state=ctx.state), out, kilo=kilo)
 
 
 def database_rows(data: bytes, ctx: FileContext, out: Parsed, *, kilo: bool = False) -> None:
