@@ -28,6 +28,7 @@ import orjson
 
 from traceflow import config
 from traceflow.importers.base import FileContext
+from traceflow.importers.compressed import with_compressed
 from traceflow.rows import LineError, Parsed, Row, Tokens, as_int, iso_micros, stable_id
 
 SOURCE = "amp-json"
@@ -79,7 +80,8 @@ class AmpImporter:
             return [root]
         if not root.is_dir():
             return []
-        return sorted(p for p in root.rglob("*.json") if p.is_file())
+        names = with_compressed((".json",))
+        return sorted(p for p in root.rglob("*.json*") if p.name.endswith(names) and p.is_file())
 
     def parse(self, data: bytes, ctx: FileContext) -> Parsed:
         out = Parsed()

@@ -20,6 +20,7 @@ import orjson
 
 from traceflow import config
 from traceflow.importers.base import FileContext
+from traceflow.importers.compressed import with_compressed
 from traceflow.rows import LineError, Parsed, Tokens, as_int, iso_micros, stable_id
 
 SOURCE = "codebuff-json"
@@ -58,7 +59,8 @@ class CodebuffImporter:
             return [root]
         if not root.is_dir():
             return []
-        return sorted(p for p in root.rglob("chat-messages.json") if p.is_file())
+        names = with_compressed(("chat-messages.json",))
+        return sorted(p for p in root.rglob("chat-messages.json*") if p.name.endswith(names) and p.is_file())
 
     def parse(self, data: bytes, ctx: FileContext) -> Parsed:
         out = Parsed()

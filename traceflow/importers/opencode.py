@@ -41,6 +41,7 @@ import orjson
 
 from traceflow import config
 from traceflow.importers.base import FileContext
+from traceflow.importers.compressed import with_compressed
 from traceflow.rows import LineError, Parsed, Row, Tokens, as_int, stable_id
 
 SOURCE = "opencode-json"
@@ -185,7 +186,11 @@ class OpenCodeImporter:
             return [root]
         if not root.is_dir():
             return []
-        messages = [p for p in root.rglob("*.json") if p.is_file() and p.parent.parent.name == "message"]
+        names = with_compressed((".json",))
+        found = root.rglob("*.json*")
+        messages = [
+            p for p in found if p.name.endswith(names) and p.parent.parent.name == "message" and p.is_file()
+        ]
         return with_logs(self._databases(root)) + sorted(messages)
 
     def parse(self, data: bytes, ctx: FileContext) -> Parsed:
