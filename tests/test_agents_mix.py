@@ -10,6 +10,7 @@ from typing import Any
 from typer.testing import CliRunner
 
 from tests.conftest import EXAMPLES
+from tests.test_agents_ccusage import kilo_home
 from tests.test_import_opencode import opencode_home
 
 DATA = Path(__file__).resolve().parent / "data" / "agent-logs"
@@ -36,6 +37,7 @@ def sources(tmp: Path) -> dict[str, Path]:
         "codebuff": DATA / "codebuff" / "manicode",
         "pi": DATA / "pi",
         "openclaw": DATA / "openclaw",
+        "kilo": kilo_home(tmp),
     }
 
 
@@ -63,7 +65,7 @@ def test_one_lake_of_all_agents_sums_the_agents(tmp_path: Path) -> None:
         (row,) = by_agent(lake).values()
         alone[name] = row
     got = by_agent(together)
-    assert len(got) == 11
+    assert len(got) == 12
     assert sorted(got.values(), key=str) == sorted(alone.values(), key=str)
     assert sum(r["total_tokens"] for r in got.values()) == sum(r["total_tokens"] for r in alone.values())
     assert {"opencode", "qwen-code", "amp"} <= set(got)
