@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 #: The views and the top-level key of their JSON document (ccusage 20's names).
 VIEWS = {"daily": "daily", "weekly": "weekly", "monthly": "monthly", "session": "session"}
 #: ccusage's name of an agent, by the lake's ``agent`` value.
-AGENT_NAMES = {"claude-code": "claude", "gemini-cli": "gemini"}
+AGENT_NAMES = {"claude-code": "claude", "gemini-cli": "gemini", "qwen-code": "qwen"}
 #: ``--order``'s choices.
 ORDERS = ("asc", "desc")
 #: ``blocks --recent``: the blocks that started this long before now (and the active one).
@@ -289,6 +289,12 @@ def _models_used(view: str, p: Period) -> list[str]:
     if view == "session":
         return sorted(names, key=lambda m: (p.model_first[m], m))
     return sorted(names)
+
+
+def lake_agent(name: str) -> str:
+    """The lake's ``agent`` value of ``name``, given by the lake's name or ccusage's (``claude``:
+    ``claude-code``), as ``--agent`` takes it."""
+    return {v: k for k, v in AGENT_NAMES.items()}.get(name, name)
 
 
 def agent_names(agents: set[str]) -> list[str]:

@@ -94,7 +94,9 @@ def import_(
     source: Annotated[
         str,
         typer.Argument(
-            help="claude-code, codex, gemini, otlp-json, mooncake, azure, kvcache-tester, bailian, burstgpt."
+            help="claude-code, codex, gemini, opencode, qwen, amp, copilot, kimi, codebuff, kilo, pi, "
+            "openclaw, otlp-json, mooncake, azure, kvcache-tester, bailian, burstgpt, tracelab, "
+            "clickhouse-otel."
         ),
     ],
     paths: Annotated[

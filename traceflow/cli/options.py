@@ -530,9 +530,13 @@ def with_selection(command: F) -> F:
 
 def build_personal_selection(tz: str | None = None, **options: Any) -> Selection:
     """:func:`build_selection` for a personal view: without ``--tz``, the zone is
-    :func:`traceflow.store.zones.personal_zone` (the setting, else this machine's), not UTC."""
+    :func:`traceflow.store.zones.personal_zone` (the setting, else this machine's), not UTC; an
+    ``--agent`` may be ccusage's name (:func:`traceflow.analysis.usage.lake_agent`)."""
+    from traceflow.analysis.usage import lake_agent
     from traceflow.store import zones
 
+    if options.get("agent"):
+        options["agent"] = [lake_agent(a) for a in options["agent"]]
     return build_selection(tz=zones.personal_zone() if tz is None else tz, **options)
 
 

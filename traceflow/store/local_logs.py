@@ -2,11 +2,17 @@
 
 A lake **imports local agent logs** when either
 
-* ``traceflow import claude-code|codex|gemini`` has run on it: the import records the folders or
-  files it read (its *roots*) in ``<state>/imports/local.json``; or
+* ``traceflow import AGENT`` (one of :data:`AGENTS`) has run on it: the import records the folders
+  or files it read (its *roots*) in ``<state>/imports/local.json``; or
 * it is the **default lake** (neither ``--data`` nor ``TRACEFLOW_DATA`` names one) and an agent's
   default log folder exists (``$CLAUDE_CONFIG_DIR/projects`` or ``~/.claude/projects``,
-  ``$CODEX_HOME/sessions``, ``$GEMINI_DIR/tmp``).
+  ``$CODEX_HOME/sessions``, ``$GEMINI_DIR/tmp``, ``$OPENCODE_DATA_DIR`` or
+  ``~/.local/share/opencode``, ``$QWEN_DATA_DIR/projects`` or ``~/.qwen/projects``,
+  ``$AMP_DATA_DIR/threads`` or ``~/.local/share/amp/threads``, ``$COPILOT_HOME/session-state`` or
+  ``~/.copilot/session-state``, ``$KIMI_DATA_DIR/sessions`` or ``~/.kimi/sessions``,
+  ``$CODEBUFF_DATA_DIR`` or ``~/.config/manicode``, ``$KILO_DATA_DIR/kilo.db`` or
+  ``~/.local/share/kilo/kilo.db``, ``$PI_AGENT_DIR`` or ``~/.pi/agent/sessions``,
+  ``$OPENCLAW_DIR/agents`` or ``~/.openclaw/agents``).
 
 Every read command on such a lake first brings it up to date
 (:func:`traceflow.importers.refresh.refresh`), unless ``--no-refresh`` or ``TRACEFLOW_REFRESH=0``
@@ -28,7 +34,20 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
 #: The importers of agents' local logs: the sources a lake refreshes.
-AGENTS = ("claude-code", "codex", "gemini")
+AGENTS = (
+    "claude-code",
+    "codex",
+    "gemini",
+    "opencode",
+    "qwen",
+    "amp",
+    "copilot",
+    "kimi",
+    "codebuff",
+    "kilo",
+    "pi",
+    "openclaw",
+)
 MARKER = "local.json"
 _VERSION = 1
 
