@@ -113,9 +113,7 @@ def build_window(
     from traceflow.analysis.usage import lake_agent
 
     agents = [lake_agent(a) for a in agent or ()]
-    return Window(
-        build_selection(since, until, agents or None, tz=personal_zone(timezone), where=where)
-    )
+    return Window(build_selection(since, until, agents or None, tz=personal_zone(timezone), where=where))
 
 
 #: The window options, in the order ``--help`` shows them.

@@ -58,13 +58,14 @@ from traceflow.store.measures import (
     CONFLICTS,
     SOURCE_FILE,
     SOURCE_ROW,
+    STEPS,
     dedup_order,
     macros_sql,
     request_columns_sql,
 )
 from traceflow.store.row_frames import frame_by_column, frame_by_row
 from traceflow.store.row_frames import to_micros as to_micros  # re-exported: imported from here elsewhere
-from traceflow.store.sql import MATERIALISED, STEPS, sql_string
+from traceflow.store.sql import MATERIALISED, sql_string
 from traceflow.store.sql import load as load_query
 
 if TYPE_CHECKING:
