@@ -161,5 +161,29 @@ SPANS = Table(
 
 TABLES: dict[str, Table] = {t.name: t for t in (REQUESTS, EVENTS, METRIC_POINTS, SPANS)}
 
+#: What ``traceflow retain`` and ``traceflow forget`` removed (docs/lake.md#personal-data): one row per
+#: table and partition of each removal. Stored like the tables above and read through ``sql``, but
+#: kept out of :data:`TABLES` (the agents' data): no analysis reads it and no removal removes it.
+AUDIT = Table(
+    name="audit",
+    columns={
+        "event_id": "VARCHAR",
+        "removed_at": _TS,  # when the removal was done
+        "action": "VARCHAR",  # retain | forget
+        "subject": "VARCHAR",  # what was named: `older than 90d`, `user sha256:...`, `session sha256:...`
+        "table_name": "VARCHAR",
+        "partition_dir": "VARCHAR",  # dt=YYYY-MM-DD
+        "rows_removed": "BIGINT",  # stored rows removed (copies of one request each count)
+        "files_removed": "BIGINT",
+        "files_written": "BIGINT",  # files rewritten without the rows (forget)
+        "ingested_at": _TS,
+    },
+    partition_by=("removed_at",),
+    doc="what retain and forget removed",
+)
+
+#: Every table stored in the lake: the agents' data and the audit table.
+STORED: dict[str, Table] = {**TABLES, AUDIT.name: AUDIT}
+
 #: The four token kinds, in the order reports show them.
 TOKEN_KINDS = ("cold_input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")

@@ -51,6 +51,8 @@ COMMANDS: dict[str, str] = {
     "compact": "lake",
     "snapshot": "lake",
     "status": "lake",
+    "retain": "retention",
+    "forget": "retention",
     "serve": "serve",
     "quarantine": "quarantine",
     "version": "lake",

@@ -52,7 +52,7 @@ import orjson
 
 from traceflow import config
 from traceflow.errors import LakeError
-from traceflow.schema import LAKE_VERSION, REQUESTS, TABLES, Table, polars_type
+from traceflow.schema import LAKE_VERSION, REQUESTS, STORED, TABLES, Table, polars_type
 from traceflow.store import staging as staging_files
 from traceflow.store.measures import (
     CONFLICTS,
@@ -268,7 +268,7 @@ class Lake:
         """Write a frame into staging files, one per ``dt`` partition; publish them with :meth:`publish`."""
         if frame.is_empty():
             return []
-        spec = TABLES[table]
+        spec = STORED[table]
         parts = frame.with_columns(_partition_values(spec, frame).alias("__dt"))
         staged: list[tuple[Path, str]] = []
         for (day,), part in parts.group_by("__dt", maintain_order=True):
@@ -335,7 +335,7 @@ class Lake:
     def append(self, table: str, rows: Sequence[Mapping[str, Any]] | pl.DataFrame) -> list[Path]:
         """Durably add rows to a table; returns the published files (none for no rows)."""
         if isinstance(rows, Sequence):
-            return self.publish(self.write_staged(table, frame_from_rows(TABLES[table], rows)))
+            return self.publish(self.write_staged(table, frame_from_rows(STORED[table], rows)))
         return self.publish(self.write_staged(table, rows))
 
     # -- reading ------------------------------------------------------------------------------
@@ -352,7 +352,7 @@ class Lake:
             con.execute("SET memory_limit = ?", [limit])
         for macro in macros_sql():
             con.execute(macro)
-        names = list(tables or TABLES)
+        names = list(tables or STORED)  # the audit table too, for `sql`
         for name in names:
             con.execute(self.view_sql(name))
         if REQUESTS.name in names:
@@ -519,7 +519,7 @@ class Lake:
         without a window; only rows written since (and the base rows they duplicate) go through the
         ``row_number()`` dedup. A never-compacted table is deduplicated whole.
         """
-        spec = TABLES[name]
+        spec = STORED[name]
         files = self.file_names(name)
         base_set = self._deduped(name)
         base = [f for f in files if f in base_set]
