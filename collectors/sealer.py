@@ -59,6 +59,7 @@ from typing import Any
 import orjson
 
 from traceflow.collectors import allocator, spool
+from traceflow.collectors.attribute_policy import AttributePolicy
 from traceflow.collectors.metric_state_file import MetricStateFile
 from traceflow.collectors.quarantine import Quarantine
 from traceflow.errors import LakeError
@@ -145,8 +146,16 @@ def storage_error(e: BaseException, folder: Path | None = None) -> StorageError:
 class Sealer:
     """Seals closed segments of one data directory's WAL into its lake."""
 
-    def __init__(self, data: Path | str, *, wal_dir: Path | None = None, batch_bytes: int = 16 << 20) -> None:
+    def __init__(
+        self,
+        data: Path | str,
+        *,
+        wal_dir: Path | None = None,
+        batch_bytes: int = 16 << 20,
+        policy: AttributePolicy | None = None,
+    ) -> None:
         self.lake = Lake(data)
+        self.policy = policy or AttributePolicy()  # serve --drop-attr / --hash-attr
         self.dir = spool.collector_dir(data, wal_dir)
         self.wal_dir = self.dir / "wal"
         self.state_file = MetricStateFile(self.dir)
@@ -356,7 +365,7 @@ class Sealer:
         staged = []
         rows: Counter[str] = Counter()
         for name, frame in _frames(parsed).items():
-            staged += self.lake.write_staged(name, frame)
+            staged += self.lake.write_staged(name, self.policy.frame(frame))
             rows[name] += frame.height
         self.lake.publish(staged)
         self._save_state()
@@ -539,7 +548,38 @@ class _StorageOutage:
         self.since = None
 
 
-def run(data: str, *, parent: int, interval_s: float, wal_dir: Path | None = None) -> int:
+def _retain(lake: Lake, retain_s: float | None, due: float) -> float:
+    """``serve --retain``: drop the day partitions older than ``retain_s`` once ``due`` (a monotonic
+    time) has come, then once a day (:func:`traceflow.store.retention.retain`); the next due time."""
+    now = time.monotonic()
+    if retain_s is None or now < due:
+        return due
+    from traceflow.store.retention import retain
+
+    try:
+        removals = retain(lake, retain_s)
+    except Exception:  # the next day's run tries again; sealing goes on
+        _logger.exception("retention (--retain) failed")
+    else:
+        if removals:
+            _logger.info(
+                "retention: dropped %d partitions (%d stored rows) older than %.0f days",
+                len(removals),
+                sum(r.rows for r in removals),
+                retain_s / 86_400,
+            )
+    return now + 86_400
+
+
+def run(
+    data: str,
+    *,
+    parent: int,
+    interval_s: float,
+    wal_dir: Path | None = None,
+    policy: AttributePolicy | None = None,
+    retain_s: float | None = None,
+) -> int:
     """The sealer process's main loop (see the module docstring for the protocol)."""
     _die_with_parent(parent)
     allocator.return_freed_memory()
@@ -551,7 +591,8 @@ def run(data: str, *, parent: int, interval_s: float, wal_dir: Path | None = Non
     # the two compete for a core; the backlog bound turns a sealer that cannot keep up into 503s.
     with contextlib.suppress(OSError):
         os.nice(NICENESS)
-    sealer = Sealer(data, wal_dir=wal_dir)
+    sealer = Sealer(data, wal_dir=wal_dir, policy=policy)
+    retain_due = time.monotonic()
     lock = spool.lock_file(sealer.dir / "sealer.lock", blocking=True)
     assert lock is not None
     try:
@@ -581,6 +622,7 @@ def run(data: str, *, parent: int, interval_s: float, wal_dir: Path | None = Non
                 _emit(stats)
                 continue  # more may be waiting
             outage.recovered()
+            retain_due = _retain(sealer.lake, retain_s, retain_due)  # idle: nothing left to seal
         if stopping and outage.since is None:
             return 0
         ready, _, _ = select.select([stdin], [], [], wait)
@@ -601,11 +643,17 @@ def _main(argv: list[str] | None = None) -> int:
     p.add_argument("--parent", type=int, default=os.getppid())
     p.add_argument("--interval", type=float, default=0.2, help="seconds between looks for closed segments")
     p.add_argument("--log-level", default="INFO")
+    p.add_argument("--drop-attr", action="append", default=[], help="attribute removed before storing")
+    p.add_argument("--hash-attr", action="append", default=[], help="attribute stored as a keyed hash")
+    p.add_argument("--retain", type=float, default=None, help="seconds: drop older partitions daily")
     a = p.parse_args(argv)
     logging.basicConfig(
         level=a.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s traceflow.sealer: %(message)s"
     )
-    return run(a.data, parent=a.parent, interval_s=a.interval, wal_dir=a.wal_dir)
+    policy = AttributePolicy.from_settings(a.drop_attr, a.hash_attr)
+    return run(
+        a.data, parent=a.parent, interval_s=a.interval, wal_dir=a.wal_dir, policy=policy, retain_s=a.retain
+    )
 
 
 if __name__ == "__main__":

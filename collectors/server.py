@@ -105,6 +105,12 @@ def check_config(cfg: ServeConfig) -> None:
         raise ServeError("both transports are disabled; enable --http-port or --grpc-port")
     if cfg.max_body_bytes <= 0:
         raise ServeError("--max-body-bytes must be positive")
+    from traceflow.collectors.attribute_policy import AttributePolicy, PolicyError
+
+    try:
+        AttributePolicy.from_settings(cfg.drop_attrs, cfg.hash_attrs)
+    except PolicyError as e:
+        raise ServeError(str(e)) from None
 
 
 def _host_port(host: str, port: int) -> str:
@@ -152,6 +158,16 @@ class SealTotals:
         return f"sealed {self.records} payloads into rows ({rows}); mapper rejected {rej}{over}"
 
 
+def _sealer_flags(cfg: ServeConfig) -> tuple[str, ...]:
+    """The sealer's flags for ``--drop-attr``, ``--hash-attr`` and ``--retain`` (the hash key it reads
+    from ``TRACEFLOW_HASH_SALT``, never from its command line)."""
+    flags = [f for name in cfg.drop_attrs for f in ("--drop-attr", name)]
+    flags += [f for name in cfg.hash_attrs for f in ("--hash-attr", name)]
+    if cfg.retain_s is not None:
+        flags += ["--retain", repr(cfg.retain_s)]
+    return tuple(flags)
+
+
 class SealerProcess:
     """Starts, feeds and supervises ``python -m traceflow.collectors.sealer``."""
 
@@ -161,8 +177,10 @@ class SealerProcess:
         totals: SealTotals,
         wal_dir: Path | None = None,
         health: LakeHealth | None = None,
+        flags: tuple[str, ...] = (),
     ) -> None:
         self.data = data
+        self.flags = flags  # the ingest policy and retention (:func:`_sealer_flags`)
         self.wal_dir = wal_dir
         self.totals = totals
         self.health = health or LakeHealth()
@@ -182,6 +200,7 @@ class SealerProcess:
             str(os.getpid()),
             "--log-level",
             level if isinstance(level, str) else "INFO",
+            *self.flags,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             env={**os.environ, **allocator.POLARS_ALLOCATOR_ENV},
@@ -312,7 +331,7 @@ class Runner:
             if sock is not None:
                 sock.close()
             raise
-        sealer = SealerProcess(cfg.data, self.totals, cfg.wal_dir, core.lake)
+        sealer = SealerProcess(cfg.data, self.totals, cfg.wal_dir, core.lake, _sealer_flags(cfg))
         tasks: list[asyncio.Task[None]] = []
         http_server: otlp_http.HttpServer | None = None
         try:
@@ -416,6 +435,9 @@ def run_server(
     max_backlog_bytes: int = DEFAULT_MAX_BACKLOG_BYTES,
     summary_interval_s: float = DEFAULT_SUMMARY_INTERVAL_S,
     roll_interval_s: float = DEFAULT_ROLL_INTERVAL_S,
+    drop_attrs: tuple[str, ...] = (),
+    hash_attrs: tuple[str, ...] = (),
+    retain_s: float | None = None,
 ) -> int:
     """Run the collector until SIGTERM/SIGINT; returns the exit status (0 after a clean stop).
 
@@ -439,6 +461,9 @@ def run_server(
         max_backlog_bytes=max_backlog_bytes,
         summary_interval_s=summary_interval_s,
         roll_interval_s=roll_interval_s,
+        drop_attrs=drop_attrs,
+        hash_attrs=hash_attrs,
+        retain_s=retain_s,
     )
     try:
         runner = Runner(cfg)

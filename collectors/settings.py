@@ -56,6 +56,9 @@ class ServeConfig:
     summary_interval_s: float = DEFAULT_SUMMARY_INTERVAL_S
     roll_interval_s: float = DEFAULT_ROLL_INTERVAL_S
     segment_bytes: int = DEFAULT_SEGMENT_BYTES
+    drop_attrs: tuple[str, ...] = ()  # attributes removed before rows are stored (--drop-attr)
+    hash_attrs: tuple[str, ...] = ()  # attributes stored as a keyed hash (--hash-attr)
+    retain_s: float | None = None  # drop day partitions older than this, once a day (--retain)
 
 
 #: How the line ``traceflow serve`` prints on standard output once it listens starts; the rest is

@@ -206,6 +206,20 @@ SETTINGS: tuple[Setting, ...] = (
         "Days a quarantined payload is kept (`traceflow quarantine list` shows them).",
     ),
     Setting(
+        "retain",
+        "TRACEFLOW_RETAIN",
+        "(none: keep everything)",
+        "Age past which `traceflow serve` drops the lake's day partitions, once a day (`--retain`, as "
+        "`traceflow retain --older-than`), e.g. 90d.",
+    ),
+    Setting(
+        "hash_salt",
+        "TRACEFLOW_HASH_SALT",
+        "(none)",
+        "Secret key (16 characters or more) of the keyed hash `traceflow serve --hash-attr` writes "
+        "in place of an attribute's value; keep it secret and unchanged (another key, other hashes).",
+    ),
+    Setting(
         "max_line_bytes",
         "TRACEFLOW_MAX_LINE_BYTES",
         "134217728 (128 MiB)",

@@ -16,7 +16,7 @@ from traceflow import config
 from traceflow.cli.options import DataOpt
 from traceflow.collectors import settings as s
 from traceflow.errors import UsageError
-from traceflow.units import parse_size
+from traceflow.units import parse_duration, parse_size
 
 T = TypeVar("T")
 
@@ -117,6 +117,23 @@ def serve(
     roll_interval: Annotated[
         float, typer.Option(hidden=True, help="Seconds between WAL segment rolls (tests).")
     ] = s.DEFAULT_ROLL_INTERVAL_S,
+    drop_attr: Annotated[
+        list[str] | None,
+        typer.Option(help="Attribute removed before records are stored (repeatable), e.g. user.email."),
+    ] = None,
+    hash_attr: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Attribute stored as a keyed hash (repeatable), keyed with $TRACEFLOW_HASH_SALT.",
+        ),
+    ] = None,
+    retain: Annotated[
+        str | None,
+        typer.Option(
+            help="Once a day, drop the day partitions older than this age (as `traceflow retain`): 90d.",
+            show_default="$TRACEFLOW_RETAIN, else keep everything",
+        ),
+    ] = None,
 ) -> None:
     """Receive OTLP logs, metrics and traces over HTTP (4318) and gRPC (4317) into the lake."""
     config.quiet_grpc_fork()  # before gRPC starts
@@ -126,6 +143,7 @@ def serve(
     tls_key = _setting(tls_key, "tls_key", None, Path)
     if (tls_cert is None) != (tls_key is None):
         raise UsageError("give --tls-cert and --tls-key together")
+    retain_age = _setting(retain, "retain", None, str)
     code = run_server(
         data=config.data_location(data),
         wal_dir=wal_dir,
@@ -141,6 +159,9 @@ def serve(
         max_backlog_bytes=_size(max_backlog_bytes, "--max-backlog-bytes"),
         summary_interval_s=summary_interval,
         roll_interval_s=roll_interval,
+        drop_attrs=tuple(drop_attr or ()),
+        hash_attrs=tuple(hash_attr or ()),
+        retain_s=None if retain_age is None else parse_duration(retain_age, "--retain"),
     )
     raise typer.Exit(code)
 
