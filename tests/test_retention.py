@@ -224,6 +224,10 @@ def test_dry_run_removes_nothing(lake: Lake, args: list[str]) -> None:
 
 def test_cli_forget_counts_match_sql(lake: Lake) -> None:
     rows = _fill(lake)
+    copies = [lake.base / "_cache" / "results" / "k.bin", lake.state_dir / "imports" / "usage-ledger.json"]
+    for f in copies:  # what this machine computed from the rows: a cached result, the usage ledger
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text("alice")
     r = subprocess.run(
         [sys.executable, "-m", "traceflow", "forget", "--user", "alice", "--data", str(lake.root)],
         capture_output=True,
@@ -234,6 +238,7 @@ def test_cli_forget_counts_match_sql(lake: Lake) -> None:
     assert "removed 32 stored rows" in r.stdout
     assert all(not i.startswith(("r-alice", "e-alice")) for t in TABLES for i in _ids(lake, t))
     assert len(_ids(lake, "requests")) == len(rows["requests"]) - 12
+    assert not any(f.exists() for f in copies)
 
 
 def test_forget_needs_a_subject_and_retain_a_positive_age(lake: Lake) -> None:

@@ -4,12 +4,15 @@ rows, from the lake (:mod:`traceflow.store.retention`), and say what went."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from traceflow.cli.lake import _writing
 from traceflow.cli.options import DataOpt, FormatOpt, display, open_lake
+
+if TYPE_CHECKING:
+    from traceflow.store.lake import Lake
 
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print what would be removed; remove nothing.")]
 
@@ -39,6 +42,22 @@ def _report(removals: list[Any], fmt: str, dry_run: bool) -> None:
         typer.echo(f"{verb} {total} stored rows from {len(rows)} partitions{tail}")
 
 
+def _drop_copies(lake: Lake) -> None:
+    """Remove what this machine keeps computed from the lake's rows beside it: the usage ledger of
+    the Claude Code transcripts (:mod:`traceflow.importers.claude_code_usage`) and the result cache
+    (:mod:`traceflow.store.result_cache`). Both are rebuilt on the next read; neither is served
+    after a removal anyway (they are keyed by the lake's files), but they still hold the rows."""
+    import shutil
+
+    from traceflow.importers import claude_code_usage as usage
+
+    imports = lake.state_dir / "imports"
+    for name in (usage.LEDGER, usage.REQUESTS, usage.COVERED):
+        (imports / name).unlink(missing_ok=True)
+    shutil.rmtree(imports / usage.ANSWERS, ignore_errors=True)
+    shutil.rmtree(lake.base / "_cache" / "results", ignore_errors=True)
+
+
 def retain(
     older_than: Annotated[
         str,
@@ -59,6 +78,8 @@ def retain(
     lake = open_lake(data, refresh=False)
     with _writing(lake, "retain"):
         removals = drop_old(lake, seconds, dry_run=dry_run)
+        if removals and not dry_run:
+            _drop_copies(lake)
     _report(removals, fmt, dry_run)
 
 
@@ -77,6 +98,8 @@ def forget(
     lake = open_lake(data, refresh=False)
     with _writing(lake, "forget"):
         removals = remove_rows(lake, user=user, session=session, dry_run=dry_run)
+        if removals and not dry_run:
+            _drop_copies(lake)
     _report(removals, fmt, dry_run)
 
 
