@@ -131,6 +131,10 @@ def retain(
     return removals
 
 
+#: At most this many looks for rows to forget (:func:`forget`).
+FORGET_PASSES = 3
+
+
 # -- forget -----------------------------------------------------------------------------------------
 def _where(
     table: str, user: str | None, session: str | None, user_sessions: list[str]
@@ -188,23 +192,14 @@ def forget(
     con = _connect(lake)
     removals: list[Removal] = []
     try:
-        user_sessions = _user_sessions(con, lake, user) if user is not None else []
-        work: list[tuple[str, str, str, list[Any], int]] = []  # table, file, condition, params, rows
-        for table in TABLES:
-            where, params = _where(table, user, session, user_sessions)
-            if where == "false":
-                continue
-            for name, n in _row_counts(con, lake.file_names(table), where, params).items():
-                work.append((table, name, where, params, n))
-        by_part: dict[tuple[str, str], list[tuple[str, str, list[Any], int]]] = {}
-        for table, name, where, params, n in work:
-            by_part.setdefault((table, _partition(name)), []).append((name, where, params, n))
-        for (table, part), files in sorted(by_part.items()):
-            written = 0
-            if not dry_run:
-                for name, where, params, _ in files:
-                    written += _rewrite(con, lake, table, name, where, params)
-            removals.append(Removal(table, part, sum(f[3] for f in files), len(files), written))
+        # another pass finds what a writer published meanwhile (the collector sealing the user's
+        # last records from its write-ahead log, a compaction that read the files before): rare,
+        # so a few passes end it
+        for _ in range(1 if dry_run else FORGET_PASSES):
+            found = _forget_pass(con, lake, user, session, dry_run)
+            removals += found
+            if not found:
+                break
     finally:
         con.close()
     if dry_run or not removals:
@@ -214,6 +209,28 @@ def forget(
     )
     _audit(lake, "forget", subject, removals, now)
     lake.materialise_derived()
+    return removals
+
+
+def _forget_pass(
+    con: duckdb.DuckDBPyConnection, lake: Lake, user: str | None, session: str | None, dry_run: bool
+) -> list[Removal]:
+    """One look at every published file: those holding the rows are rewritten without them."""
+    user_sessions = _user_sessions(con, lake, user) if user is not None else []
+    by_part: dict[tuple[str, str], list[tuple[str, str, list[Any], int]]] = {}
+    for table in TABLES:
+        where, params = _where(table, user, session, user_sessions)
+        if where == "false":
+            continue
+        for name, n in _row_counts(con, lake.file_names(table), where, params).items():
+            by_part.setdefault((table, _partition(name)), []).append((name, where, params, n))
+    removals = []
+    for (table, part), files in sorted(by_part.items()):
+        written = 0
+        if not dry_run:
+            for name, where, params, _ in files:
+                written += _rewrite(con, lake, table, name, where, params)
+        removals.append(Removal(table, part, sum(f[3] for f in files), len(files), written))
     return removals
 
 
