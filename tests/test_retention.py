@@ -436,3 +436,33 @@ def _otlp_ids(lake: Lake) -> set[str]:
         return {r[0] for r in con.execute("SELECT event_id FROM requests WHERE source = 'otlp'").fetchall()}
     finally:
         con.close()
+
+
+def test_attribute_policy_reaches_nested_attributes_and_the_user_column(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import hashlib
+    import hmac
+
+    import polars as pl
+
+    from traceflow.collectors.attribute_policy import AttributePolicy, PolicyError
+
+    monkeypatch.delenv("TRACEFLOW_HASH_SALT", raising=False)
+    with pytest.raises(PolicyError, match="TRACEFLOW_HASH_SALT"):
+        AttributePolicy.from_settings([], ["user.email"])
+    monkeypatch.setenv("TRACEFLOW_HASH_SALT", SALT)
+    policy = AttributePolicy.from_settings(["host.name"], ["user.email"])
+    attrs = {"user.email": "a@example.com", "keep": 1, "resource": {"host.name": "laptop-a", "os": "linux"}}
+    frame = pl.DataFrame(
+        {"user_id": ["a@example.com", "other"], "attributes": [orjson.dumps(attrs).decode(), '{"keep": 2}']}
+    )
+    out = policy.frame(frame)
+    digest = "hmac:" + hmac.new(SALT.encode(), b"a@example.com", hashlib.sha256).hexdigest()[:32]
+    assert out["user_id"].to_list() == [digest, "other"]
+    assert orjson.loads(out["attributes"][0]) == {
+        "user.email": digest,
+        "keep": 1,
+        "resource": {"os": "linux"},
+    }
+    assert out["attributes"][1] == '{"keep": 2}'  # a row without those attributes is left as it was
