@@ -96,7 +96,7 @@ class _Export:
 
     async def answer(self, request: bytes) -> bytes | Outcome:
         """The response to ``request``, or the outcome to abort the call with."""
-        _, outcome = await self.core.export(self.signal, PROTOBUF, request)
+        _, outcome = await self.core.export(self.signal, PROTOBUF, request, protocol="grpc")
         if not outcome.ok:
             return outcome
         return ingest.export_response(self.signal, PROTOBUF, outcome.rejected, outcome.message)
@@ -161,13 +161,13 @@ class _Gate(aio.ServerInterceptor):
                 token = value
         signal = _SIGNAL_OF_METHOD.get(details.method)
         if not core.authorized(token):
-            core.counters.note(signal, ingest.unauthenticated())
+            core.counters.note(signal, ingest.unauthenticated(), protocol="grpc")
             return _REFUSE_UNAUTHENTICATED
         if signal is None:
             return await continuation(details)  # UNIMPLEMENTED, from grpc
         if core.admission.backlog_full():
             outcome = ingest.overload_outcome(core.admission)
-            core.counters.note(signal, outcome)
+            core.counters.note(signal, outcome, protocol="grpc")
             return grpc.stream_unary_rpc_method_handler(_refusal(outcome))
         return self._handlers[signal]
 
@@ -185,7 +185,7 @@ class _Gate(aio.ServerInterceptor):
                     f"more than {MAX_CALLS_PER_CONNECTION} calls in progress on this connection; retry later",
                     retry_after_s=BUSY_CONNECTION_RETRY_S,
                 )
-                self.core.counters.note(signal, busy)
+                self.core.counters.note(signal, busy, protocol="grpc")
                 answer: bytes | Outcome = busy
             else:
                 self.calls[peer] += 1
@@ -219,7 +219,7 @@ class _Gate(aio.ServerInterceptor):
                     refusal = Outcome(408, DEADLINE_EXCEEDED, "the message took too long to arrive")
             if refusal is not None or request is None:
                 refusal = refusal or ingest.bad_request("no request message")
-                core.counters.note(signal, refusal)
+                core.counters.note(signal, refusal, protocol="grpc")
                 return refusal
             core.admission.shrink(res, len(request))
             return await servicer.answer(request)  # counted by Ingest.export

@@ -27,7 +27,7 @@ import orjson
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
-from traceflow.collectors import ingest
+from traceflow.collectors import ingest, prometheus
 from traceflow.collectors.http_limits import LimitedHttpToolsProtocol, Limits
 from traceflow.collectors.inflate import ENCODINGS, BadBody, BodyTooLarge, Inflater
 from traceflow.collectors.ingest import JSON, Ingest, Outcome, Reservation
@@ -74,6 +74,12 @@ class OtlpApp:
                 await _respond(send, 401, b"missing or wrong bearer token\n", b"text/plain")
                 return
             await _respond(send, 200, orjson.dumps(self.core.status()), b"application/json")
+            return
+        if path == "/metrics" and method == "GET":
+            if not self.core.authorized(headers.get(b"authorization")):
+                await _respond(send, 401, b"missing or wrong bearer token\n", b"text/plain")
+                return
+            await _respond(send, 200, self.core.metrics.exposition(), prometheus.CONTENT_TYPE.encode())
             return
         if path not in _PATHS:
             await _respond(send, 404, b"not found\n", b"text/plain", close=_must_close(headers))

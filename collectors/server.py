@@ -30,6 +30,7 @@ from typing import Any
 
 import grpc
 import orjson
+import prometheus_client
 import uvloop
 
 from traceflow import config
@@ -37,6 +38,7 @@ from traceflow.collectors import grpc as otlp_grpc
 from traceflow.collectors import http as otlp_http
 from traceflow.collectors import spool
 from traceflow.collectors.ingest import Admission, Ingest, LakeHealth, poll_backlog
+from traceflow.collectors.prometheus import CollectorMetrics
 from traceflow.collectors.settings import (
     DEFAULT_GRPC_PORT,
     DEFAULT_HOST,
@@ -44,6 +46,7 @@ from traceflow.collectors.settings import (
     DEFAULT_MAX_BACKLOG_BYTES,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_INFLIGHT_BYTES,
+    DEFAULT_METRICS_HOST,
     DEFAULT_ROLL_INTERVAL_S,
     DEFAULT_SUMMARY_INTERVAL_S,
     MIN_TOKEN_CHARS,
@@ -161,11 +164,13 @@ class SealerProcess:
         totals: SealTotals,
         wal_dir: Path | None = None,
         health: LakeHealth | None = None,
+        metrics: CollectorMetrics | None = None,
     ) -> None:
         self.data = data
         self.wal_dir = wal_dir
         self.totals = totals
         self.health = health or LakeHealth()
+        self.metrics = metrics or CollectorMetrics()
         self.proc: asyncio.subprocess.Process | None = None
         self._reader: asyncio.Task[None] | None = None
         self.stopping = False
@@ -199,11 +204,14 @@ class SealerProcess:
                 continue
             if "storage_error" in stats:  # the sealer cannot write the lake (or can again: None)
                 error = stats["storage_error"]
+                if error:
+                    self.metrics.lake_write_failed()
                 self.health.error = str(error) if error else None
                 self.health.since = float(stats.get("since") or time.time()) if error else None
                 self.health.segments = int(stats.get("segments", 0)) if error else 0
             else:
                 self.totals.add(stats)
+                self.metrics.sealed(float(stats.get("seconds", 0.0)))
 
     async def supervise(self) -> None:
         """Restart the sealer if it dies (backing off), until :meth:`stop`."""
@@ -257,6 +265,7 @@ class Runner:
         self.stop_event = asyncio.Event()
         self.http_port: int | None = None
         self.grpc_port: int | None = None
+        self.metrics_port: int | None = None
         self.totals = SealTotals()
 
     def _tls_context(self) -> ssl.SSLContext | None:
@@ -304,14 +313,17 @@ class Runner:
         tls = self._tls_context()
         sock = _bind_http(cfg.host, cfg.http_port) if cfg.http_port >= 0 else None
         grpc_server = None
+        metrics_server: Any = None
         try:
             if cfg.grpc_port >= 0:
                 grpc_server = self._grpc_server(core)
+            if cfg.metrics_port >= 0:
+                metrics_server = self._metrics_server(core)
         except BaseException:
             if sock is not None:
                 sock.close()
             raise
-        sealer = SealerProcess(cfg.data, self.totals, cfg.wal_dir, core.lake)
+        sealer = SealerProcess(cfg.data, self.totals, cfg.wal_dir, core.lake, core.metrics)
         tasks: list[asyncio.Task[None]] = []
         http_server: otlp_http.HttpServer | None = None
         try:
@@ -338,6 +350,9 @@ class Runner:
         finally:
             if sock is not None:
                 sock.close()
+            if metrics_server is not None:
+                metrics_server.shutdown()
+                metrics_server.server_close()
             stops = []
             if http_server is not None:
                 stops.append(http_server.stop(grace_s=10))
@@ -373,6 +388,26 @@ class Runner:
         self.grpc_port = port
         return server
 
+    def _metrics_server(self, core: Ingest) -> Any:
+        """``GET /metrics`` without the token on ``--metrics-host``:``--metrics-port`` (a thread)."""
+        cfg = self.cfg
+        try:
+            server, _ = prometheus_client.start_http_server(
+                cfg.metrics_port, addr=cfg.metrics_host, registry=core.metrics.registry
+            )
+        except OSError as e:
+            raise ServeError(
+                f"cannot listen for /metrics on {_host_port(cfg.metrics_host, cfg.metrics_port)}: {e.strerror}"
+            ) from None
+        self.metrics_port = int(server.server_port)
+        if not is_loopback(cfg.metrics_host):
+            _logger.warning(
+                "/metrics on %s asks for no token: anyone who reaches it reads the counters "
+                "(team names included)",
+                _host_port(cfg.metrics_host, self.metrics_port),
+            )
+        return server
+
     def ready_line(self) -> str:
         cfg = self.cfg
         scheme = "https" if cfg.tls_cert else "http"
@@ -383,6 +418,8 @@ class Runner:
             parts.append(
                 f"OTLP/gRPC on {_host_port(cfg.host, self.grpc_port)}{' (TLS)' if cfg.tls_cert else ''}"
             )
+        if self.metrics_port is not None:
+            parts.append(f"metrics on http://{_host_port(cfg.metrics_host, self.metrics_port)}/metrics")
         return f"{READY_PREFIX}{', '.join(parts)}, data {cfg.data}"
 
     async def _summaries(self, core: Ingest) -> None:
@@ -415,6 +452,8 @@ def run_server(
     max_backlog_bytes: int = DEFAULT_MAX_BACKLOG_BYTES,
     summary_interval_s: float = DEFAULT_SUMMARY_INTERVAL_S,
     roll_interval_s: float = DEFAULT_ROLL_INTERVAL_S,
+    metrics_port: int = -1,
+    metrics_host: str = DEFAULT_METRICS_HOST,
 ) -> int:
     """Run the collector until SIGTERM/SIGINT; returns the exit status (0 after a clean stop).
 
@@ -437,6 +476,8 @@ def run_server(
         max_backlog_bytes=max_backlog_bytes,
         summary_interval_s=summary_interval_s,
         roll_interval_s=roll_interval_s,
+        metrics_port=metrics_port,
+        metrics_host=metrics_host,
     )
     try:
         runner = Runner(cfg)

@@ -19,6 +19,8 @@ DEFAULT_MAX_BACKLOG_BYTES = 2 << 30
 DEFAULT_SUMMARY_INTERVAL_S = 60.0
 DEFAULT_ROLL_INTERVAL_S = 1.0
 DEFAULT_SEGMENT_BYTES = 8 << 20
+#: where ``--metrics-port`` serves ``/metrics`` (without the token) unless ``--metrics-host`` says
+DEFAULT_METRICS_HOST = "127.0.0.1"
 #: the shortest bearer token ``serve`` accepts (printable ASCII, no whitespace)
 MIN_TOKEN_CHARS = 16
 #: the quarantine's limits (collectors/quarantine.py; TRACEFLOW_QUARANTINE_MAX_BYTES / _MAX_AGE_DAYS)
@@ -43,6 +45,8 @@ class ServeConfig:
     summary_interval_s: float = DEFAULT_SUMMARY_INTERVAL_S
     roll_interval_s: float = DEFAULT_ROLL_INTERVAL_S
     segment_bytes: int = DEFAULT_SEGMENT_BYTES
+    metrics_port: int = -1  # a listener of its own for /metrics, without the token (-1: none)
+    metrics_host: str = DEFAULT_METRICS_HOST
 
 
 #: How the line ``traceflow serve`` prints on standard output once it listens starts; the rest is
@@ -74,6 +78,7 @@ class ReadyLine:
 
     http_url: str  # http(s)://HOST:PORT
     grpc_target: str  # HOST:PORT
+    metrics_url: str = ""  # http://HOST:PORT/metrics with --metrics-port
 
     @classmethod
     def parse(cls, line: str) -> ReadyLine | None:
@@ -87,10 +92,12 @@ class ReadyLine:
         """
         if not line.startswith(READY_PREFIX):
             return None
-        http = grpc = ""
+        http = grpc = metrics = ""
         for part in line.removeprefix(READY_PREFIX).strip().split(", "):
             if part.startswith("OTLP/HTTP on "):
                 http = part.removeprefix("OTLP/HTTP on ")
             elif part.startswith("OTLP/gRPC on "):
                 grpc = part.removeprefix("OTLP/gRPC on ").split(" ")[0]
-        return cls(http, grpc)
+            elif part.startswith("metrics on "):
+                metrics = part.removeprefix("metrics on ")
+        return cls(http, grpc, metrics)

@@ -128,6 +128,19 @@ SETTINGS: tuple[Setting, ...] = (
         "OTLP/gRPC port of `traceflow serve` (`--grpc-port`; 0 picks a free one, -1 turns it off).",
     ),
     Setting(
+        "metrics_port",
+        "TRACEFLOW_METRICS_PORT",
+        "-1",
+        "Port of `traceflow serve`'s own `/metrics` listener, which asks for no token (`--metrics-port`; "
+        "0 picks a free one, -1: none, `/metrics` is then on the OTLP/HTTP port with the token).",
+    ),
+    Setting(
+        "metrics_host",
+        "TRACEFLOW_METRICS_HOST",
+        "127.0.0.1",
+        "Address of the `--metrics-port` listener (`--metrics-host`).",
+    ),
+    Setting(
         "tls_cert",
         "TRACEFLOW_TLS_CERT",
         "(none)",

@@ -117,6 +117,21 @@ def serve(
     roll_interval: Annotated[
         float, typer.Option(hidden=True, help="Seconds between WAL segment rolls (tests).")
     ] = s.DEFAULT_ROLL_INTERVAL_S,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Serve Prometheus's GET /metrics on this port too, without the token (0 picks a free "
+            "one, -1: only on the OTLP/HTTP port, behind the token).",
+            show_default="$TRACEFLOW_METRICS_PORT, else -1",
+        ),
+    ] = None,
+    metrics_host: Annotated[
+        str | None,
+        typer.Option(
+            help="Address of the --metrics-port listener.",
+            show_default=f"$TRACEFLOW_METRICS_HOST, else {s.DEFAULT_METRICS_HOST}",
+        ),
+    ] = None,
 ) -> None:
     """Receive OTLP logs, metrics and traces over HTTP (4318) and gRPC (4317) into the lake."""
     config.quiet_grpc_fork()  # before gRPC starts
@@ -141,6 +156,8 @@ def serve(
         max_backlog_bytes=_size(max_backlog_bytes, "--max-backlog-bytes"),
         summary_interval_s=summary_interval,
         roll_interval_s=roll_interval,
+        metrics_port=_port(_setting(metrics_port, "metrics_port", -1, int), "--metrics-port"),
+        metrics_host=_setting(metrics_host, "metrics_host", s.DEFAULT_METRICS_HOST, str),
     )
     raise typer.Exit(code)
 
