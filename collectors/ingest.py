@@ -13,7 +13,6 @@ Outcomes carry both an HTTP status and a gRPC code, so ``http.py`` and ``grpc.py
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import time
 from collections.abc import Iterable
@@ -30,9 +29,11 @@ from google.rpc.error_details_pb2 import RetryInfo
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceResponse
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from traceflow.collectors.prometheus import CollectorMetrics, Origins
 from traceflow.collectors.spool import SIGNALS, Signal, Wal, WalRecord
+from traceflow.collectors.tokens import Caller, Tokens
 from traceflow.errors import DecodeError
 from traceflow.otlp import decode as otlp
 from traceflow.otlp.attributes import family
@@ -178,6 +179,7 @@ def count_records(signal: Signal, msg: Message) -> int:
 #: the resource attribute that names a record's team (the ``team`` label of ``/metrics``)
 TEAM_ATTRIBUTE = "team.id"
 _GROUPS = {"logs": ("resource_logs", "scope_logs"), "traces": ("resource_spans", "scope_spans")}
+_RESOURCE_GROUPS = {"logs": "resource_logs", "traces": "resource_spans", "metrics": "resource_metrics"}
 
 
 def _resource_text(resource: Any, key: str) -> str | None:
@@ -185,6 +187,48 @@ def _resource_text(resource: Any, key: str) -> str | None:
         if kv.key == key and kv.value.WhichOneof("value") == "string_value":
             return str(kv.value.string_value)
     return None
+
+
+#: where the ``team.id`` a client claimed is kept when its token's team replaces it
+CLAIMED_TEAM_ATTRIBUTE = "team.id.claimed"
+
+
+def force_team(signal: Signal, msg: Message, team: str) -> bool:
+    """Give every resource of ``msg`` the ``team.id`` ``team`` (in place); a different claim is kept
+    as ``team.id.claimed`` (one the client sent itself is dropped). True when something changed."""
+    changed = False
+    for rg in getattr(msg, _RESOURCE_GROUPS[signal]):
+        attrs = rg.resource.attributes
+        claims = [kv for kv in attrs if kv.key == TEAM_ATTRIBUTE]
+        if (
+            len(claims) == 1
+            and claims[0].value.WhichOneof("value") == "string_value"
+            and claims[0].value.string_value == team
+            and not any(kv.key == CLAIMED_TEAM_ATTRIBUTE for kv in attrs)
+        ):
+            continue
+        kept = [_copy(kv) for kv in attrs if kv.key not in (TEAM_ATTRIBUTE, CLAIMED_TEAM_ATTRIBUTE)]
+        claim = _copy(claims[0]) if claims else None
+        del attrs[:]
+        attrs.extend(kept)
+        if claim is not None and claim.value != _string_value(team):
+            claim.key = CLAIMED_TEAM_ATTRIBUTE
+            attrs.append(claim)
+        own = attrs.add()
+        own.key = TEAM_ATTRIBUTE
+        own.value.string_value = team
+        changed = True
+    return changed
+
+
+def _copy(kv: Any) -> Any:
+    out = type(kv)()
+    out.CopyFrom(kv)
+    return out
+
+
+def _string_value(text: str) -> Any:
+    return AnyValue(string_value=text)
 
 
 def record_origins(signal: Signal, msg: Message) -> Origins:
@@ -326,8 +370,9 @@ class Checked(NamedTuple):
     origins: Origins  # the records kept, by agent family and team
 
 
-def _check(signal: Signal, encoding: str, body: bytes) -> Outcome | Checked:
-    """Decode and check one payload: an error outcome, or what to log."""
+def _check(signal: Signal, encoding: str, body: bytes, team: str | None = None) -> Outcome | Checked:
+    """Decode and check one payload: an error outcome, or what to log (with ``team`` as every
+    resource's ``team.id``: :func:`force_team`)."""
     try:
         msg = otlp.parse_body(signal, body, encoding)
         records = count_records(signal, msg)
@@ -359,7 +404,11 @@ def _check(signal: Signal, encoding: str, body: bytes) -> Outcome | Checked:
     except (RecursionError, ValueError, TypeError, KeyError, IndexError, OverflowError) as e:
         # A hostile payload must never reach past this point, whatever the decoder throws.
         return bad_request(f"cannot decode the {signal} payload: {type(e).__name__}: {e}")
-    if rejected and records > rejected:  # log only what was accepted: re-encode without the bad records
+    # log only what was accepted (re-encoded without the bad records), with the token's team
+    reencode = bool(rejected) and records > rejected
+    if team is not None and records > rejected and force_team(signal, msg, team):
+        reencode = True
+    if reencode:
         body, encoding = msg.SerializeToString(), PROTOBUF
         try:
             type(msg).FromString(body)  # JSON can nest deeper than protobuf's parse limit
@@ -517,30 +566,47 @@ class LakeHealth:
 class Ingest:
     """Everything both transports share: auth, admission, decode + check, WAL append, counters."""
 
-    def __init__(self, wal: Wal, admission: Admission, *, keep_content: bool, token: str | None) -> None:
+    def __init__(
+        self,
+        wal: Wal,
+        admission: Admission,
+        *,
+        keep_content: bool,
+        token: str | None,
+        tokens: Tokens | None = None,
+    ) -> None:
         self.wal = wal
         self.admission = admission
         self.keep_content = keep_content
-        self._expected = f"Bearer {token}".encode() if token else None
+        self.tokens = tokens if tokens is not None else Tokens(token)
         self.counters = Counters(metrics=CollectorMetrics(lambda: float(admission.backlog)))
         self.metrics = self.counters.metrics
         self.lake = LakeHealth()
 
+    def caller(self, authorization: str | bytes | None) -> Caller | None:
+        """Who an ``Authorization`` header / metadata value names (None: nobody we know)."""
+        return self.tokens.caller(authorization)
+
     def authorized(self, authorization: str | bytes | None) -> bool:
-        """Constant-time check of an ``Authorization`` header / metadata value."""
-        if self._expected is None:
-            return True
-        if authorization is None:
-            return False
-        got = authorization.encode("latin-1", "replace") if isinstance(authorization, str) else authorization
-        if got[:7].lower() == b"bearer ":
-            got = b"Bearer " + got[7:].strip()
-        return hmac.compare_digest(got, self._expected)
+        """Whether an ``Authorization`` header / metadata value may write."""
+        return self.caller(authorization) is not None
+
+    def may_read(self, authorization: str | bytes | None) -> bool:
+        """Whether it may read ``/status`` and ``/metrics``: the shared token or an administrator."""
+        caller = self.caller(authorization)
+        return caller is not None and caller.admin
 
     async def export(
-        self, signal: Signal | None, encoding: str, body: bytes, *, protocol: str = "http"
+        self,
+        signal: Signal | None,
+        encoding: str,
+        body: bytes,
+        *,
+        protocol: str = "http",
+        team: str | None = None,
     ) -> tuple[Signal | None, Outcome]:
-        """Decode, check and durably log one export request; ``signal`` None means sniff it."""
+        """Decode, check and durably log one export request; ``signal`` None means sniff it.
+        ``team``: the ``team.id`` every record gets (its token's team), the claim kept beside it."""
         if signal is None:
             if not body:
                 return None, accepted()  # an empty envelope of an unknown signal: nothing to store
@@ -555,19 +621,19 @@ class Ingest:
                 )
                 self.counters.note(None, outcome, protocol=protocol)
                 return None, outcome
-        outcome, records, checked = await self._export(signal, encoding, body)
+        outcome, records, checked = await self._export(signal, encoding, body, team)
         self.counters.note(signal, outcome, records, protocol=protocol, checked=checked)
         return signal, outcome
 
     async def _export(
-        self, signal: Signal, encoding: str, body: bytes
+        self, signal: Signal, encoding: str, body: bytes, team: str | None = None
     ) -> tuple[Outcome, int, Checked | None]:
         if len(body) > INLINE_DECODE_BYTES:
             # A big body (JSON above all) takes a while to decode: do it off the event loop, which
             # then keeps serving other clients between the decoder's GIL slices.
-            checked = await asyncio.to_thread(_check, signal, encoding, body)
+            checked = await asyncio.to_thread(_check, signal, encoding, body, team)
         else:
-            checked = _check(signal, encoding, body)
+            checked = _check(signal, encoding, body, team)
         if isinstance(checked, Outcome):
             return checked, 0, None
         body, encoding, records, rejected, message = checked[:5]

@@ -39,6 +39,7 @@ from traceflow.collectors import http as otlp_http
 from traceflow.collectors import spool
 from traceflow.collectors.ingest import Admission, Ingest, LakeHealth, poll_backlog
 from traceflow.collectors.prometheus import CollectorMetrics
+from traceflow.collectors.tokens import RELOAD_INTERVAL_S, TokenFileError, Tokens, token_problem
 from traceflow.collectors.settings import (
     DEFAULT_GRPC_PORT,
     DEFAULT_HOST,
@@ -74,17 +75,6 @@ def is_loopback(host: str) -> bool:
     return bool(infos) and all(ipaddress.ip_address(str(i[4][0]).split("%")[0]).is_loopback for i in infos)
 
 
-def token_problem(token: str) -> str | None:
-    """Why ``token`` is too weak to guard the collector (None when it is not)."""
-    if not token.strip() or any(c.isspace() for c in token):
-        return "contains whitespace" if token.strip() else "is only whitespace"
-    if len(token) < MIN_TOKEN_CHARS:
-        return f"has {len(token)} characters; give at least {MIN_TOKEN_CHARS}"
-    if not all(33 <= ord(c) <= 126 for c in token):
-        return "has characters outside printable ASCII (an HTTP header cannot carry them safely)"
-    return None
-
-
 def check_config(cfg: ServeConfig) -> None:
     """Refuse unsafe or inconsistent settings before binding anything."""
     if cfg.token is not None and (why := token_problem(cfg.token)) is not None:
@@ -93,10 +83,10 @@ def check_config(cfg: ServeConfig) -> None:
             "characters without whitespace, e.g. from: python3 -c 'import secrets; "
             "print(secrets.token_urlsafe(32))'"
         )
-    if not is_loopback(cfg.host) and not cfg.token:
+    if not is_loopback(cfg.host) and not cfg.token and cfg.tokens is None:
         raise ServeError(
             f"refusing to listen on {cfg.host}, which is reachable from other machines, without a token: "
-            "pass --token (or set TRACEFLOW_TOKEN) and give exporters the header "
+            "pass --token (or set TRACEFLOW_TOKEN) or --tokens FILE and give exporters the header "
             "'Authorization: Bearer <token>', or keep the default --host 127.0.0.1"
         )
     if (cfg.tls_cert is None) != (cfg.tls_key is None):
@@ -261,6 +251,10 @@ class Runner:
     def __init__(self, cfg: ServeConfig) -> None:
         check_config(cfg)
         self.cfg = cfg
+        try:
+            self.tokens = Tokens(cfg.token, cfg.tokens)
+        except TokenFileError as e:
+            raise ServeError(f"--tokens: {e}") from None
         self.dir = spool.collector_dir(cfg.data, cfg.wal_dir)
         self.stop_event = asyncio.Event()
         self.http_port: int | None = None
@@ -306,7 +300,8 @@ class Runner:
             wal,
             Admission(cfg.max_inflight_bytes, cfg.max_backlog_bytes),
             keep_content=cfg.keep_content,
-            token=cfg.token,
+            token=None,
+            tokens=self.tokens,
         )
         # TLS files and both ports first: a bad certificate or a port in use fails fast, before the
         # WAL or the sealer start.
@@ -334,6 +329,8 @@ class Runner:
                 asyncio.create_task(poll_backlog(core)),
                 asyncio.create_task(self._summaries(core)),
             ]
+            if cfg.tokens is not None:
+                tasks.append(asyncio.create_task(self._reload_tokens()))
             if sock is not None:
                 self.http_port = sock.getsockname()[1]
                 http_server = otlp_http.HttpServer(core, max_body_bytes=cfg.max_body_bytes)
@@ -422,6 +419,11 @@ class Runner:
             parts.append(f"metrics on http://{_host_port(cfg.metrics_host, self.metrics_port)}/metrics")
         return f"{READY_PREFIX}{', '.join(parts)}, data {cfg.data}"
 
+    async def _reload_tokens(self) -> None:
+        while True:
+            await asyncio.sleep(RELOAD_INTERVAL_S)
+            await asyncio.to_thread(self.tokens.refresh)
+
     async def _summaries(self, core: Ingest) -> None:
         while True:
             await asyncio.sleep(self.cfg.summary_interval_s)
@@ -444,6 +446,7 @@ def run_server(
     http_port: int = DEFAULT_HTTP_PORT,
     grpc_port: int = DEFAULT_GRPC_PORT,
     token: str | None = None,
+    tokens: Path | None = None,
     tls_cert: Path | None = None,
     tls_key: Path | None = None,
     keep_content: bool = False,
@@ -468,6 +471,7 @@ def run_server(
         http_port=http_port,
         grpc_port=grpc_port,
         token=token if token is not None and token != "" else None,
+        tokens=tokens,
         tls_cert=tls_cert,
         tls_key=tls_key,
         keep_content=keep_content,

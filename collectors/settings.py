@@ -36,6 +36,7 @@ class ServeConfig:
     http_port: int = DEFAULT_HTTP_PORT  # 0 picks a free port, a negative number disables the transport
     grpc_port: int = DEFAULT_GRPC_PORT
     token: str | None = None
+    tokens: Path | None = None  # a 'TEAM TOKEN' file (collectors/tokens.py)
     tls_cert: Path | None = None
     tls_key: Path | None = None
     keep_content: bool = False

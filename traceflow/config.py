@@ -128,6 +128,12 @@ SETTINGS: tuple[Setting, ...] = (
         "OTLP/gRPC port of `traceflow serve` (`--grpc-port`; 0 picks a free one, -1 turns it off).",
     ),
     Setting(
+        "tokens",
+        "TRACEFLOW_TOKENS",
+        "(none)",
+        "File of `TEAM TOKEN` lines: a token per team for `traceflow serve` (`--tokens`).",
+    ),
+    Setting(
         "metrics_port",
         "TRACEFLOW_METRICS_PORT",
         "-1",

@@ -85,6 +85,14 @@ def serve(
             help="Bearer token clients must send (Authorization header).", show_default="$TRACEFLOW_TOKEN"
         ),
     ] = None,
+    tokens: Annotated[
+        Path | None,
+        typer.Option(
+            help="File of 'TEAM TOKEN' lines (TOKEN or sha256:HEX; team * is an administrator): a token "
+            "per team, each record's team.id set from its token; re-read when it changes.",
+            show_default=False,
+        ),
+    ] = None,
     tls_cert: Annotated[
         Path | None,
         typer.Option(
@@ -148,6 +156,7 @@ def serve(
         http_port=_port(_setting(http_port, "http_port", s.DEFAULT_HTTP_PORT, int), "--http-port"),
         grpc_port=_port(_setting(grpc_port, "grpc_port", s.DEFAULT_GRPC_PORT, int), "--grpc-port"),
         token=_setting(token, "token", None, str),
+        tokens=_setting(tokens, "tokens", None, Path),
         tls_cert=tls_cert,
         tls_key=tls_key,
         keep_content=keep_content,
