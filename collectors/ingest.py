@@ -409,9 +409,11 @@ def _check(signal: Signal, encoding: str, body: bytes, team: str | None = None) 
     if team is not None and records > rejected and force_team(signal, msg, team):
         reencode = True
     if reencode:
+        was_protobuf = encoding == PROTOBUF  # then it re-parses: no record or attribute got deeper
         body, encoding = msg.SerializeToString(), PROTOBUF
         try:
-            type(msg).FromString(body)  # JSON can nest deeper than protobuf's parse limit
+            if not was_protobuf:
+                type(msg).FromString(body)  # JSON can nest deeper than protobuf's parse limit
         except PbDecodeError:
             return bad_request(f"the {signal} payload is nested too deeply to store")
     return Checked(body, encoding, records, rejected, message, unstorable, record_origins(signal, msg))
