@@ -184,7 +184,7 @@ class SealerProcess:
             level if isinstance(level, str) else "INFO",
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
-            env={**os.environ, **allocator.POLARS_ALLOCATOR_ENV},
+            env=config.child_environment(allocator.POLARS_ALLOCATOR_ENV),
             start_new_session=True,  # a terminal's Ctrl-C goes to the server, which stops us in order
         )
         self._reader = asyncio.create_task(self._read_stats(self.proc))

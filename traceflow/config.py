@@ -311,13 +311,20 @@ def resolve_data_dir(flag: str | os.PathLike[str] | None = None) -> str:
         path = normalise_location(flag)
     else:
         env = get("data")
-        if env:
-            path = normalise_location(env)
-        else:
-            xdg = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-            path = os.path.join(xdg, "traceflow")
+        path = normalise_location(env) if env else os.path.join(xdg_data_home(), "traceflow")
     resolved.append(path)
     return path
+
+
+def xdg_data_home() -> Path:
+    """``$XDG_DATA_HOME``, else ``~/.local/share``: where traceflow's lake and several agents' logs live."""
+    xdg = os.environ.get("XDG_DATA_HOME")
+    return Path(xdg) if xdg else Path.home() / ".local" / "share"
+
+
+def child_environment(extra: dict[str, str]) -> dict[str, str]:
+    """This process's environment with ``extra`` added: what a child process (the sealer) starts with."""
+    return {**os.environ, **extra}
 
 
 def tz_variable() -> str | None:

@@ -57,7 +57,8 @@ def default_folders(agent: str) -> list[str]:
     here: Claude Code's ``projects`` under ``$CLAUDE_CONFIG_DIR`` (comma-separated folders), else
     under ``~/.config/claude`` and ``~/.claude``; Codex's ``sessions`` and ``archived_sessions``
     under ``$CODEX_HOME`` (``~/.codex``); Gemini's ``tmp`` under ``$GEMINI_DIR`` (``~/.gemini``).
-    Each importer's ``default_paths()`` is this (standard library only: the usage views ask first)."""
+    Each of those three importers' ``default_paths()`` is this (standard library only: the usage
+    views ask first); any other agent's folders are its importer's ``default_paths()``."""
     home = os.path.expanduser("~")
     if agent == "claude-code":
         env = config.get("claude_config_dir")
@@ -72,6 +73,12 @@ def default_folders(agent: str) -> list[str]:
     elif agent == "gemini":
         base = os.path.expanduser(config.get("gemini_dir") or os.path.join(home, ".gemini"))
         candidates = [os.path.join(base, "tmp")]
+    elif agent in AGENTS:
+        # the other agents' folders are their importers' (imported only here: the usage views'
+        # fast path asks for Claude Code's, Codex's and Gemini's with the standard library alone)
+        from traceflow import importers
+
+        return [str(p) for p in importers.get(agent).default_paths()]
     else:
         raise ValueError(f"not an agent's logs: {agent}")
     return [c for c in candidates if os.path.isdir(c)]
