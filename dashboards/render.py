@@ -143,13 +143,19 @@ def chart_for(key: str, frame: Any) -> alt.TopLevelMixin:
 
 
 def build_charts(data: ReportData, include_empty: bool = False) -> list[tuple[ChartDef, alt.TopLevelMixin]]:
-    """The report's charts, in order; optional charts without data are left out unless ``include_empty``."""
+    """The report's charts, in order; optional charts without data are left out unless ``include_empty``.
+
+    Altair checks each piece of a chart against the Vega-Lite schema as it is built (seconds per
+    report); here it does not: tests/test_dashboards.py validates every chart's spec instead."""
+    from altair.utils.schemapi import debug_mode
+
     out = []
-    for c in CHARTS:
-        frame = data.frames.get(c.key)
-        if c.optional and not include_empty and (frame is None or frame.height == 0):
-            continue
-        out.append((c, chart_for(c.key, frame)))
+    with debug_mode(False):
+        for c in CHARTS:
+            frame = data.frames.get(c.key)
+            if c.optional and not include_empty and (frame is None or frame.height == 0):
+                continue
+            out.append((c, chart_for(c.key, frame)))
     return out
 
 
@@ -275,7 +281,9 @@ def html_document(
         if timeline_items
         else ""
     )
-    specs = {f"chart-{c.key}": chart.to_dict() for c, chart in charts}
+    # not validated against the Vega-Lite schema here (seconds per report): tests/test_dashboards.py
+    # validates every chart's spec
+    specs = {f"chart-{c.key}": chart.to_dict(validate=False) for c, chart in charts}
     nav = " ".join(f'<a href="#sec-{c.key}">{esc(c.heading)}</a>' for c, _ in charts)
     sections = "\n".join(
         f'<section id="sec-{c.key}"><h2>{esc(c.heading)}</h2><p class="caption">{esc(c.caption)}</p>'
@@ -319,7 +327,7 @@ def write_images(
     kw: dict[str, Any] = {"vl_version": version} if version else {}
     paths = []
     for c, chart in charts:
-        spec = chart.to_dict()
+        spec = chart.to_dict(validate=False)  # validated in tests/test_dashboards.py
         path = directory / f"{c.key}.{fmt}"
         if fmt == "png":
             path.write_bytes(vlc.vegalite_to_png(spec, scale=scale, **kw))
@@ -385,14 +393,16 @@ def render_html(
     refresh_s: float | None = None,
     version: str = "",
     title: str = "traceflow report",
+    data: ReportData | None = None,
 ) -> tuple[str, list[tuple[ChartDef, alt.TopLevelMixin]], ReportData]:
-    """Gather (:func:`.report_data.gather` with ``options``), draw and lay out the report; returns
-    the page, its charts and their data."""
+    """Gather (:func:`.report_data.gather` with ``options``, unless ``data`` is that gathered
+    already), draw and lay out the report; returns the page, its charts and their data."""
     from traceflow.analysis.report import headline, render_text
     from traceflow.dashboards.report_data import gather
     from traceflow.store.selection import zone_of
 
-    data = gather(con, selection, options)
+    if data is None:
+        data = gather(con, selection, options)
     charts = build_charts(data)
     zone = zone_of(selection)
     now = _local(dt.datetime.now(dt.UTC), zone)
@@ -419,8 +429,12 @@ def write_report(
     html: str | Path | None = None,
     png_dir: str | Path | None = None,
     svg_dir: str | Path | None = None,
+    data: ReportData | None = None,
 ) -> dict[str, Any]:
     """Write the HTML report and/or one PNG/SVG per chart for ``selection``; returns what was written.
+
+    ``data``: the report gathered already (:func:`~traceflow.dashboards.report_data.gather` of this
+    selection and ``options``, as ``traceflow report`` prints it first): drawn as it is, not gathered again.
 
     ``lake`` is a :class:`traceflow.store.lake.Lake` (or an open connection with its views);
     ``options`` are those of ``traceflow report`` (:class:`~traceflow.dashboards.report_data.ReportOptions`;
@@ -435,7 +449,7 @@ def write_report(
     png_path = output_folder(Path(png_dir), "--png") if png_dir is not None else None
     svg_path = output_folder(Path(svg_dir), "--svg") if svg_dir is not None else None
     con = lake.connect() if hasattr(lake, "connect") else lake
-    page, charts, data = render_html(con, selection, options)
+    page, charts, data = render_html(con, selection, options, data=data)
     written: dict[str, Any] = {
         "requests": data.requests,
         "charts": [c.key for c, _ in charts],

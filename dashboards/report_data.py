@@ -437,6 +437,9 @@ def gather(
     from traceflow.store import time_base
     from traceflow.store.selection import Selection
 
+    from traceflow.store.sql import share_steps
+
+    share_steps(con)  # the per-stream window computed once for all the report's queries
     sel = selection or Selection()
     where, params = sel.where()
     n, _ = _time_span(con, where, params)

@@ -103,3 +103,16 @@ if __name__ == "__main__":
 
     with tempfile.TemporaryDirectory() as tmp:
         PIN.write_text(json.dumps(snapshot(Path(tmp) / "data"), indent=1, sort_keys=True) + "\n")
+
+
+def test_the_report_sorts_the_window_once(tmp_path: Path) -> None:
+    """Every per-stream query of the report reads one window per selection: one temporary table of
+    steps.sql's rows on the connection (issue 34), holding every request with tokens once."""
+    lake = _lake(tmp_path / "data")
+    con = lake.connect()
+    gather(con, None, OPTIONS)
+    tables = con.execute(
+        "SELECT table_name, estimated_size FROM duckdb_tables() WHERE table_name LIKE '_tf_steps_%'"
+    ).fetchall()
+    expected = con.execute("SELECT count(*) FROM requests WHERE total_tokens > 0").fetchall()[0][0]
+    assert len(tables) == 1 and tables[0][1] == expected
