@@ -116,3 +116,27 @@ def test_the_report_sorts_the_window_once(tmp_path: Path) -> None:
     ).fetchall()
     expected = con.execute("SELECT count(*) FROM requests WHERE total_tokens > 0").fetchall()[0][0]
     assert len(tables) == 1 and tables[0][1] == expected
+
+
+def test_mix_in_one_scan_equals_totals_then_costs(tmp_path: Path) -> None:
+    """``mix`` sums the totals and the per-model sums it prices in one scan (GROUPING SETS); its rows
+    are those of the two scans it replaced: the totals (``_sums``) beside the savings per group."""
+    import polars as pl
+
+    from traceflow.analysis import mix
+
+    lake = Lake(tmp_path / "data")
+    frame = _lake(tmp_path / "src").connect().sql("SELECT * FROM requests").pl()
+    models = pl.when(pl.int_range(pl.len()) % 3 == 0).then(pl.lit("claude-opus-4-5"))
+    frame = frame.with_columns(
+        models.when(pl.int_range(pl.len()) % 7 == 0).then(None).otherwise(pl.col("model")).alias("model")
+    )
+    lake.append("requests", frame.select([c for c in frame.columns if c not in ("request_time",)]))
+    con = lake.connect()
+    sel = Selection()
+    for by in ([], ["day"], ["model"], ["day", "model"], ["agent"], ["project"]):
+        n, m = len(by), len(by) + len(mix.COLUMNS)
+        saved = mix.savings_by_group(con, sel, by)
+        two = [(*r[:m], *saved.get(tuple(r[:n]), mix.UNPRICED), *r[m:]) for r in mix._sums(con, sel, by)]
+        assert mix.token_mix_rows(con, sel, by).rows == two, by
+    assert len(mix.token_mix_rows(con, sel, ["model"]).rows) == 3  # two models and none

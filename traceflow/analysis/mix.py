@@ -180,9 +180,13 @@ def token_mix_rows(
     sel = selection or Selection()
     n = len(by)
     m = n + len(COLUMNS)
-    if isinstance(con, Engine) or "model" in by:
+    if isinstance(con, Engine):
         rows = _sums(con, sel, by)
         saved = savings_by_group(con, sel, by, prices)
+    elif "model" in by:  # one scan: each group is of one model, priced as it is
+        priced = _sums(con, sel, by, write_1h=True)
+        saved = _savings(priced, n, by.index("model"), n, prices)
+        rows = [(*r[: n + 5], *r[n + 6 :]) for r in priced]  # less the 1-hour writes, only priced
     else:  # one scan: the totals and the sums per model the savings price (per_model_sql)
         rollup, where, params = _source(con, sel, [*by, "model"])
         both = con.execute(per_model_sql(by, where, zone=sel.zone, rollup=rollup), params).fetchall()
