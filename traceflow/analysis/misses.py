@@ -128,7 +128,9 @@ def _run(
 
     block, params = sql.selection_block(selection, "t_start")
     params = {**params, "miss_tokens": options.miss_tokens}
-    blocks = {"filter": block}
+    # the window over the sessions that have a selected request only (the same rows: each stream whole)
+    roots = sql.roots_block({"selection": sql.selection_block(selection)[0]})
+    blocks = {"filter": block, sql.ROOTS: roots}
     if not _has_view(con, "metric_points"):
         blocks["restart_points"] = _NO_POINTS
     # requests with a session: their stream (misses.sql); without: their block hashes (block_misses.sql)

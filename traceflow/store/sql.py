@@ -333,6 +333,9 @@ def statement(
     after the window. ``steps`` itself reads the stored steps in the same case, with the same filter.
     """
     wanted = dict(blocks or {})
+    # "roots": a per-stream query whose selection is not its "selection" block (misses.sql's
+    # "filter") names the requests whose sessions it reads, for the requests view (roots_block)
+    narrow = wanted.pop(ROOTS, None)
     if query.name == "steps" or reads_steps(query):
         if "selection" in wanted:
             wanted["selection"] = steps_selection(wanted["selection"])
@@ -341,7 +344,7 @@ def statement(
     stored = uses_stored_steps(con)
     # the narrowing is DuckDB's: on another engine the window runs over the whole lake (the same rows;
     # the IN-subquery has no exact Spark translation in traceflow.engines.rewrite)
-    roots = "true" if isinstance(con, Engine) else roots_block(blocks)
+    roots = "true" if isinstance(con, Engine) else (narrow or roots_block(blocks))
     if query.name == "steps":
         if not stored:
             return query.sql({**wanted, "roots": roots})
@@ -393,6 +396,11 @@ def _shared_steps(con: duckdb.DuckDBPyConnection, window: str, params: Mapping[s
     if not _temp_table(con, name):
         con.execute(f"CREATE TEMP TABLE {name} AS\n{window}", bind(load("steps"), window, values))
     return name
+
+
+#: The pseudo-block of :func:`statement`: the selection (for the requests view) whose sessions a
+#: per-stream query reads, when its own selection is not a ``selection`` block.
+ROOTS = "roots"
 
 
 def roots_block(blocks: Mapping[str, str] | None) -> str:
