@@ -2,7 +2,7 @@
 (issue 34), on generated lakes of 1M, 3M and 10M requests.
 
     python benchmarks/bench_report.py --scales 1M,3M [--runs 3] [--root /tmp/tfbench-report] [--json out.json]
-    python benchmarks/bench_report.py sql --what report --data DIR     # one baseline run (what the bench times)
+    python benchmarks/bench_report.py sql --what report --data DIR   # one baseline run, as timed
 
 The lakes are ``bench_analyses.py``'s (written straight to Parquet by DuckDB, one file per day, 100
 requests per session, every 10th session with a sub-agent, compactions, idle returns; uncompacted: no
@@ -53,7 +53,8 @@ SELECT *,
        max(ended_at) OVER (s ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end,
        lead(ended_at) OVER s AS next_end,
        coalesce(last_value(CASE WHEN cache_write_tokens > 0
-                                THEN CASE WHEN coalesce(cache_write_1h_tokens, 0) > coalesce(cache_write_5m_tokens, 0)
+                                THEN CASE WHEN coalesce(cache_write_1h_tokens, 0)
+                                               > coalesce(cache_write_5m_tokens, 0)
                                           THEN 3600 ELSE 300 END END IGNORE NULLS)
                 OVER (s ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 300) AS ttl_in_force_s
 FROM (SELECT *, cold_input_tokens + cache_read_tokens + cache_write_tokens AS context
@@ -99,7 +100,8 @@ FROM g
 WORKING_SET = """
 WITH held AS (
     SELECT epoch_us(ended_at) AS t0,
-           least(epoch_us(ended_at) + {ttl}::BIGINT * 1000000, coalesce(epoch_us(next_end), epoch_us(ended_at) + {ttl}::BIGINT * 1000000)) AS t1,
+           least(epoch_us(ended_at) + {ttl}::BIGINT * 1000000,
+                 coalesce(epoch_us(next_end), epoch_us(ended_at) + {ttl}::BIGINT * 1000000)) AS t1,
            context AS tokens
     FROM w
 ),
@@ -192,8 +194,7 @@ def _timed(argv: list[str]) -> dict[str, Any]:
         done = subprocess.run(
             ["/usr/bin/time", "-v", "-o", t.name, *argv],
             env=_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            capture_output=True,
             text=True,
             check=False,
         )
@@ -249,7 +250,9 @@ def bench(data: Path, runs: int, scratch: Path) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("mode", nargs="?", default="bench", choices=["bench", "sql"])
     parser.add_argument("--scales", default="1M,3M")
     parser.add_argument("--runs", type=int, default=3)
