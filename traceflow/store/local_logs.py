@@ -48,6 +48,8 @@ AGENTS = (
     "pi",
     "openclaw",
 )
+#: The agents whose default folders :func:`default_folders` knows.
+OWN_FOLDERS = ("claude-code", "codex", "gemini")
 MARKER = "local.json"
 _VERSION = 1
 
@@ -58,7 +60,8 @@ def default_folders(agent: str) -> list[str]:
     under ``~/.config/claude`` and ``~/.claude``; Codex's ``sessions`` and ``archived_sessions``
     under ``$CODEX_HOME`` (``~/.codex``); Gemini's ``tmp`` under ``$GEMINI_DIR`` (``~/.gemini``).
     Each of those three importers' ``default_paths()`` is this (standard library only: the usage
-    views ask first); any other agent's folders are its importer's ``default_paths()``."""
+    views ask first); any other agent's folders are its importer's ``default_paths()``
+    (:data:`OWN_FOLDERS` says which agents this function answers for)."""
     home = os.path.expanduser("~")
     if agent == "claude-code":
         env = config.get("claude_config_dir")
@@ -73,12 +76,6 @@ def default_folders(agent: str) -> list[str]:
     elif agent == "gemini":
         base = os.path.expanduser(config.get("gemini_dir") or os.path.join(home, ".gemini"))
         candidates = [os.path.join(base, "tmp")]
-    elif agent in AGENTS:
-        # the other agents' folders are their importers' (imported only here: the usage views'
-        # fast path asks for Claude Code's, Codex's and Gemini's with the standard library alone)
-        from traceflow import importers
-
-        return [str(p) for p in importers.get(agent).default_paths()]
     else:
         raise ValueError(f"not an agent's logs: {agent}")
     return [c for c in candidates if os.path.isdir(c)]
