@@ -37,11 +37,13 @@ from traceflow.store.selection import Selection
 
 pytestmark = pytest.mark.spark
 
-#: The lakes every query and analysis runs on; the S3 lake joins them on CI (``FULL``). A local run
-#: compares the S3 lake's views with its local copy's row for row instead
-#: (:func:`test_s3_views_read_the_local_rows`): each query over the S3 lake is DuckDB's SQL over those
-#: views, so the same rows give the same answers, and reading through S3 is what that test checks.
-LAKES = ("public", "synthetic", "compacted", *(("s3",) if FULL else ()))
+#: The lakes every query and analysis runs on; the compacted and the S3 lake join them on CI (``FULL``).
+#: A local run compares their views row for row instead: the compacted lake's on both engines
+#: (:func:`test_compacted_views_on_both_engines`: DuckDB reads the stored steps and rollup, Spark
+#: derives them from the deduplicated base), the S3 lake's with its local copy's
+#: (:func:`test_s3_views_read_the_local_rows`). Each query and analysis is SQL over those views, which
+#: the synthetic lake (the same rows before compaction) runs on both engines.
+LAKES = ("public", "synthetic", *(("compacted", "s3") if FULL else ()))
 
 
 #: The public lake's share of the public traces: the first third of the Mooncake conversation trace
@@ -64,7 +66,7 @@ def public_share(root: Path) -> tuple[Path, list[Path]]:
 
 class Lakes:
     """The local lakes by name, each built when a test first asks for it: the worker that runs the
-    synthetic lake's part of the module (:func:`spark_part`) does not import the public traces."""
+    synthetic and S3 lakes' part of the module (:func:`spark_part`) does not import the public traces."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -98,16 +100,16 @@ def lakes(tmp_path_factory: pytest.TempPathFactory) -> Lakes:
 
 
 #: The module's two parts (tests/conftest.py sends each to one pytest-xdist worker, one JVM each), by
-#: lake: the public and the compacted lake's tests; the synthetic and the S3 lake's with the tests of no
-#: lake. Each part costs about the same CPU (docs/testing.md).
-PARTS = {"public": "public+compacted", "compacted": "public+compacted"}
+#: lake: the synthetic and the S3 lake's tests; the public and the compacted lake's with the tests of
+#: no lake. Each part costs about 240 s of CPU (docs/testing.md).
+SYNTHETIC_PART = ("synthetic", "s3")
 
 
 def spark_part(item: pytest.Item) -> str:
     """The part of the module ``item`` runs in (read by tests/conftest.py)."""
     callspec = getattr(item, "callspec", None)
     lake = callspec.params.get("lake_name") if callspec else None
-    return PARTS.get(str(lake), "synthetic+s3")
+    return "synthetic+s3" if lake in SYNTHETIC_PART else "public+compacted"
 
 
 @pytest.fixture(scope="module")
@@ -198,12 +200,30 @@ def test_query(
 
 
 @pytest.mark.parametrize("view", [*VIEWS, *DERIVED])
+@pytest.mark.parametrize("lake_name", ("compacted",))
+def test_compacted_views_on_both_engines(engines: Engines, lakes: Lakes, lake_name: str, view: str) -> None:
+    """The compacted lake on both engines: each table view holds the same rows, and so do the steps
+    and the rollup (their packaged queries), which DuckDB reads from the files the compaction stored
+    and Spark derives from the compacted, deduplicated base."""
+    con, spark = engines.pair(lake_name, lakes[lake_name])
+    if view in DERIVED:
+        assert sql.materialised(con, view)  # DuckDB reads what the compaction stored
+        reference, other = sql.run(con, DERIVED[view]), sql.run(spark, DERIVED[view])
+    else:
+        query = f"SELECT * FROM {view}"
+        reference, other = sql.query_frame(con, query), sql.query_frame(spark, query)
+    assert reference.height > 0 or view == "metric_points"
+    _check(reference, other)
+
+
+@pytest.mark.parametrize("view", [*VIEWS, *DERIVED])
+@pytest.mark.parametrize("lake_name", ("s3",))
 def test_s3_views_read_the_local_rows(
-    request: pytest.FixtureRequest, engines: Engines, lakes: Lakes, view: str
+    request: pytest.FixtureRequest, engines: Engines, lakes: Lakes, lake_name: str, view: str
 ) -> None:
     """Each view of the S3 lake (read through s3fs) holds the rows of the same view over a local copy
     of its objects: every column, deduplicated alike, derived alike."""
-    con, copy = engines.pair("s3", *_lakes(request, lakes, "s3"))
+    con, copy = engines.pair(lake_name, *_lakes(request, lakes, lake_name))
     query = f"SELECT * FROM {view}"
     reference = sql.query_frame(con, query)
     assert reference.height > 0 or view == "metric_points"
