@@ -18,8 +18,13 @@ One run times, interleaved round by round so both tools see the same background 
   cut back afterwards.
 
 Each figure is the median of ``--runs`` rounds (each round on a fresh lake), with the range. The
-report is ``mix --by day --format json`` until ``traceflow daily`` exists (``--report`` changes it).
-Every run's per-day token totals are compared with ccusage's (they must agree).
+report is ``traceflow daily --json --timezone UTC``, the command issue 32 names (``--report`` changes
+it: ``'mix --by day --format json'`` was the earlier one). On this lake it answers from the usage
+ledger (traceflow/importers/claude_code_usage.py), so "nothing new, computed" and "stored answer"
+are both the ledger's answer (the result cache does not hold ``daily``). Every run's per-day token
+totals are compared with ccusage's (they must agree). ``--phases`` adds where a run's time goes:
+the interpreter, the imports, the ``stat`` of every file, the parse of the new lines, the ledger's
+write, the sums and the printed JSON, each measured in one fresh process (median of ``--runs``).
 
     python benchmarks/gen_claude_corpus.py --out /tmp/tfbench/corpus200 --size-mb 200 --seed 7
     python benchmarks/bench_refresh.py --corpus /tmp/tfbench/corpus200 --runs 5
@@ -78,8 +83,103 @@ def timed(cmd: list[str], env: dict[str, str], out: Path, label: str | None = No
     return wall
 
 
+def report_days(path: Path) -> dict[str, dict[str, int]]:
+    """Per-day token totals of traceflow's report: ccusage's document (``daily --json``) or mix's rows."""
+    doc = json.loads(path.read_text())
+    return ccusage_days(path) if isinstance(doc, dict) and "daily" in doc else traceflow_days(path)
+
+
 def spread(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+#: One run of ``daily --json`` on the usage ledger, phase by phase (the steps of
+#: traceflow.cli.usage_fast.answer), in a fresh process: prints the seconds of each phase as JSON.
+PHASES_SCRIPT = r"""
+import time
+marks = [("start", time.perf_counter(), time.process_time())]
+def mark(name):
+    marks.append((name, time.perf_counter(), time.process_time()))
+import json, os, sys
+from traceflow import importers
+from traceflow.analysis import usage
+from traceflow.importers.claude_code_usage import Ledger, covered
+from traceflow.output import to_json
+from traceflow.prices import PriceModel
+from traceflow.store import local_logs, zones
+roots = [str(r.resolve()) for r in importers.get("claude-code").default_paths()]
+for name in ("codex", "gemini"):
+    importers.get(name).default_paths()
+mark("imports")
+state = os.path.join(os.environ["XDG_DATA_HOME"], "traceflow", "v1", "_state")
+covered(os.path.dirname(os.path.dirname(state)), state)
+ledger = Ledger.load(state, roots)
+mark("ledger load")
+ledger.dirs = ledger.dirs or {}
+paths = list(ledger.files) or None
+if paths is not None:  # the stat of every folder and file, as update() does first
+    for d in ledger.dirs:
+        os.stat(d)
+    for p in paths:
+        os.stat(p)
+mark("stat")
+nbytes = ledger.update()
+mark("read + parse")
+ledger.save()
+mark("ledger write")
+pm = PriceModel.load(None)
+rows = usage.ordered("daily", usage.periods_of_requests(ledger.requests.values(), "daily", "UTC", pm), None)
+mark("sums")
+sys.stdout.write(to_json(usage.document("daily", rows, "UTC", prices=pm)) + "\n")
+sys.stdout.flush()
+mark("print")
+out = {m[0]: [m[1] - p[1], m[2] - p[2]] for p, m in zip(marks, marks[1:])}
+out["bytes"] = nbytes
+os.write(2, json.dumps(out).encode())
+"""
+
+
+def phases(python: str, env: dict[str, str], work: Path, corpus: Path, runs: int) -> dict[str, Any]:
+    """Where the ledger's runs spend their time (see :data:`PHASES_SCRIPT`): medians of ``runs``
+    rounds of a first run, a run with nothing new and one after +1 % lines, each phase's wall and
+    CPU seconds, and the process's own wall time (the rest is the interpreter's start and exit)."""
+    found: dict[str, dict[str, list[float]]] = {}
+
+    def once(label: str, xdg: Path) -> None:
+        t0 = time.perf_counter()
+        proc = subprocess.run(
+            [python, "-c", PHASES_SCRIPT],
+            env={**env, "XDG_DATA_HOME": str(xdg)},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            check=True,
+        )
+        wall = time.perf_counter() - t0
+        got = json.loads(proc.stderr.decode().strip().splitlines()[-1])
+        slot = found.setdefault(label, {})
+        slot.setdefault("process wall", []).append(wall)
+        for name, value in got.items():
+            if name == "bytes":
+                slot.setdefault("bytes read", []).append(float(value))
+            else:
+                slot.setdefault(f"{name} wall", []).append(value[0])
+                slot.setdefault(f"{name} cpu", []).append(value[1])
+
+    for i in range(runs):
+        xdg = work / f"phases-{i}"
+        t0 = time.perf_counter()
+        subprocess.run([python, "-c", "pass"], env=env, check=True)
+        found.setdefault("interpreter", {}).setdefault("python -c pass wall", []).append(
+            time.perf_counter() - t0
+        )
+        once("first", xdg)
+        once("nothing new", xdg)
+        grown = grow_corpus(corpus, REFRESH_SHARE)
+        try:
+            once("1 % new lines", xdg)
+        finally:
+            shrink_corpus(grown)
+    return {k: {n: statistics.median(v) for n, v in d.items()} for k, d in found.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,11 +191,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ccusage", help="ccusage command (default: the native binary under --npm-dir)")
     ap.add_argument(
         "--report",
-        default="mix --by day --format json",
-        help="the traceflow report timed (e.g. 'daily --json' once it exists)",
+        default="daily --json --timezone UTC",
+        help="the traceflow report timed (the earlier one: 'mix --by day --format json')",
     )
     ap.add_argument("--python", default=sys.executable, help="interpreter that runs `-m traceflow`")
     ap.add_argument("--out", type=Path, default=Path("/tmp/tfbench/bench_refresh.json"))
+    ap.add_argument("--phases", action="store_true", help="also time the phases of the ledger's runs")
     args = ap.parse_args(argv)
 
     corpus = args.corpus.resolve()
@@ -110,11 +211,15 @@ def main(argv: list[str] | None = None) -> int:
     for f in corpus.rglob("*.jsonl"):  # a warm page cache for every tool
         f.read_bytes()
 
-    base = {k: v for k, v in os.environ.items() if not k.startswith("TRACEFLOW_")}
+    # A user's interpreter keeps compiled modules (pip writes them; PYTHONDONTWRITEBYTECODE, set in
+    # some sandboxes, would compile every module of every run again) and buffers its output.
+    drop = ("PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("TRACEFLOW_") and k not in drop}
     base.update(TZ="UTC", HOME=str(home), NO_COLOR="1", CLAUDE_CONFIG_DIR=str(corpus))
     base.update(CODEX_HOME=str(home / "no-codex"), GEMINI_DIR=str(home / "no-gemini"))
     base["PYTHONPATH"] = str(REPO) + (os.pathsep + base["PYTHONPATH"] if base.get("PYTHONPATH") else "")
     cc = [*find_ccusage(args.npm_dir, args.ccusage), "daily", "--json", "--offline", "--timezone", "UTC"]
+    subprocess.run([args.python, "-m", "compileall", "-q", str(REPO / "traceflow")], env=base, check=False)
     tf = [args.python, "-m", "traceflow", *args.report.split()]
 
     times: dict[str, list[float]] = {
@@ -156,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
             {
                 name: compare(
                     cc_days if name != "grown" else cc_grown,
-                    traceflow_days(out / f"{name}.json"),
+                    report_days(out / f"{name}.json"),
                     "ccusage",
                     "traceflow",
                 )["agree"]
@@ -189,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
         "traceflow_over_ccusage": ratios,
         "totals_agree": checks,
     }
+    if args.phases:
+        result["phases"] = phases(args.python, base, work, corpus, args.runs)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     rows = [
@@ -219,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
             f"| {tool} | {what} | {f['median']:.3f} | {f['min']:.3f}–{f['max']:.3f} | "
             f"{cpu[key]['median']:.3f} | {r} | {verdict} |"
         )
+    for label, figures_ in result.get("phases", {}).items():
+        print(f"phases, {label}: " + ", ".join(f"{k} {v:.3f}" for k, v in figures_.items()))
     print(
         f"\ntotals agree with ccusage in every run: {all(all(c.values()) for c in checks)}; "
         f"load average {min(load):.1f}–{max(load):.1f} on {os.cpu_count()} CPUs"

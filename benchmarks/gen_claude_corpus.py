@@ -55,6 +55,7 @@ import random
 import re
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -241,40 +242,43 @@ class TextPool:
 # --------------------------------------------------------------------------------------------------
 
 
-@dataclass
-class DayTotals:
-    requests: int = 0
-    cold_input_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    cache_write_5m_tokens: int = 0
-    cache_write_1h_tokens: int = 0
-    output_tokens: int = 0
-
-    def as_dict(self) -> dict[str, int]:
-        d = self.__dict__.copy()
-        d["total_tokens"] = (
-            self.cold_input_tokens + self.cache_read_tokens + self.cache_write_tokens + self.output_tokens
-        )
-        return d
+#: What the ground truth counts per day (and over all days), in the order it is written.
+DAY_KEYS = (
+    "requests",
+    "cold_input_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "cache_write_5m_tokens",
+    "cache_write_1h_tokens",
+    "output_tokens",
+)
 
 
-@dataclass
-class Stats:
-    files: int = 0
-    subagent_files: int = 0
-    sessions: int = 0
-    lines: int = 0
-    assistant_lines: int = 0
-    bytes: int = 0
-    requests: int = 0
-    requests_pre_2_1_97: int = 0
-    requests_trigger_on_other_day: int = 0
-    requests_sidechain: int = 0
-    synthetic_error_lines: int = 0
-    compactions: int = 0
-    quirk_zero_cache_creation_total: int = 0
-    projects: set[str] = field(default_factory=set)
+def day_totals(counts: Counter[str]) -> dict[str, int]:
+    """``counts`` as written: :data:`DAY_KEYS` (0 where none was counted), then ``total_tokens``."""
+    d = {k: counts[k] for k in DAY_KEYS}
+    d["total_tokens"] = (
+        d["cold_input_tokens"] + d["cache_read_tokens"] + d["cache_write_tokens"] + d["output_tokens"]
+    )
+    return d
+
+
+#: What the corpus summary counts (besides its projects), in the order it is written.
+CORPUS_KEYS = (
+    "sessions",
+    "files",
+    "subagent_files",
+    "lines",
+    "assistant_lines",
+    "bytes",
+    "requests",
+    "requests_pre_2_1_97",
+    "requests_trigger_on_other_day",
+    "requests_sidechain",
+    "synthetic_error_lines",
+    "compactions",
+    "requests_with_zero_cache_creation_total",
+)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -337,8 +341,9 @@ class CorpusGenerator:
         self.target = target_bytes
         self.seed = seed
         self.pool = TextPool(seed)
-        self.days: dict[str, DayTotals] = {}
-        self.stats = Stats()
+        self.days: dict[str, Counter[str]] = {}
+        self.stats: Counter[str] = Counter()
+        self.project_dirs: set[str] = set()  # the projects that got a session
         world = random.Random(seed)
         self.projects = self._make_projects(world)
         # Zipf-like project weights
@@ -402,16 +407,8 @@ class CorpusGenerator:
 
     # ---------------------------------------------------------------- ground truth
     def _account(self, day: str, cold: int, read: int, w5: int, w1: int, out: int) -> None:
-        t = self.days.get(day)
-        if t is None:
-            t = self.days[day] = DayTotals()
-        t.requests += 1
-        t.cold_input_tokens += cold
-        t.cache_read_tokens += read
-        t.cache_write_tokens += w5 + w1
-        t.cache_write_5m_tokens += w5
-        t.cache_write_1h_tokens += w1
-        t.output_tokens += out
+        counted = (1, cold, read, w5 + w1, w5, w1, out)
+        self.days.setdefault(day, Counter()).update(dict(zip(DAY_KEYS, counted, strict=True)))
 
     # ---------------------------------------------------------------- lines
     def _trigger(self, conv: Conv) -> None:
@@ -616,7 +613,7 @@ class CorpusGenerator:
         d["isApiErrorMessage"] = True
         self._emit(conv, d)
         conv.parent_uuid = uid
-        self.stats.synthetic_error_lines += 1
+        self.stats["synthetic_error_lines"] += 1
         conv.clock += rng.randint(1500, 20_000)  # retry backoff
 
     def _request(self, conv: Conv, final: bool, n_tools: int, tool_names: list[str]) -> list[dict[str, Any]]:
@@ -646,14 +643,14 @@ class CorpusGenerator:
         self._account(day, cold, read, w5, w1, final_out)
         st = self.stats
         if day_of(conv.trigger_ms) != day:
-            st.requests_trigger_on_other_day += 1
-        st.requests += 1
+            st["requests_trigger_on_other_day"] += 1
+        st["requests"] += 1
         if not conv.final_usage:
-            st.requests_pre_2_1_97 += 1
+            st["requests_pre_2_1_97"] += 1
         if conv.sidechain:
-            st.requests_sidechain += 1
+            st["requests_sidechain"] += 1
         if quirk:
-            st.quirk_zero_cache_creation_total += 1
+            st["requests_with_zero_cache_creation_total"] += 1
         n = len(blocks)
         placeholder = min(rng.randint(1, 30), final_out)
         tool_uses = []
@@ -691,7 +688,7 @@ class CorpusGenerator:
             d["timestamp"] = ts_str(conv.clock + off)
             self._emit(conv, d)
             conv.parent_uuid = uid
-            st.assistant_lines += 1
+            st["assistant_lines"] += 1
         conv.last_usage = usage
         conv.clock += offsets[-1]
         conv.last_req_ms = conv.clock
@@ -873,7 +870,7 @@ class CorpusGenerator:
         conv.pending = int(summary_words * 1.3)
         conv.cached = 0
         conv.last_req_ms = None  # new prefix: nothing of it is cached
-        self.stats.compactions += 1
+        self.stats["compactions"] += 1
 
     # ---------------------------------------------------------------- sub-agents
     def _run_subagent(self, parent: Conv, tu: dict[str, Any], proj_dir: Path) -> dict[str, Any]:
@@ -940,7 +937,7 @@ class CorpusGenerator:
         self._write(path, sub.lines)
         meta = {"agentType": stype, "description": tu["input"].get("description", "")}
         (path.with_suffix(".meta.json")).write_bytes(orjson.dumps(meta))
-        self.stats.subagent_files += 1
+        self.stats["subagent_files"] += 1
         return {
             "agent_id": agent_id,
             "end": sub.clock,
@@ -996,7 +993,7 @@ class CorpusGenerator:
         )
         conv.ctx = conv.sys_tokens
         proj_dir = self.out / "projects" / p["dir"]
-        self.stats.projects.add(p["dir"])
+        self.project_dirs.add(p["dir"])
         if rng.random() < 0.12:  # summaries of a previous conversation at the top
             for _ in range(rng.randint(1, 3)):
                 self._emit(
@@ -1077,30 +1074,29 @@ class CorpusGenerator:
                 self._maybe_compact(conv)
             self._system(conv, "turn_duration", durationMs=conv.clock - turn_start)
         self._write(proj_dir / f"{conv.session_id}.jsonl", conv.lines)
-        self.stats.sessions += 1
+        self.stats["sessions"] += 1
 
     def _write(self, path: Path, lines: list[bytes]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         data = b"\n".join(lines) + b"\n"
         path.write_bytes(data)
-        self.stats.files += 1
-        self.stats.lines += len(lines)
-        self.stats.bytes += len(data)
+        self.stats["files"] += 1
+        self.stats["lines"] += len(lines)
+        self.stats["bytes"] += len(data)
 
     # ---------------------------------------------------------------- driver
     def run(self) -> dict[str, Any]:
         idx = 0
-        while self.stats.bytes < self.target:
+        while self.stats["bytes"] < self.target:
             self._session(idx)
             idx += 1
         return self.expected()
 
     def expected(self) -> dict[str, Any]:
-        days = [{"day": d, **self.days[d].as_dict()} for d in sorted(self.days)]
-        totals = DayTotals()
+        days = [{"day": d, **day_totals(self.days[d])} for d in sorted(self.days)]
+        totals: Counter[str] = Counter()
         for t in self.days.values():
-            for k in totals.__dict__:
-                setattr(totals, k, getattr(totals, k) + getattr(t, k))
+            totals.update(t)
         st = self.stats
         return {
             "generator": "benchmarks/gen_claude_corpus.py",
@@ -1112,22 +1108,10 @@ class CorpusGenerator:
                 "cache_write = ephemeral_5m + ephemeral_1h, day = UTC day of the request's block lines"
             ),
             "corpus": {
-                "projects": len(st.projects),
-                "sessions": st.sessions,
-                "files": st.files,
-                "subagent_files": st.subagent_files,
-                "lines": st.lines,
-                "assistant_lines": st.assistant_lines,
-                "bytes": st.bytes,
-                "requests": st.requests,
-                "requests_pre_2_1_97": st.requests_pre_2_1_97,
-                "requests_trigger_on_other_day": st.requests_trigger_on_other_day,
-                "requests_sidechain": st.requests_sidechain,
-                "synthetic_error_lines": st.synthetic_error_lines,
-                "compactions": st.compactions,
-                "requests_with_zero_cache_creation_total": st.quirk_zero_cache_creation_total,
+                "projects": len(self.project_dirs),
+                **{k: st[k] for k in CORPUS_KEYS},
             },
-            "totals": totals.as_dict(),
+            "totals": day_totals(totals),
             "days": days,
         }
 

@@ -23,9 +23,10 @@ A refused call is answered by a request-streaming handler that never asks for it
 holds no more of it than the HTTP/2 flow-control window. Every ``UNAVAILABLE`` carries a
 ``google.rpc.RetryInfo`` detail in ``grpc-status-details-bin``; bad data is ``INVALID_ARGUMENT``.
 So the bytes of gRPC messages held at once stay under ``--max-inflight-bytes`` (or one message, when
-a single one is larger), whatever the number of clients and connections; the server's RSS under
-150 MiB + 2.5 × that (grpc's buffer plus Python's copy of each message; docs/collector.md, ``traceflow
-serve``).
+a single one is larger), whatever the number of clients and connections. Decoded, a message takes
+about four times its size (upb's objects for each attribute); large messages are decoded one at a
+time (``Ingest.export``), so at most one such copy exists: the server's RSS stays under the bound of
+docs/collector.md (``traceflow serve``, ``settings.memory_bound_bytes``).
 
 **Leaks.** A request iterator left suspended after its message, or an abort raised through a frame
 that holds the message (the traceback keeps the frame until the cycle collector runs), kept every
@@ -47,7 +48,7 @@ from opentelemetry.proto.collector.logs.v1 import logs_service_pb2_grpc
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
-from traceflow.collectors import ingest
+from traceflow.collectors import allocator, ingest
 from traceflow.collectors.ingest import PROTOBUF, Ingest, Outcome
 from traceflow.collectors.spool import Signal
 
@@ -78,6 +79,8 @@ ADMISSION_WAIT_S = 5.0
 #: how long a message may take to arrive: READ_GRACE_S + the largest message / MIN_READ_BYTES_PER_S
 READ_GRACE_S = 30.0
 MIN_READ_BYTES_PER_S = 1 << 20
+#: a call that held this much hands the allocator's freed pages back when it ends
+TRIM_AFTER_BYTES = 8 << 20
 #: the retry delay gRPC clients are told when their connection has too many calls in progress
 BUSY_CONNECTION_RETRY_S = 1
 
@@ -229,6 +232,8 @@ class _Gate(aio.ServerInterceptor):
             core.admission.shrink(res, len(request))
             return await servicer.answer(request, team)  # counted by Ingest.export
         finally:
+            if res.held >= TRIM_AFTER_BYTES:
+                allocator.trim()  # the message's pages back to the system before the next is admitted
             core.admission.release(res)
 
 

@@ -584,6 +584,7 @@ class Ingest:
         self.counters = Counters(metrics=CollectorMetrics(lambda: float(admission.backlog)))
         self.metrics = self.counters.metrics
         self.lake = LakeHealth()
+        self._decoding = asyncio.Semaphore(1)  # large bodies are decoded one at a time
 
     def caller(self, authorization: str | bytes | None) -> Caller | None:
         """Who an ``Authorization`` header / metadata value names (None: nobody we know)."""
@@ -632,8 +633,10 @@ class Ingest:
     ) -> tuple[Outcome, int, Checked | None]:
         if len(body) > INLINE_DECODE_BYTES:
             # A big body (JSON above all) takes a while to decode: do it off the event loop, which
-            # then keeps serving other clients between the decoder's GIL slices.
-            checked = await asyncio.to_thread(_check, signal, encoding, body, team)
+            # then keeps serving other clients between the decoder's GIL slices. One at a time: a
+            # decoded message takes about four times its size (settings.memory_bound_bytes).
+            async with self._decoding:
+                checked = await asyncio.to_thread(_check, signal, encoding, body, team)
         else:
             checked = _check(signal, encoding, body, team)
         if isinstance(checked, Outcome):

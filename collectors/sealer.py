@@ -7,7 +7,9 @@ second core and keeps a payload that crashes the mapper away from the servers.
 
 One seal, for a run of consecutive closed segments (up to ``batch_bytes``):
 
-1. decode and map every record (``traceflow.otlp.decode.map_request``, with the persisted ``MetricState``);
+1. decode and map every record (``traceflow.otlp.decode.map_request_chunks``, with the persisted
+   ``MetricState``), ``CHUNK_RECORDS`` log records at a time, each chunk's rows made a frame at once
+   (the row dicts of a large request never exist together: docs/collector.md, memory);
 2. write one staged Parquet file per table and partition, publish them (``Lake.write_staged`` +
    ``Lake.publish``: fsynced, atomic renames);
 3. save the metric state (a journal line of what changed: ``collectors/metric_state_file.py``), then
@@ -56,7 +58,7 @@ from typing import Any
 
 import orjson
 
-from traceflow.collectors import spool
+from traceflow.collectors import allocator, spool
 from traceflow.collectors.metric_state_file import MetricStateFile
 from traceflow.collectors.quarantine import Quarantine
 from traceflow.errors import LakeError
@@ -73,6 +75,8 @@ MAX_ATTEMPTS = 3
 STORAGE_RETRY_S = (1.0, 30.0)
 PROTOBUF = "application/x-protobuf"
 NICENESS = 5
+#: log records mapped at a time: each chunk's rows become a frame before the next is mapped
+CHUNK_RECORDS = 8192
 
 
 @dataclass
@@ -351,10 +355,9 @@ class Sealer:
                 parsed.extend(p.parsed)
         staged = []
         rows: Counter[str] = Counter()
-        for name, table_rows in parsed.tables().items():
-            if table_rows:
-                staged += self.lake.write_staged(name, frame_from_rows(TABLES[name], table_rows))
-                rows[name] += len(table_rows)
+        for name, frame in _frames(parsed).items():
+            staged += self.lake.write_staged(name, frame)
+            rows[name] += frame.height
         self.lake.publish(staged)
         self._save_state()
         stats.rows.update(rows)
@@ -395,22 +398,33 @@ class Sealer:
         return out
 
     def _map(self, rec: spool.WalRecord, stats: SealStats) -> _Payload:
+        """Map ``rec`` ``CHUNK_RECORDS`` records at a time, each chunk's rows made a frame at once:
+        the row dicts of a large request never exist all at once."""
         self.state.clock_ns = rec.received_ns or None  # staleness on the collector's clock
+        out = Parsed()
         try:
             msg = otlp.parse_body(rec.signal, rec.body, rec.content_type)
-            mapped = otlp.map_request(rec.signal, msg, state=self.state, keep_content=rec.keep_content)
+            chunks = otlp.map_request_chunks(
+                rec.signal, msg, state=self.state, keep_content=rec.keep_content, records=CHUNK_RECORDS
+            )
+            for mapped in chunks:
+                for name, rows in mapped.parsed.tables().items():
+                    if rows:
+                        out.frames.setdefault(name, []).append(frame_from_rows(TABLES[name], rows))
+                if mapped.rejected:
+                    stats.rejected[rec.signal] += mapped.rejected
+                    _logger.info(
+                        "mapper rejected %d %s records: %s", mapped.rejected, rec.signal, mapped.message
+                    )
+                if mapped.overflow:
+                    stats.overflow += mapped.overflow
+                    _logger.warning("metrics: %s", mapped.message)
         except Exception as e:  # isolated to its records (and quarantined) before the rest is written
             _logger.warning(
                 "could not map a %s payload from the WAL: %s: %s", rec.signal, type(e).__name__, e
             )
             return _Payload(rec, None, f"the mapping failed: {type(e).__name__}: {e}")
-        if mapped.rejected:
-            stats.rejected[rec.signal] += mapped.rejected
-            _logger.info("mapper rejected %d %s records: %s", mapped.rejected, rec.signal, mapped.message)
-        if mapped.overflow:
-            stats.overflow += mapped.overflow
-            _logger.warning("metrics: %s", mapped.message)
-        return _Payload(rec, mapped.parsed)
+        return _Payload(rec, out)
 
     def seal_all(self) -> SealStats:
         """Seal until no closed segment is left."""
@@ -429,17 +443,34 @@ class _Payload:
     error: str = ""
 
 
+def _table_frame(parsed: Parsed, name: str) -> Any:
+    """One frame of ``parsed``'s rows and frames of table ``name`` (None when it has none)."""
+    import polars as pl
+
+    frames = [f for f in parsed.frames.get(name, []) if f.height]
+    rows = parsed.tables()[name]
+    if rows:
+        frames.append(frame_from_rows(TABLES[name], rows))
+    if not frames:
+        return None
+    return frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical", rechunk=False)
+
+
+def _frames(parsed: Parsed) -> dict[str, Any]:
+    """:func:`_table_frame` of each table that has rows."""
+    return {name: f for name in parsed.tables() if (f := _table_frame(parsed, name)) is not None}
+
+
 def _unframable(parsed: Parsed) -> str | None:
     """Why ``parsed``'s rows cannot be stored anywhere: made into frames and encoded as Parquet in
     memory, as the lake writes them (None when they can)."""
-    for name, rows in parsed.tables().items():
-        if rows:
-            try:
-                frame_from_rows(TABLES[name], rows).write_parquet(
-                    io.BytesIO(), compression="zstd", statistics=True
-                )
-            except Exception as e:
-                return f"{name} rows cannot be stored: {type(e).__name__}: {e}"
+    for name in parsed.tables():
+        try:
+            frame = _table_frame(parsed, name)
+            if frame is not None:
+                frame.write_parquet(io.BytesIO(), compression="zstd", statistics=True)
+        except Exception as e:
+            return f"{name} rows cannot be stored: {type(e).__name__}: {e}"
     return None
 
 
@@ -511,6 +542,7 @@ class _StorageOutage:
 def run(data: str, *, parent: int, interval_s: float, wal_dir: Path | None = None) -> int:
     """The sealer process's main loop (see the module docstring for the protocol)."""
     _die_with_parent(parent)
+    allocator.return_freed_memory()
     # The server decides when we stop (``stop`` on stdin); a service manager's SIGTERM to the whole
     # group must not cut a seal short. If the server dies, PR_SET_PDEATHSIG ends us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -544,6 +576,7 @@ def run(data: str, *, parent: int, interval_s: float, wal_dir: Path | None = Non
             time.sleep(max(interval_s, 1.0))
         else:
             if stats is not None:
+                allocator.trim()  # a large seal's frames and decoded messages are freed now
                 outage.recovered()
                 _emit(stats)
                 continue  # more may be waiting

@@ -34,9 +34,9 @@ import prometheus_client
 import uvloop
 
 from traceflow import config
+from traceflow.collectors import allocator, spool
 from traceflow.collectors import grpc as otlp_grpc
 from traceflow.collectors import http as otlp_http
-from traceflow.collectors import spool
 from traceflow.collectors.ingest import Admission, Ingest, LakeHealth, poll_backlog
 from traceflow.collectors.prometheus import CollectorMetrics
 from traceflow.collectors.tokens import RELOAD_INTERVAL_S, TokenFileError, Tokens, token_problem
@@ -179,6 +179,7 @@ class SealerProcess:
             level if isinstance(level, str) else "INFO",
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
+            env=config.child_environment(allocator.POLARS_ALLOCATOR_ENV),
             start_new_session=True,  # a terminal's Ctrl-C goes to the server, which stops us in order
         )
         self._reader = asyncio.create_task(self._read_stats(self.proc))
@@ -464,6 +465,7 @@ def run_server(
     directory another collector holds) are logged as one line and return 2 (usage) or 1.
     """
     _configure_logging()
+    allocator.return_freed_memory()
     cfg = ServeConfig(
         data=config.normalise_location(data) if config.is_url(data) else Path(data).expanduser(),
         wal_dir=wal_dir,

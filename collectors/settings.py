@@ -21,6 +21,19 @@ DEFAULT_ROLL_INTERVAL_S = 1.0
 DEFAULT_SEGMENT_BYTES = 8 << 20
 #: where ``--metrics-port`` serves ``/metrics`` (without the token) unless ``--metrics-host`` says
 DEFAULT_METRICS_HOST = "127.0.0.1"
+
+
+def memory_bound_bytes(max_inflight_bytes: int, max_body_bytes: int) -> int:
+    """The peak RSS of ``traceflow serve``'s two processes together (docs/collector.md).
+
+    Each holds a base (the interpreter, grpc, polars: 150 MiB), up to 2.5 times
+    ``--max-inflight-bytes`` (the server: grpc's buffer and Python's copy of each message being
+    received; the sealer: a WAL segment holds at most what was in flight while it was written, read
+    whole and made into frames) and one message decoded at a time, about four times its size.
+    """
+    return 2 * (150 << 20) + 5 * max_inflight_bytes + 8 * max_body_bytes
+
+
 #: the shortest bearer token ``serve`` accepts (printable ASCII, no whitespace)
 MIN_TOKEN_CHARS = 16
 #: the quarantine's limits (collectors/quarantine.py; TRACEFLOW_QUARANTINE_MAX_BYTES / _MAX_AGE_DAYS)

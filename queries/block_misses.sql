@@ -24,7 +24,7 @@
 --          prev_context_tokens, cold_input_tokens, cache_read_tokens, cache_write_tokens,
 --          cache_write_5m_tokens, cache_write_1h_tokens, output_tokens, first_read_tokens,
 --          static_prefix_tokens, reusable_tokens, missed_tokens, ttl_in_force_s, compaction_event,
---          restart, miss, cause
+--          restart, miss, cause, event_id
 WITH req AS (
     SELECT event_id, session_id, parent_session_id, agent, agent_version, model, user_id, source,
            prompt_id, seq,
@@ -84,6 +84,7 @@ SELECT coalesce(parent_session_id, session_id) AS root_session_id, session_id, p
        false AS compaction_event,
        false AS restart,
        miss,
-       CASE WHEN miss THEN 'ttl_expired' END AS cause
+       CASE WHEN miss THEN 'ttl_expired' END AS cause,
+       event_id
 FROM sel
 ORDER BY t_start, seq, root_session_id, session_id;

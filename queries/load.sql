@@ -77,16 +77,10 @@ per_bucket AS (
     FROM agg
     WHERE by_session = 0
 ),
-grid AS (
-    SELECT min(bucket) AS lo,
-           CASE WHEN max(bucket) - min(bucket) >= CAST($max_buckets AS BIGINT)
-                THEN error('load: more than ' || CAST($max_buckets AS BIGINT) || ' buckets of '
-                           || CAST($resolution_s AS DOUBLE) || ' s; give a coarser resolution')
-                ELSE max(bucket) END AS hi
-    FROM per_bucket
-),
 buckets AS (
-    SELECT unnest(generate_series(lo, hi)) AS bucket FROM grid
+    SELECT unnest(generate_series(min(bucket), grid_end('load', min(bucket), max(bucket),
+           CAST($max_buckets AS BIGINT), CAST($resolution_s AS DOUBLE)))) AS bucket
+    FROM per_bucket
 )
 SELECT to_timestamp(b.bucket * k.res_s) AS bucket_start,
        coalesce(c.new_sessions, 0)::BIGINT AS new_sessions,

@@ -30,7 +30,7 @@
 -- than $compaction_drop of the previous one), ttl_expired (the idle gap exceeds ttl_in_force_s),
 -- restart (restart is set: the agent process restarted), prefix_break (the cache read is above zero and at most
 -- static_prefix_tokens + $prefix_tokens: the static prefix hit, the conversation after it did not),
--- unexplained. cause is NULL for a hit.
+-- unexplained. cause is NULL for a hit. event_id names the request.
 -- Reads request_steps, the window of steps.sql (over the whole lake); in a bare DuckDB create it
 -- first as steps.sql says, then run this file with its other parameters.
 -- traceflow narrows the selection in the `filter` block (not `selection`, which would narrow the
@@ -45,7 +45,7 @@
 --          prev_context_tokens, cold_input_tokens, cache_read_tokens, cache_write_tokens,
 --          cache_write_5m_tokens, cache_write_1h_tokens, output_tokens, first_read_tokens,
 --          static_prefix_tokens, reusable_tokens, missed_tokens, ttl_in_force_s, compaction_event,
---          restart, miss, cause
+--          restart, miss, cause, event_id
 WITH carried AS (
     -- one window over each stream's earlier requests: its last write, as (position) * 2 + (1 if
     -- 1-hour), whose running maximum carries it across the requests that wrote nothing; and the
@@ -170,7 +170,8 @@ SELECT j.root_session_id, j.session_id, j.parent_session_id, j.agent, j.agent_ve
              AND j.cache_read_tokens <= coalesce(p.recorded_prefix_tokens, j.first_read_tokens)
                                         + CAST($prefix_tokens AS BIGINT)
               THEN 'prefix_break'
-            ELSE 'unexplained' END AS cause
+            ELSE 'unexplained' END AS cause,
+       j.event_id
 FROM judged j
 LEFT JOIN compacted c
   ON c.session_id = j.session_id AND c.parent_session_id IS NOT DISTINCT FROM j.parent_session_id

@@ -17,6 +17,8 @@
 -- reloaded; idle_return_cache_write_tokens: what they reported writing. agent_version: the client version
 -- of the session's first selected request. write_amplification: cache write tokens / cache read
 -- tokens (NULL when nothing was read).
+-- `sessions --by project|host|attr:NAME` replaces the blocks rows, keys and key_columns: each request
+-- of request_steps with its own value, a session split into one row per value its requests carry.
 -- Reads request_steps, the window of steps.sql (over the whole lake), and keeps the requests from
 -- $since to $until: the selection narrows the rows, never a request's previous one. In a bare DuckDB
 -- create request_steps first as steps.sql says, then run this file with its parameters.
@@ -40,7 +42,7 @@ WITH flagged AS (
              THEN 1 ELSE 0 END AS context_drop,
         CASE WHEN position > 1 AND gap_s >= CAST($idle_after_s AS DOUBLE) THEN 1 ELSE 0 END AS idle_return,
         CASE WHEN position > 1 THEN greatest(context_tokens - prev_context_tokens, 0) ELSE 0 END AS growth
-    FROM request_steps
+    FROM /*@rows*/ request_steps /*@end*/
     WHERE root_session_id IS NOT NULL
       AND /*@selection*/ (CAST($since AS TIMESTAMPTZ) IS NULL OR t_start >= CAST($since AS TIMESTAMPTZ))
       AND (CAST($until AS TIMESTAMPTZ) IS NULL OR t_start < CAST($until AS TIMESTAMPTZ)) /*@end*/
@@ -65,7 +67,7 @@ per_session AS (
     -- the session's names, times and token sums: a second read of request_steps that uses none of
     -- the window's columns, so DuckDB skips the window there (it stays a plain aggregate, grouped by
     -- the integer root_key alone: a string key in the GROUP BY costs 4x)
-    SELECT root_key, any_value(root_session_id) AS root_session_id,
+    SELECT root_key, any_value(root_session_id) AS root_session_id, /*@keys*/ /*@end*/
         max(agent) AS agent, max(model) AS model, max(user_id) AS user_id, max(source) AS source,
         min(t_start) AS started_at, max(t_end) AS ended_at,
         (max(t_end_us) - min(t_start_us)) / 1e6 AS duration_s,
@@ -75,7 +77,7 @@ per_session AS (
         sum(cache_write_tokens)::BIGINT AS cache_write_tokens,
         sum(output_tokens)::BIGINT AS output_tokens,
         min_by(agent_version, t_start_us) AS agent_version
-    FROM request_steps
+    FROM /*@rows*/ request_steps /*@end*/
     WHERE root_session_id IS NOT NULL
       AND /*@selection*/ (CAST($since AS TIMESTAMPTZ) IS NULL OR t_start >= CAST($since AS TIMESTAMPTZ))
       AND (CAST($until AS TIMESTAMPTZ) IS NULL OR t_start < CAST($until AS TIMESTAMPTZ)) /*@end*/
@@ -90,7 +92,8 @@ compaction_events AS (
      AND e.timestamp >= p.started_at AND e.timestamp <= p.ended_at
     GROUP BY p.root_key
 )
-SELECT p.root_session_id, p.agent, p.model, p.user_id, p.source, p.started_at, p.ended_at, p.duration_s,
+SELECT p.root_session_id, /*@key_columns*/ /*@end*/
+       p.agent, p.model, p.user_id, p.source, p.started_at, p.ended_at, p.duration_s,
        p.requests, w.turns, w.subagents, w.subagent_requests,
        w.context_start, w.context_end, w.context_max, w.growth_tokens,
        w.growth_tokens / nullif(w.turns, 0)::DOUBLE AS growth_per_turn,

@@ -5,7 +5,8 @@
 -- requests are ordered by (started_at, seq); gap_s is the idle time since the earlier requests of the
 -- stream had all ended (the latest end among them; clamped at 0, NULL for the first); kind is agent
 -- (same prompt_id), human (new prompt_id) or unknown; prefix_tokens is the previous request's context
--- plus its output, at most this request's context. Requests without tokens are left out.
+-- plus its output, at most this request's context; event_id names the request (the attribution of
+-- --by project|host|attr:NAME joins on it). Requests without tokens are left out.
 -- The window always runs over the whole lake: a selection narrows the rows reported, never what a
 -- request is compared with, so the first request of a selection keeps its previous request (and a
 -- request's row is the same in every selection that holds it). $since and $until select the rows
@@ -67,7 +68,7 @@ stream AS (
         coalesce(cache_write_tokens, 0) AS cache_write_tokens,
         coalesce(output_tokens, 0) AS output_tokens,
         agent_version, cache_write_5m_tokens, cache_write_1h_tokens,
-        event_id,  -- what a --where on an attribution compares (traceflow.store.filters)
+        event_id,  -- what --where and --by on an attribution join on (traceflow.store.filters, groups)
         row_number() OVER w AS position,
         -- prev_end_us: when every earlier request of the stream had ended (the latest of their ends:
         -- with overlapping requests the previous row may end before an earlier one); NULL for the first

@@ -1,9 +1,9 @@
 -- usage_periods: per period, agent, user and model: requests, the token kinds (1-hour writes too) and the first
 -- and last recorded time, each request filed at the time the agent recorded it (ended_at, the
 -- transcript line's timestamp; started_at when there is none), as ccusage files it. What `daily`,
--- `weekly`, `monthly`, `session` and `blocks --json` sum (traceflow.analysis.usage): they replace
--- the `period` block (the UTC day here) with their key and the `agents` block with a predicate
--- keeping agent telemetry only.
+-- `weekly`, `monthly`, `session` (traceflow.analysis.usage) and `blocks` (traceflow.analysis.blocks:
+-- the UTC hour) sum: they replace the `period` block (the UTC day here) with their key and the
+-- `agents` block with a predicate keeping agent telemetry only.
 -- params:  $since TIMESTAMPTZ = NULL  only requests recorded at or after this time
 --          $until TIMESTAMPTZ = NULL  only requests recorded before this time
 -- returns: period, agent, user_id, model, requests, cold_input_tokens, cache_read_tokens, cache_write_tokens,

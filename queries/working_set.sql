@@ -51,16 +51,10 @@ per_bucket AS (
     FROM deltas d, knobs k
     GROUP BY 1
 ),
-grid AS (
-    SELECT min(bucket) AS lo,
-           CASE WHEN max(bucket) - min(bucket) >= CAST($max_buckets AS BIGINT)
-                THEN error('working_set: more than ' || CAST($max_buckets AS BIGINT) || ' buckets of '
-                           || CAST($resolution_s AS DOUBLE) || ' s; give a coarser resolution')
-                ELSE max(bucket) END AS hi
-    FROM per_bucket
-),
 buckets AS (
-    SELECT unnest(generate_series(lo, hi)) AS bucket FROM grid
+    SELECT unnest(generate_series(min(bucket), grid_end('working_set', min(bucket), max(bucket),
+           CAST($max_buckets AS BIGINT), CAST($resolution_s AS DOUBLE)))) AS bucket
+    FROM per_bucket
 ),
 filled AS (
     SELECT b.bucket,

@@ -16,11 +16,8 @@ VERSION=20.0.24
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DIR="${TRACEFLOW_CCUSAGE_DIR:-$REPO/.ci/cache/ccusage}"
 
-log() { printf 'install_ccusage: %s\n' "$*" >&2; }
-
-STAGE=""
-cleanup() { rm -rf ${STAGE:+"$STAGE"}; }
-trap cleanup EXIT
+# shellcheck source=npm_pinned.sh
+source "$REPO/scripts/npm_pinned.sh"
 
 # The command of an install in $1, if it runs and reports the pinned version.
 find_binary() {
@@ -31,33 +28,5 @@ find_binary() {
     (cd "$(dirname "$cand")" && printf '%s/%s\n' "$(pwd -P)" "$(basename "$cand")")
 }
 
-if bin="$(find_binary "$DIR")"; then
-    printf '%s\n' "$bin"
-    exit 0
-fi
-
-command -v npm >/dev/null || { log "npm not found; install Node.js (20 or newer) and npm"; exit 1; }
-mkdir -p "$(dirname "$DIR")"
-exec 9>"$DIR.lock"
-if command -v flock >/dev/null; then flock 9; fi
-if bin="$(find_binary "$DIR")"; then
-    printf '%s\n' "$bin"
-    exit 0
-fi
-
-STAGE="$DIR.stage.$$"
-rm -rf "$STAGE"
-mkdir -p "$STAGE"
-printf '{"name":"traceflow-ccusage","private":true,"description":"pinned ccusage for the traceflow oracle test"}\n' \
-    >"$STAGE/package.json"
-log "installing ccusage@$VERSION into $DIR"
-(cd "$STAGE" && npm install --no-audit --no-fund --no-update-notifier --loglevel=error \
-    --save-exact "ccusage@$VERSION" >&2)
-if ! find_binary "$STAGE" >/dev/null; then
-    log "installed, but $STAGE/node_modules/.bin/ccusage does not report $VERSION"
-    exit 1
-fi
-rm -rf "$DIR"
-mv "$STAGE" "$DIR"
-STAGE=""
-find_binary "$DIR"
+npm_pinned "$DIR" "ccusage@$VERSION" traceflow-ccusage "pinned ccusage for the traceflow oracle test"
+printf '%s\n' "$BIN"

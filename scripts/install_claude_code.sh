@@ -21,13 +21,11 @@ VERSION=2.1.332
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DIR="${TRACEFLOW_CLAUDE_DIR:-$REPO/.ci/cache/claude-code}"
 
-log() { printf 'install_claude_code: %s\n' "$*" >&2; }
-
+# shellcheck source=npm_pinned.sh
+source "$REPO/scripts/npm_pinned.sh"
 # `claude --version` runs with a throw-away HOME/config/tmp so it writes nothing anywhere else.
 PROBE_HOME="$(mktemp -d)"
-STAGE=""
-cleanup() { rm -rf "$PROBE_HOME" ${STAGE:+"$STAGE"}; }
-trap cleanup EXIT
+TEMPORARY+=("$PROBE_HOME")
 
 TIMEOUT=()
 if command -v timeout >/dev/null; then TIMEOUT=(timeout 60); fi
@@ -50,40 +48,12 @@ find_binary() {
     return 1
 }
 
-if bin="$(find_binary "$DIR")"; then
-    printf '%s\n' "$bin"
-    exit 0
-fi
-
-command -v npm >/dev/null || { log "npm not found; install Node.js (20 or newer) and npm"; exit 1; }
-mkdir -p "$(dirname "$DIR")"
-exec 9>"$DIR.lock"
-if command -v flock >/dev/null; then flock 9; fi
-# Someone else may have finished the install while we waited for the lock.
-if bin="$(find_binary "$DIR")"; then
-    printf '%s\n' "$bin"
-    exit 0
-fi
-
-STAGE="$DIR.stage.$$"
-rm -rf "$STAGE"
-mkdir -p "$STAGE"
-printf '{"name":"traceflow-claude-code","private":true,"description":"pinned Claude Code CLI for the traceflow e2e tests"}\n' \
-    >"$STAGE/package.json"
-log "installing @anthropic-ai/claude-code@$VERSION into $DIR (npm cache: $(npm config get cache))"
-start=$(date +%s)
-(cd "$STAGE" && npm install --no-audit --no-fund --no-update-notifier --loglevel=error \
-    --save-exact "@anthropic-ai/claude-code@$VERSION" >&2)
-if ! bin="$(find_binary "$STAGE")"; then
-    log "installed, but no working claude $VERSION binary found under $STAGE/node_modules"
+install_hint() {
     log "(the native binary comes from the optional dependency @anthropic-ai/claude-code-<platform>;"
     log " check that optional dependencies are not omitted: npm_config_omit / --omit=optional)"
-    exit 1
-fi
-rm -rf "$DIR"
-mv "$STAGE" "$DIR"
-STAGE=""
-bin="$(find_binary "$DIR")"
+}
+
+npm_pinned "$DIR" "@anthropic-ai/claude-code@$VERSION" traceflow-claude-code \
+    "pinned Claude Code CLI for the traceflow e2e tests"
 rm -rf "$DIR/.probe-config"
-log "done in $(( $(date +%s) - start )) s; $(du -sh "$DIR" | cut -f1) on disk"
-printf '%s\n' "$bin"
+printf '%s\n' "$BIN"

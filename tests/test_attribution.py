@@ -326,15 +326,21 @@ def test_tracelab_sample_imports_to_the_rows_its_fields_say(lake: Lake, cli: Cli
 ABG = {"alpha": 77, "beta": 87, "gamma": 76}
 
 
+def abg_order() -> list[str]:
+    """The value of each of the 240 requests of :func:`alpha_beta_gamma`, in time order."""
+    import random
+
+    order = [v for v, n in ABG.items() for _ in range(n)]
+    random.Random(31).shuffle(order)
+    return order
+
+
 def alpha_beta_gamma(path: Path) -> dict[str, int]:
     """Write OTLP/JSON logs of one Claude Code session, ``s1``, of 240 requests 30 s apart, each
     request's resource tagged ``project``, ``host.name`` (``h-`` + value) and ``team`` with one value
     of :data:`ABG` in a shuffled order (consecutive requests of one value share a resource entry, as
     an exporter batches them); returns the value of each request id's cold input, for checks."""
-    import random
-
-    order = [v for v, n in ABG.items() for _ in range(n)]
-    random.Random(31).shuffle(order)
+    order = abg_order()
     runs: list[tuple[dict[str, str], list[tuple[str, int, int, int]]]] = []
     cold: dict[str, int] = dict.fromkeys(ABG, 0)
     for k, value in enumerate(order):
@@ -396,3 +402,47 @@ def test_a_request_without_a_value_inherits_from_its_stream(lake: Lake, cli: Cli
     code, out, err = cli("mix", "--by", "attr:team", "--since", since, "-f", "json")
     assert code == 0, err
     assert {g["attr:team"]: g["requests"] for g in json.loads(out)} == {"b": 1}
+
+
+def test_misses_gaps_and_sessions_attribute_each_request(lake: Lake, cli: Cli, tmp_path: Path) -> None:
+    """``misses``, ``gaps`` and ``sessions --by project`` over the 240 requests of one session whose
+    project changes request by request: each request (a miss, the gap that ends at it, a session's
+    requests) counts under its own project. Counted here from the order the requests were written
+    in: every request is a turn (no prompt ids), only the first misses (no read, and a context that
+    grows by one token a request), and request k > 0 ends a 29 s gap (30 s apart, 1 s long). Before,
+    all 240 went to the project of the session's first request."""
+    path = tmp_path / "abg.json"
+    alpha_beta_gamma(path)
+    order = abg_order()
+    assert run_import(lake, get("otlp-json"), [path]).rows["requests"] == 240
+    requests = {v: order.count(v) for v in ABG}
+    assert requests == ABG
+    code, out, err = cli("misses", "--by", "project", "-f", "json")
+    assert code == 0, err
+    got = {g["project"]: (g["requests"], g["misses"]) for g in json.loads(out)}
+    assert got == {v: (requests[v], int(v == order[0])) for v in ABG}
+    code, out, err = cli("gaps", "--by", "project", "-f", "json")
+    assert code == 0, err
+    ended = {v: order[1:].count(v) for v in ABG}  # a gap belongs to the request that ends it
+    groups = {g["project"]: g for g in json.loads(out)["groups"]}
+    assert {v: g["gaps"] for v, g in groups.items()} == ended
+    assert {v: g["max_s"] for v, g in groups.items()} == dict.fromkeys(ABG, pytest.approx(29.0))
+    code, out, err = cli("sessions", "--by", "project", "-f", "json")
+    assert code == 0, err
+    rows = {g["project"]: g for g in json.loads(out)}
+    # the one session is in each project's group, with that project's requests and turns only
+    assert {v: (g["sessions"], g["requests"], g["turns"]) for v, g in rows.items()} == {
+        v: (1, n, n) for v, n in requests.items()
+    }
+    # --by host (h-alpha, ...) and attr:team split the same way, from the steps compaction stores too
+    lake.compact("requests")
+    code, out, err = cli("misses", "--by", "host,attr:team", "-f", "json")
+    assert code == 0, err
+    assert {(g["host"], g["attr:team"]): g["requests"] for g in json.loads(out)} == {
+        ("h-" + v, v): n for v, n in requests.items()
+    }
+    code, out, err = cli("sessions", "--by", "host,attr:team", "-f", "json")
+    assert code == 0, err
+    assert {(g["host"], g["attr:team"]): (g["sessions"], g["requests"]) for g in json.loads(out)} == {
+        ("h-" + v, v): (1, n) for v, n in requests.items()
+    }

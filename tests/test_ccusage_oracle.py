@@ -188,15 +188,47 @@ def traceflow(history: tuple[Path, str, str], tmp_path_factory: pytest.TempPathF
     return docs
 
 
+@pytest.fixture(scope="module")
+def ledger(history: tuple[Path, str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The same documents as ``python -m traceflow VIEW --json`` prints them from the usage ledger
+    (traceflow/cli/usage_fast.py: no typer, no lake query), on a fresh default lake."""
+    from traceflow.cli.usage_fast import answer
+
+    home = tmp_path_factory.mktemp("home-ledger")
+    mp = pytest.MonkeyPatch()
+    for key in [k for k in os.environ if k.startswith("TRACEFLOW_")]:
+        mp.delenv(key)
+    mp.setenv("HOME", str(home))
+    mp.setenv("CLAUDE_CONFIG_DIR", str(history[0]))
+    mp.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("xdg-ledger")))
+    try:
+        docs = {}
+        for view in VIEWS:
+            text = answer(view, None, ZONE, None, None)
+            assert text is not None
+            docs[view] = json.loads(text)
+    finally:
+        mp.undo()
+    return docs
+
+
+@pytest.mark.parametrize("view", VIEWS)
+def test_the_ledger_documents_are_the_lakes(
+    view: str, traceflow: dict[str, Any], ledger: dict[str, Any]
+) -> None:
+    assert ledger[view] == traceflow[view]
+
+
 def _close(a: float, b: float) -> bool:
     return abs(a - b) <= 0.005 * max(abs(a), abs(b)) + 1e-9
 
 
+@pytest.mark.parametrize("engine", ["lake", "ledger"])
 @pytest.mark.parametrize("view", VIEWS)
 def test_period_documents_equal_ccusage(
-    view: str, ccusage: dict[str, Any], traceflow: dict[str, Any]
+    view: str, engine: str, ccusage: dict[str, Any], traceflow: dict[str, Any], ledger: dict[str, Any]
 ) -> None:
-    cc, tf = ccusage[view], traceflow[view]
+    cc, tf = ccusage[view], (traceflow if engine == "lake" else ledger)[view]
     assert set(cc) <= set(tf)  # ccusage's top-level keys (traceflow adds its own)
     assert [r["period"] for r in tf[view]] == [r["period"] for r in cc[view]]  # the same rows, same order
     for want, got in zip(cc[view], tf[view], strict=True):

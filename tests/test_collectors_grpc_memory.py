@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from collectors_support import Server
+from collectors_support import Server, api_request_logs, count_requests, wait_for
 from google.rpc import error_details_pb2, status_pb2
+
+from traceflow.collectors.settings import memory_bound_bytes
 
 h2_connection = pytest.importorskip("h2.connection")
 h2_config = pytest.importorskip("h2.config")
@@ -218,11 +220,19 @@ def open_partial_calls(
 
 
 # -- the tests ---------------------------------------------------------------------------------------------
-#: the documented bound (docs/collector.md, traceflow serve): 150 MiB + 2.5 × --max-inflight-bytes
 BUDGET_MIB = 128
+#: bytes of one Claude Code ``api_request`` record in a message (``api_request_logs``), about
+RECORD_BYTES = 700
+
+
+def server_bound_mib(budget_mib: float) -> float:
+    """The server's share of the documented bound (docs/collector.md, traceflow serve) when no
+    message decodes: its base and 2.5 x ``--max-inflight-bytes``."""
+    return 150 + 2.5 * budget_mib
 
 
 def test_sixteen_clients_of_60_mib_keep_the_server_under_the_bound(tmp_path: Path) -> None:
+    """Bodies that do not decode: each is refused once read, or not admitted."""
     with Server(
         tmp_path, "--max-body-bytes", "64MiB", "--max-inflight-bytes", f"{BUDGET_MIB}MiB", "--http-port", "-1"
     ) as srv:
@@ -235,7 +245,72 @@ def test_sixteen_clients_of_60_mib_keep_the_server_under_the_bound(tmp_path: Pat
         if r.status == 14:
             delay = retry_delay_s(r.details)
             assert delay is not None and delay > 0, r
-    assert peak < 150 + 2.5 * BUDGET_MIB, f"server peak RSS {peak:.0f} MiB"
+    assert peak < server_bound_mib(BUDGET_MIB), f"server peak RSS {peak:.0f} MiB"
+
+
+def valid_messages(clients: int, size: int) -> list[tuple[bytes, list[str]]]:
+    """``clients`` valid ``ExportLogsServiceRequest`` messages of about ``size`` bytes each, of Claude
+    Code ``api_request`` records with distinct request ids: one template, its tag replaced per client."""
+    template, ids = api_request_logs(size // RECORD_BYTES, tag="TTTTTTTT")
+    body = template.SerializeToString()
+    return [
+        (body.replace(b"TTTTTTTT", b"c%07d" % k), [i.replace("TTTTTTTT", f"c{k:07d}") for i in ids])
+        for k in range(clients)
+    ]
+
+
+def sealer_pid(server_pid: int) -> int:
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                stat = (proc / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == server_pid:
+                return int(proc.name)
+    raise AssertionError("no sealer process")
+
+
+def test_sixteen_clients_of_valid_messages_keep_server_and_sealer_under_the_bound(tmp_path: Path) -> None:
+    """Valid messages (16 x 6 MiB of Claude Code records: the benchmark sends 16 x 60 MiB, with the
+    default budget) are decoded, logged and sealed: server and sealer together stay under the bound,
+    and every acknowledged record is in the lake."""
+    budget, body = 24, 8
+    messages = valid_messages(16, 6 * MiB)
+    with Server(
+        tmp_path,
+        "--max-body-bytes",
+        f"{body}MiB",
+        "--max-inflight-bytes",
+        f"{budget}MiB",
+        "--http-port",
+        "-1",
+    ) as srv:
+        assert srv.proc is not None
+        sealer = sealer_pid(srv.proc.pid)
+        results: list[CallResult] = [CallResult() for _ in messages]
+
+        def one(k: int) -> None:
+            body = messages[k][0]
+            results[k] = raw_call(srv.grpc_target, len(body), head=body)
+
+        threads = [threading.Thread(target=one, args=(k,)) for k in range(len(messages))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+        acked = [ids for (_, ids), r in zip(messages, results, strict=True) if r.status == 0]
+        wal = tmp_path / "v1/_state/collector/wal"
+        want = sum(len(ids) for ids in acked)
+        assert wait_for(lambda: not any(wal.glob("*.wal")) and count_requests(tmp_path) >= want, 300)
+        server_peak, sealer_peak = peak_rss_mib(srv.proc.pid), peak_rss_mib(sealer)
+    for r in results:
+        assert r.status in (0, 14), r  # stored, or no room: retry later
+    assert len(acked) >= budget // body, results  # the budget holds three at once, and more after them
+    assert count_requests(tmp_path) == want
+    together = server_peak + sealer_peak
+    bound = memory_bound_bytes(budget * MiB, body * MiB) / MiB
+    assert together < bound, f"server {server_peak:.0f} + sealer {sealer_peak:.0f} MiB"
 
 
 def test_calls_beyond_16_on_one_connection_are_told_when_to_retry(tmp_path: Path) -> None:

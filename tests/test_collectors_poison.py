@@ -141,15 +141,19 @@ def test_a_record_that_still_breaks_the_sealer_is_quarantined_alone(
     c, ids_c = api_request_logs(5, tag="c")
     _write_wal(tmp_path, [spool.WalRecord("logs", PB, x.SerializeToString()) for x in (a, b, c)])
 
-    real = sealer_mod.otlp.map_request
+    real = sealer_mod.otlp.map_request_chunks
+
+    def map_request_chunks(signal: Any, msg: Any, **kw: Any) -> Any:
+        for mapped in real(signal, msg, **kw):
+            for row in mapped.parsed.requests:
+                if row["attributes"].get("explode"):
+                    row["cold_input_tokens"] = 2**70  # what polars cannot hold
+            yield mapped
 
     def map_request(signal: Any, msg: Any, **kw: Any) -> Any:
-        mapped = real(signal, msg, **kw)
-        for row in mapped.parsed.requests:
-            if row["attributes"].get("explode"):
-                row["cold_input_tokens"] = 2**70  # what polars cannot hold
-        return mapped
+        return next(map_request_chunks(signal, msg, **kw))
 
+    monkeypatch.setattr(sealer_mod.otlp, "map_request_chunks", map_request_chunks)
     monkeypatch.setattr(sealer_mod.otlp, "map_request", map_request)
     stats = Sealer(tmp_path).seal_all()
     good = ids_a + ids_b[:3] + ids_b[4:] + ids_c

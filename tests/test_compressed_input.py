@@ -19,6 +19,8 @@ from traceflow.importers.compressed import CorruptInput, open_input, plain_path,
 from traceflow.importers.run import run_import
 from traceflow.store.lake import Lake
 
+AGENT_LOGS = STORED / "agent-logs"
+
 
 def _head_lines(path: Path, n: int) -> bytes:
     with open(path, "rb") as fh:
@@ -59,7 +61,32 @@ SAMPLES: dict[str, Callable[[], tuple[str, bytes]]] = {
     ),
     "gemini": lambda: ("chats/session-1.jsonl", (EXAMPLES / "gemini-chat.jsonl").read_bytes()),
     "otlp-json": lambda: ("claude-otlp-logs.json", (EXAMPLES / "claude-otlp-logs.json").read_bytes()),
+    "opencode": lambda: (
+        "storage/message/ses_6a1f0c2e3ffeY2qk0Ugq1Zc9Ab/msg_a02.json",
+        (AGENT_LOGS / "opencode/storage/message/ses_6a1f0c2e3ffeY2qk0Ugq1Zc9Ab/msg_a02.json").read_bytes(),
+    ),
+    "qwen": lambda: ("chats/s.jsonl", next((AGENT_LOGS / "qwen").rglob("4c1e2a7b-*.jsonl")).read_bytes()),
+    "amp": lambda: ("threads/T-1.json", next((AGENT_LOGS / "amp").rglob("T-3f1b2c4d-*.json")).read_bytes()),
+    "copilot": lambda: (
+        "session-state/s/events.jsonl",
+        next((AGENT_LOGS / "copilot").rglob("0d6f3a1e-*/events.jsonl")).read_bytes(),
+    ),
+    "kimi": lambda: (
+        "sessions/g/s/wire.jsonl",
+        next((AGENT_LOGS / "kimi").rglob("5e0c8a2b-*/wire.jsonl")).read_bytes(),
+    ),
+    "codebuff": lambda: (
+        "projects/p/chats/c/chat-messages.json",
+        next((AGENT_LOGS / "codebuff").rglob("2026-03-18T*/chat-messages.json")).read_bytes(),
+    ),
+    "pi": lambda: ("p/t_s.jsonl", next((AGENT_LOGS / "pi").rglob("*_0b8e5a4c-*.jsonl")).read_bytes()),
+    "openclaw": lambda: (
+        "agents/main/sessions/s.jsonl",
+        next((AGENT_LOGS / "openclaw").rglob("a7c3e1f0-*.jsonl")).read_bytes(),
+    ),
 }
+#: Importers of SQLite databases only, which the agents never compress (kilo's ``kilo.db``).
+DATABASES = {"kilo"}
 
 COMPRESS: dict[str, Callable[[bytes], bytes]] = {
     "plain": lambda b: b,
@@ -94,7 +121,9 @@ def _import(tmp: Path, source: str, kind: str) -> tuple[dict[str, list[str]], in
 
 
 def test_every_importer_has_a_sample() -> None:
-    assert set(SAMPLES) == set(importers.names()) - {"clickhouse-otel"}  # Parquet: compressed inside
+    assert (
+        set(SAMPLES) == set(importers.names()) - {"clickhouse-otel"} - DATABASES
+    )  # Parquet: compressed inside
 
 
 @pytest.mark.parametrize("kind", ["gz", "zst"])

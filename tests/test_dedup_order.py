@@ -154,3 +154,59 @@ def test_the_import_summary_counts_disagreeing_copies(tmp_path: Path, cli: CLI) 
     code, out, err = cli("import", "otlp-json", str(path))
     assert code == 0, err
     assert "no new rows" in out and "disagree" not in out  # nothing imported: not counted again
+
+
+def test_status_reports_the_request_ids_whose_copies_disagree(lake: Lake, cli: CLI) -> None:
+    """``traceflow status`` over two copies of one request that disagree on user and session, two
+    equal copies of another (differing only in completeness), and three plain requests of another
+    source: 1 conflicting id, as counted here from the rows written; 5 requests; the newest
+    record and its age."""
+    from traceflow.store.overview import status
+
+    def row(event: str, user: str, session: str, minute: int, source: str = "otlp") -> dict[str, Any]:
+        return {
+            "event_id": event,
+            "source": source,
+            "agent": "claude-code" if source == "otlp" else "codex",
+            "user_id": user,
+            "session_id": session,
+            "started_at": T0 + dt.timedelta(minutes=minute),
+            "ended_at": T0 + dt.timedelta(minutes=minute, seconds=2),
+            "model": "m",
+            "cold_input_tokens": 10 + minute,
+            "cache_read_tokens": 0,
+            "cache_write_tokens": 0,
+            "output_tokens": 5,
+            "ingested_at": INGESTED,
+        }
+
+    rows = [
+        row("e1", "alice", "s1", 0),
+        row("e1", "bob", "s9", 0),  # the same request replayed as bob's: disagrees
+        row("e2", "alice", "s1", 1),
+        {**row("e2", "alice", "s1", 1), "output_tokens": 50},  # a more complete copy: agrees
+        *(row(f"c{k}", "carol", "s3", 10 + k, source="codex-test") for k in range(3)),
+    ]
+    lake.append("requests", rows[:2])
+    lake.append("requests", rows[2:])
+    seen: dict[str, set[tuple[str, str]]] = {}
+    for r in rows:
+        seen.setdefault(r["event_id"], set()).add((r["user_id"], r["session_id"]))
+    disagreeing = sum(1 for pairs in seen.values() if len(pairs) > 1)
+    assert disagreeing == 1
+    code, out, err = cli("status", "--format", "json")
+    assert code == 0, err
+    got = json.loads(out)
+    assert got["conflicting_requests"] == disagreeing
+    assert got["requests"] == len(seen) == 5
+    assert {(s["source"], s["agent"]): s["requests"] for s in got["sources"]} == {
+        ("otlp", "claude-code"): 2,
+        ("codex-test", "codex"): 3,
+    }
+    newest = T0 + dt.timedelta(minutes=12)  # the last codex request's time (its start)
+    assert dt.datetime.fromisoformat(got["newest_record"]) == newest
+    later = status(lake, now=newest + dt.timedelta(minutes=5))
+    assert (later.conflicting_requests, later.age_s) == (1, 300.0)
+    code, out, err = cli("status")
+    assert code == 0, err
+    assert "conflicting request ids: 1 " in out and "requests: 5" in out

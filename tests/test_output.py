@@ -54,6 +54,16 @@ def test_wide_shows_every_column(filled: Lake, cli: Cli, monkeypatch: pytest.Mon
     assert "note:" in out
 
 
+def test_wide_is_its_commands_own(filled: Lake, cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """``--wide`` reaches what its command prints, not the library called after it (it did while it
+    was module state): a table rendered then still fits the terminal."""
+    monkeypatch.setenv("COLUMNS", "40")
+    _, out, _ = cli("mix", "--by", "model", "--wide")
+    assert "note:" not in out
+    table = render_table(Rows([f"column_{i}" for i in range(8)], [tuple(range(1000, 1008))]))
+    assert max(len(line) for line in table.splitlines()) <= 40 and "note:" in table
+
+
 def test_without_a_terminal_or_columns_nothing_is_left_out(
     filled: Lake,  # noqa: F811
     cli: Cli,

@@ -209,6 +209,20 @@ def test_a_serve_fed_lake_says_how_fresh_it_is(cli: Cli, lake: Lake) -> None:
     assert out.splitlines()[0].startswith("fresh as of: newest record 2026-08-01 12:00:03 UTC")
 
 
+def test_the_freshness_line_is_its_commands_own(cli: Cli, lake: Lake) -> None:
+    """The freshness of a serve-fed lake goes to what its command prints and stays there: the
+    library, called after that command in the same process, prints no freshness (it did while the
+    line was module state)."""
+    from traceflow.output import Rows, render
+
+    serve_lake(lake)
+    code, out, err = cli("mix", "--by", "day")
+    assert code == 0 and "fresh as of" in out, err
+    rows = Rows(["model", "requests"], [("opus", 4)])
+    assert "fresh as of" not in render(rows, "table")
+    assert "freshness" not in json.loads(render(rows, "json", single=True))
+
+
 def test_other_lakes_print_no_freshness(cli: Cli, lake: Lake) -> None:
     serve_lake(lake)
     shutil.rmtree(lake.state_dir / "collector")

@@ -123,7 +123,7 @@ def test_a_quoted_json_key_is_a_spark_path() -> None:
     assert to_spark("SELECT json_extract_string(a, '$.resource.\"host.name\"')") == (
         "SELECT get_json_object(a, '$.resource[\\'host.name\\']')"
     )
-    text = to_spark(groups.lookup_sql(["project", "host", "attr:team.id"]))
+    text = to_spark(groups.values_sql(["project", "host", "attr:team.id"]))
     assert '"' not in text and "$.resource.project" in text and "$.resource[\\'team.id\\']" in text
 
 
@@ -246,6 +246,9 @@ def test_every_grouping_translates(by: list[str]) -> None:
     for text in (
         mix_sql(by, where, zone="UTC"),
         sql.load("misses").sql(),
+        sql.load("sessions").sql(
+            {"selection": where, **groups.session_blocks(by, sql.load("steps").returns)}
+        ),
         grouped_sql(
             groups.row_keys([b for b in by if b != "subagent_type"] + ["kind"], zone="UTC", kind=True),
             [("n", "count(*)"), ("p", Quantile("gap_s", (0.5, 0.9)))],

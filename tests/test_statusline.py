@@ -283,7 +283,7 @@ def test_the_status_lines_block_rule_is_group_blocks() -> None:
         for i in range(rng.randint(1, 30)):
             t += dt.timedelta(minutes=rng.choice([1, 7, 55, 61, 180, 299, 300, 301, 420]))
             model = rng.choice(["claude-sonnet-4-5", "claude-opus-4-5", None])
-            reqs.append(TailRequest(i, t, model, rng.randint(0, 9), rng.randint(0, 9999), 50, 20, 30, 7))
+            reqs.append(TailRequest(t, model, rng.randint(0, 9), rng.randint(0, 9999), 50, 20, 30, 7, i))
         at = NOW - dt.timedelta(hours=30) + dt.timedelta(minutes=rng.randint(0, 40 * 60))
         reqs = [r for r in reqs if r.at <= at]  # a transcript holds no request after now
         hours = [

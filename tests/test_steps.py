@@ -161,7 +161,8 @@ def test_every_per_stream_query_reads_the_stored_steps_like_the_window(lake: Lak
     assert sql.materialised(con, STEPS_VIEW)
     for n in names:
         text = sql.statement(con, sql.load(n))
-        assert "row_number() OVER" not in text and "FROM request_steps" in text, n
+        read = text.replace("/*@rows*/ ", "")  # sessions.sql's relation is a block (--by project)
+        assert "row_number() OVER" not in text and "FROM request_steps" in read, n
         assert sorted_rows(sql.run(con, n).rows()) == sorted_rows(before[n].rows()), n
     # a narrower selection reads the stored steps too, and filters their rows like the window's
     since = {"since": "2026-08-01T10:10:00Z"}

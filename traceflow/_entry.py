@@ -128,6 +128,11 @@ def main() -> None:
 
         if fast_path(sys.argv[1:]):
             return
+    if sys.argv[1:2] in (["daily"], ["weekly"], ["monthly"], ["session"]):  # the usage ledger, no typer
+        from traceflow.cli.usage_fast import fast_path as usage_fast_path
+
+        if usage_fast_path(sys.argv[1:]):
+            return
     plan = None
     snapshot = None
     hit = None

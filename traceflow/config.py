@@ -110,6 +110,60 @@ SETTINGS: tuple[Setting, ...] = (
         "Where `traceflow import gemini` looks for `tmp/*/chats/*.jsonl`.",
     ),
     Setting(
+        "opencode_data_dir",
+        "OPENCODE_DATA_DIR",
+        "$XDG_DATA_HOME/opencode (~/.local/share/opencode)",
+        "Where `traceflow import opencode` looks for `storage/message/*/*.json` and `opencode.db`.",
+    ),
+    Setting(
+        "qwen_data_dir",
+        "QWEN_DATA_DIR",
+        "~/.qwen",
+        "Where `traceflow import qwen` looks for `projects/*/chats/*.jsonl`.",
+    ),
+    Setting(
+        "amp_data_dir",
+        "AMP_DATA_DIR",
+        "$XDG_DATA_HOME/amp (~/.local/share/amp)",
+        "Where `traceflow import amp` looks for `threads/*.json`.",
+    ),
+    Setting(
+        "copilot_home",
+        "COPILOT_HOME",
+        "~/.copilot",
+        "Where `traceflow import copilot` looks for `session-state/*/events.jsonl`.",
+    ),
+    Setting(
+        "kimi_data_dir",
+        "KIMI_DATA_DIR",
+        "~/.kimi",
+        "Where `traceflow import kimi` looks for `sessions/**/wire.jsonl` (and `config.json`).",
+    ),
+    Setting(
+        "codebuff_data_dir",
+        "CODEBUFF_DATA_DIR",
+        "~/.config/manicode (and ~/.config/manicode-dev)",
+        "Where `traceflow import codebuff` looks for `projects/*/chats/*/chat-messages.json`.",
+    ),
+    Setting(
+        "kilo_data_dir",
+        "KILO_DATA_DIR",
+        "$XDG_DATA_HOME/kilo (~/.local/share/kilo)",
+        "Where `traceflow import kilo` looks for `kilo.db`.",
+    ),
+    Setting(
+        "pi_agent_dir",
+        "PI_AGENT_DIR",
+        "~/.pi/agent/sessions (and ~/.omp/agent/sessions)",
+        "Where `traceflow import pi` looks for `<project>/*.jsonl`.",
+    ),
+    Setting(
+        "openclaw_dir",
+        "OPENCLAW_DIR",
+        "~/.openclaw",
+        "Where `traceflow import openclaw` looks for `agents/*/sessions/*.jsonl`.",
+    ),
+    Setting(
         "host",
         "TRACEFLOW_HOST",
         "127.0.0.1",
@@ -276,13 +330,20 @@ def resolve_data_dir(flag: str | os.PathLike[str] | None = None) -> str:
         path = normalise_location(flag)
     else:
         env = get("data")
-        if env:
-            path = normalise_location(env)
-        else:
-            xdg = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-            path = os.path.join(xdg, "traceflow")
+        path = normalise_location(env) if env else os.path.join(xdg_data_home(), "traceflow")
     resolved.append(path)
     return path
+
+
+def xdg_data_home() -> Path:
+    """``$XDG_DATA_HOME``, else ``~/.local/share``: where traceflow's lake and several agents' logs live."""
+    xdg = os.environ.get("XDG_DATA_HOME")
+    return Path(xdg) if xdg else Path.home() / ".local" / "share"
+
+
+def child_environment(extra: dict[str, str]) -> dict[str, str]:
+    """This process's environment with ``extra`` added: what a child process (the sealer) starts with."""
+    return {**os.environ, **extra}
 
 
 def tz_variable() -> str | None:

@@ -13,6 +13,7 @@ import math
 import shutil
 import textwrap
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -60,12 +61,22 @@ class Rows:
         ] or [False] * len(self.columns)
 
 
-#: Set by ``--wide``: tables keep every column whatever the terminal's width.
-WIDE = False
-#: Set when a command opens a lake fed by ``traceflow serve`` (``traceflow.cli.options.open_lake``),
-#: else None: ``(footer line, JSON member)`` saying how fresh the lake is (``docs/freshness.md``).
-#: Tables and markdown end with the line; a JSON object gets the member as ``freshness``.
-FRESHNESS: tuple[str, dict[str, Any]] | None = None
+@dataclass(frozen=True)
+class Display:
+    """How a command shows its results, passed to what prints them (this module keeps none of it).
+
+    ``wide`` (``--wide``): tables keep every column, whatever the terminal's width. ``freshness``:
+    on a lake fed by ``traceflow serve`` (``traceflow.cli.options.open_lake``), ``(footer line, JSON
+    member)`` saying how fresh it is (``docs/freshness.md``): tables and markdown end with the line,
+    a JSON object gets the member as ``freshness``.
+    """
+
+    wide: bool = False
+    freshness: tuple[str, dict[str, Any]] | None = None
+
+
+#: Tables fitted to the terminal, no freshness: what a caller that passes nothing gets.
+PLAIN = Display()
 #: Columns kept when a table is cut to fit (besides its leading label columns), by name fragment,
 #: where the view declares no essential columns (:attr:`Rows.essential`).
 _KEEP = ("requests", "total", "cost", "usd", "reuse_ratio", "hit_ratio")
@@ -238,10 +249,15 @@ def terminal_width() -> int | None:
     return columns if columns > 0 else None
 
 
-def fit_text(text: str, width: int | None = None) -> str:
+def table_width(width: int | None = None, *, wide: bool = False) -> int | None:
+    """The width a table fits: ``width``, else :func:`terminal_width`; None (no limit) when ``wide``."""
+    return None if wide else (width if width is not None else terminal_width())
+
+
+def fit_text(text: str, width: int | None = None, *, wide: bool = False) -> str:
     """``text`` (a sentence or a few lines beside a table) wrapped at spaces to the width a table fits
-    (default: :func:`terminal_width`; not at all with :data:`WIDE` or no limit), indents kept."""
-    limit = None if WIDE else (width if width is not None else terminal_width())
+    (:func:`table_width`; not at all when ``wide`` or with no limit), indents kept."""
+    limit = table_width(width, wide=wide)
     if limit is None:
         return text
     out = []
@@ -325,13 +341,13 @@ def _drop_order(result: Rows, labels: int) -> list[int]:
     return order + list(reversed(range(1, max(labels, 1))))
 
 
-def render_table(result: Rows, width: int | None = None) -> str:
+def render_table(result: Rows, width: int | None = None, *, wide: bool = False) -> str:
     """``result`` as an aligned text table with units; fitted to ``width`` (default: the terminal's,
-    see :func:`terminal_width`) unless :data:`WIDE`, with a note naming the columns left out."""
+    see :func:`terminal_width`) unless ``wide``, with a note naming the columns left out."""
     text = cells(result)
     numeric = result.numeric()
     n = len(result.columns)
-    limit = None if WIDE else (width if width is not None else terminal_width())
+    limit = table_width(width, wide=wide)
     full = [max([len(h)] + [len(r[i]) for r in text]) for i, h in enumerate(result.columns)]
     shown = list(range(n))
     widths = full
@@ -412,34 +428,41 @@ def to_json(value: Any) -> str:
     return orjson.dumps(value, default=_json_default, option=orjson.OPT_INDENT_2).decode()
 
 
-def document(value: Any) -> Any:
+def document(value: Any, display: Display = PLAIN) -> Any:
     """A JSON document as printed: an object gains a ``freshness`` member on a lake fed by serve
-    (:data:`FRESHNESS`); a list keeps its shape (scripts index it), so it gains nothing."""
-    if FRESHNESS is not None and isinstance(value, dict) and "freshness" not in value:
-        return {**value, "freshness": FRESHNESS[1]}
+    (:attr:`Display.freshness`); a list keeps its shape (scripts index it), so it gains nothing."""
+    fresh = display.freshness
+    if fresh is not None and isinstance(value, dict) and "freshness" not in value:
+        return {**value, "freshness": fresh[1]}
     return value
 
 
-def footer(text: str) -> str:
+def footer(text: str, display: Display = PLAIN) -> str:
     """A table's or a report's text with the freshness line under it (on a lake fed by serve)."""
-    if FRESHNESS is None:
+    if display.freshness is None:
         return text
-    return text.rstrip("\n") + "\n" + FRESHNESS[0]
+    return text.rstrip("\n") + "\n" + display.freshness[0]
 
 
 def render(
-    result: Rows | pl.DataFrame, fmt: str, *, single: bool = False, essential: Sequence[str] = ()
+    result: Rows | pl.DataFrame,
+    fmt: str,
+    *,
+    single: bool = False,
+    essential: Sequence[str] = (),
+    display: Display = PLAIN,
 ) -> str:
-    """``result`` in ``fmt``; with ``single`` a one-row result is one JSON object, not a list;
-    ``essential``: the columns a table keeps to fit (besides those ``result`` declares)."""
+    """``result`` in ``fmt``, shown as ``display`` says; with ``single`` a one-row result is one JSON
+    object, not a list; ``essential``: the columns a table keeps to fit (besides those ``result``
+    declares)."""
     rows = Rows.of(result)
     if essential:
         rows = Rows(rows.columns, rows.rows, (*rows.essential, *essential))
     if fmt == "json":
         recs = rows.records()
-        return to_json(document(recs[0] if single and len(recs) == 1 else recs))
+        return to_json(document(recs[0] if single and len(recs) == 1 else recs, display))
     if fmt == "csv":
         return render_csv(rows)
     if fmt == "markdown":
-        return footer(render_markdown(rows))
-    return footer(render_table(rows))
+        return footer(render_markdown(rows), display)
+    return footer(render_table(rows, wide=display.wide), display)

@@ -38,7 +38,7 @@ import itertools
 import json
 import math
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -143,7 +143,7 @@ class PriceModel:
     ) -> float:
         """USD of these tokens of ``model`` as billed: cold input at the input price, cache reads at the
         read multiplier, 1-hour writes at the 1-hour write multiplier and every other write at the
-        5-minute one, output at the output price (``traceflow.analysis.mix.token_cost``'s billed cost).
+        5-minute one, output at the output price (:func:`token_cost`'s billed cost).
 
         >>> round(PriceModel().cost("claude-sonnet-4-5", 1000, 10_000, 2000, 500, 1000), 6)
         0.02325
@@ -261,6 +261,23 @@ class PriceModel:
 
 #: The cache prices a model's entry may list (USD per million tokens), besides input and output.
 CACHE_KEYS = ("cache_read", "cache_write", "cache_write_1h")
+
+
+def token_cost(prices: PriceModel, model: str | None, sums: Sequence[int]) -> tuple[float, float] | None:
+    """(cost with no cache, cost as billed) in USD of ``(cold, read, write, output, write_1h)`` tokens
+    of one model: with no cache every input token is cold; as billed a read costs the read price, a
+    1-hour write the 1-hour write price and every other write the 5-minute one
+    (:meth:`~traceflow.prices.PriceModel.cost`). None for requests
+    without a model name (not priced)."""
+    cold, read, write, output, write_1h = sums
+    p = prices.priced(model)
+    if p is None:
+        return None
+    per_in, per_out = p.input / 1e6, p.output / 1e6
+    no_cache = (cold + read + write) * per_in * prices.cold_multiplier + output * per_out
+    # a model's own cache prices (a LiteLLM table) where listed, else the multipliers
+    billed = prices.cost(model, cold, read, write, output, write_1h)
+    return no_cache, billed
 
 
 def _model_price(spec: Any, fallback: ModelPrice) -> ModelPrice:

@@ -6,7 +6,7 @@ ccusage counts it, in the table, ``--json`` and the status line alike.
 The rule: requests in time order; a block starts at the first request's UTC hour, floored, and ends
 5 hours later; a request at or after the end starts a new block (at its own hour, floored). Since
 every block starts and ends on a whole UTC hour, all the requests of one UTC hour fall in the same
-block, so the lake is read as hourly sums (``queries/blocks_hourly.sql``), not request by request.
+block, so the lake is read as hourly sums (:func:`hourly`), not request by request.
 
 Per block: start, end, requests, the four token kinds and their total, the cost under the price
 model (as billed: cache reads, 5-minute and 1-hour writes at their prices), and the burn rate:
@@ -36,13 +36,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from traceflow.analysis.mix import token_cost
 from traceflow.output import Rows
-from traceflow.prices import PriceModel
+from traceflow.prices import PriceModel, token_cost
 from traceflow.store import sql
 from traceflow.store.measures import RECORDED_TIME, TOKEN_COLUMNS
 from traceflow.store.selection import Selection
-from traceflow.store.time_base import AGENT, time_base
+from traceflow.store.time_base import agent_telemetry_sql
 from traceflow.units import format_elapsed
 
 if TYPE_CHECKING:
@@ -77,7 +76,7 @@ COLUMNS = (
 
 @dataclass(frozen=True)
 class Hour:
-    """One row of ``blocks_hourly.sql``: one UTC hour, user and model."""
+    """One row of :func:`hourly`: one UTC hour, user, agent and model."""
 
     start: dt.datetime
     user: str | None
@@ -212,32 +211,37 @@ def within(
     return list(blocks[kept[0] : kept[-1] + 1]) if kept else []
 
 
+#: The period of :func:`hourly`: the UTC hour a request was recorded in.
+HOUR_SQL = f"date_trunc('hour', {RECORDED_TIME} AT TIME ZONE 'UTC')"
+
+
 def hourly(con: duckdb.DuckDBPyConnection | Engine, selection: Selection | None = None) -> list[Hour]:
-    """The lake's hourly sums (``queries/blocks_hourly.sql``) over ``selection``, agent telemetry
-    only: the hours of a public serving trace (:func:`~traceflow.store.time_base.time_base`) are
-    left out, they are nobody's bill."""
+    """The lake's hourly sums over ``selection``: ``queries/usage_periods.sql`` (the sums of the
+    ccusage views) with the UTC hour (:data:`HOUR_SQL`) for its period, agent telemetry only (the
+    hours of a public serving trace, :func:`~traceflow.store.time_base.time_base`, are nobody's bill)."""
     block, params = sql.selection_block(selection, RECORDED_TIME)
-    frame = sql.run(con, "blocks_hourly", params, blocks={"selection": block})
-    out = []
-    for r in frame.iter_rows(named=True):
-        if time_base(r["source"]) != AGENT:
-            continue
-        out.append(
-            Hour(
-                _utc(r["hour_start"]),
-                r["user_id"],
-                r["model"],
-                r["requests"],
-                r["cold_input_tokens"],
-                r["cache_read_tokens"],
-                r["cache_write_tokens"],
-                r["cache_write_1h_tokens"],
-                r["output_tokens"],
-                _utc(r["first_at"]),
-                _utc(r["last_at"]),
-            )
+    frame = sql.run(
+        con,
+        "usage_periods",
+        params,
+        blocks={"selection": block, "agents": agent_telemetry_sql(), "period": HOUR_SQL},
+    )
+    return [
+        Hour(
+            _utc(r["period"]),
+            r["user_id"],
+            r["model"],
+            r["requests"],
+            r["cold_input_tokens"],
+            r["cache_read_tokens"],
+            r["cache_write_tokens"],
+            r["cache_write_1h_tokens"],
+            r["output_tokens"],
+            _utc(r["first_at"]),
+            _utc(r["last_at"]),
         )
-    return out
+        for r in frame.iter_rows(named=True)
+    ]
 
 
 def _utc(value: dt.datetime) -> dt.datetime:

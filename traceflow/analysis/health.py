@@ -30,7 +30,7 @@ from __future__ import annotations
 import datetime as dt
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
@@ -92,18 +92,41 @@ def _period(con: duckdb.DuckDBPyConnection, selection: Selection) -> dict[str, A
 
 
 @dataclass(frozen=True)
+class Thresholds:
+    """When the checks fire (see the module docstring): ``traceflow check``'s ``--max-drop``,
+    ``--max-unexplained-rise``, ``--min-requests``, ``--max-version-rise`` and
+    ``--max-amplification-rise``."""
+
+    max_drop: float = MAX_DROP
+    max_unexplained_rise: float = MAX_UNEXPLAINED_RISE
+    min_requests: int = MIN_REQUESTS
+    max_version_rise: float = MAX_VERSION_RISE
+    max_amplification_rise: float = MAX_AMPLIFICATION_RISE
+
+    def __post_init__(self) -> None:
+        if not 0 < self.max_drop <= 1:
+            raise UsageError(
+                f"--max-drop {self.max_drop} must be a share in (0, 1], e.g. 0.25 for a 25 % drop"
+            )
+        if self.max_unexplained_rise < 0:
+            raise UsageError("--max-unexplained-rise must be 0 or more")
+        if self.min_requests < 0:
+            raise UsageError(
+                f"--min-requests {self.min_requests} must be 0 or more (0 turns the silence check off)"
+            )
+        if self.max_version_rise < 0 or self.max_amplification_rise < 0:
+            raise UsageError("--max-version-rise and --max-amplification-rise must be 0 or more")
+
+
+@dataclass(frozen=True)
 class Health:
     """What ``traceflow check`` found."""
 
     window: dict[str, Any]
     baseline: dict[str, Any]
-    max_drop: float
-    max_unexplained_rise: float
-    min_requests: int
+    thresholds: Thresholds
     fired: list[dict[str, Any]]
     notes: list[str]
-    max_version_rise: float = MAX_VERSION_RISE
-    max_amplification_rise: float = MAX_AMPLIFICATION_RISE
     #: Per client version over the baseline and the window: requests, client misses, their share.
     versions: list[dict[str, Any]] = field(default_factory=list)
 
@@ -118,13 +141,7 @@ class Health:
             "fired": self.fired,
             "window": self.window,
             "baseline": self.baseline,
-            "thresholds": {
-                "max_drop": self.max_drop,
-                "max_unexplained_rise": self.max_unexplained_rise,
-                "min_requests": self.min_requests,
-                "max_version_rise": self.max_version_rise,
-                "max_amplification_rise": self.max_amplification_rise,
-            },
+            "thresholds": asdict(self.thresholds),
             "versions": self.versions,
             "notes": self.notes,
         }
@@ -135,25 +152,15 @@ def check(
     selection: Selection | None = None,
     *,
     baseline_days: float = BASELINE_DAYS,
-    max_drop: float = MAX_DROP,
-    max_unexplained_rise: float = MAX_UNEXPLAINED_RISE,
-    min_requests: int = MIN_REQUESTS,
-    max_version_rise: float = MAX_VERSION_RISE,
-    max_amplification_rise: float = MAX_AMPLIFICATION_RISE,
+    thresholds: Thresholds | None = None,
     now: dt.datetime | None = None,
 ) -> Health:
     """Compare the selection's window (default :func:`default_window`) with the ``baseline_days``
-    before it; the selection's filters (agent, model, ...) apply to both."""
-    if not 0 < max_drop <= 1:
-        raise UsageError(f"--max-drop {max_drop} must be a share in (0, 1], e.g. 0.25 for a 25 % drop")
-    if max_unexplained_rise < 0:
-        raise UsageError("--max-unexplained-rise must be 0 or more")
+    before it under ``thresholds`` (None: the defaults); the selection's filters (agent, model, ...)
+    apply to both."""
+    t = thresholds or Thresholds()
     if not baseline_days > 0:  # NaN too
         raise UsageError("--baseline-days must be positive")
-    if min_requests < 0:
-        raise UsageError(f"--min-requests {min_requests} must be 0 or more (0 turns the silence check off)")
-    if max_version_rise < 0 or max_amplification_rise < 0:
-        raise UsageError("--max-version-rise and --max-amplification-rise must be 0 or more")
     sel = selection or Selection()
     since, until = sel.since, sel.until
     if since is None and until is None:
@@ -176,8 +183,8 @@ def check(
     fired: list[dict[str, Any]] = []
     notes: list[str] = []
     w, b = window["reuse_ratio"], baseline["reuse_ratio"]
-    if window["requests"] < min_requests and baseline["requests"]:
-        fired.append(_silence(window["requests"], baseline["requests"], baseline_days, min_requests))
+    if window["requests"] < t.min_requests and baseline["requests"]:
+        fired.append(_silence(window["requests"], baseline["requests"], baseline_days, t.min_requests))
     empty = [name for name, p in (("window", window), ("baseline", baseline)) if not p["requests"]]
     if empty:
         notes.append(
@@ -188,53 +195,42 @@ def check(
     else:
         drop = (b - w) / b if b else 0.0
         window["reuse_drop"] = drop
-        if drop > max_drop:
+        if drop > t.max_drop:
             fired.append(
-                {"check": "reuse_drop", "window": w, "baseline": b, "drop": drop, "threshold": max_drop}
+                {"check": "reuse_drop", "window": w, "baseline": b, "drop": drop, "threshold": t.max_drop}
             )
         ws, bs = window["unexplained_share"], baseline["unexplained_share"]
         rise = ws - bs if ws is not None and bs is not None else None
         window["unexplained_rise"] = rise
         if rise is None:
             notes.append("no request could be judged for misses (no sessions or block hashes)")
-        elif rise > max_unexplained_rise:
+        elif rise > t.max_unexplained_rise:
             fired.append(
                 {
                     "check": "unexplained_misses",
                     "window": ws,
                     "baseline": bs,
                     "rise": rise,
-                    "threshold": max_unexplained_rise,
+                    "threshold": t.max_unexplained_rise,
                     "window_unexplained_misses": window["unexplained_misses"],
                 }
             )
         wa, ba = window["write_amplification"], baseline["write_amplification"]
-        if wa is not None and ba and (wa - ba) / ba > max_amplification_rise:
+        if wa is not None and ba and (wa - ba) / ba > t.max_amplification_rise:
             fired.append(
                 {
                     "check": "write_amplification",
                     "window": wa,
                     "baseline": ba,
                     "rise": (wa - ba) / ba,
-                    "threshold": max_amplification_rise,
+                    "threshold": t.max_amplification_rise,
                 }
             )
     whole = replace(sel, since=start, until=until)
     versions = version_shares(con, whole, replace(sel, since=since, until=until))
     if not empty:
-        fired += version_regressions(versions, max_version_rise)
-    return Health(
-        window,
-        baseline,
-        max_drop,
-        max_unexplained_rise,
-        min_requests,
-        fired,
-        notes,
-        max_version_rise,
-        max_amplification_rise,
-        versions,
-    )
+        fired += version_regressions(versions, t.max_version_rise)
+    return Health(window, baseline, t, fired, notes, versions)
 
 
 def _silence(window: int, baseline: int, baseline_days: float, min_requests: int) -> dict[str, Any]:

@@ -106,7 +106,10 @@ def build_report(
     from traceflow.analysis.ttl import ttl_list, ttl_report
     from traceflow.analysis.working_set import working_set_summary
     from traceflow.store import time_base
+    from traceflow.store.sql import Engine, share_steps
 
+    if not isinstance(con, Engine):
+        share_steps(con)  # the per-stream window computed once for all the report's queries
     all_ttls = tuple(ttl_list(ttls))
     sources = time_base.selection_sources(con, selection)
     series_sel, series_sources, note = time_base.series_selection(selection, sources)
@@ -389,20 +392,19 @@ def render_markdown(report: Report) -> str:
     return "\n".join(out) + "\n"
 
 
-def render_text(report: Report) -> str:
+def render_text(report: Report, *, wide: bool = False) -> str:
     """The report as plain text tables (``--format table``): sentences wrap at 100 characters, or
-    the terminal's width where it is narrower (as the tables fit it)."""
+    the terminal's width where it is narrower (as the tables fit it, unless ``wide``: ``--wide``)."""
     import textwrap
 
-    from traceflow import output
-    from traceflow.output import render
+    from traceflow.output import Display, render, table_width
 
-    width = 100 if output.WIDE else min(100, output.terminal_width() or 100)
+    width = min(100, table_width(wide=wide) or 100)
     out = ["traceflow report", "================", ""]
     out += [
         textwrap.fill(line, width=width, initial_indent="* ", subsequent_indent="  ")
         for line in headline(report)
     ]
     for title, frame in _section_tables(report):
-        out += ["", title, "-" * len(title), render(frame, "table")]
+        out += ["", title, "-" * len(title), render(frame, "table", display=Display(wide=wide))]
     return "\n".join(out) + "\n"

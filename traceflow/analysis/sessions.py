@@ -138,6 +138,8 @@ def session_summary(
     keys = groups.row_keys(by, zone=zone_of(selection), sessions=True)
     blocks, params = _params(selection, idle_after_s, compaction_drop)
     blocks["order"] = ""
+    # --by project|host|attr:NAME: a session is in the group of each value its requests carry
+    blocks.update(groups.session_blocks(by, sql.load("steps").returns))
     wrap = grouped_sql(keys, SUMMARY, by_rank=isinstance(con, sql.Engine))
     frame = sql.run(con, "sessions", params, blocks=blocks, wrap=wrap)
     return _with_sessionless(con, frame, selection, list(by))

@@ -92,28 +92,12 @@ def timelines(
         w5m, w1h = r["cache_write_5m_tokens"], r["cache_write_1h_tokens"]
         if w5m is None and w1h is None:  # no TTL split: a 5-minute write, as the TTL in force says
             w5m, w1h = r["cache_write_tokens"], 0
-        out.setdefault(r["root_session_id"], []).append(
-            {
-                **{k: r[k] for k in ("started_at", "session_id", "parent_session_id")},
-                "subagent": r["parent_session_id"] is not None,
-                **{k: r[k] for k in ("position", "gap_s", "model", "agent_version", "cold_input_tokens")},
-                "cache_read_tokens": r["cache_read_tokens"],
-                "cache_write_5m_tokens": w5m or 0,
-                "cache_write_1h_tokens": w1h or 0,
-                **{
-                    k: r[k]
-                    for k in (
-                        "output_tokens",
-                        "context_tokens",
-                        "ttl_in_force_s",
-                        "restart",
-                        "cause",
-                        "missed_tokens",
-                        "miss_cost_usd",
-                    )
-                },
-            }
-        )
+        own = {
+            "subagent": r["parent_session_id"] is not None,
+            "cache_write_5m_tokens": w5m or 0,
+            "cache_write_1h_tokens": w1h or 0,
+        }
+        out.setdefault(r["root_session_id"], []).append({k: own[k] if k in own else r[k] for k in KEYS})
     return out
 
 

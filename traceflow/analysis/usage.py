@@ -17,28 +17,26 @@ of 5-hour blocks of :mod:`traceflow.analysis.blocks` over the recorded times, wi
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from traceflow.analysis.blocks import BLOCK, Block, Hour, chains, hourly
-from traceflow.analysis.mix import token_cost
-from traceflow.output import Rows
-from traceflow.prices import PriceModel
-from traceflow.store import sql, zones
+from traceflow.prices import PriceModel, token_cost
+from traceflow.store import zones
 from traceflow.store.measures import RECORDED_TIME
 from traceflow.store.selection import Selection
-from traceflow.store.time_base import agent_telemetry_sql
 
 if TYPE_CHECKING:
     import duckdb
 
+    from traceflow.analysis.blocks import Block, Hour
+    from traceflow.output import Rows
     from traceflow.store.sql import Engine
 
 #: The views and the top-level key of their JSON document (ccusage 20's names).
 VIEWS = {"daily": "daily", "weekly": "weekly", "monthly": "monthly", "session": "session"}
 #: ccusage's name of an agent, by the lake's ``agent`` value.
-AGENT_NAMES = {"claude-code": "claude", "gemini-cli": "gemini"}
+AGENT_NAMES = {"claude-code": "claude", "gemini-cli": "gemini", "qwen-code": "qwen"}
 #: ``--order``'s choices.
 ORDERS = ("asc", "desc")
 #: ``blocks --recent``: the blocks that started this long before now (and the active one).
@@ -140,6 +138,9 @@ def periods(
 ) -> list[Period]:
     """The rows of ``view`` (daily, weekly, monthly, session) over ``selection``, periods in ``zone``,
     in ascending key order."""
+    from traceflow.store import sql
+    from traceflow.store.time_base import agent_telemetry_sql
+
     pm = prices or PriceModel()
     block, params = sql.selection_block(selection, RECORDED_TIME)
     frame = sql.run(
@@ -180,6 +181,81 @@ def periods(
     return [out[k] for k in sorted(out)]
 
 
+def periods_of_requests(
+    requests: Iterable[Sequence[Any]],
+    view: str,
+    zone: str,
+    prices: PriceModel | None = None,
+    agent: str = "claude-code",
+) -> list[Period]:
+    """:func:`periods` over the deduplicated requests of one agent held in memory (the usage ledger,
+    :mod:`traceflow.importers.claude_code_usage`), each a sequence that starts ``(recorded time in µs
+    since the epoch, model, session, cold input, output, cache write, cache read, 1-hour write)``:
+    summed per period and model in the query's order and priced per sum as the query's rows are, so
+    the rows are the same to the last bit."""
+    pm = prices or PriceModel()
+    if view not in VIEWS:
+        raise ValueError(f"not a usage view: {view}")
+    period = {"daily": "day", "weekly": "week", "monthly": "month"}.get(view)
+    groups: dict[tuple[str, str | None], list[int]] = {}
+    labels: dict[int, str] = {}  # a period's label by the quarter hour it starts in (µs): zones
+    # change their offset on quarter hours
+    for r in requests:
+        us = r[0]
+        if period is None:
+            key = r[2] or ""
+        else:
+            quarter = us - us % 900_000_000
+            key = labels.get(quarter) or ""
+            if not key:
+                key = labels[quarter] = zones.period_of(period, _from_micros(quarter), zone)
+        g = groups.get((key, r[1]))
+        if g is None:
+            groups[(key, r[1])] = [r[3], r[4], r[5], r[6], r[7], 1, us, us]
+        else:
+            g[0] += r[3]
+            g[1] += r[4]
+            g[2] += r[5]
+            g[3] += r[6]
+            g[4] += r[7]
+            g[5] += 1
+            if us < g[6]:
+                g[6] = us
+            if us > g[7]:
+                g[7] = us
+    out: dict[str, Period] = {}
+    # the query's ORDER BY period, agent, user, model: a NULL model last
+    for (key, model), g in sorted(
+        groups.items(), key=lambda kv: (kv[0][0], kv[0][1] is None, kv[0][1] or "")
+    ):
+        row = out.setdefault(key, Period(key))
+        tokens = Tokens(g[0], g[1], g[2], g[3], g[4], g[5])
+        cost = token_cost(
+            pm,
+            model,
+            (tokens.input, tokens.cache_read, tokens.cache_creation, tokens.output, tokens.cache_write_1h),
+        )
+        if cost is None:
+            tokens.unpriced = tokens.total
+        else:
+            tokens.no_cache_cost, tokens.cost = cost
+        name = model or ""
+        row.models.setdefault(name, Tokens()).add(tokens)
+        first, last = _from_micros(g[6]), _from_micros(g[7])
+        row.model_first[name] = min(row.model_first.get(name, first), first)
+        row.agents.add(agent)
+        row.first_at = first if row.first_at is None else min(row.first_at, first)
+        row.last_at = last if row.last_at is None else max(row.last_at, last)
+    return [out[k] for k in sorted(out)]
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def _from_micros(us: int) -> dt.datetime:
+    return _EPOCH + dt.timedelta(microseconds=us)
+
+
 def ordered(view: str, rows: Sequence[Period], order: str | None) -> list[Period]:
     """ccusage's order: periods by date (``asc`` by default), sessions by cost (``desc`` by default)."""
     if order is not None and order not in ORDERS:
@@ -213,6 +289,12 @@ def _models_used(view: str, p: Period) -> list[str]:
     if view == "session":
         return sorted(names, key=lambda m: (p.model_first[m], m))
     return sorted(names)
+
+
+def lake_agent(name: str) -> str:
+    """The lake's ``agent`` value of ``name``, given by the lake's name or ccusage's (``claude``:
+    ``claude-code``), as ``--agent`` takes it."""
+    return {v: k for k, v in AGENT_NAMES.items()}.get(name, name)
 
 
 def agent_names(agents: set[str]) -> list[str]:
@@ -277,6 +359,8 @@ TABLE_COLUMNS = (
 def table(view: str, rows: Sequence[Period], *, breakdown: bool = False) -> Rows:
     """The table of ``view``: one row per period (with ``breakdown``, one more per model under it),
     then a Total row."""
+    from traceflow.output import Rows
+
     key = {"daily": "date", "weekly": "week", "monthly": "month", "session": "session"}[view]
     out: list[tuple[Any, ...]] = []
 
@@ -408,6 +492,8 @@ def blocks_document(
     gap row where more than 5 hours passed between two shown blocks' requests (from the last one's
     time + 5 h to the next one, as ccusage writes it). ``active``: only the active block;
     ``recent``: the blocks of the last 3 days and the active one."""
+    from traceflow.analysis.blocks import BLOCK, chains, hourly
+
     at = now or dt.datetime.now(dt.UTC)
     pm = prices or PriceModel()
     window = selection or Selection()

@@ -18,6 +18,7 @@ from traceflow.cli.options import (
     LakeQuery,
     PricesOpt,
     connect,
+    display,
     echo,
     echo_sections,
     open_lake,
@@ -388,28 +389,9 @@ def report(
     html = output_file(html, "--html") if html is not None else None
     png = output_folder(png, "--png") if png is not None else None
     svg = output_folder(svg, "--svg") if svg is not None else None
-    rep = build_report(
-        connect(data, ["requests", "events"]),
-        selection,
-        _ttls(ttl, ()),
-        PriceModel.load(prices),
-        kv_bytes_per_token,
-        parse_duration(idle_after, "--idle-after"),
-        parse_duration(resolution, "--resolution"),
-    )
-    from traceflow import output
-
-    if fmt != "json" and output.FRESHNESS is not None:  # a lake fed by serve: how fresh, first
-        typer.echo(output.FRESHNESS[0])
-    if fmt == "json":
-        echo(rep.as_dict(), fmt, zone=selection.zone)
-    elif fmt == "markdown":
-        typer.echo(render_markdown(rep), nl=False)
-    else:
-        typer.echo(render_text(rep), nl=False)
-    if html or png or svg:
-        from traceflow.dashboards.render import write_report
-        from traceflow.dashboards.report_data import ReportOptions
+    drawn = None
+    if html or png or svg:  # the report gathered once, over one connection: printed, then drawn
+        from traceflow.dashboards.report_data import ReportOptions, gather
 
         options = ReportOptions(
             kv_bytes_per_token=kv_bytes_per_token,
@@ -418,7 +400,32 @@ def report(
             idle_after_s=parse_duration(idle_after, "--idle-after"),
             resolution_s=parse_duration(resolution, "--resolution"),
         )
-        written = write_report(open_lake(data), selection, options, html=html, png_dir=png, svg_dir=svg)
+        con = open_lake(data).connect()
+        drawn = gather(con, selection, options)
+        rep = drawn.report
+    else:
+        rep = build_report(
+            connect(data, ["requests", "events"]),
+            selection,
+            _ttls(ttl, ()),
+            PriceModel.load(prices),
+            kv_bytes_per_token,
+            parse_duration(idle_after, "--idle-after"),
+            parse_duration(resolution, "--resolution"),
+        )
+    shown = display()
+    if fmt != "json" and shown.freshness is not None:  # a lake fed by serve: how fresh, first
+        typer.echo(shown.freshness[0])
+    if fmt == "json":
+        echo(rep.as_dict(), fmt, zone=selection.zone)
+    elif fmt == "markdown":
+        typer.echo(render_markdown(rep), nl=False)
+    else:
+        typer.echo(render_text(rep, wide=shown.wide), nl=False)
+    if drawn is not None:
+        from traceflow.dashboards.render import write_report
+
+        written = write_report(con, selection, options, html=html, png_dir=png, svg_dir=svg, data=drawn)
         paths = [written["html"]] if "html" in written else []
         paths += written.get("png", []) + written.get("svg", [])
         typer.echo(

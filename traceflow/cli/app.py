@@ -40,9 +40,7 @@ def _root(
     ),
 ) -> None:
     # A callback keeps the app a group of commands when only one of them is registered.
-    from traceflow import output
-
-    output.FRESHNESS = None  # set again by the command if it opens a lake fed by serve
+    pass
 
 
 #: Every command, in the order ``--help`` lists them, and the module of ``traceflow.cli`` that defines it.
@@ -52,6 +50,7 @@ COMMANDS: dict[str, str] = {
     "sql": "lake",
     "compact": "lake",
     "snapshot": "lake",
+    "status": "lake",
     "serve": "serve",
     "quarantine": "quarantine",
     "version": "lake",

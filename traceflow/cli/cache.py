@@ -26,6 +26,7 @@ from traceflow.cli.options import (
     echo_text,
     open_lake,
     with_lake_query,
+    with_options,
     with_selection,
 )
 from traceflow.errors import UsageError
@@ -33,6 +34,7 @@ from traceflow.errors import UsageError
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from traceflow.analysis.misses import MissOptions
     from traceflow.store.selection import Selection
 
 MissTokensOpt = Annotated[
@@ -47,15 +49,36 @@ CompactionDropOpt = Annotated[
 ]
 
 
+def _miss_options(prices: Path | None, miss_tokens: int, compaction_drop: float) -> MissOptions:
+    from traceflow.analysis.misses import MissOptions
+    from traceflow.prices import PriceModel
+
+    return MissOptions(
+        prices=PriceModel.load(prices), miss_tokens=miss_tokens, compaction_drop=compaction_drop
+    )
+
+
+#: ``--prices``, ``--miss-tokens`` and ``--compaction-drop`` in place of a command's ``options``
+#: parameter: it receives one :class:`~traceflow.analysis.misses.MissOptions`.
+with_miss_options = with_options(
+    "options",
+    (
+        ("prices", PricesOpt, None),
+        ("miss_tokens", MissTokensOpt, 1024),
+        ("compaction_drop", CompactionDropOpt, 0.5),
+    ),
+    _miss_options,
+)
+
+
 @with_selection
 @with_lake_query
+@with_miss_options
 def misses(
     by: ByOpt = None,
     list_: Annotated[bool, typer.Option("--list", help="One row per miss instead of the counts.")] = False,
-    prices: PricesOpt = None,
-    miss_tokens: MissTokensOpt = 1024,
-    compaction_drop: CompactionDropOpt = 0.5,
     *,
+    options: MissOptions,
     selection: Selection,
     query: LakeQuery,
 ) -> None:
@@ -65,15 +88,11 @@ def misses(
     """
     from traceflow.analysis import misses as m
     from traceflow.output import Rows
-    from traceflow.prices import PriceModel
     from traceflow.store.sql import split_by
 
     fmt = query.fmt
     groups = split_by(by)
     con = query.connect(["requests", "events", "metric_points"])
-    options = m.MissOptions(
-        prices=PriceModel.load(prices), miss_tokens=miss_tokens, compaction_drop=compaction_drop
-    )
     if list_:
         if groups:
             raise UsageError("--list prints one row per miss; it takes no --by")
@@ -126,11 +145,10 @@ def misses(
 
 
 @with_lake_query
+@with_miss_options
 def timeline(
     session: Annotated[str, typer.Argument(help="The session id (its sub-agents come with it).")],
-    prices: PricesOpt = None,
-    miss_tokens: MissTokensOpt = 1024,
-    compaction_drop: CompactionDropOpt = 0.5,
+    options: MissOptions,
     no_bars: Annotated[bool, typer.Option("--no-bars", help="Leave out the read/write/cold bars.")] = False,
     *,
     query: LakeQuery,
@@ -139,16 +157,11 @@ def timeline(
 
     JSON: a list, one object per request (cause null for a hit).
     """
-    from traceflow.analysis import misses as m
     from traceflow.analysis import timeline as t
     from traceflow.output import Rows
-    from traceflow.prices import PriceModel
 
     fmt = query.fmt
     con = query.connect(["requests", "events", "metric_points"])
-    options = m.MissOptions(
-        prices=PriceModel.load(prices), miss_tokens=miss_tokens, compaction_drop=compaction_drop
-    )
     records = t.timeline(con, session, options)
     if fmt == "json":
         echo(records, fmt)
@@ -162,6 +175,7 @@ def timeline(
 
 @with_selection
 @with_lake_query
+@with_miss_options
 def compare(
     boundary: Annotated[
         str,
@@ -170,10 +184,8 @@ def compare(
     confidence: Annotated[
         float, typer.Option("--confidence", help="Confidence of the intervals (0.95).")
     ] = 0.95,
-    prices: PricesOpt = None,
-    miss_tokens: MissTokensOpt = 1024,
-    compaction_drop: CompactionDropOpt = 0.5,
     *,
+    options: MissOptions,
     selection: Selection,
     query: LakeQuery,
 ) -> None:
@@ -183,15 +195,10 @@ def compare(
     tokens per request on both sides.
     """
     from traceflow.analysis import compare as c
-    from traceflow.analysis import misses as m
     from traceflow.output import Rows
-    from traceflow.prices import PriceModel
 
     fmt = query.fmt
     con = query.connect(["requests", "events", "metric_points"])
-    options = m.MissOptions(
-        prices=PriceModel.load(prices), miss_tokens=miss_tokens, compaction_drop=compaction_drop
-    )
     result = c.compare(con, selection, boundary, options, confidence)
     if fmt == "json":
         echo(result, fmt, zone=selection.zone)
@@ -340,16 +347,10 @@ def check(
 
     webhooks.check_format(webhook_format)
     con = open_lake(data).connect(["requests", "events", "metric_points"])
-    result = health.check(
-        con,
-        selection,
-        baseline_days=baseline_days,
-        max_drop=max_drop,
-        max_unexplained_rise=max_unexplained_rise,
-        min_requests=min_requests,
-        max_version_rise=max_version_rise,
-        max_amplification_rise=max_amplification_rise,
+    thresholds = health.Thresholds(
+        max_drop, max_unexplained_rise, min_requests, max_version_rise, max_amplification_rise
     )
+    result = health.check(con, selection, baseline_days=baseline_days, thresholds=thresholds)
     body = result.as_dict()
     if fmt == "json":
         echo(body, fmt, zone=selection.zone)

@@ -1,5 +1,6 @@
 """The commands that fill, query and keep the lake: ``import``, ``mix``, ``sql``, ``compact``,
-``snapshot`` (and ``version``). Each parses its options, calls one library function and prints.
+``snapshot``, ``status`` (and ``version``). Each parses its options, calls one library function and
+prints.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from traceflow.cli.options import (
     NoRefreshOpt,
     PricesOpt,
     SparkRemoteOpt,
+    display,
     open_lake,
     with_lake_query,
     with_selection,
@@ -92,7 +94,9 @@ def import_(
     source: Annotated[
         str,
         typer.Argument(
-            help="claude-code, codex, gemini, otlp-json, mooncake, azure, kvcache-tester, bailian, burstgpt."
+            help="claude-code, codex, gemini, opencode, qwen, amp, copilot, kimi, codebuff, kilo, pi, "
+            "openclaw, otlp-json, mooncake, azure, kvcache-tester, bailian, burstgpt, tracelab, "
+            "clickhouse-otel."
         ),
     ],
     paths: Annotated[
@@ -168,9 +172,9 @@ def mix(
     con = query.connect(["requests", "events"])
     pm = PriceModel.load(prices)
     result = token_mix_rows(con, selection, groups, pm)
-    typer.echo(render(result, fmt, single=not groups, essential=(*groups, *ESSENTIAL)))
+    typer.echo(render(result, fmt, single=not groups, essential=(*groups, *ESSENTIAL), display=display()))
     if savings and fmt == "table" and not groups and result.rows:
-        typer.echo(fit_text(savings_line(result.records()[0], pm)))
+        typer.echo(fit_text(savings_line(result.records()[0], pm), wide=display().wide))
 
 
 def sql(
@@ -188,7 +192,7 @@ def sql(
         raise UsageError('give either a query ("SELECT ...") or --file q.sql, not both or neither')
     text = query if query is not None else _read_sql_file(file)  # type: ignore[arg-type]
     frame = run_sql(open_lake(data, refresh=not no_refresh), text)
-    typer.echo(render(frame, fmt))
+    typer.echo(render(frame, fmt, display=display()))
 
 
 def _read_sql_file(file: Path) -> str:
@@ -217,7 +221,7 @@ def compact(
     lake = open_lake(data)
     with _writing(lake, "compact"):
         rows = _compact(lake, engine, spark_remote)
-    typer.echo(render(pl.DataFrame(rows), fmt))
+    typer.echo(render(pl.DataFrame(rows), fmt, display=display()))
 
 
 def _compact(lake: Lake, engine: str, spark_remote: str | None) -> list[dict[str, Any]]:
@@ -258,6 +262,34 @@ def snapshot(
     typer.echo(f"wrote {out}: " + ", ".join(f"{n} {t}" for t, n in counts.items()))
 
 
+def status(data: DataOpt = None, fmt: FormatOpt = "table", no_refresh: NoRefreshOpt = False) -> None:
+    """Show the lake's state: requests per source and agent, newest record, disagreeing copies.
+
+    The last: request ids stored with copies that disagree on user or session (one copy counts).
+    """
+    import polars as pl
+
+    from traceflow.cli.options import echo
+    from traceflow.store.overview import status as lake_status
+
+    state = lake_status(open_lake(data, refresh=not no_refresh))
+    if fmt == "json":
+        echo(state.as_dict(), fmt)
+        return
+    sources = pl.DataFrame(
+        state.as_dict()["sources"],
+        schema={
+            "source": pl.String,
+            "agent": pl.String,
+            "requests": pl.Int64,
+            "newest_request": pl.Datetime("us", "UTC"),
+        },
+    )
+    if fmt == "table":
+        typer.echo("\n".join(state.lines()) + "\n")
+    echo(sources, fmt)
+
+
 def version() -> None:
     """Print traceflow's version."""
     typer.echo(__version__)
@@ -270,5 +302,6 @@ COMMANDS: dict[str, Callable[..., Any]] = {
     "sql": sql,
     "compact": compact,
     "snapshot": snapshot,
+    "status": status,
     "version": version,
 }

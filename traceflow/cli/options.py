@@ -7,6 +7,7 @@ Command modules import this module, never :mod:`traceflow.cli.app`. Nothing heav
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
 import inspect
@@ -25,7 +26,7 @@ from traceflow.output import FORMATS
 if TYPE_CHECKING:
     import polars as pl
 
-    from traceflow.output import Rows
+    from traceflow.output import Display, Rows
     from traceflow.store.lake import Lake
     from traceflow.store.selection import Selection
 
@@ -67,11 +68,43 @@ FormatOpt = Annotated[
 ]
 
 
-def _set_wide(wide: bool) -> bool:
-    """``--wide``: tables keep every column, whatever the terminal's width (see ``traceflow.output``)."""
-    from traceflow import output
+#: Where a command's :class:`~traceflow.output.Display` is kept: its click context's ``meta``, which
+#: lives as long as the one command line it runs (never in a module, where it would reach the next).
+_DISPLAY = "traceflow.display"
 
-    output.WIDE = wide
+
+def _context() -> Any:
+    """The click context of the running command (None outside one): typer 0.2x brings its own click,
+    older typer runs on click itself."""
+    import importlib
+
+    for name in ("typer._click.globals", "click.globals"):
+        try:
+            return importlib.import_module(name).get_current_context(silent=True)
+        except ImportError:
+            continue
+    return None
+
+
+def display() -> Display:
+    """How the running command shows its results: ``--wide`` and the freshness of the lake it opened
+    (:func:`open_lake`), from its click context; outside a command, :data:`traceflow.output.PLAIN`."""
+    from traceflow.output import PLAIN
+
+    ctx = _context()
+    return ctx.meta.get(_DISPLAY, PLAIN) if ctx is not None else PLAIN
+
+
+def _show(**changes: Any) -> None:
+    """Change the running command's :func:`display` (nothing outside a command)."""
+    ctx = _context()
+    if ctx is not None:
+        ctx.meta[_DISPLAY] = dataclasses.replace(display(), **changes)
+
+
+def _set_wide(wide: bool) -> bool:
+    """``--wide``: tables keep every column, whatever the terminal's width (see :func:`display`)."""
+    _show(wide=wide)
     return wide
 
 
@@ -205,12 +238,12 @@ def open_lake(data: Path | None, *, create: bool = False, refresh: bool = True) 
     Every read command opens its lake here, so here it is first brought up to date: what is new in
     the local agent logs it imports is imported (``refresh``: not with ``--no-refresh``, nor with
     ``TRACEFLOW_REFRESH=0``; see :mod:`traceflow.store.local_logs`), and a lake fed by ``serve``
-    sets the freshness line of the tables and JSON printed (:data:`traceflow.output.FRESHNESS`).
+    sets the freshness line of the tables and JSON the command prints (its :func:`display`).
     """
-    from traceflow import config, output
+    from traceflow import config
     from traceflow.store.lake import Lake
 
-    output.FRESHNESS = None
+    _show(freshness=None)
     location = config.data_location(data)
     default = data is None and config.get("data") is None
     if config.is_url(location):  # an object-store lake: a prefix exists once something is written
@@ -293,14 +326,13 @@ def _refresh(lake: Lake, default: bool, refresh: bool) -> None:
 
 def _note_freshness(lake: Lake) -> None:
     """On a lake fed by ``serve``, the freshness line every table and JSON document then carries."""
-    from traceflow import output
     from traceflow.store import freshness
 
     if not freshness.serve_fed(lake):
         return
     fresh = freshness.of(lake)
     if fresh is not None:
-        output.FRESHNESS = (fresh.line(), fresh.as_dict())
+        _show(freshness=(fresh.line(), fresh.as_dict()))
 
 
 @dataclass(frozen=True)
@@ -341,16 +373,16 @@ def echo(
 
     value = zones.localise(value, zones.default_zone() if zone is None else zone)
     if fmt == "json" and not hasattr(value, "columns"):
-        typer.echo(to_json(document(value)))
+        typer.echo(to_json(document(value, display())))
     else:
-        typer.echo(render(value, fmt, single=single, essential=essential))
+        typer.echo(render(value, fmt, single=single, essential=essential, display=display()))
 
 
 def echo_text(text: str) -> None:
     """Print ``text`` (sentences beside a table) wrapped to the width tables fit."""
     from traceflow.output import fit_text
 
-    typer.echo(fit_text(text))
+    typer.echo(fit_text(text, wide=display().wide))
 
 
 def echo_sections(
@@ -365,14 +397,15 @@ def echo_sections(
     from traceflow.output import Rows, fit_text, footer, render_markdown, render_table
     from traceflow.store import zones
 
+    shown = display()
     out: list[str] = []
     for title, frame in zones.localise(list(sections), zones.default_zone() if zone is None else zone):
         if fmt == "markdown":
             out += [f"## {title}", "", render_markdown(Rows.of(frame)), ""]
         else:
-            out += [title, "-" * len(title), render_table(Rows.of(frame)), ""]
-    out += [fit_text(f"note: {n}") for n in notes]
-    typer.echo(footer("\n".join(out).rstrip("\n")))
+            out += [title, "-" * len(title), render_table(Rows.of(frame), wide=shown.wide), ""]
+    out += [fit_text(f"note: {n}", wide=shown.wide) for n in notes]
+    typer.echo(footer("\n".join(out).rstrip("\n"), shown))
 
 
 def build_selection(
@@ -497,9 +530,13 @@ def with_selection(command: F) -> F:
 
 def build_personal_selection(tz: str | None = None, **options: Any) -> Selection:
     """:func:`build_selection` for a personal view: without ``--tz``, the zone is
-    :func:`traceflow.store.zones.personal_zone` (the setting, else this machine's), not UTC."""
+    :func:`traceflow.store.zones.personal_zone` (the setting, else this machine's), not UTC; an
+    ``--agent`` may be ccusage's name (:func:`traceflow.analysis.usage.lake_agent`)."""
+    from traceflow.analysis.usage import lake_agent
     from traceflow.store import zones
 
+    if options.get("agent"):
+        options["agent"] = [lake_agent(a) for a in options["agent"]]
     return build_selection(tz=zones.personal_zone() if tz is None else tz, **options)
 
 

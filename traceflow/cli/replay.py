@@ -16,6 +16,7 @@ from traceflow.cli.options import (
     DataOpt,
     FormatOpt,
     LakeQuery,
+    display,
     open_lake,
     with_lake_query,
     with_selection,
@@ -48,7 +49,7 @@ def _summary(values: dict[str, Any]) -> Rows:
 def _echo(values: dict[str, Any], fmt: str) -> None:
     from traceflow.output import render
 
-    typer.echo(render(_summary(values), fmt, single=True))
+    typer.echo(render(_summary(values), fmt, single=True, display=display()))
 
 
 @with_selection

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from traceflow.cli.options import DataOpt, FormatOpt, open_lake, with_options, with_selection
+from traceflow.cli.options import DataOpt, FormatOpt, display, open_lake, with_options, with_selection
 from traceflow.errors import UsageError
 from traceflow.kv.sizing import DEFAULT_SSD
 
@@ -195,7 +195,7 @@ def models(fmt: FormatOpt = "table") -> None:
     from traceflow.kv.models import catalogue_rows
     from traceflow.output import render
 
-    typer.echo(render(_table(catalogue_rows()), fmt))
+    typer.echo(render(_table(catalogue_rows()), fmt, display=display()))
 
 
 @with_selection
@@ -270,12 +270,12 @@ def size(
         rate_source=source_note,
     )
     if fmt == "json":
-        typer.echo(to_json(document(report)))
+        typer.echo(to_json(document(report, display())))
         return
     parts = [
-        render(_kv_rows(report), fmt),
-        render(_table(report["footprints"]), fmt),
-        render(_table(report["tiers"]), fmt),
+        render(_kv_rows(report), fmt, display=display()),
+        render(_table(report["footprints"]), fmt, display=display()),
+        render(_table(report["tiers"]), fmt, display=display()),
     ]
     typer.echo("\n\n".join(parts))
 
@@ -413,20 +413,27 @@ def _print_simulation(
     from traceflow.output import document, render, to_json
 
     if fmt == "json":
-        typer.echo(to_json(document(report)))
+        typer.echo(to_json(document(report, display())))
         return
-    parts = [render(_kv_rows(lead), fmt)] if lead is not None else []
-    parts += [render(_kv_rows(report), fmt), render(_table(report["tiers"]), fmt)]
+    parts = [render(_kv_rows(lead), fmt, display=display())] if lead is not None else []
+    parts += [
+        render(_kv_rows(report), fmt, display=display()),
+        render(_table(report["tiers"]), fmt, display=display()),
+    ]
     if report.get("per_instance"):
-        parts.append(render(_table(report["per_instance"]), fmt))
+        parts.append(render(_table(report["per_instance"]), fmt, display=display()))
     if report.get("worst_resumed"):
         parts.append(
-            render(_kv_rows({f"worst_resumed.{k}": v for k, v in report["worst_resumed"].items()}), fmt)
+            render(
+                _kv_rows({f"worst_resumed.{k}": v for k, v in report["worst_resumed"].items()}),
+                fmt,
+                display=display(),
+            )
         )
     if per_minute:
-        parts.append(render(_table(report["per_minute"]), fmt))
+        parts.append(render(_table(report["per_minute"]), fmt, display=display()))
     if report.get("sweep"):
-        parts.append(render(_table(report["sweep"]), fmt))
+        parts.append(render(_table(report["sweep"]), fmt, display=display()))
     typer.echo("\n\n".join(parts))
 
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from traceflow.errors import UsageError
+from traceflow.importers.claude_code_tail import RequestUsage
 
 #: The TTL in force without 1-hour writes, and with them.
 TTL_5M = 300.0
@@ -41,17 +42,9 @@ TTL_1H = 3600.0
 
 
 @dataclass(frozen=True)
-class Usage:
+class Usage(RequestUsage):
     """One request of the session, as the line needs it."""
 
-    at: dt.datetime
-    model: str | None
-    cold: int
-    read: int
-    write: int
-    write_5m: int | None
-    write_1h: int | None
-    output: int
     main: bool  # the session's own stream, not a sub-agent's
 
 

@@ -59,6 +59,15 @@ OrderOpt = Annotated[
         "--order", "-o", help="asc or desc (default: periods oldest first, sessions costliest first)."
     ),
 ]
+ViewAgentOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--agent",
+        help="Only this agent (repeatable), by traceflow's or ccusage's name (claude, codex, gemini, "
+        "opencode, qwen, amp, copilot, kimi, codebuff, kilo, pi, openclaw), as `ccusage AGENT daily` "
+        "selects one.",
+    ),
+]
 BreakdownOpt = Annotated[bool, typer.Option("--breakdown", "-b", help="A row per model under each period.")]
 JsonOpt = Annotated[bool, typer.Option("--json", "-j", help="ccusage's JSON document (see docs/ccusage.md).")]
 OfflineOpt = Annotated[
@@ -88,18 +97,23 @@ def personal_zone(tz: str | None) -> str:
     (``TRACEFLOW_TZ``; a server lake may pin UTC there), else this machine's zone."""
     from traceflow.store import zones
 
-    return zones.resolve(tz, "--timezone") if tz else zones.personal_zone()
+    return zones.personal_zone(tz)
 
 
 def build_window(
     since: str | None = None,
     until: str | None = None,
     timezone: str | None = None,
+    agent: list[str] | None = None,
     where: list[str] | None = None,
 ) -> Window:
-    """The :class:`Window` of the options: dates without an offset read in the view's zone; ``where``:
-    the ``--where`` filters (:mod:`traceflow.store.filters`)."""
-    return Window(build_selection(since, until, tz=personal_zone(timezone), where=where))
+    """The :class:`Window` of the options: dates without an offset read in the view's zone; ``agent``
+    (``--agent``) by the lake's name or ccusage's (:func:`traceflow.analysis.usage.lake_agent`);
+    ``where``: the ``--where`` filters (:mod:`traceflow.store.filters`)."""
+    from traceflow.analysis.usage import lake_agent
+
+    agents = [lake_agent(a) for a in agent or ()]
+    return Window(build_selection(since, until, agents or None, tz=personal_zone(timezone), where=where))
 
 
 #: The window options, in the order ``--help`` shows them.
@@ -107,12 +121,13 @@ WINDOW_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
     ("since", CcSinceOpt, None),
     ("until", CcUntilOpt, None),
     ("timezone", TimezoneOpt, None),
+    ("agent", ViewAgentOpt, None),
     ("where", WhereOpt, None),
 )
 
 
 def with_window(command: Any) -> Any:
-    """Give ``command`` ``--since``, ``--until``, ``--timezone`` and ``--where`` in place of its
+    """Give ``command`` ``--since``, ``--until``, ``--timezone``, ``--agent`` and ``--where`` in place of its
     ``window``."""
     return with_options("window", WINDOW_OPTIONS, build_window)(command)
 

@@ -5,13 +5,25 @@ from __future__ import annotations
 import importlib
 
 from traceflow.errors import UnknownSource
-from traceflow.importers.base import Importer
+
+TYPE_CHECKING = False  # typing is not imported at run time (the usage ledger's fast path)
+if TYPE_CHECKING:  # the importers' modules import it; the usage ledger needs none of it
+    from traceflow.importers.base import Importer
 
 #: CLI name -> module that defines ``IMPORTER``.
 REGISTRY: dict[str, str] = {
     "claude-code": "claude_code",
     "codex": "codex",
     "gemini": "gemini",
+    "opencode": "opencode",
+    "qwen": "qwen",
+    "amp": "amp",
+    "copilot": "copilot",
+    "kimi": "kimi",
+    "codebuff": "codebuff",
+    "kilo": "kilo",
+    "pi": "pi",
+    "openclaw": "openclaw",
     "otlp-json": "otlp_json",
     "mooncake": "mooncake",
     "azure": "azure",

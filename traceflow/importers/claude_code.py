@@ -36,13 +36,13 @@ import os
 from pathlib import Path
 from typing import Any, ClassVar
 
-from traceflow import config
 from traceflow.importers.base import FileContext
 from traceflow.importers.claude_code_frames import events_frame, requests_frame
 from traceflow.importers.claude_code_lines import read_lines
 from traceflow.importers.claude_code_rows import SOURCE
 from traceflow.importers.compressed import with_compressed
 from traceflow.rows import Parsed
+from traceflow.store import local_logs
 
 _NAMES = with_compressed((".jsonl",))  # transcripts, plain or compressed
 _IGNORED_ERRNOS = (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP)  # as pathlib ignores them
@@ -90,12 +90,7 @@ class ClaudeCodeImporter:
     source: ClassVar[str] = SOURCE
 
     def default_paths(self) -> list[Path]:
-        env = config.get("claude_config_dir")
-        if env:
-            roots = [Path(p).expanduser() for p in env.split(",") if p.strip()]
-        else:
-            roots = [Path.home() / ".config" / "claude", Path.home() / ".claude"]
-        return [r / "projects" for r in roots if (r / "projects").is_dir()]
+        return [Path(p) for p in local_logs.default_folders(self.name)]
 
     def discover(self, root: Path) -> list[Path]:
         if root.is_file():

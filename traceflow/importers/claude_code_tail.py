@@ -34,11 +34,11 @@ READ_CAP = 64 << 20
 
 
 @dataclass(frozen=True)
-class TailRequest:
-    """One request of the transcript."""
+class RequestUsage:
+    """What a status line needs of one request: when, which model, its token counts (the 5m/1h
+    split None where the record gives none)."""
 
-    key: tuple[str | None, str | None] | int
-    at: dt.datetime  # the time of its last line: the response's end, near enough
+    at: dt.datetime
     model: str | None
     cold: int
     read: int
@@ -46,6 +46,14 @@ class TailRequest:
     write_5m: int | None
     write_1h: int | None
     output: int
+
+
+@dataclass(frozen=True)
+class TailRequest(RequestUsage):
+    """One request of the transcript (``at``: the time of its last line, the response's end, near
+    enough) and its deduplication key."""
+
+    key: tuple[str | None, str | None] | int
 
     @property
     def total(self) -> int:
@@ -64,7 +72,6 @@ def _request(rec: Assistant, offset: int) -> TailRequest | None:
     at = rec.timestamp if rec.timestamp.tzinfo else rec.timestamp.replace(tzinfo=dt.UTC)
     key: tuple[str | None, str | None] | int = (rec.requestId, msg.id) if rec.requestId or msg.id else offset
     return TailRequest(
-        key,
         at,
         msg.model,
         usage.input_tokens or 0,
@@ -73,6 +80,7 @@ def _request(rec: Assistant, offset: int) -> TailRequest | None:
         w5,
         w1,
         usage.output_tokens or 0,
+        key,
     )
 
 

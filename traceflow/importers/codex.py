@@ -42,7 +42,6 @@ from typing import Any, ClassVar
 
 import orjson
 
-from traceflow import config
 from traceflow.importers.base import FileContext, json_records
 from traceflow.importers.compressed import with_compressed
 from traceflow.rows import LineError, Parsed, Row, as_int, iso_micros, split_inclusive, stable_id
@@ -122,8 +121,9 @@ class CodexImporter:
     whole_file: ClassVar[bool] = False
 
     def default_paths(self) -> list[Path]:
-        home = Path(config.get("codex_home") or Path.home() / ".codex").expanduser()
-        return [p for p in (home / "sessions", home / "archived_sessions") if p.is_dir()]
+        from traceflow.store import local_logs
+
+        return [Path(p) for p in local_logs.default_folders(self.name)]
 
     def discover(self, root: Path) -> list[Path]:
         if root.is_file():

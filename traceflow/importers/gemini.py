@@ -39,7 +39,6 @@ from typing import Any, ClassVar
 
 import orjson
 
-from traceflow import config
 from traceflow.importers.base import FileContext, json_records
 from traceflow.importers.compressed import plain_path, with_compressed
 from traceflow.rows import LineError, Parsed, Row, as_int, iso_micros, split_inclusive, stable_id
@@ -153,9 +152,9 @@ class GeminiImporter:
     whole_file: ClassVar[bool] = True
 
     def default_paths(self) -> list[Path]:
-        home = Path(config.get("gemini_dir") or Path.home() / ".gemini").expanduser()
-        tmp = home / "tmp"
-        return [tmp] if tmp.is_dir() else []
+        from traceflow.store import local_logs
+
+        return [Path(p) for p in local_logs.default_folders(self.name)]
 
     def discover(self, root: Path) -> list[Path]:
         if root.is_file():

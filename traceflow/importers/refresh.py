@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from traceflow import importers
+from traceflow.importers import claude_code_usage
 from traceflow.importers.run import ImportSummary, run_import
 from traceflow.store import local_logs
 from traceflow.store.lake import Lake
@@ -64,6 +65,8 @@ def refresh(lake: Lake, *, default_lake: bool = False) -> list[ImportSummary]:
     if not sources:
         return []
     found = local_logs.changes(lake.state_dir) if marker else None
+    ledger = set(sources) == {"claude-code"} and lake.url is None  # see _keep_ledger_covered
+    before = claude_code_usage.requests_signature(str(lake.root)) if ledger else ""
     if found is not None and sources == local_logs.sources_of(marker) and not found[0]:
         # no file added or removed: read only the files that changed (one stat each found them)
         summaries = [
@@ -71,6 +74,8 @@ def refresh(lake: Lake, *, default_lake: bool = False) -> list[ImportSummary]:
             for name, changed in found[1].items()
             if changed
         ]
+        if ledger:
+            _keep_ledger_covered(lake, before)
         return summaries
     all_roots = [r for roots in sources.values() for r in roots]
     dirs = local_logs.directories(all_roots)  # before the import lists them: see directories()
@@ -82,7 +87,16 @@ def refresh(lake: Lake, *, default_lake: bool = False) -> list[ImportSummary]:
             summaries.append(run_import(lake, importer, files=files))
     lake.ensure()
     local_logs.write_marker(lake.state_dir, sources, dirs)
+    if ledger:
+        _keep_ledger_covered(lake, before)
     return summaries
+
+
+def _keep_ledger_covered(lake: Lake, before: str) -> None:
+    """A refresh of Claude Code transcripts alone wrote the lake: the usage ledger
+    (:mod:`traceflow.importers.claude_code_usage`) still speaks for it if it did before."""
+    after = claude_code_usage.requests_signature(str(lake.root))
+    claude_code_usage.record_refresh(str(lake.root), str(lake.state_dir), before, after)
 
 
 def _state_exists(lake: Lake) -> bool:

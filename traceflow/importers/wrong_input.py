@@ -15,12 +15,22 @@ from traceflow import importers
 from traceflow.errors import UsageError
 from traceflow.importers.base import Importer
 from traceflow.importers.compressed import CorruptInput, open_input
+from traceflow.store import local_logs
 
 #: What each importer reads, for the messages below (the table of sources in docs/collector.md says the same).
 READS: dict[str, str] = {
     "claude-code": "Claude Code transcripts (projects/<project>/<session>.jsonl)",
     "codex": "Codex rollouts (sessions/YYYY/MM/DD/rollout-*.jsonl)",
     "gemini": "Gemini CLI chat recordings (tmp/<project>/chats/*.jsonl)",
+    "opencode": "OpenCode messages (storage/message/<session>/<message>.json, opencode.db)",
+    "qwen": "Qwen Code chat records (projects/<project>/chats/<session>.jsonl)",
+    "amp": "Amp thread files (threads/T-<id>.json)",
+    "copilot": "GitHub Copilot CLI session events (session-state/<session>/events.jsonl)",
+    "kimi": "Kimi wire logs (sessions/<group>/<session>/wire.jsonl)",
+    "codebuff": "Codebuff chats (projects/<project>/chats/<chat>/chat-messages.json)",
+    "kilo": "the Kilo CLI database (kilo.db)",
+    "pi": "pi session files (sessions/<project>/<time>_<session>.jsonl)",
+    "openclaw": "OpenClaw transcripts (agents/<agent>/sessions/<session>.jsonl)",
     "otlp-json": "OTLP/JSON export requests, one per line (*.json, *.jsonl)",
     "mooncake": "Mooncake traces (*.jsonl with timestamp, input_length, output_length, hash_ids)",
     "azure": "Azure LLM inference traces (AzureLLMInferenceTrace_*.csv)",
@@ -54,7 +64,7 @@ def _other_sources(importer: Importer, root: Path) -> list[str]:
 
 
 def no_default_location(importer: Importer) -> UsageError:
-    if importer.name in LOOKS_LIKE:
+    if importer.name in LOOKS_LIKE or importer.name in local_logs.AGENTS:
         return UsageError(
             f"no {importer.name} logs found in the default location "
             "(see the table of sources in docs/collector.md); "

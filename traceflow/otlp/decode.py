@@ -32,7 +32,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from traceflow.errors import DecodeError
 from traceflow.otlp.json_builder import ShapeError, fill, json_id
 from traceflow.otlp.limits import fit_rows
-from traceflow.otlp.logs import map_logs
+from traceflow.otlp.logs import map_logs_chunks
 from traceflow.otlp.mapper import Mapped
 from traceflow.otlp.metrics import MetricState, map_metrics
 from traceflow.otlp.spans import map_traces
@@ -45,6 +45,7 @@ __all__ = [
     "UnsupportedContentType",
     "map_body",
     "map_request",
+    "map_request_chunks",
     "one_record_requests",
     "parse_body",
     "parse_json",
@@ -226,24 +227,41 @@ def map_request(
 
     Rows the lake cannot store (:func:`traceflow.otlp.limits.fit_rows`) are counted as rejected.
     """
+    return next(map_request_chunks(signal, msg, state=state, keep_content=keep_content, source=source))
+
+
+def map_request_chunks(
+    signal: Signal,
+    msg: Message | dict[str, Any],
+    *,
+    state: MetricState,
+    keep_content: bool = False,
+    source: str = "otlp",
+    records: int = 0,
+) -> Iterator[Mapped]:
+    """:func:`map_request`, a log request ``records`` log records at a time (0: all at once; metrics
+    and spans are mapped whole), so that the rows of a large request never exist all at once."""
     if isinstance(msg, dict):
         msg = parse_json(signal, msg)
     if signal == "logs":
-        mapped = map_logs(msg, keep_content=keep_content, source=source)
+        chunks: Iterator[Mapped] = map_logs_chunks(
+            msg, keep_content=keep_content, source=source, records=records
+        )
     elif signal == "metrics":
-        mapped = map_metrics(msg, state=state, source=source)
+        chunks = iter([map_metrics(msg, state=state, source=source)])
     elif signal == "traces":
-        mapped = map_traces(msg, keep_content=keep_content, source=source)
+        chunks = iter([map_traces(msg, keep_content=keep_content, source=source)])
     else:
         _request_type(signal)  # raises the ValueError
         raise AssertionError("unreachable")
-    dropped, reasons = fit_rows(mapped.parsed.tables())
-    if dropped:
-        mapped.rejected += dropped
-        more = f" (and {len(reasons) - 3} more)" if len(reasons) > 3 else ""
-        why = f"{dropped} rows the lake cannot store: " + "; ".join(reasons[:3]) + more
-        mapped.message = f"{mapped.message}; {why}" if mapped.message else why
-    return mapped
+    for mapped in chunks:
+        dropped, reasons = fit_rows(mapped.parsed.tables())
+        if dropped:
+            mapped.rejected += dropped
+            more = f" (and {len(reasons) - 3} more)" if len(reasons) > 3 else ""
+            why = f"{dropped} rows the lake cannot store: " + "; ".join(reasons[:3]) + more
+            mapped.message = f"{mapped.message}; {why}" if mapped.message else why
+        yield mapped
 
 
 def one_record_requests(signal: Signal, msg: Message) -> Iterator[tuple[Any, int, Message | None]]:

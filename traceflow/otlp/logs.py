@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -39,7 +40,16 @@ from traceflow.rows import stable_id
 
 def map_logs(msg: Any, *, keep_content: bool = False, source: str = "otlp") -> Mapped:
     """An ``ExportLogsServiceRequest`` -> ``requests`` and ``events`` rows."""
+    return next(map_logs_chunks(msg, keep_content=keep_content, source=source))
+
+
+def map_logs_chunks(
+    msg: Any, *, keep_content: bool = False, source: str = "otlp", records: int = 0
+) -> Iterator[Mapped]:
+    """:func:`map_logs` of ``records`` log records at a time (all at once when 0), so that the rows of
+    a large request never exist all at once (the sealer makes each chunk a frame)."""
     m = Mapper(keep_content, source)
+    n = 0
     for res, fam, sl in scope_groups(msg.resource_logs, "scope_logs"):
         for r in sl.log_records:
             b = r.body
@@ -57,7 +67,11 @@ def map_logs(msg: Any, *, keep_content: bool = False, source: str = "otlp") -> M
                 pb_attrs(r.attributes),
                 r,
             )
-    return m.result()
+            n += 1
+            if n == records:
+                yield m.result()
+                m, n = Mapper(keep_content, source), 0
+    yield m.result()
 
 
 def _log(

@@ -16,10 +16,11 @@ Two kinds of grouping:
   one, else of the earliest later one, in the order (request time, ``seq``, ``event_id``), over the
   whole lake (not only the selection; :func:`attributed_sql`). A request without a session has only
   its own value. For ``subagent_type`` a stream that carries none anywhere takes the ``agent_type``
-  of its ``subagent_completed`` event (the smallest, should there be several). ``mix`` groups each
-  request by its value; the per-stream queries (``misses``, ``gaps``) take the stream's value, which
-  is the value of its first request in that order (:func:`lookup_sql`), and ``sessions`` the value of
-  the session's main stream. The same rule on every engine and every run.
+  of its ``subagent_completed`` event (the smallest, should there be several). Every analysis groups
+  each request by its own value (:func:`values_sql`, the one rule): ``mix`` a request's tokens,
+  ``misses`` a request's miss, ``gaps`` a gap under the request that ends it, and ``sessions`` a
+  session's requests (:func:`session_blocks`): a session whose requests carry several values is in
+  each value's group, with the requests that carry it. The same rule on every engine and every run.
 
   - ``project``: the resource attribute the ``project_attribute`` setting names
     (``TRACEFLOW_PROJECT_ATTRIBUTE``, default ``project``; OTLP), else ``attributes.project``
@@ -51,7 +52,7 @@ from dataclasses import dataclass
 from traceflow import config
 from traceflow.errors import UsageError
 from traceflow.store import zones
-from traceflow.store.measures import REQUEST_TIME
+from traceflow.store.measures import REQUEST_TIME, STEPS
 
 #: Names of the column groupings, with their expression over a requests row and over a row of the
 #: per-stream queries; ``kind`` (gaps only) has no request expression.
@@ -76,7 +77,7 @@ ATTRIBUTION = ("project", "host", "subagent_type")
 
 _ATTR_NAME = re.compile(r"^[A-Za-z0-9_.\-/]+$")
 
-#: The relation of the per-stream attribution values, joined as this alias.
+#: The relation of the per-request attribution values, joined as this alias.
 ALIAS = "attribution"
 #: The grouping by the tool whose result a request followed, and the alias its lookup is joined as.
 TOOL = "tool"
@@ -253,32 +254,32 @@ def _agent_types_sql() -> str:
     )
 
 
-def lookup_sql(names: Sequence[str]) -> str:
-    """One row per stream (``k_session``, ``k_parent``) with the value of each attribution name of
-    its first request in stream order (:func:`attributed_sql`: its own or inherited, so the first that
-    carries one) and, for ``subagent_type``, else its ``subagent_completed`` event's, as ``g0``,
-    ``g1``, ... in the order of ``names``."""
-    firsts = ", ".join(f"max(CASE WHEN attr_n = 1 THEN attr_g{i} END) AS g{i}" for i in range(len(names)))
-    numbered = (
-        f"SELECT *, row_number() OVER ({_STREAM} ORDER BY {STREAM_ORDER}) AS attr_n "
-        f"FROM {attributed_sql(names)} AS a WHERE session_id IS NOT NULL"
-    )
-    text = (
-        f"SELECT session_id AS k_session, parent_session_id AS k_parent, {firsts} "
-        f"FROM ({numbered}) AS n GROUP BY session_id, parent_session_id"
-    )
-    if "subagent_type" not in names:
-        return text
-    i = list(names).index("subagent_type")
-    cols = ", ".join(
-        f"coalesce(s.g{j}, e.agent_type) AS g{j}" if j == i else f"s.g{j} AS g{j}" for j in range(len(names))
-    )
+def _agent_types_join(table: str, alias: str) -> str:
+    """``LEFT JOIN`` the ``agent_type`` of the stream of each row of ``table`` as ``alias``."""
     return (
-        f"SELECT coalesce(s.k_session, e.k_session) AS k_session, "
-        f"CASE WHEN s.k_session IS NULL THEN e.k_parent ELSE s.k_parent END AS k_parent, {cols} "
-        f"FROM ({text}) AS s FULL JOIN ({_agent_types_sql()}) AS e "
-        "ON e.k_session = s.k_session AND e.k_parent IS NOT DISTINCT FROM s.k_parent"
+        f"LEFT JOIN ({_agent_types_sql()}) AS {alias} ON {alias}.k_session = {table}.session_id "
+        f"AND {alias}.k_parent IS NOT DISTINCT FROM {table}.parent_session_id"
     )
+
+
+def _value(i: int, name: str, table: str, alias: str) -> str:
+    """A request's value of the attribution ``name`` (the ``i``-th asked for) over a row ``table`` of
+    :func:`attributed_sql`: its own or inherited; for ``subagent_type``, where its stream carries
+    none, its stream's ``subagent_completed`` event's (joined as ``alias``, :func:`_agent_types_join`)."""
+    value = f"{table}.attr_g{i}"
+    if name != "subagent_type":
+        return value
+    return f"CASE WHEN {table}.session_id IS NULL THEN {value} ELSE coalesce({value}, {alias}.agent_type) END"
+
+
+def values_sql(names: Sequence[str]) -> str:
+    """One row per request (``k_event``: its ``event_id``) with its value of each attribution name in
+    ``names`` as ``g0``, ``g1``, ... (:func:`attributed_sql` and, for ``subagent_type``, the stream's
+    event): what a row of a per-request query (``misses.sql``, ``gaps.sql``, ``steps.sql``) is
+    grouped by."""
+    cols = ", ".join(f"{_value(i, n, 'a', 'types')} AS g{i}" for i, n in enumerate(names))
+    join = _agent_types_join("a", "types") if "subagent_type" in names else ""
+    return f"SELECT a.event_id AS k_event, {cols} FROM {attributed_sql(names)} AS a {join}".rstrip()
 
 
 def _keys(
@@ -301,16 +302,9 @@ def request_keys(by: Sequence[str], table: str = "r", *, zone: str) -> Keys:
     check(by, choices(requests=True))
     attribution = [b for b in by if is_attribution(b)]
     expr = column_exprs(requests=True, zone=zone)
-    join = ""
     for i, b in enumerate(attribution):
-        expr[b] = f"{table}.attr_g{i}"
-        if b == "subagent_type":  # a stream that carries none: its subagent_completed event's
-            event = f"coalesce({expr[b]}, {ALIAS}.agent_type)"
-            expr[b] = f"CASE WHEN {table}.session_id IS NULL THEN {expr[b]} ELSE {event} END"
-            join = (
-                f"LEFT JOIN ({_agent_types_sql()}) AS {ALIAS} ON {ALIAS}.k_session = {table}.session_id "
-                f"AND {ALIAS}.k_parent IS NOT DISTINCT FROM {table}.parent_session_id"
-            )
+        expr[b] = _value(i, b, table, ALIAS)
+    join = _agent_types_join(table, ALIAS) if "subagent_type" in attribution else ""
     tools = _tool_join(
         f"{table}.session_id", f"{table}.parent_session_id", f"coalesce({table}.started_at, {table}.ended_at)"
     )
@@ -319,19 +313,47 @@ def request_keys(by: Sequence[str], table: str = "r", *, zone: str) -> Keys:
 
 
 def row_keys(by: Sequence[str], *, zone: str, sessions: bool = False, kind: bool = False) -> Keys:
-    """Grouping over the rows of a per-stream query: one row per request (``misses.sql``,
-    ``gaps.sql``: with ``session_id`` and ``parent_session_id``) or, with ``sessions``, one per
-    session (``sessions.sql``: attribution by the session's main stream); the periods in ``zone``."""
+    """Grouping over the rows of a per-request query: one row per request (``misses.sql``,
+    ``gaps.sql``: with ``event_id``, ``session_id`` and ``parent_session_id``), each attributed by its
+    own values (:func:`values_sql`), or, with ``sessions``, one per session and value
+    (``sessions.sql`` run with :func:`session_blocks`); the periods in ``zone``."""
     check(by, choices(requests=False, subagents=not sessions, kind=kind))
     attribution = [b for b in by if is_attribution(b)]
     expr = column_exprs(requests=False, zone=zone)
-    for i, b in enumerate(attribution):
-        expr[b] = f"{ALIAS}.g{i}"
+    join = ""
     if sessions:
-        on = f"{ALIAS}.k_session = root_session_id AND {ALIAS}.k_parent IS NULL"
+        for i, b in enumerate(attribution):
+            expr[b] = f"attr_g{i}"  # session_blocks' key_columns
         tools = _session_tools_join()
     else:
-        on = f"{ALIAS}.k_session = session_id AND {ALIAS}.k_parent IS NOT DISTINCT FROM parent_session_id"
+        for i, b in enumerate(attribution):
+            expr[b] = f"{ALIAS}.g{i}"
+        if attribution:
+            join = f"LEFT JOIN ({values_sql(attribution)}) AS {ALIAS} ON {ALIAS}.k_event = event_id"
         tools = _tool_join("session_id", "parent_session_id", "started_at")
-    join = f"LEFT JOIN ({lookup_sql(attribution)}) AS {ALIAS} ON {on}" if attribution else ""
     return _keys(by, expr, join, tools)
+
+
+def session_blocks(by: Sequence[str], columns: Sequence[str]) -> dict[str, str]:
+    """The blocks of ``sessions.sql`` that split each session by the attribution names in ``by``
+    (none: ``{}``): its ``rows`` are the rows of ``request_steps`` (their ``columns``: ``steps.sql``'s)
+    with each request's values (:func:`values_sql`) as ``attr_g0``, ... and ``root_key`` the
+    session's and those values' hash, so a session is one row per combination of values its
+    requests carry; ``keys`` and ``key_columns`` carry the values to its row (:func:`row_keys`)."""
+    attribution = [b for b in by if is_attribution(b)]
+    if not attribution:
+        return {}
+    n = range(len(attribution))
+    kept = ", ".join(f"s.{c}" for c in columns if c != "root_key")
+    # NULL and '' hash apart (a NULL is marked beside its value: Spark's xxhash64 skips NULLs)
+    split = ", ".join(f"v.g{i}, v.g{i} IS NULL" for i in n)
+    values = ", ".join(f"v.g{i} AS attr_g{i}" for i in n)
+    rows = (
+        f"(SELECT {kept}, hash(s.root_key, {split}) AS root_key, {values} FROM {STEPS} AS s "
+        f"LEFT JOIN ({values_sql(attribution)}) AS v ON v.k_event = s.event_id) AS attributed"
+    )
+    return {
+        "rows": rows,
+        "keys": "".join(f"any_value(attr_g{i}) AS attr_g{i}, " for i in n),
+        "key_columns": "".join(f"p.attr_g{i}, " for i in n),
+    }

@@ -39,7 +39,6 @@ DuckDB's spills. DuckDB reads the store through s3fs (``register_filesystem``).
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import hashlib
 import os
 import secrets
@@ -59,11 +58,14 @@ from traceflow.store.measures import (
     CONFLICTS,
     SOURCE_FILE,
     SOURCE_ROW,
+    STEPS,
     dedup_order,
     macros_sql,
     request_columns_sql,
 )
-from traceflow.store.sql import MATERIALISED, STEPS, sql_string
+from traceflow.store.row_frames import frame_by_column, frame_by_row
+from traceflow.store.row_frames import to_micros as to_micros  # re-exported: imported from here elsewhere
+from traceflow.store.sql import MATERIALISED, sql_string
 from traceflow.store.sql import load as load_query
 
 if TYPE_CHECKING:
@@ -72,7 +74,6 @@ if TYPE_CHECKING:
 
     from traceflow.store.objects import ObjectStore
 
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 #: Views derived from the requests and stored by compaction: view name -> packaged query. The view
 #: carries the comment :data:`MATERIALISED` while it reads stored files instead of running its query.
@@ -117,14 +118,6 @@ def _positions(paths: list[str], ranks: Mapping[str, int]) -> str:
     )
 
 
-def to_micros(value: dt.datetime) -> int:
-    """Microseconds since the Unix epoch of an aware (or UTC-naive) datetime."""
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.UTC)
-    delta = value - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-
-
 def frame_from_rows(table: Table, rows: Sequence[Mapping[str, Any]]) -> pl.DataFrame:
     """Build a frame with exactly the table's schema from row dicts.
 
@@ -135,39 +128,12 @@ def frame_from_rows(table: Table, rows: Sequence[Mapping[str, Any]]) -> pl.DataF
     import polars as pl
 
     cols = {name: polars_type(t) for name, t in table.columns.items()}
-    known = cols.keys()
-    prepared: list[Mapping[str, Any]] = []
-    checked: set[frozenset[str]] = set()
-    for row in rows:
-        keys = frozenset(row)
-        if keys not in checked:
-            extra = keys - known
-            if extra:
-                raise LakeError(f"unknown column(s) {sorted(extra)} for table {table.name!r}")
-            checked.add(keys)
-        attrs = row.get("attributes")
-        needs_fix = attrs is not None and not isinstance(attrs, str)
-        if not needs_fix:
-            for name, dtype in cols.items():
-                if isinstance(dtype, pl.Datetime) and isinstance(row.get(name), dt.datetime):
-                    needs_fix = True
-                    break
-        if needs_fix:
-            fixed = dict(row)
-            if attrs is not None and not isinstance(attrs, str):
-                fixed["attributes"] = orjson.dumps(
-                    attrs, option=orjson.OPT_NON_STR_KEYS, default=str
-                ).decode()
-            for name, value in row.items():
-                if isinstance(value, dt.datetime):
-                    fixed[name] = to_micros(value)
-            prepared.append(fixed)
-        else:
-            prepared.append(row)
     raw_schema = {
         name: (pl.Int64() if isinstance(dtype, pl.Datetime) else dtype) for name, dtype in cols.items()
     }
-    frame = pl.from_dicts(prepared, schema=raw_schema) if prepared else pl.DataFrame(schema=raw_schema)
+    frame: pl.DataFrame | None = frame_by_column(table, rows, raw_schema) if rows else None
+    if frame is None:
+        frame = frame_by_row(table, rows, cols, raw_schema)
     now = int(time.time() * 1_000_000)
     return frame.with_columns(
         [

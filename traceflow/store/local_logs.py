@@ -2,11 +2,17 @@
 
 A lake **imports local agent logs** when either
 
-* ``traceflow import claude-code|codex|gemini`` has run on it: the import records the folders or
-  files it read (its *roots*) in ``<state>/imports/local.json``; or
+* ``traceflow import AGENT`` (one of :data:`AGENTS`) has run on it: the import records the folders
+  or files it read (its *roots*) in ``<state>/imports/local.json``; or
 * it is the **default lake** (neither ``--data`` nor ``TRACEFLOW_DATA`` names one) and an agent's
   default log folder exists (``$CLAUDE_CONFIG_DIR/projects`` or ``~/.claude/projects``,
-  ``$CODEX_HOME/sessions``, ``$GEMINI_DIR/tmp``).
+  ``$CODEX_HOME/sessions``, ``$GEMINI_DIR/tmp``, ``$OPENCODE_DATA_DIR`` or
+  ``~/.local/share/opencode``, ``$QWEN_DATA_DIR/projects`` or ``~/.qwen/projects``,
+  ``$AMP_DATA_DIR/threads`` or ``~/.local/share/amp/threads``, ``$COPILOT_HOME/session-state`` or
+  ``~/.copilot/session-state``, ``$KIMI_DATA_DIR/sessions`` or ``~/.kimi/sessions``,
+  ``$CODEBUFF_DATA_DIR`` or ``~/.config/manicode``, ``$KILO_DATA_DIR/kilo.db`` or
+  ``~/.local/share/kilo/kilo.db``, ``$PI_AGENT_DIR`` or ``~/.pi/agent/sessions``,
+  ``$OPENCLAW_DIR/agents`` or ``~/.openclaw/agents``).
 
 Every read command on such a lake first brings it up to date
 (:func:`traceflow.importers.refresh.refresh`), unless ``--no-refresh`` or ``TRACEFLOW_REFRESH=0``
@@ -28,9 +34,51 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
 #: The importers of agents' local logs: the sources a lake refreshes.
-AGENTS = ("claude-code", "codex", "gemini")
+AGENTS = (
+    "claude-code",
+    "codex",
+    "gemini",
+    "opencode",
+    "qwen",
+    "amp",
+    "copilot",
+    "kimi",
+    "codebuff",
+    "kilo",
+    "pi",
+    "openclaw",
+)
+#: The agents whose default folders :func:`default_folders` knows.
+OWN_FOLDERS = ("claude-code", "codex", "gemini")
 MARKER = "local.json"
 _VERSION = 1
+
+
+def default_folders(agent: str) -> list[str]:
+    """The folders where ``agent`` (one of :data:`AGENTS`) keeps its logs by default and that exist
+    here: Claude Code's ``projects`` under ``$CLAUDE_CONFIG_DIR`` (comma-separated folders), else
+    under ``~/.config/claude`` and ``~/.claude``; Codex's ``sessions`` and ``archived_sessions``
+    under ``$CODEX_HOME`` (``~/.codex``); Gemini's ``tmp`` under ``$GEMINI_DIR`` (``~/.gemini``).
+    Each of those three importers' ``default_paths()`` is this (standard library only: the usage
+    views ask first); any other agent's folders are its importer's ``default_paths()``
+    (:data:`OWN_FOLDERS` says which agents this function answers for)."""
+    home = os.path.expanduser("~")
+    if agent == "claude-code":
+        env = config.get("claude_config_dir")
+        if env:
+            roots = [os.path.expanduser(p) for p in env.split(",") if p.strip()]
+        else:
+            roots = [os.path.join(home, ".config", "claude"), os.path.join(home, ".claude")]
+        candidates = [os.path.join(r, "projects") for r in roots]
+    elif agent == "codex":
+        base = os.path.expanduser(config.get("codex_home") or os.path.join(home, ".codex"))
+        candidates = [os.path.join(base, "sessions"), os.path.join(base, "archived_sessions")]
+    elif agent == "gemini":
+        base = os.path.expanduser(config.get("gemini_dir") or os.path.join(home, ".gemini"))
+        candidates = [os.path.join(base, "tmp")]
+    else:
+        raise ValueError(f"not an agent's logs: {agent}")
+    return [c for c in candidates if os.path.isdir(c)]
 
 
 def marker_path(state_dir: str | os.PathLike[str]) -> str:

@@ -26,7 +26,10 @@ Every other module takes them from this table (``docs/definitions.md`` lists the
   (:func:`macros_sql`) and the Spark rewrite expands: ``reuse_ratio(read, context)``, the
   token-weighted share of the context read from the cache (pass sums: ``reuse_ratio(sum(
   cache_read_tokens), sum(context_tokens))``), and ``token_share(part, whole)``, a kind's share of
-  all tokens. :func:`ratio` is their Python twin (NULL, None, where the whole is 0).
+  all tokens. :func:`ratio` is their Python twin (NULL, None, where the whole is 0). Beside them
+  ``grid_end(query, lo, hi, max_buckets, resolution_s)``: the last bucket of a time grid from bucket
+  ``lo`` to ``hi``, an error naming ``query`` when that is ``max_buckets`` or more (``load``,
+  ``working_set``).
 
 * :data:`PERIODS`: the label of the day, week (its ISO Monday) or month a time falls in, from
   which both :func:`traceflow.store.zones.period_sql` and :func:`~traceflow.store.zones.period_of`
@@ -62,6 +65,10 @@ REQUEST_TIME = "request_time"
 #: The column of the time the agent recorded a request (its end, else its start): what ccusage files
 #: a request at, and so the period views (``daily``… ``session``, ``blocks --json``) and a stream's end.
 RECORDED_TIME = "recorded_time"
+
+#: The relation the per-stream queries read: ``queries/steps.sql``'s rows, one per request in stream
+#: order; the lake's view of this name holds them for the whole lake (stored by compaction).
+STEPS = "request_steps"
 #: How complete one stored copy of a request is: among the copies of an ``event_id`` the largest wins.
 COMPLETENESS = REQUEST_COLUMNS["total_tokens"]
 
@@ -127,10 +134,15 @@ class Macro(NamedTuple):
     body: str
 
 
-#: The ratio macros (see the module docstring): name -> parameters and body.
+#: The macros (see the module docstring): name -> parameters and body.
 MACROS: Mapping[str, Macro] = {
     "reuse_ratio": Macro(("read", "context"), "read / nullif(context, 0)::DOUBLE"),
     "token_share": Macro(("part", "whole"), "part / nullif(whole, 0)::DOUBLE"),
+    "grid_end": Macro(
+        ("query", "lo", "hi", "max_buckets", "resolution_s"),
+        "CASE WHEN hi - lo >= max_buckets THEN error(query || ': more than ' || max_buckets || ' buckets of '"
+        " || resolution_s || ' s; give a coarser resolution') ELSE hi END",
+    ),
 }
 
 

@@ -42,6 +42,7 @@ at most :data:`MAX_ENTRIES` of them and :data:`MAX_BYTES` in all (least recently
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time
@@ -52,6 +53,10 @@ except ImportError:  # pragma: no cover
     from hashlib import blake2b
 
 from traceflow import __version__, config
+
+TYPE_CHECKING = False  # typing is not imported at run time (the fast path)
+if TYPE_CHECKING:
+    import re
 
 CACHE_ENV = "TRACEFLOW_CACHE"
 #: Read-only commands whose successful output is cached.
@@ -181,8 +186,21 @@ def _absolute_time(value: str) -> bool:
     return len(v) >= 10 and v[:4].isdigit() and v[4] == "-" and v[5:7].isdigit() and v[7] == "-"
 
 
-_VOLATILE_SQL = None
-_SQL_TOKENS = None
+@functools.cache
+def _sql_patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """The SQL that :func:`volatile_sql` passes over (string literals, quoted identifiers, comments)
+    and the words that make SQL volatile, compiled at the first use (not at import: the fast path)."""
+    import re
+
+    return (
+        re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|/\*.*?(?:\*/|$)", re.S),
+        re.compile(
+            r"\b(?:now|today|rand|random\w*|\w*current_\w+|(?:transaction|statement)_timestamp|localtime\w*"
+            r"|\w*uuid\w*|setseed|\w*setting\w*|duckdb_\w+|pragma\w*|analy[sz]e|\w*secret\w*)\b"
+            r"|\b(?:read_\w+|\w+_scan|scan_\w+|glob|getenv|query|query_table|sniff_\w+|parquet_\w+)\s*\(",
+            re.IGNORECASE,
+        ),
+    )
 
 
 def volatile_sql(text: str) -> bool:
@@ -190,21 +208,10 @@ def volatile_sql(text: str) -> bool:
 
     Deliberately coarse (comments aside, any mention counts): a false alarm only costs a cache miss.
     """
-    global _VOLATILE_SQL, _SQL_TOKENS
-    if _VOLATILE_SQL is None or _SQL_TOKENS is None:
-        import re
-
-        # string literals, quoted identifiers, comments
-        _SQL_TOKENS = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|/\*.*?(?:\*/|$)", re.S)
-        _VOLATILE_SQL = re.compile(
-            r"\b(?:now|today|rand|random\w*|\w*current_\w+|(?:transaction|statement)_timestamp|localtime\w*"
-            r"|\w*uuid\w*|setseed|\w*setting\w*|duckdb_\w+|pragma\w*|analy[sz]e|\w*secret\w*)\b"
-            r"|\b(?:read_\w+|\w+_scan|scan_\w+|glob|getenv|query|query_table|sniff_\w+|parquet_\w+)\s*\(",
-            re.IGNORECASE,
-        )
+    tokens, volatile = _sql_patterns()
     outside: list[str] = []
     last = 0
-    for m in _SQL_TOKENS.finditer(text):
+    for m in tokens.finditer(text):
         outside.append(text[last : m.start()])
         last = m.end()
         token = m.group(0)
@@ -216,7 +223,7 @@ def volatile_sql(text: str) -> bool:
         else:
             outside.append(" ")
     outside.append(text[last:])
-    return _VOLATILE_SQL.search("".join(outside)) is not None
+    return volatile.search("".join(outside)) is not None
 
 
 def _package_files() -> list[str]:
@@ -262,11 +269,16 @@ class Plan:
         self.path = os.path.join(self.cache_dir, key + ".bin")
 
 
-def plan(argv: list[str], environ: dict[str, str] | os._Environ[str] | None = None) -> Plan | None:
-    """The cache plan for ``argv`` (``sys.argv``: program name first), or None when not cacheable."""
+def plan(
+    argv: list[str],
+    environ: dict[str, str] | os._Environ[str] | None = None,
+    commands: frozenset[str] = COMMANDS,
+) -> Plan | None:
+    """The cache plan for ``argv`` (``sys.argv``: program name first), or None when not cacheable.
+    ``commands``: the commands that may be (the usage ledger keys its answers the same way)."""
     env = os.environ if environ is None else environ
     args = argv[1:]
-    if not args or args[0] not in COMMANDS or not enabled(env):
+    if not args or args[0] not in commands or not enabled(env):
         return None
     try:
         if os.isatty(1):  # a person at a terminal: not worth the risk (progress bars, widths)

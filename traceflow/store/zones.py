@@ -90,10 +90,12 @@ def default_zone() -> str:
     return resolve(config.get("tz"), "TRACEFLOW_TZ")
 
 
-def personal_zone() -> str:
-    """The zone of a personal view (``daily``, ``weekly``, ``monthly``, ``session``, ``blocks``) that
-    names none: the ``tz`` setting when set (a server lake may pin UTC there), else this machine's
-    zone, as ccusage and every personal CLI use (``docs/zones.md``)."""
+def personal_zone(tz: str | None = None) -> str:
+    """The zone of a personal view (``daily``, ``weekly``, ``monthly``, ``session``, ``blocks``):
+    ``tz`` (its ``--timezone``) when given; else the ``tz`` setting when set (a server lake may pin
+    UTC there), else this machine's zone, as ccusage and every personal CLI use (``docs/zones.md``)."""
+    if tz:
+        return resolve(tz, "--timezone")
     setting = config.get("tz")
     return resolve(setting, "TRACEFLOW_TZ") if setting else local_zone()
 

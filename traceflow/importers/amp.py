@@ -1,0 +1,171 @@
+"""Amp (Sourcegraph) thread files: ``$AMP_DATA_DIR/threads/T-<id>.json`` (sources and versions in
+tests/data/SOURCES.md).
+
+A thread file is one JSON object ``{id, created, title?, messages: [...], usageLedger?: {events:
+[...]}}``, rewritten as the thread grows (so the importer is ``whole_file``). Two shapes carry usage:
+
+* **Messages** (current): each assistant message's ``usage`` = ``{model, inputTokens, outputTokens,
+  cacheCreationInputTokens, cacheReadInputTokens, totalInputTokens?, timestamp}``, Anthropic's split
+  (``inputTokens`` is the cold input). One request row per assistant message with tokens.
+* **Usage ledger** (older threads): ``usageLedger.events[]`` = ``{id, timestamp, model, credits,
+  tokens: {input, output, total?}, fromMessageId, toMessageId}``, one per request; the cache read and
+  write are on the assistant message the event's ``toMessageId`` names (``messages[].messageId``). When
+  a thread has a ledger, its events are the requests (as ccusage reads it); an event whose message has
+  no usage leaves read and write unknown (NULL).
+
+``ended_at`` is the usage's (or event's) ``timestamp``; the thread id is the session. Amp records no
+reasoning split (NULL) and no 5m/1h split (NULL). ``credits`` goes to ``attributes.credits``. A usage
+without a model or a timestamp, or with no token at all, gives no row (ccusage skips it too).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+import orjson
+
+from traceflow import config
+from traceflow.importers.base import FileContext
+from traceflow.importers.compressed import with_compressed
+from traceflow.rows import LineError, Parsed, Row, Tokens, as_int, iso_micros, stable_id
+
+SOURCE = "amp-json"
+AGENT = "amp"
+
+
+def data_dir() -> Path:
+    """Amp's data folder: ``$AMP_DATA_DIR``, else ``$XDG_DATA_HOME/amp``, else ``~/.local/share/amp``."""
+    explicit = config.get("amp_data_dir")
+    if explicit:
+        return Path(explicit).expanduser()
+    return config.xdg_data_home() / "amp"
+
+
+def _n(obj: Any, key: str) -> int | None:
+    if not isinstance(obj, dict):
+        return None
+    try:
+        value = as_int(obj.get(key))
+    except (TypeError, ValueError):
+        return None
+    return None if value is None else max(0, value)
+
+
+def _text(value: Any) -> str | None:
+    return value.strip() if isinstance(value, str) and value.strip() else None
+
+
+def _micros(value: Any) -> int | None:
+    try:
+        return iso_micros(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
+class AmpImporter:
+    """Rows from Amp thread files (whole file each time: a thread is rewritten as it grows)."""
+
+    name: ClassVar[str] = "amp"
+    whole_file: ClassVar[bool] = True
+
+    def default_paths(self) -> list[Path]:
+        threads = data_dir() / "threads"
+        return [threads] if threads.is_dir() else []
+
+    def discover(self, root: Path) -> list[Path]:
+        if root.is_file():
+            return [root]
+        if not root.is_dir():
+            return []
+        names = with_compressed((".json",))
+        return sorted(p for p in root.rglob("*.json*") if p.name.endswith(names) and p.is_file())
+
+    def parse(self, data: bytes, ctx: FileContext) -> Parsed:
+        out = Parsed()
+        path = str(ctx.path)
+        try:
+            thread = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            out.errors.append(LineError(path, ctx.first_line, f"invalid JSON: {exc}"))
+            return out
+        tid = _text(thread.get("id")) if isinstance(thread, dict) else None
+        if not isinstance(thread, dict) or tid is None:
+            out.errors.append(LineError(path, ctx.first_line, "not an Amp thread (no id)"))
+            return out
+        messages = [m for m in thread.get("messages") or [] if isinstance(m, dict)]
+        ledger = thread.get("usageLedger")
+        events = ledger.get("events") if isinstance(ledger, dict) else None
+        if isinstance(events, list):
+            self._ledger(tid, [e for e in events if isinstance(e, dict)], messages, out)
+        else:
+            self._messages(tid, messages, out)
+        return out
+
+    @staticmethod
+    def _row(
+        tid: str, key: str, seq: int, model: str, ended: int, tokens: Tokens, attrs: dict[str, Any]
+    ) -> Row:
+        return {
+            "event_id": stable_id("amp-usage", tid, key),
+            "source": SOURCE,
+            "agent": AGENT,
+            "agent_version": None,
+            "session_id": tid,
+            "parent_session_id": None,
+            "ended_at": ended,
+            "model": model,
+            **tokens.columns(),
+            "reasoning_tokens": None,
+            "seq": seq,
+            "attributes": attrs,
+        }
+
+    def _messages(self, tid: str, messages: list[dict[str, Any]], out: Parsed) -> None:
+        for i, msg in enumerate(messages, start=1):
+            usage = msg.get("usage")
+            if msg.get("role") != "assistant" or not isinstance(usage, dict):
+                continue
+            model = _text(usage.get("model")) or _text(msg.get("model"))
+            ended = _micros(usage.get("timestamp")) or _micros(msg.get("timestamp"))
+            tokens = Tokens(
+                _n(usage, "inputTokens") or 0,
+                _n(usage, "cacheReadInputTokens") or 0,
+                _n(usage, "cacheCreationInputTokens") or 0,
+                _n(usage, "outputTokens") or 0,
+            )
+            if model is None or ended is None or not any(tokens):
+                continue
+            mid = msg.get("messageId")
+            attrs: dict[str, Any] = {"message_id": mid} if mid is not None else {}
+            if isinstance(usage.get("credits"), (int, float)):
+                attrs["credits"] = usage["credits"]
+            key = f"message:{mid}" if mid is not None else f"index:{i}"
+            out.requests.append(self._row(tid, key, i, model, ended, tokens, attrs))
+
+    def _ledger(
+        self, tid: str, events: list[dict[str, Any]], messages: list[dict[str, Any]], out: Parsed
+    ) -> None:
+        cache: dict[int, tuple[int | None, int | None]] = {}
+        for msg in messages:
+            mid = msg.get("messageId")
+            if msg.get("role") == "assistant" and isinstance(mid, int) and not isinstance(mid, bool):
+                usage = msg.get("usage")
+                cache[mid] = (_n(usage, "cacheReadInputTokens"), _n(usage, "cacheCreationInputTokens"))
+        for i, event in enumerate(events, start=1):
+            model, ended = _text(event.get("model")), _micros(event.get("timestamp"))
+            tokens_obj = event.get("tokens")
+            to = event.get("toMessageId")
+            read, write = cache.get(to, (None, None)) if isinstance(to, int) else (None, None)
+            tokens = Tokens(_n(tokens_obj, "input") or 0, read, write, _n(tokens_obj, "output") or 0)
+            if model is None or ended is None or not any(tokens):
+                continue
+            attrs: dict[str, Any] = {"ledger_event": str(event.get("id"))}
+            if isinstance(to, int):
+                attrs["message_id"] = to
+            if isinstance(event.get("credits"), (int, float)):
+                attrs["credits"] = event["credits"]
+            out.requests.append(self._row(tid, f"event:{event.get('id', i)}", i, model, ended, tokens, attrs))
+
+
+IMPORTER = AmpImporter()

@@ -1,0 +1,127 @@
+"""Codebuff chat files: ``$CODEBUFF_DATA_DIR/projects/<project>/chats/<chatId>/chat-messages.json``
+(sources and versions in tests/data/SOURCES.md).
+
+Codebuff (CodebuffAI/codebuff, whose data folder keeps its first name, ``~/.config/manicode``; the
+development channel ``manicode-dev``) writes each chat as one JSON array of messages, rewritten as it
+grows (so the importer is ``whole_file``). An assistant message carries ``metadata.model`` and
+``metadata.usage`` = ``{inputTokens, outputTokens, cacheCreationInputTokens, cacheReadInputTokens}``
+(Anthropic's split: ``inputTokens`` is the cold input), its ``timestamp`` and the ``credits`` it cost.
+One request row per such message with tokens; the session is ``<channel>/<project>/<chatId>`` (the
+data folder's name, the project folder, the chat folder), as ccusage names it. No reasoning split
+(NULL); ``credits`` goes to ``attributes.credits``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+import orjson
+
+from traceflow import config
+from traceflow.importers.base import FileContext
+from traceflow.importers.compressed import with_compressed
+from traceflow.rows import LineError, Parsed, Tokens, as_int, iso_micros, stable_id
+
+SOURCE = "codebuff-json"
+AGENT = "codebuff"
+
+
+def data_dirs() -> list[Path]:
+    """Codebuff's data folders: ``$CODEBUFF_DATA_DIR``, else ``~/.config/manicode`` and
+    ``~/.config/manicode-dev``."""
+    explicit = config.get("codebuff_data_dir")
+    if explicit:
+        return [Path(explicit).expanduser()]
+    base = Path.home() / ".config"
+    return [base / "manicode", base / "manicode-dev"]
+
+
+def _n(usage: dict[str, Any], key: str) -> int:
+    try:
+        value = as_int(usage.get(key))
+    except (TypeError, ValueError):
+        value = None
+    return max(0, value or 0)
+
+
+class CodebuffImporter:
+    """Rows from Codebuff chat files (whole file each time: a chat is rewritten as it grows)."""
+
+    name: ClassVar[str] = "codebuff"
+    whole_file: ClassVar[bool] = True
+
+    def default_paths(self) -> list[Path]:
+        return [d for d in data_dirs() if (d / "projects").is_dir()]
+
+    def discover(self, root: Path) -> list[Path]:
+        if root.is_file():
+            return [root]
+        if not root.is_dir():
+            return []
+        names = with_compressed(("chat-messages.json",))
+        return sorted(p for p in root.rglob("chat-messages.json*") if p.name.endswith(names) and p.is_file())
+
+    def parse(self, data: bytes, ctx: FileContext) -> Parsed:
+        out = Parsed()
+        path = str(ctx.path)
+        try:
+            messages = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            out.errors.append(LineError(path, ctx.first_line, f"invalid JSON: {exc}"))
+            return out
+        if not isinstance(messages, list):
+            out.errors.append(
+                LineError(path, ctx.first_line, "not a Codebuff chat (a JSON array of messages)")
+            )
+            return out
+        chat = ctx.plain.parent
+        session = f"{chat.parent.parent.parent.parent.name}/{chat.parent.parent.name}/{chat.name}"
+        for i, msg in enumerate(messages, start=1):
+            if not isinstance(msg, dict) or msg.get("role") != "assistant":
+                continue
+            meta = msg.get("metadata")
+            usage = meta.get("usage") if isinstance(meta, dict) else None
+            model = meta.get("model") if isinstance(meta, dict) else None
+            if not isinstance(usage, dict) or not isinstance(model, str) or not model:
+                continue
+            tokens = Tokens(
+                _n(usage, "inputTokens"),
+                _n(usage, "cacheReadInputTokens"),
+                _n(usage, "cacheCreationInputTokens"),
+                _n(usage, "outputTokens"),
+            )
+            ts = msg.get("timestamp")
+            try:
+                ended = iso_micros(ts) if isinstance(ts, str) else None
+            except ValueError:
+                ended = None
+            if ended is None:
+                out.errors.append(LineError(path, ctx.first_line, f"message {i} without a valid timestamp"))
+                continue
+            if not any(tokens):
+                continue
+            mid = msg.get("id") if isinstance(msg.get("id"), str) else f"#{i}"
+            attrs: dict[str, Any] = {"message_id": mid}
+            if isinstance(msg.get("credits"), (int, float)):
+                attrs["credits"] = msg["credits"]
+            out.requests.append(
+                {
+                    "event_id": stable_id("codebuff-message", session, mid),
+                    "source": SOURCE,
+                    "agent": AGENT,
+                    "agent_version": None,
+                    "session_id": session,
+                    "parent_session_id": None,
+                    "ended_at": ended,
+                    "model": model,
+                    **tokens.columns(),
+                    "reasoning_tokens": None,
+                    "seq": i,
+                    "attributes": attrs,
+                }
+            )
+        return out
+
+
+IMPORTER = CodebuffImporter()

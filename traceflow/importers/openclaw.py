@@ -1,0 +1,131 @@
+"""OpenClaw session transcripts: ``$OPENCLAW_DIR/agents/<agentId>/sessions/<sessionId>.jsonl``, else
+under ``~/.openclaw`` (sources and versions in tests/data/SOURCES.md).
+
+OpenClaw runs pi's agent core (:mod:`traceflow.importers.pi`), and its transcripts are pi's entries:
+an assistant ``message`` entry's ``message.usage`` = ``{input, output, cacheRead, cacheWrite,
+totalTokens, cost: {total}}``, exclusive counts. The model is the message's ``model`` (or
+``modelId``), else the one the last ``model_change`` entry (or ``custom`` ``model-snapshot``) set.
+The time is ``message.timestamp`` (epoch ms or ISO), else the entry's ``timestamp``. The session id
+is the file name before ``.jsonl``: a transcript OpenClaw reset or deleted keeps its rows
+(``<id>.jsonl.reset.<time>``, ``<id>.jsonl.deleted.<time>``, read as ccusage reads them). The
+importer reads only the new lines of a growing transcript and carries the current model in
+``ctx.state``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+from traceflow import config
+from traceflow.importers.base import FileContext, json_records
+from traceflow.rows import LineError, Parsed, Tokens, as_int, iso_micros, stable_id
+
+SOURCE = "openclaw-jsonl"
+AGENT = "openclaw"
+
+
+def data_dir() -> Path:
+    """OpenClaw's folder: ``$OPENCLAW_DIR``, else ``~/.openclaw``."""
+    return Path(config.get("openclaw_dir") or Path.home() / ".openclaw").expanduser()
+
+
+def _n(usage: dict[str, Any], key: str) -> int:
+    try:
+        value = as_int(usage.get(key))
+    except (TypeError, ValueError):
+        value = None
+    return max(0, value or 0)
+
+
+def _time(value: Any) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value * 1000 if value > 0 else None
+    try:
+        return iso_micros(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
+def _text(value: Any) -> str | None:
+    return value.strip() if isinstance(value, str) and value.strip() else None
+
+
+class OpenClawImporter:
+    """Rows from OpenClaw transcripts (incremental: ``parse`` gets only the new lines)."""
+
+    name: ClassVar[str] = "openclaw"
+    whole_file: ClassVar[bool] = False
+
+    def default_paths(self) -> list[Path]:
+        agents = data_dir() / "agents"
+        return [agents] if agents.is_dir() else []
+
+    def discover(self, root: Path) -> list[Path]:
+        if root.is_file():
+            return [root]
+        if not root.is_dir():
+            return []
+        found = root.rglob("*.jsonl*")
+        return sorted(p for p in found if p.is_file() and p.parent.name == "sessions" and ".jsonl" in p.name)
+
+    def parse(self, data: bytes, ctx: FileContext) -> Parsed:
+        out = Parsed()
+        st = ctx.state
+        name = ctx.path.name
+        session = name[: name.index(".jsonl")] or name
+        agent_id = ctx.path.parent.parent.name
+        for line_no, _, rec in json_records(data, ctx, out.errors, "invalid JSON: {}"):
+            if not isinstance(rec, dict):
+                out.errors.append(LineError(str(ctx.path), line_no, "entry is not a JSON object"))
+                continue
+            kind = rec.get("type")
+            if kind == "model_change" or (kind == "custom" and rec.get("customType") == "model-snapshot"):
+                inner = rec.get("data")
+                src = inner if isinstance(inner, dict) else rec
+                model = _text(src.get("modelId")) or _text(src.get("model"))
+                if model:
+                    st["model"] = model
+                continue
+            msg = rec.get("message")
+            if kind != "message" or not isinstance(msg, dict) or msg.get("role") != "assistant":
+                continue
+            usage = msg.get("usage")
+            if not isinstance(usage, dict):
+                continue
+            tokens = Tokens(
+                _n(usage, "input"), _n(usage, "cacheRead"), _n(usage, "cacheWrite"), _n(usage, "output")
+            )
+            if not any(tokens):
+                continue
+            ended = _time(msg.get("timestamp")) or _time(rec.get("timestamp"))
+            if ended is None:
+                out.errors.append(LineError(str(ctx.path), line_no, "assistant message without a time"))
+                continue
+            cost = usage.get("cost")
+            total = cost.get("total") if isinstance(cost, dict) else None
+            attrs: dict[str, Any] = {"openclaw_agent": agent_id}
+            if isinstance(msg.get("provider"), str):
+                attrs["provider"] = msg["provider"]
+            eid = rec.get("id") if isinstance(rec.get("id"), str) else f"{ended}:{tuple(tokens)}"
+            out.requests.append(
+                {
+                    "event_id": stable_id("openclaw-entry", session, eid),
+                    "source": SOURCE,
+                    "agent": AGENT,
+                    "agent_version": None,
+                    "session_id": session,
+                    "parent_session_id": None,
+                    "ended_at": ended,
+                    "model": _text(msg.get("modelId")) or _text(msg.get("model")) or st.get("model"),
+                    **tokens.columns(),
+                    "reasoning_tokens": None,
+                    "cost_usd": float(total) if isinstance(total, (int, float)) else None,
+                    "seq": line_no,
+                    "attributes": attrs,
+                }
+            )
+        return out
+
+
+IMPORTER = OpenClawImporter()

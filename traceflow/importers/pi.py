@@ -1,0 +1,120 @@
+"""pi (badlogic/pi-mono's coding agent) session files: ``$PI_AGENT_DIR/<project>/<time>_<sessionId>.jsonl``,
+else ``~/.pi/agent/sessions`` and oh-my-pi's ``~/.omp/agent/sessions`` (sources and versions in
+tests/data/SOURCES.md).
+
+Each line is an entry ``{type, id, parentId, timestamp, ...}``, appended as the session runs (the
+importer reads only the new lines). A ``type: "message"`` entry whose ``message.role`` is
+``assistant`` and that has ``message.usage`` = ``{input, output, cacheRead, cacheWrite, totalTokens,
+cost: {total, ...}}`` is one request. pi-ai normalises every provider's usage to exclusive counts
+(``input`` is the cold input), so they are stored as recorded; no reasoning split (NULL);
+``cost.total`` is pi's own figure (``cost_usd``). The session id is the file name after its first
+``_`` (as ccusage reads it), the project the folder under ``sessions``; ``ended_at`` is the entry's
+``timestamp``; the model is ``message.model`` as recorded (ccusage labels it ``[pi] <model>``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+from traceflow import config
+from traceflow.importers.base import FileContext, json_records
+from traceflow.importers.compressed import with_compressed
+from traceflow.rows import LineError, Parsed, Tokens, as_int, iso_micros, stable_id
+
+SOURCE = "pi-jsonl"
+AGENT = "pi"
+
+
+def session_dirs() -> list[Path]:
+    """pi's session folders: ``$PI_AGENT_DIR``, else ``~/.pi/agent/sessions`` and
+    ``~/.omp/agent/sessions``."""
+    explicit = config.get("pi_agent_dir")
+    if explicit:
+        return [Path(explicit).expanduser()]
+    return [Path.home() / ".pi" / "agent" / "sessions", Path.home() / ".omp" / "agent" / "sessions"]
+
+
+def _n(usage: dict[str, Any], key: str) -> int:
+    try:
+        value = as_int(usage.get(key))
+    except (TypeError, ValueError):
+        value = None
+    return max(0, value or 0)
+
+
+class PiImporter:
+    """Rows from pi session files (incremental: ``parse`` gets only the new lines)."""
+
+    name: ClassVar[str] = "pi"
+    whole_file: ClassVar[bool] = False
+
+    def default_paths(self) -> list[Path]:
+        return [d for d in session_dirs() if d.is_dir()]
+
+    def discover(self, root: Path) -> list[Path]:
+        if root.is_file():
+            return [root]
+        if not root.is_dir():
+            return []
+        names = with_compressed((".jsonl",))
+        return sorted(p for p in root.rglob("*.jsonl*") if p.name.endswith(names) and p.is_file())
+
+    def parse(self, data: bytes, ctx: FileContext) -> Parsed:
+        out = Parsed()
+        stem = ctx.plain.stem
+        session = stem.split("_", 1)[1] if "_" in stem else stem
+        project = ctx.plain.parent.name
+        for line_no, _, rec in json_records(data, ctx, out.errors, "invalid JSON: {}"):
+            if not isinstance(rec, dict):
+                out.errors.append(LineError(str(ctx.path), line_no, "entry is not a JSON object"))
+                continue
+            msg = rec.get("message")
+            if rec.get("type", "message") != "message" or not isinstance(msg, dict):
+                continue
+            usage = msg.get("usage")
+            if msg.get("role") != "assistant" or not isinstance(usage, dict):
+                continue
+            tokens = Tokens(
+                _n(usage, "input"), _n(usage, "cacheRead"), _n(usage, "cacheWrite"), _n(usage, "output")
+            )
+            if not any(tokens):
+                continue
+            ts = rec.get("timestamp")
+            try:
+                ended = iso_micros(ts) if isinstance(ts, str) else None
+            except ValueError:
+                ended = None
+            if ended is None:
+                out.errors.append(
+                    LineError(str(ctx.path), line_no, "assistant message without a valid timestamp")
+                )
+                continue
+            cost = usage.get("cost")
+            total = cost.get("total") if isinstance(cost, dict) else None
+            attrs: dict[str, Any] = {"project": project}
+            for key in ("provider", "api", "stopReason"):
+                if isinstance(msg.get(key), str):
+                    attrs[key] = msg[key]
+            eid = rec.get("id") if isinstance(rec.get("id"), str) else f"{ts}:{tuple(tokens)}"
+            out.requests.append(
+                {
+                    "event_id": stable_id("pi-entry", session, eid),
+                    "source": SOURCE,
+                    "agent": AGENT,
+                    "agent_version": None,
+                    "session_id": session,
+                    "parent_session_id": None,
+                    "ended_at": ended,
+                    "model": msg.get("model") if isinstance(msg.get("model"), str) else None,
+                    **tokens.columns(),
+                    "reasoning_tokens": None,
+                    "cost_usd": float(total) if isinstance(total, (int, float)) else None,
+                    "seq": line_no,
+                    "attributes": attrs,
+                }
+            )
+        return out
+
+
+IMPORTER = PiImporter()
