@@ -97,9 +97,10 @@ class _Export:
             await _abort(context, answer)
         return answer
 
-    async def answer(self, request: bytes) -> bytes | Outcome:
-        """The response to ``request``, or the outcome to abort the call with."""
-        _, outcome = await self.core.export(self.signal, PROTOBUF, request)
+    async def answer(self, request: bytes, team: str | None = None) -> bytes | Outcome:
+        """The response to ``request``, or the outcome to abort the call with (``team``: the
+        ``team.id`` its records get, :meth:`Ingest.export`)."""
+        _, outcome = await self.core.export(self.signal, PROTOBUF, request, protocol="grpc", team=team)
         if not outcome.ok:
             return outcome
         return ingest.export_response(self.signal, PROTOBUF, outcome.rejected, outcome.message)
@@ -158,19 +159,16 @@ class _Gate(aio.ServerInterceptor):
 
     async def intercept_service(self, continuation: Any, details: grpc.HandlerCallDetails) -> Any:
         core = self.core
-        token = None
-        for key, value in details.invocation_metadata or ():
-            if key == "authorization":
-                token = value
+        token = _authorization(details.invocation_metadata)
         signal = _SIGNAL_OF_METHOD.get(details.method)
         if not core.authorized(token):
-            core.counters.note(signal, ingest.unauthenticated())
+            core.counters.note(signal, ingest.unauthenticated(), protocol="grpc")
             return _REFUSE_UNAUTHENTICATED
         if signal is None:
             return await continuation(details)  # UNIMPLEMENTED, from grpc
         if core.admission.backlog_full():
             outcome = ingest.overload_outcome(core.admission)
-            core.counters.note(signal, outcome)
+            core.counters.note(signal, outcome, protocol="grpc")
             return grpc.stream_unary_rpc_method_handler(_refusal(outcome))
         return self._handlers[signal]
 
@@ -188,12 +186,17 @@ class _Gate(aio.ServerInterceptor):
                     f"more than {MAX_CALLS_PER_CONNECTION} calls in progress on this connection; retry later",
                     retry_after_s=BUSY_CONNECTION_RETRY_S,
                 )
-                self.core.counters.note(signal, busy)
+                self.core.counters.note(signal, busy, protocol="grpc")
                 answer: bytes | Outcome = busy
             else:
                 self.calls[peer] += 1
+                caller = self.core.caller(_authorization(context.invocation_metadata()))
                 try:
-                    answer = await self._receive(signal, servicer, request_iterator)
+                    if caller is None:  # the tokens file changed since the call was let in
+                        answer = ingest.unauthenticated()
+                        self.core.counters.note(signal, answer, protocol="grpc")
+                    else:
+                        answer = await self._receive(signal, servicer, request_iterator, caller.forced_team)
                 finally:
                     self.calls[peer] -= 1
                     if not self.calls[peer]:
@@ -206,7 +209,9 @@ class _Gate(aio.ServerInterceptor):
 
         return export
 
-    async def _receive(self, signal: Signal, servicer: _Export, request_iterator: Any) -> bytes | Outcome:
+    async def _receive(
+        self, signal: Signal, servicer: _Export, request_iterator: Any, team: str | None
+    ) -> bytes | Outcome:
         """Reserve room for the largest message, read it, answer it; never raises an abort."""
         core = self.core
         res = ingest.Reservation()
@@ -222,14 +227,23 @@ class _Gate(aio.ServerInterceptor):
                     refusal = Outcome(408, DEADLINE_EXCEEDED, "the message took too long to arrive")
             if refusal is not None or request is None:
                 refusal = refusal or ingest.bad_request("no request message")
-                core.counters.note(signal, refusal)
+                core.counters.note(signal, refusal, protocol="grpc")
                 return refusal
             core.admission.shrink(res, len(request))
-            return await servicer.answer(request)  # counted by Ingest.export
+            return await servicer.answer(request, team)  # counted by Ingest.export
         finally:
             if res.held >= TRIM_AFTER_BYTES:
                 allocator.trim()  # the message's pages back to the system before the next is admitted
             core.admission.release(res)
+
+
+def _authorization(metadata: Any) -> str | bytes | None:
+    """The ``authorization`` value of a call's metadata (None without one)."""
+    token = None
+    for key, value in metadata or ():
+        if key == "authorization":
+            token = value
+    return token
 
 
 async def _first(request_iterator: Any) -> bytes | None:

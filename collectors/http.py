@@ -27,7 +27,7 @@ import orjson
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
-from traceflow.collectors import ingest
+from traceflow.collectors import ingest, prometheus
 from traceflow.collectors.http_limits import LimitedHttpToolsProtocol, Limits
 from traceflow.collectors.inflate import ENCODINGS, BadBody, BodyTooLarge, Inflater
 from traceflow.collectors.ingest import JSON, Ingest, Outcome, Reservation
@@ -70,10 +70,16 @@ class OtlpApp:
             await _respond(send, 200, b"ok\n", b"text/plain")
             return
         if path == "/status" and method == "GET":
-            if not self.core.authorized(headers.get(b"authorization")):
+            if not self.core.may_read(headers.get(b"authorization")):
                 await _respond(send, 401, b"missing or wrong bearer token\n", b"text/plain")
                 return
             await _respond(send, 200, orjson.dumps(self.core.status()), b"application/json")
+            return
+        if path == "/metrics" and method == "GET":
+            if not self.core.may_read(headers.get(b"authorization")):
+                await _respond(send, 401, b"missing or wrong bearer token\n", b"text/plain")
+                return
+            await _respond(send, 200, self.core.metrics.exposition(), prometheus.CONTENT_TYPE.encode())
             return
         if path not in _PATHS:
             await _respond(send, 404, b"not found\n", b"text/plain", close=_must_close(headers))
@@ -101,8 +107,13 @@ class OtlpApp:
                 return
             if body is None:  # the client went away
                 return
+            caller = self.core.caller(headers.get(b"authorization"))
             try:
-                signal, outcome = await self.core.export(signal, encoding, body)
+                if caller is None:  # the tokens file changed while the body arrived
+                    outcome = ingest.unauthenticated()
+                    self.core.counters.note(signal, outcome)
+                else:
+                    signal, outcome = await self.core.export(signal, encoding, body, team=caller.forced_team)
             except Exception:
                 _logger.exception("unexpected error handling an OTLP/HTTP export")
                 outcome = Outcome(500, 13, "internal error; see the collector's log")

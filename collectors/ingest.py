@@ -13,12 +13,11 @@ Outcomes carry both an HTTP status and a gRPC code, so ``http.py`` and ``grpc.py
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from google.protobuf import json_format
@@ -30,10 +29,14 @@ from google.rpc.error_details_pb2 import RetryInfo
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceResponse
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
+from traceflow.collectors.prometheus import CollectorMetrics, Origins
 from traceflow.collectors.spool import SIGNALS, Signal, Wal, WalRecord
+from traceflow.collectors.tokens import Caller, Tokens
 from traceflow.errors import DecodeError
 from traceflow.otlp import decode as otlp
+from traceflow.otlp.attributes import family
 from traceflow.otlp.limits import span_times_problem, suspicious
 
 _logger = logging.getLogger(__name__)
@@ -173,6 +176,94 @@ def count_records(signal: Signal, msg: Message) -> int:
     return n
 
 
+#: the resource attribute that names a record's team (the ``team`` label of ``/metrics``)
+TEAM_ATTRIBUTE = "team.id"
+_GROUPS = {"logs": ("resource_logs", "scope_logs"), "traces": ("resource_spans", "scope_spans")}
+_RESOURCE_GROUPS = {"logs": "resource_logs", "traces": "resource_spans", "metrics": "resource_metrics"}
+
+
+def _resource_text(resource: Any, key: str) -> str | None:
+    for kv in resource.attributes:
+        if kv.key == key and kv.value.WhichOneof("value") == "string_value":
+            return str(kv.value.string_value)
+    return None
+
+
+#: where the ``team.id`` a client claimed is kept when its token's team replaces it
+CLAIMED_TEAM_ATTRIBUTE = "team.id.claimed"
+
+
+def force_team(signal: Signal, msg: Message, team: str) -> bool:
+    """Give every resource of ``msg`` the ``team.id`` ``team`` (in place); a different claim is kept
+    as ``team.id.claimed`` (one the client sent itself is dropped). True when something changed."""
+    changed = False
+    for rg in getattr(msg, _RESOURCE_GROUPS[signal]):
+        attrs = rg.resource.attributes
+        claims = [kv for kv in attrs if kv.key == TEAM_ATTRIBUTE]
+        if (
+            len(claims) == 1
+            and claims[0].value.WhichOneof("value") == "string_value"
+            and claims[0].value.string_value == team
+            and not any(kv.key == CLAIMED_TEAM_ATTRIBUTE for kv in attrs)
+        ):
+            continue
+        kept = [_copy(kv) for kv in attrs if kv.key not in (TEAM_ATTRIBUTE, CLAIMED_TEAM_ATTRIBUTE)]
+        claim = _copy(claims[0]) if claims else None
+        del attrs[:]
+        attrs.extend(kept)
+        if claim is not None and claim.value != _string_value(team):
+            claim.key = CLAIMED_TEAM_ATTRIBUTE
+            attrs.append(claim)
+        own = attrs.add()
+        own.key = TEAM_ATTRIBUTE
+        own.value.string_value = team
+        changed = True
+    return changed
+
+
+def _copy(kv: Any) -> Any:
+    out = type(kv)()
+    out.CopyFrom(kv)
+    return out
+
+
+def _string_value(text: str) -> Any:
+    return AnyValue(string_value=text)
+
+
+def record_origins(signal: Signal, msg: Message) -> Origins:
+    """The records of a decoded request by (agent family, ``team.id`` of their resource)."""
+    m: Any = msg
+    out: Origins = Origins()
+    if signal == "metrics":
+        for rm in m.resource_metrics:
+            service, team = (
+                _resource_text(rm.resource, "service.name"),
+                _resource_text(rm.resource, TEAM_ATTRIBUTE),
+            )
+            for sm in rm.scope_metrics:
+                n = 0
+                for metric in sm.metrics:
+                    kind = metric.WhichOneof("data")
+                    if kind is not None:
+                        n += len(getattr(metric, kind).data_points)
+                if n:
+                    out[family(service, sm.scope.name), team] += n
+        return out
+    groups, scopes = _GROUPS[signal]
+    field_name = "log_records" if signal == "logs" else "spans"
+    for rg in getattr(m, groups):
+        service, team = (
+            _resource_text(rg.resource, "service.name"),
+            _resource_text(rg.resource, TEAM_ATTRIBUTE),
+        )
+        for sg in getattr(rg, scopes):
+            n = len(getattr(sg, field_name))
+            if n:
+                out[family(service, sg.scope.name), team] += n
+    return out
+
+
 def _bad_span(span: Any) -> str | None:
     if len(span.trace_id) != 16:
         return f"trace_id must be 16 bytes, got {len(span.trace_id)}"
@@ -267,13 +358,26 @@ def screen_records(signal: Signal, msg: Message) -> tuple[int, list[str]]:
     return len(reasons), reasons
 
 
-def _check(signal: Signal, encoding: str, body: bytes) -> Outcome | tuple[bytes, str, int, int, str]:
-    """Decode and check one payload: an error outcome, or (body to log, its encoding, records,
-    rejected, message)."""
+class Checked(NamedTuple):
+    """A payload decoded and checked by :func:`_check`, ready for the write-ahead log."""
+
+    body: bytes
+    encoding: str
+    records: int
+    rejected: int  # records removed (OTLP partial_success), ``unstorable`` included
+    message: str
+    unstorable: int  # of ``rejected``: records the lake could not store (the mapping refused them)
+    origins: Origins  # the records kept, by agent family and team
+
+
+def _check(signal: Signal, encoding: str, body: bytes, team: str | None = None) -> Outcome | Checked:
+    """Decode and check one payload: an error outcome, or what to log (with ``team`` as every
+    resource's ``team.id``: :func:`force_team`)."""
     try:
         msg = otlp.parse_body(signal, body, encoding)
         records = count_records(signal, msg)
         rejected, message = check_records(signal, msg) if records and signal != "logs" else (0, "")
+        unstorable = 0
         if records > rejected and signal != "metrics":
             # what the sealer could not store is refused now, in partial_success
             # (docs/collector.md#traceflow-serve): a
@@ -289,6 +393,7 @@ def _check(signal: Signal, encoding: str, body: bytes) -> Outcome | tuple[bytes,
                 n, reasons = screen_records(signal, msg)
                 if n:
                     rejected += n
+                    unstorable = n
                     more = f" (and {len(reasons) - 3} more)" if len(reasons) > 3 else ""
                     why = f"{n} {RECORD_NOUN[signal]} the lake cannot store: " + "; ".join(reasons[:3])
                     message = f"{message}; {why}{more}" if message else why + more
@@ -299,13 +404,19 @@ def _check(signal: Signal, encoding: str, body: bytes) -> Outcome | tuple[bytes,
     except (RecursionError, ValueError, TypeError, KeyError, IndexError, OverflowError) as e:
         # A hostile payload must never reach past this point, whatever the decoder throws.
         return bad_request(f"cannot decode the {signal} payload: {type(e).__name__}: {e}")
-    if rejected and records > rejected:  # log only what was accepted: re-encode without the bad records
+    # log only what was accepted (re-encoded without the bad records), with the token's team
+    reencode = bool(rejected) and records > rejected
+    if team is not None and records > rejected and force_team(signal, msg, team):
+        reencode = True
+    if reencode:
+        was_protobuf = encoding == PROTOBUF  # then it re-parses: no record or attribute got deeper
         body, encoding = msg.SerializeToString(), PROTOBUF
         try:
-            type(msg).FromString(body)  # JSON can nest deeper than protobuf's parse limit
+            if not was_protobuf:
+                type(msg).FromString(body)  # JSON can nest deeper than protobuf's parse limit
         except PbDecodeError:
             return bad_request(f"the {signal} payload is nested too deeply to store")
-    return body, encoding, records, rejected, message
+    return Checked(body, encoding, records, rejected, message, unstorable, record_origins(signal, msg))
 
 
 # -- admission control -------------------------------------------------------------------------------
@@ -395,11 +506,32 @@ class SignalCounts:
 class Counters:
     by_signal: dict[str, SignalCounts] = field(default_factory=lambda: {s: SignalCounts() for s in SIGNALS})
     unknown: SignalCounts = field(default_factory=SignalCounts)  # before the signal was known
+    #: the same counts for ``GET /metrics``, in this collector's own registry
+    metrics: CollectorMetrics = field(default_factory=CollectorMetrics)
 
     def of(self, signal: str | None) -> SignalCounts:
         return self.by_signal.get(signal or "", self.unknown)
 
-    def note(self, signal: str | None, outcome: Outcome, records: int = 0) -> None:
+    def note(
+        self,
+        signal: str | None,
+        outcome: Outcome,
+        records: int = 0,
+        *,
+        protocol: str = "http",
+        checked: Checked | None = None,
+    ) -> None:
+        """Count one answered export request (``checked``: its payload, once decoded)."""
+        self.metrics.note(
+            signal,
+            protocol,
+            outcome.http_status,
+            outcome.code,
+            origins=checked.origins if checked is not None and outcome.ok else None,
+            rejected=outcome.rejected if outcome.ok else 0,
+            unstorable=checked.unstorable if checked is not None and outcome.ok else 0,
+            unlogged=checked.records - checked.rejected if checked is not None and not outcome.ok else 0,
+        )
         c = self.of(signal)
         c.requests += 1
         if outcome.ok:
@@ -436,30 +568,48 @@ class LakeHealth:
 class Ingest:
     """Everything both transports share: auth, admission, decode + check, WAL append, counters."""
 
-    def __init__(self, wal: Wal, admission: Admission, *, keep_content: bool, token: str | None) -> None:
+    def __init__(
+        self,
+        wal: Wal,
+        admission: Admission,
+        *,
+        keep_content: bool,
+        token: str | None,
+        tokens: Tokens | None = None,
+    ) -> None:
         self.wal = wal
         self.admission = admission
         self.keep_content = keep_content
-        self._expected = f"Bearer {token}".encode() if token else None
-        self.counters = Counters()
+        self.tokens = tokens if tokens is not None else Tokens(token)
+        self.counters = Counters(metrics=CollectorMetrics(lambda: float(admission.backlog)))
+        self.metrics = self.counters.metrics
         self.lake = LakeHealth()
         self._decoding = asyncio.Semaphore(1)  # large bodies are decoded one at a time
 
+    def caller(self, authorization: str | bytes | None) -> Caller | None:
+        """Who an ``Authorization`` header / metadata value names (None: nobody we know)."""
+        return self.tokens.caller(authorization)
+
     def authorized(self, authorization: str | bytes | None) -> bool:
-        """Constant-time check of an ``Authorization`` header / metadata value."""
-        if self._expected is None:
-            return True
-        if authorization is None:
-            return False
-        got = authorization.encode("latin-1", "replace") if isinstance(authorization, str) else authorization
-        if got[:7].lower() == b"bearer ":
-            got = b"Bearer " + got[7:].strip()
-        return hmac.compare_digest(got, self._expected)
+        """Whether an ``Authorization`` header / metadata value may write."""
+        return self.caller(authorization) is not None
+
+    def may_read(self, authorization: str | bytes | None) -> bool:
+        """Whether it may read ``/status`` and ``/metrics``: the shared token or an administrator."""
+        caller = self.caller(authorization)
+        return caller is not None and caller.admin
 
     async def export(
-        self, signal: Signal | None, encoding: str, body: bytes
+        self,
+        signal: Signal | None,
+        encoding: str,
+        body: bytes,
+        *,
+        protocol: str = "http",
+        team: str | None = None,
     ) -> tuple[Signal | None, Outcome]:
-        """Decode, check and durably log one export request; ``signal`` None means sniff it."""
+        """Decode, check and durably log one export request; ``signal`` None means sniff it.
+        ``team``: the ``team.id`` every record gets (its token's team), the claim kept beside it."""
         if signal is None:
             if not body:
                 return None, accepted()  # an empty envelope of an unknown signal: nothing to store
@@ -472,32 +622,35 @@ class Ingest:
                     "cannot tell which signal this payload holds; "
                     "POST it to /v1/logs, /v1/metrics or /v1/traces"
                 )
-                self.counters.note(None, outcome)
+                self.counters.note(None, outcome, protocol=protocol)
                 return None, outcome
-        outcome, records = await self._export(signal, encoding, body)
-        self.counters.note(signal, outcome, records)
+        outcome, records, checked = await self._export(signal, encoding, body, team)
+        self.counters.note(signal, outcome, records, protocol=protocol, checked=checked)
         return signal, outcome
 
-    async def _export(self, signal: Signal, encoding: str, body: bytes) -> tuple[Outcome, int]:
+    async def _export(
+        self, signal: Signal, encoding: str, body: bytes, team: str | None = None
+    ) -> tuple[Outcome, int, Checked | None]:
         if len(body) > INLINE_DECODE_BYTES:
             # A big body (JSON above all) takes a while to decode: do it off the event loop, which
             # then keeps serving other clients between the decoder's GIL slices. One at a time: a
             # decoded message takes about four times its size (settings.memory_bound_bytes).
             async with self._decoding:
-                checked = await asyncio.to_thread(_check, signal, encoding, body)
+                checked = await asyncio.to_thread(_check, signal, encoding, body, team)
         else:
-            checked = _check(signal, encoding, body)
+            checked = _check(signal, encoding, body, team)
         if isinstance(checked, Outcome):
-            return checked, 0
-        body, encoding, records, rejected, message = checked
+            return checked, 0, None
+        body, encoding, records, rejected, message = checked[:5]
         if records - rejected <= 0:
-            return accepted(rejected, message), 0
+            return accepted(rejected, message), 0, checked
         rec = WalRecord(signal, encoding, body, self.keep_content, time.time_ns())
         try:
             await self.wal.append(rec)
         except (OSError, RuntimeError) as e:
-            return overloaded(f"cannot store the payload right now ({e}); retry later", retry_after_s=5), 0
-        return accepted(rejected, message), records - rejected
+            outcome = overloaded(f"cannot store the payload right now ({e}); retry later", retry_after_s=5)
+            return outcome, 0, checked
+        return accepted(rejected, message), records - rejected, checked
 
     def summary(self) -> str:
         """One line: acknowledged and rejected records per signal."""

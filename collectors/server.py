@@ -30,6 +30,7 @@ from typing import Any
 
 import grpc
 import orjson
+import prometheus_client
 import uvloop
 
 from traceflow import config
@@ -37,6 +38,8 @@ from traceflow.collectors import allocator, spool
 from traceflow.collectors import grpc as otlp_grpc
 from traceflow.collectors import http as otlp_http
 from traceflow.collectors.ingest import Admission, Ingest, LakeHealth, poll_backlog
+from traceflow.collectors.prometheus import CollectorMetrics
+from traceflow.collectors.tokens import RELOAD_INTERVAL_S, TokenFileError, Tokens, token_problem
 from traceflow.collectors.settings import (
     DEFAULT_GRPC_PORT,
     DEFAULT_HOST,
@@ -44,6 +47,7 @@ from traceflow.collectors.settings import (
     DEFAULT_MAX_BACKLOG_BYTES,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_INFLIGHT_BYTES,
+    DEFAULT_METRICS_HOST,
     DEFAULT_ROLL_INTERVAL_S,
     DEFAULT_SUMMARY_INTERVAL_S,
     MIN_TOKEN_CHARS,
@@ -71,17 +75,6 @@ def is_loopback(host: str) -> bool:
     return bool(infos) and all(ipaddress.ip_address(str(i[4][0]).split("%")[0]).is_loopback for i in infos)
 
 
-def token_problem(token: str) -> str | None:
-    """Why ``token`` is too weak to guard the collector (None when it is not)."""
-    if not token.strip() or any(c.isspace() for c in token):
-        return "contains whitespace" if token.strip() else "is only whitespace"
-    if len(token) < MIN_TOKEN_CHARS:
-        return f"has {len(token)} characters; give at least {MIN_TOKEN_CHARS}"
-    if not all(33 <= ord(c) <= 126 for c in token):
-        return "has characters outside printable ASCII (an HTTP header cannot carry them safely)"
-    return None
-
-
 def check_config(cfg: ServeConfig) -> None:
     """Refuse unsafe or inconsistent settings before binding anything."""
     if cfg.token is not None and (why := token_problem(cfg.token)) is not None:
@@ -90,10 +83,10 @@ def check_config(cfg: ServeConfig) -> None:
             "characters without whitespace, e.g. from: python3 -c 'import secrets; "
             "print(secrets.token_urlsafe(32))'"
         )
-    if not is_loopback(cfg.host) and not cfg.token:
+    if not is_loopback(cfg.host) and not cfg.token and cfg.tokens is None:
         raise ServeError(
             f"refusing to listen on {cfg.host}, which is reachable from other machines, without a token: "
-            "pass --token (or set TRACEFLOW_TOKEN) and give exporters the header "
+            "pass --token (or set TRACEFLOW_TOKEN) or --tokens FILE and give exporters the header "
             "'Authorization: Bearer <token>', or keep the default --host 127.0.0.1"
         )
     if (cfg.tls_cert is None) != (cfg.tls_key is None):
@@ -177,6 +170,7 @@ class SealerProcess:
         totals: SealTotals,
         wal_dir: Path | None = None,
         health: LakeHealth | None = None,
+        metrics: CollectorMetrics | None = None,
         flags: tuple[str, ...] = (),
     ) -> None:
         self.data = data
@@ -184,6 +178,7 @@ class SealerProcess:
         self.wal_dir = wal_dir
         self.totals = totals
         self.health = health or LakeHealth()
+        self.metrics = metrics or CollectorMetrics()
         self.proc: asyncio.subprocess.Process | None = None
         self._reader: asyncio.Task[None] | None = None
         self.stopping = False
@@ -203,7 +198,7 @@ class SealerProcess:
             *self.flags,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
-            env={**os.environ, **allocator.POLARS_ALLOCATOR_ENV},
+            env=config.child_environment(allocator.POLARS_ALLOCATOR_ENV),
             start_new_session=True,  # a terminal's Ctrl-C goes to the server, which stops us in order
         )
         self._reader = asyncio.create_task(self._read_stats(self.proc))
@@ -219,11 +214,14 @@ class SealerProcess:
                 continue
             if "storage_error" in stats:  # the sealer cannot write the lake (or can again: None)
                 error = stats["storage_error"]
+                if error:
+                    self.metrics.lake_write_failed()
                 self.health.error = str(error) if error else None
                 self.health.since = float(stats.get("since") or time.time()) if error else None
                 self.health.segments = int(stats.get("segments", 0)) if error else 0
             else:
                 self.totals.add(stats)
+                self.metrics.sealed(float(stats.get("seconds", 0.0)))
 
     async def supervise(self) -> None:
         """Restart the sealer if it dies (backing off), until :meth:`stop`."""
@@ -273,10 +271,15 @@ class Runner:
     def __init__(self, cfg: ServeConfig) -> None:
         check_config(cfg)
         self.cfg = cfg
+        try:
+            self.tokens = Tokens(cfg.token, cfg.tokens)
+        except TokenFileError as e:
+            raise ServeError(f"--tokens: {e}") from None
         self.dir = spool.collector_dir(cfg.data, cfg.wal_dir)
         self.stop_event = asyncio.Event()
         self.http_port: int | None = None
         self.grpc_port: int | None = None
+        self.metrics_port: int | None = None
         self.totals = SealTotals()
 
     def _tls_context(self) -> ssl.SSLContext | None:
@@ -317,21 +320,27 @@ class Runner:
             wal,
             Admission(cfg.max_inflight_bytes, cfg.max_backlog_bytes),
             keep_content=cfg.keep_content,
-            token=cfg.token,
+            token=None,
+            tokens=self.tokens,
         )
         # TLS files and both ports first: a bad certificate or a port in use fails fast, before the
         # WAL or the sealer start.
         tls = self._tls_context()
         sock = _bind_http(cfg.host, cfg.http_port) if cfg.http_port >= 0 else None
         grpc_server = None
+        metrics_server: Any = None
         try:
             if cfg.grpc_port >= 0:
                 grpc_server = self._grpc_server(core)
+            if cfg.metrics_port >= 0:
+                metrics_server = self._metrics_server(core)
         except BaseException:
             if sock is not None:
                 sock.close()
             raise
-        sealer = SealerProcess(cfg.data, self.totals, cfg.wal_dir, core.lake, _sealer_flags(cfg))
+        sealer = SealerProcess(
+            cfg.data, self.totals, cfg.wal_dir, core.lake, core.metrics, flags=_sealer_flags(cfg)
+        )
         tasks: list[asyncio.Task[None]] = []
         http_server: otlp_http.HttpServer | None = None
         try:
@@ -342,6 +351,8 @@ class Runner:
                 asyncio.create_task(poll_backlog(core)),
                 asyncio.create_task(self._summaries(core)),
             ]
+            if cfg.tokens is not None:
+                tasks.append(asyncio.create_task(self._reload_tokens()))
             if sock is not None:
                 self.http_port = sock.getsockname()[1]
                 http_server = otlp_http.HttpServer(core, max_body_bytes=cfg.max_body_bytes)
@@ -358,6 +369,9 @@ class Runner:
         finally:
             if sock is not None:
                 sock.close()
+            if metrics_server is not None:
+                metrics_server.shutdown()
+                metrics_server.server_close()
             stops = []
             if http_server is not None:
                 stops.append(http_server.stop(grace_s=10))
@@ -393,6 +407,26 @@ class Runner:
         self.grpc_port = port
         return server
 
+    def _metrics_server(self, core: Ingest) -> Any:
+        """``GET /metrics`` without the token on ``--metrics-host``:``--metrics-port`` (a thread)."""
+        cfg = self.cfg
+        try:
+            server, _ = prometheus_client.start_http_server(
+                cfg.metrics_port, addr=cfg.metrics_host, registry=core.metrics.registry
+            )
+        except OSError as e:
+            raise ServeError(
+                f"cannot listen for /metrics on {_host_port(cfg.metrics_host, cfg.metrics_port)}: {e.strerror}"
+            ) from None
+        self.metrics_port = int(server.server_port)
+        if not is_loopback(cfg.metrics_host):
+            _logger.warning(
+                "/metrics on %s asks for no token: anyone who reaches it reads the counters "
+                "(team names included)",
+                _host_port(cfg.metrics_host, self.metrics_port),
+            )
+        return server
+
     def ready_line(self) -> str:
         cfg = self.cfg
         scheme = "https" if cfg.tls_cert else "http"
@@ -403,7 +437,14 @@ class Runner:
             parts.append(
                 f"OTLP/gRPC on {_host_port(cfg.host, self.grpc_port)}{' (TLS)' if cfg.tls_cert else ''}"
             )
+        if self.metrics_port is not None:
+            parts.append(f"metrics on http://{_host_port(cfg.metrics_host, self.metrics_port)}/metrics")
         return f"{READY_PREFIX}{', '.join(parts)}, data {cfg.data}"
+
+    async def _reload_tokens(self) -> None:
+        while True:
+            await asyncio.sleep(RELOAD_INTERVAL_S)
+            await asyncio.to_thread(self.tokens.refresh)
 
     async def _summaries(self, core: Ingest) -> None:
         while True:
@@ -427,6 +468,7 @@ def run_server(
     http_port: int = DEFAULT_HTTP_PORT,
     grpc_port: int = DEFAULT_GRPC_PORT,
     token: str | None = None,
+    tokens: Path | None = None,
     tls_cert: Path | None = None,
     tls_key: Path | None = None,
     keep_content: bool = False,
@@ -438,6 +480,8 @@ def run_server(
     drop_attrs: tuple[str, ...] = (),
     hash_attrs: tuple[str, ...] = (),
     retain_s: float | None = None,
+    metrics_port: int = -1,
+    metrics_host: str = DEFAULT_METRICS_HOST,
 ) -> int:
     """Run the collector until SIGTERM/SIGINT; returns the exit status (0 after a clean stop).
 
@@ -453,6 +497,7 @@ def run_server(
         http_port=http_port,
         grpc_port=grpc_port,
         token=token if token is not None and token != "" else None,
+        tokens=tokens,
         tls_cert=tls_cert,
         tls_key=tls_key,
         keep_content=keep_content,
@@ -464,6 +509,8 @@ def run_server(
         drop_attrs=drop_attrs,
         hash_attrs=hash_attrs,
         retain_s=retain_s,
+        metrics_port=metrics_port,
+        metrics_host=metrics_host,
     )
     try:
         runner = Runner(cfg)

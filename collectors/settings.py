@@ -19,6 +19,8 @@ DEFAULT_MAX_BACKLOG_BYTES = 2 << 30
 DEFAULT_SUMMARY_INTERVAL_S = 60.0
 DEFAULT_ROLL_INTERVAL_S = 1.0
 DEFAULT_SEGMENT_BYTES = 8 << 20
+#: where ``--metrics-port`` serves ``/metrics`` (without the token) unless ``--metrics-host`` says
+DEFAULT_METRICS_HOST = "127.0.0.1"
 
 
 def memory_bound_bytes(max_inflight_bytes: int, max_body_bytes: int) -> int:
@@ -47,6 +49,7 @@ class ServeConfig:
     http_port: int = DEFAULT_HTTP_PORT  # 0 picks a free port, a negative number disables the transport
     grpc_port: int = DEFAULT_GRPC_PORT
     token: str | None = None
+    tokens: Path | None = None  # a 'TEAM TOKEN' file (collectors/tokens.py)
     tls_cert: Path | None = None
     tls_key: Path | None = None
     keep_content: bool = False
@@ -59,6 +62,8 @@ class ServeConfig:
     drop_attrs: tuple[str, ...] = ()  # attributes removed before rows are stored (--drop-attr)
     hash_attrs: tuple[str, ...] = ()  # attributes stored as a keyed hash (--hash-attr)
     retain_s: float | None = None  # drop day partitions older than this, once a day (--retain)
+    metrics_port: int = -1  # a listener of its own for /metrics, without the token (-1: none)
+    metrics_host: str = DEFAULT_METRICS_HOST
 
 
 #: How the line ``traceflow serve`` prints on standard output once it listens starts; the rest is
@@ -90,6 +95,7 @@ class ReadyLine:
 
     http_url: str  # http(s)://HOST:PORT
     grpc_target: str  # HOST:PORT
+    metrics_url: str = ""  # http://HOST:PORT/metrics with --metrics-port
 
     @classmethod
     def parse(cls, line: str) -> ReadyLine | None:
@@ -103,10 +109,12 @@ class ReadyLine:
         """
         if not line.startswith(READY_PREFIX):
             return None
-        http = grpc = ""
+        http = grpc = metrics = ""
         for part in line.removeprefix(READY_PREFIX).strip().split(", "):
             if part.startswith("OTLP/HTTP on "):
                 http = part.removeprefix("OTLP/HTTP on ")
             elif part.startswith("OTLP/gRPC on "):
                 grpc = part.removeprefix("OTLP/gRPC on ").split(" ")[0]
-        return cls(http, grpc)
+            elif part.startswith("metrics on "):
+                metrics = part.removeprefix("metrics on ")
+        return cls(http, grpc, metrics)

@@ -11,7 +11,7 @@ import altair as alt
 if TYPE_CHECKING:
     import polars as pl
 
-WIDTH = 640
+WIDTH = 820
 HEIGHT = 260
 
 #: The four token kinds, in stacking order, and their colours (the same in every chart).

@@ -1,5 +1,6 @@
-"""Cache misses by cause: how many requests missed the prompt cache, why, and the tokens they lost;
-and the sessions that lost the most, each bar a link to the session's timeline in the report.
+"""Cache misses by cause: what the misses cost in dollars and how many requests missed the prompt
+cache, by cause; and the sessions that lost the most, each bar (their misses' cost by cause) a link to
+the session's timeline in the report. Every panel colours a cause alike (:data:`CAUSE_COLORS`).
 
 Frame: :func:`traceflow.dashboards.report_data.misses_frame` (``session, cause, misses,
 missed_tokens, miss_cost_usd``: one row per cause of :data:`traceflow.analysis.misses.CAUSES` with
@@ -22,6 +23,11 @@ if TYPE_CHECKING:
 
 TITLE = "Cache misses by cause"
 ORDER = list(CAUSES)
+#: One colour per cause, the same in every panel and legend whichever causes a selection has (a scale
+#: taken from the data gave ``unexplained`` the colour of ``ttl_expired`` in a panel without the others).
+CAUSE_COLORS = alt.Scale(
+    domain=ORDER, range=["#9ecae9", "#b279a2", "#f58518", "#4c78a8", "#e45756", "#72b7b2", "#7f7f7f"]
+)
 
 
 def chart(frame: pl.DataFrame) -> alt.TopLevelMixin:
@@ -40,14 +46,16 @@ def chart(frame: pl.DataFrame) -> alt.TopLevelMixin:
             alt.Tooltip("miss_cost_usd:Q", format="$,.2f", title="cost"),
         ],
     )
-    count = base.mark_bar(color="#e45756").encode(x=alt.X("misses:Q", title="misses (requests)"))
-    tokens = base.mark_bar(color="#4c78a8").encode(
-        x=alt.X("missed_tokens:Q", title="missed tokens (reusable prefix not read)")
+    color = alt.Color("cause:N", scale=CAUSE_COLORS, sort=ORDER, title="cause")
+    cost = base.mark_bar().encode(
+        x=alt.X("miss_cost_usd:Q", title="what the misses cost (USD)", axis=alt.Axis(format="$,.2f")),
+        color=color,
     )
-    half = (WIDTH - 40) // 2
+    count = base.mark_bar().encode(x=alt.X("misses:Q", title="misses (requests)"), color=color)
+    half = (WIDTH - 200) // 2
     panels = alt.hconcat(
+        cost.properties(width=half, height=HEIGHT // 2),
         count.properties(width=half, height=HEIGHT // 2),
-        tokens.properties(width=half, height=HEIGHT // 2),
     )
     sessions = frame.filter(pl.col("session").is_not_null()) if has_sessions else frame.clear()
     if sessions.is_empty():
@@ -56,15 +64,19 @@ def chart(frame: pl.DataFrame) -> alt.TopLevelMixin:
         pl.col("session").map_elements(lambda s: "#" + anchor(s), return_dtype=pl.String).alias("href")
     )
     order = (
-        sessions.group_by("session").agg(pl.col("missed_tokens").sum()).sort("missed_tokens", descending=True)
+        sessions.group_by("session")
+        .agg(pl.col("miss_cost_usd").fill_null(0).sum(), pl.col("missed_tokens").sum())
+        .sort(["miss_cost_usd", "missed_tokens"], descending=True)
     )["session"].to_list()
     linked = (
         alt.Chart(data(sessions), title="Sessions with the most missed tokens (click: its timeline)")
         .mark_bar(cursor="pointer")
         .encode(
             y=alt.Y("session:N", sort=order, title=None),
-            x=alt.X("sum(missed_tokens):Q", title="missed tokens"),
-            color=alt.Color("cause:N", sort=ORDER, title="cause"),
+            x=alt.X(
+                "sum(miss_cost_usd):Q", title="what their misses cost (USD)", axis=alt.Axis(format="$,.2f")
+            ),
+            color=color,
             href="href:N",
             tooltip=[
                 "session:N",

@@ -41,9 +41,53 @@ class ChartDef:
     heading: str
     caption: str
     optional: bool = False
+    #: The part of the report it is in (:data:`PARTS`).
+    part: str = "cache"
 
+
+#: The report's parts, in order, and their headings: first what the agents cost and why (for the people
+#: paying), then how they use the cache, then capacity planning (for the people sizing a cache).
+PARTS = {
+    "cost": "What the agents cost, and why",
+    "cache": "How the agents use the prompt cache",
+    "capacity": "Capacity planning: a KV cache of your own",
+}
 
 CHARTS: tuple[ChartDef, ...] = (
+    ChartDef(
+        "cost",
+        "Cost per day, model, project and agent",
+        "What the selection's requests cost at the price list, per day, per model, per project and per "
+        "agent; each bar is split by model and ends in its total. Requests without a model name are not "
+        "priced.",
+        part="cost",
+    ),
+    ChartDef(
+        "savings",
+        "The bill against no caching",
+        "Per day, what the requests cost with prompt caching (blue: cache reads at the read price, "
+        "writes at the write price) and what the same tokens would have cost with every input token "
+        "priced as cold input (grey). The gap between the lines is what caching saved.",
+        part="cost",
+    ),
+    ChartDef(
+        "misses",
+        "Cache misses by cause",
+        "Requests that missed the prompt cache, by cause: what re-writing their reusable prefix instead "
+        "of reading it cost (left), and how many there were (right). Causes: the first request of a "
+        "stream, a model switch, a compaction, an idle gap past the TTL in force, a restart of the agent "
+        "process (restart), a read that fell back to the static prefix (prefix_break), or nothing the "
+        "data explains. Below, the sessions that lost the most: click one for its timeline.",
+        part="cost",
+    ),
+    ChartDef(
+        "ttl_cost",
+        "TTL what-if",
+        "What the selection would cost (blue, left axis) if the cache kept prefixes for each TTL, and the "
+        "share of requests whose prefix would have expired (red, right axis). Longer TTLs expire less but "
+        "writes cost more (1.25x base at 5 min, 2x at 1 h); the green diamond is the cheapest TTL.",
+        part="cost",
+    ),
     ChartDef(
         "token_mix",
         "Token mix",
@@ -74,49 +118,11 @@ CHARTS: tuple[ChartDef, ...] = (
         "finds its cached prefix expired under that TTL and must write it again.",
     ),
     ChartDef(
-        "ttl_cost",
-        "TTL what-if",
-        "What the selection would cost (blue, left axis) if the cache kept prefixes for each TTL, and the "
-        "share of requests whose prefix would have expired (red, right axis). Longer TTLs expire less but "
-        "writes cost more (1.25x base at 5 min, 2x at 1 h); the green diamond is the cheapest TTL.",
-    ),
-    ChartDef(
-        "misses",
-        "Cache misses by cause",
-        "Requests that missed the prompt cache (red: how many; blue: the reusable prefix tokens they did "
-        "not read), by cause: the first request of a stream, a model switch, a compaction, an idle gap "
-        "past the TTL in force, a restart of the agent process (restart), a read that fell back to the "
-        "static prefix (prefix_break), or nothing the data explains. Below, the sessions that lost the "
-        "most: click one for its timeline.",
-    ),
-    ChartDef(
         "context_growth",
         "Context growth per session",
         "Context tokens of each request of the longest sessions against minutes since each session "
         "started. Steady climbs are agents appending tool results; drops are compactions or resets; flat "
         "stretches are idle time.",
-    ),
-    ChartDef(
-        "concurrent_sessions",
-        "Concurrent sessions",
-        "Sessions open at once (blue area: between a session's first request and its last) and new "
-        "sessions per bucket (orange bars). Concurrency, not request rate, decides how many contexts a "
-        "cache must hold.",
-    ),
-    ChartDef(
-        "working_set",
-        "KV working set over time",
-        "The context of every session whose last request ended within the TTL: what a cache must hold "
-        "to serve every returning request from memory, for a 5 min and a 1 h TTL (in GB when a KV size "
-        "per token is given, else tokens).",
-    ),
-    ChartDef(
-        "hit_ratio",
-        "Hit ratio versus cache capacity",
-        "An LRU prefix cache replayed over the most recent requests at every capacity: the share of KV "
-        "blocks found, and of prefix tokens a server could reuse. Where the curve flattens, more memory "
-        "buys little; dashed lines mark tiers when given. Bytes assume the KV size per token noted below.",
-        optional=True,
     ),
     ChartDef(
         "ttft",
@@ -126,12 +132,38 @@ CHARTS: tuple[ChartDef, ...] = (
         optional=True,
     ),
     ChartDef(
+        "concurrent_sessions",
+        "Concurrent sessions",
+        "Sessions open at once (blue area: between a session's first request and its last) and new "
+        "sessions per bucket (orange bars). Concurrency, not request rate, decides how many contexts a "
+        "cache must hold.",
+        part="capacity",
+    ),
+    ChartDef(
+        "working_set",
+        "KV working set over time",
+        "The context of every session whose last request ended within the TTL: what a cache must hold "
+        "to serve every returning request from memory, for a 5 min and a 1 h TTL (in GB when a KV size "
+        "per token is given, else tokens).",
+        part="capacity",
+    ),
+    ChartDef(
+        "hit_ratio",
+        "Hit ratio versus cache capacity",
+        "An LRU prefix cache replayed over the most recent requests at every capacity: the share of KV "
+        "blocks found, and of prefix tokens a server could reuse. Where the curve flattens, more memory "
+        "buys little; dashed lines mark tiers when given. Bytes assume the KV size per token noted below.",
+        optional=True,
+        part="capacity",
+    ),
+    ChartDef(
         "dwpd",
         "SSD tier: drive writes per day",
         "If every cache write were stored on an SSD tier (the assumed array is noted below), how many "
         "times a day the drives would be overwritten, against their rated endurance (red line). Bars "
         "above the line wear drives out before their warranty.",
         optional=True,
+        part="capacity",
     ),
 )
 
@@ -143,13 +175,19 @@ def chart_for(key: str, frame: Any) -> alt.TopLevelMixin:
 
 
 def build_charts(data: ReportData, include_empty: bool = False) -> list[tuple[ChartDef, alt.TopLevelMixin]]:
-    """The report's charts, in order; optional charts without data are left out unless ``include_empty``."""
+    """The report's charts, in order; optional charts without data are left out unless ``include_empty``.
+
+    Altair checks each piece of a chart against the Vega-Lite schema as it is built (seconds per
+    report); here it does not: tests/test_dashboards.py validates every chart's spec instead."""
+    from altair.utils.schemapi import debug_mode
+
     out = []
-    for c in CHARTS:
-        frame = data.frames.get(c.key)
-        if c.optional and not include_empty and (frame is None or frame.height == 0):
-            continue
-        out.append((c, chart_for(c.key, frame)))
+    with debug_mode(False):
+        for c in CHARTS:
+            frame = data.frames.get(c.key)
+            if c.optional and not include_empty and (frame is None or frame.height == 0):
+                continue
+            out.append((c, chart_for(c.key, frame)))
     return out
 
 
@@ -190,6 +228,15 @@ def _bundle() -> str:
     return bundle
 
 
+def _text(value: str) -> str:
+    """``value`` as HTML text: escaped, and its Markdown code spans (`` `traceflow size` ``) as code,
+    never raw backticks."""
+    parts = html_mod.escape(value).split("`")
+    if len(parts) % 2 == 0:  # an odd backtick: no code span, the text as it is
+        return html_mod.escape(value)
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+
+
 def _script_json(value: Any) -> str:
     """JSON that is safe inside a ``<script>`` element."""
     text = json.dumps(value, separators=(",", ":"), default=str)
@@ -200,9 +247,11 @@ _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#222;background:#fafafa}
 header{background:#1f2937;color:#fff;padding:18px 28px}header h1{margin:0;font-size:22px}
 header p{margin:4px 0 0;color:#cbd5e1;font-size:13px}
-main{max-width:1000px;margin:0 auto;padding:12px 24px 40px}
+main{max-width:1200px;margin:0 auto;padding:12px 24px 40px}
 section{background:#fff;border:1px solid #e5e7eb;border-radius:8px;padding:14px 18px;margin:16px 0}
-h2{font-size:17px;margin:0 0 6px}p.caption{color:#444;font-size:13.5px;line-height:1.45;margin:0 0 10px}
+h2{font-size:17px;margin:0 0 6px}h2.part{font-size:20px;margin:28px 0 4px}h3{font-size:16px;margin:0 0 6px}
+code{font-size:12.5px;background:#f3f4f6;padding:0 3px;border-radius:3px}
+.chart{overflow-x:auto}ul.alerts li{margin:4px 0}p.caption{color:#444;font-size:13.5px;line-height:1.45;margin:0 0 10px}
 ul.headline li{margin:5px 0;line-height:1.4}
 pre{font-size:11.5px;overflow-x:auto;background:#f6f8fa;padding:10px}
 .chart{min-height:60px}.error{color:#b91c1c}nav a{margin-right:10px;font-size:13px}
@@ -260,12 +309,17 @@ def html_document(
     refresh_s: float | None = None,
     version: str = "",
     timelines: Mapping[str, str] | None = None,
+    alerts: Sequence[str] = (),
+    headings: Mapping[str, str] | None = None,
 ) -> str:
-    """One self-contained HTML page: headline, charts with captions, the ``timelines`` (session id ->
-    text) the misses chart links to, notes, and the full text summary."""
+    """One self-contained HTML page: headline, the charts with captions under the headings of their
+    parts (:data:`PARTS`; ``headings``: a chart's heading when it names what it assumes), the
+    ``alerts`` of ``traceflow check`` in the first part, the ``timelines`` (session id -> text) the
+    misses chart links to, notes, and the full text summary."""
     from traceflow.analysis.timeline import anchor
 
     esc = html_mod.escape
+    heads = {c.key: (headings or {}).get(c.key, c.heading) for c, _ in charts}
     timeline_items = "".join(
         f'<details id="{anchor(s)}"><summary>{esc(s)}</summary><pre>{esc(text)}</pre></details>'
         for s, text in (timelines or {}).items()
@@ -275,15 +329,30 @@ def html_document(
         if timeline_items
         else ""
     )
-    specs = {f"chart-{c.key}": chart.to_dict() for c, chart in charts}
-    nav = " ".join(f'<a href="#sec-{c.key}">{esc(c.heading)}</a>' for c, _ in charts)
-    sections = "\n".join(
-        f'<section id="sec-{c.key}"><h2>{esc(c.heading)}</h2><p class="caption">{esc(c.caption)}</p>'
-        f'<div class="chart" id="chart-{c.key}" data-chart="{c.key}"></div></section>'
-        for c, _ in charts
-    )
-    bullets = "".join(f"<li>{esc(line)}</li>" for line in headline)
-    note_items = "".join(f"<li>{esc(n)}</li>" for n in notes)
+    # not validated against the Vega-Lite schema here (seconds per report): tests/test_dashboards.py
+    # validates every chart's spec
+    specs = {f"chart-{c.key}": chart.to_dict(validate=False) for c, chart in charts}
+    nav = " ".join(f'<a href="#sec-{c.key}">{esc(heads[c.key])}</a>' for c, _ in charts)
+    blocks = []
+    for part, title in PARTS.items():
+        inside = [c for c, _ in charts if c.part == part]
+        if not inside and not (part == "cost" and alerts):
+            continue
+        blocks.append(f'<h2 class="part" id="part-{part}">{esc(title)}</h2>')
+        if part == "cost" and alerts:
+            items = "".join(f"<li>{esc(a)}</li>" for a in alerts)
+            blocks.append(
+                '<section id="sec-alerts"><h3>Alerts (<code>traceflow check</code>)</h3>'
+                f'<ul class="alerts">{items}</ul></section>'
+            )
+        blocks += [
+            f'<section id="sec-{c.key}"><h3>{esc(heads[c.key])}</h3><p class="caption">{_text(c.caption)}</p>'
+            f'<div class="chart" id="chart-{c.key}" data-chart="{c.key}"></div></section>'
+            for c in inside
+        ]
+    sections = "\n".join(blocks)
+    bullets = "".join(f"<li>{_text(line)}</li>" for line in headline)
+    note_items = "".join(f"<li>{_text(n)}</li>" for n in notes)
     refresh = f"{refresh_s:g}" if refresh_s else "0"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -319,7 +388,7 @@ def write_images(
     kw: dict[str, Any] = {"vl_version": version} if version else {}
     paths = []
     for c, chart in charts:
-        spec = chart.to_dict()
+        spec = chart.to_dict(validate=False)  # validated in tests/test_dashboards.py
         path = directory / f"{c.key}.{fmt}"
         if fmt == "png":
             path.write_bytes(vlc.vegalite_to_png(spec, scale=scale, **kw))
@@ -377,6 +446,22 @@ def _notes(data: ReportData, given_kv: bool, zone: str) -> list[str]:
     return notes
 
 
+def capacity_headings(data: ReportData, given_kv: bool) -> dict[str, str]:
+    """The capacity charts' headings, each naming the model and hardware it assumes."""
+    from traceflow.kv.sizing import DEFAULT_SSD as SSD
+
+    kv = f"{data.kv_bytes_per_token:,.0f} B of KV per token" + ("" if given_kv else ", MiniMax-M2 at FP8")
+    return {
+        "working_set": "KV working set over time"
+        + (f" (at {kv})" if given_kv else " (in tokens: no KV size per token given)"),
+        "hit_ratio": f"Hit ratio versus cache capacity (an LRU cache of 512-token blocks; {kv})",
+        "dwpd": (
+            f"SSD tier: drive writes per day ({SSD.drives} drives of {SSD.drive_bytes / 1e12:g} TB in "
+            f"{SSD.raid}, rated {SSD.rated_dwpd:g} DWPD; {kv})"
+        ),
+    }
+
+
 def render_html(
     con: duckdb.DuckDBPyConnection,
     selection: Selection | None = None,
@@ -385,14 +470,16 @@ def render_html(
     refresh_s: float | None = None,
     version: str = "",
     title: str = "traceflow report",
+    data: ReportData | None = None,
 ) -> tuple[str, list[tuple[ChartDef, alt.TopLevelMixin]], ReportData]:
-    """Gather (:func:`.report_data.gather` with ``options``), draw and lay out the report; returns
-    the page, its charts and their data."""
+    """Gather (:func:`.report_data.gather` with ``options``, unless ``data`` is that gathered
+    already), draw and lay out the report; returns the page, its charts and their data."""
     from traceflow.analysis.report import headline, render_text
     from traceflow.dashboards.report_data import gather
     from traceflow.store.selection import zone_of
 
-    data = gather(con, selection, options)
+    if data is None:
+        data = gather(con, selection, options)
     charts = build_charts(data)
     zone = zone_of(selection)
     now = _local(dt.datetime.now(dt.UTC), zone)
@@ -407,6 +494,8 @@ def render_html(
         refresh_s=refresh_s,
         version=version,
         timelines=data.timelines,
+        alerts=data.alerts,
+        headings=capacity_headings(data, options.kv_bytes_per_token is not None),
     )
     return page, charts, data
 
@@ -419,8 +508,12 @@ def write_report(
     html: str | Path | None = None,
     png_dir: str | Path | None = None,
     svg_dir: str | Path | None = None,
+    data: ReportData | None = None,
 ) -> dict[str, Any]:
     """Write the HTML report and/or one PNG/SVG per chart for ``selection``; returns what was written.
+
+    ``data``: the report gathered already (:func:`~traceflow.dashboards.report_data.gather` of this
+    selection and ``options``, as ``traceflow report`` prints it first): drawn as it is, not gathered again.
 
     ``lake`` is a :class:`traceflow.store.lake.Lake` (or an open connection with its views);
     ``options`` are those of ``traceflow report`` (:class:`~traceflow.dashboards.report_data.ReportOptions`;
@@ -435,7 +528,7 @@ def write_report(
     png_path = output_folder(Path(png_dir), "--png") if png_dir is not None else None
     svg_path = output_folder(Path(svg_dir), "--svg") if svg_dir is not None else None
     con = lake.connect() if hasattr(lake, "connect") else lake
-    page, charts, data = render_html(con, selection, options)
+    page, charts, data = render_html(con, selection, options, data=data)
     written: dict[str, Any] = {
         "requests": data.requests,
         "charts": [c.key for c, _ in charts],

@@ -62,6 +62,9 @@ class ReportData:
     time_base: str = "agent"
     #: The timeline (as text) of each session the misses chart links to, by session id.
     timelines: dict[str, str] = field(default_factory=dict)
+    #: What ``traceflow check`` says of the selection's last whole day against the week before it: one
+    #: sentence per alert that fired, or one saying none did (:func:`alert_lines`).
+    alerts: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -159,6 +162,107 @@ def mix_frame(con: duckdb.DuckDBPyConnection, selection: Selection | None) -> pl
             schema={"dimension": pl.String, "group": pl.String, "kind": pl.String, "tokens": pl.Int64}
         )
     return pl.concat(parts)
+
+
+#: The groupings of the cost chart (each also by model, the stacks of its bars).
+COST_DIMENSIONS = ("day", "model", "project", "agent")
+
+
+def cost_frame(
+    con: duckdb.DuckDBPyConnection, selection: Selection | None, prices: PriceModel | None = None
+) -> pl.DataFrame:
+    """``dimension, group, model, cost_usd, cost_without_cache_usd``: the bill and what it would have
+    been without caching (``traceflow mix``'s savings columns) per day, model, project and agent, each
+    split by model; at most :data:`MAX_GROUPS` groups per dimension (the costliest; the rest as
+    "other"). A group of requests without a model name is not priced (null costs)."""
+    import polars as pl
+
+    from traceflow.analysis.mix import token_mix_rows
+
+    schema = {
+        "dimension": pl.String,
+        "group": pl.String,
+        "model": pl.String,
+        "cost_usd": pl.Float64,
+        "cost_without_cache_usd": pl.Float64,
+    }
+    rows = []
+    for dim in COST_DIMENSIONS:
+        by = [dim] if dim == "model" else [dim, "model"]
+        for r in token_mix_rows(con, selection, by, prices).records():
+            group = r[dim]
+            label = UNKNOWN if group is None or not str(group).strip() else str(group)
+            model = r["model"] if r["model"] is not None and str(r["model"]).strip() else UNKNOWN
+            rows.append((dim, label, model, r["cost_usd"], r["cost_without_cache_usd"]))
+    frame = pl.DataFrame(rows, schema=schema, orient="row")
+    parts = []
+    for dim in COST_DIMENSIONS:
+        part = frame.filter(pl.col("dimension") == dim)
+        if dim != "day" and part["group"].n_unique() > MAX_GROUPS:
+            ranked = (
+                part.group_by("group")
+                .agg(pl.col("cost_usd").fill_null(0).sum())
+                .sort(["cost_usd", "group"], descending=[True, False])
+            )
+            keep = ranked.head(MAX_GROUPS - 1)["group"].to_list()
+            part = (
+                part.with_columns(
+                    pl.when(pl.col("group").is_in(keep)).then(pl.col("group")).otherwise(pl.lit("other"))
+                )
+                .group_by("dimension", "group", "model")
+                .agg(pl.col("cost_usd").sum(), pl.col("cost_without_cache_usd").sum())
+            )
+        parts.append(part.select(list(schema)))
+    return pl.concat(parts).sort(["dimension", "group", "model"]) if parts else pl.DataFrame(schema=schema)
+
+
+def alert_lines(con: duckdb.DuckDBPyConnection, selection: Selection | None) -> list[str]:
+    """``traceflow check`` of the selection's last whole day (in its zone) against the 7 days before
+    it, the selection's filters applied to both: one sentence per alert that fired, else one saying
+    that none did (docs/forensics.md#traceflow-check)."""
+    from traceflow.analysis.health import check
+    from traceflow.store.selection import Selection
+
+    sel = selection or Selection()
+    where, params = sel.where()
+    last = con.execute(f"SELECT max(request_time) FROM requests WHERE {where}", params).fetchall()
+    if not last or last[0][0] is None:
+        return []
+    health = check(con, dataclasses.replace(sel, since=None, until=None), now=last[0][0])
+    day = f"{health.window['since']:%Y-%m-%d}"
+    if not health.fired:
+        note = f" ({'; '.join(health.notes)})" if health.notes else ""
+        return [f"No alert on {day}, the last whole day, against the 7 days before it{note}."]
+    return [f"{day}: {_alert_text(f)}" for f in health.fired]
+
+
+def _alert_text(fired: dict[str, Any]) -> str:
+    """One alert of ``traceflow check`` as a sentence."""
+    check = fired["check"]
+    if check == "reuse_drop":
+        return (
+            f"the reuse ratio fell {fired['drop']:.1%} (from {fired['baseline']:.1%} to "
+            f"{fired['window']:.1%}; alert above {fired['threshold']:.0%})."
+        )
+    if check == "unexplained_misses":
+        return (
+            f"unexplained misses rose to {fired['window']:.1%} of requests from {fired['baseline']:.1%} "
+            f"({fired['window_unexplained_misses']:,} misses; alert above {fired['threshold']:.0%} points)."
+        )
+    if check == "write_amplification":
+        return (
+            f"cache writes per cache read rose {fired['rise']:.0%} (from {fired['baseline']:.3g} to "
+            f"{fired['window']:.3g}; alert above {fired['threshold']:.0%})."
+        )
+    if check == "silence":
+        return f"silence: {fired['reason']}"
+    if "version" in fired:
+        return (
+            f"client misses rose with version {fired['version']} after {fired['previous_version']} "
+            f"(alert above {fired['threshold']:.0%} points)."
+        )
+    details = ", ".join(f"{k} {v}" for k, v in fired.items() if k != "check")
+    return f"{check}: {details}."
 
 
 def tokens_frame(series: pl.DataFrame) -> pl.DataFrame:
@@ -437,6 +541,9 @@ def gather(
     from traceflow.store import time_base
     from traceflow.store.selection import Selection
 
+    from traceflow.store.sql import share_steps
+
+    share_steps(con)  # the per-stream window computed once for all the report's queries
     sel = selection or Selection()
     where, params = sel.where()
     n, _ = _time_span(con, where, params)
@@ -467,6 +574,9 @@ def gather(
         time_base=time_base.bases(series_sources)[0] if series_sources else time_base.AGENT,
     )
     f = out.frames
+    f["cost"] = cost_frame(con, sel, options.prices) if n else pl.DataFrame()
+    f["savings"] = f["cost"]
+    out.alerts = alert_lines(con, sel) if n else []
     f["token_mix"] = mix_frame(con, sel)
     series = load_series(con, series_sel, res) if series_n else pl.DataFrame()
     f["tokens_over_time"] = tokens_frame(series)

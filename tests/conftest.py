@@ -63,6 +63,12 @@ def unpack_test_data(stored: Path = STORED) -> Path:
 TESTDATA = unpack_test_data()
 
 
+#: Whether the expensive cases run at full size: on CI (``.ci/run`` sets ``CI=1``) the cross-engine
+#: suites compare more generated lakes and every query over the S3 lake; a local run a smaller share that
+#: still checks every property (docs/testing.md, "Keeping the suite fast").
+FULL = bool(os.environ.get("CI"))
+
+
 def packaged_examples() -> Path:
     """The example agent logs packaged with traceflow (``traceflow/examples``), found as ``traceflow
     demo`` finds them. The tests read them there, not a copy in ``tests/data``; their expected rows are
@@ -91,6 +97,17 @@ def _uses_spark(item: pytest.Item) -> bool:
     )
 
 
+def _spark_group(item: pytest.Item) -> str:
+    """The xdist group of a Spark test: ``spark:<module>``, or ``spark:<module>:<part>`` where the
+    module splits its Spark tests in parts (a module-level ``spark_part(item) -> str``, as
+    tests/test_conformance.py does), each part on one worker, so that two workers share its work."""
+    module = item.getparent(pytest.Module)
+    if module is None:
+        return "spark:"
+    part = getattr(module.obj, "spark_part", None)
+    return f"spark:{module.nodeid}:{part(item)}" if callable(part) else f"spark:{module.nodeid}"
+
+
 def _shares_a_module_fixture(item: pytest.Item) -> bool:
     """Whether ``item`` uses a module- or session-scoped fixture written in its own module (a server,
     an imported lake): set up once per worker process that runs one of the module's tests."""
@@ -108,14 +125,14 @@ def _shares_a_module_fixture(item: pytest.Item) -> bool:
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Groups for pytest-xdist's ``--dist loadgroup`` (pyproject's addopts run the suite with ``-n
-    logical``): a module's Spark tests on one worker, so that a worker starts at most one JVM (the
-    session-scoped ``spark`` fixture) and two Spark modules can run at once on two; the tests of a
+    logical``): a module's Spark tests (or each part of them, :func:`_spark_group`) on one worker, so
+    that a worker starts at most one JVM (the session-scoped ``spark`` fixture) and two Spark groups
+    can run at once on two; the tests of a
     module that share a module-scoped fixture on one worker, so that it is set up once; every other
     test goes to whichever worker is free. docs/testing.md explains."""
     for item in items:
         if _uses_spark(item):  # a module's Spark tests together: at most one JVM per worker
-            module = item.getparent(pytest.Module)
-            item.add_marker(pytest.mark.xdist_group(f"spark:{module.nodeid if module else ''}"))
+            item.add_marker(pytest.mark.xdist_group(_spark_group(item)))
         elif _shares_a_module_fixture(item):
             module = item.getparent(pytest.Module)
             assert module is not None

@@ -1,4 +1,5 @@
-"""A seeded fuzz of the collector (issue 13): 10,000 mutated OTLP payloads over HTTP and gRPC.
+"""A seeded fuzz of the collector (issue 13): 10,000 mutated OTLP payloads over HTTP and gRPC on CI
+(``FULL``), 2,500 from the same seed in a local run (``FUZZ_HTTP`` and ``FUZZ_GRPC`` set the numbers).
 
 No answer is a 5xx but overload's 503 (no gRPC ``INTERNAL``/``UNKNOWN``); for every payload whose
 record ids survive the mutation, the records stored plus those refused in ``partial_success`` are
@@ -30,13 +31,14 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
+from tests.conftest import FULL
 from traceflow.collectors import spool
 
 pytestmark = pytest.mark.slow
 
 SEED = 13
-N_HTTP = int(os.environ.get("FUZZ_HTTP", 6000))
-N_GRPC = int(os.environ.get("FUZZ_GRPC", 4000))
+N_HTTP = int(os.environ.get("FUZZ_HTTP", 6000 if FULL else 1500))
+N_GRPC = int(os.environ.get("FUZZ_GRPC", 4000 if FULL else 1000))
 PER = 3  # records per payload
 KEYS = [
     "input_tokens",

@@ -26,18 +26,24 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.conformance_support import differences, same_object, synthetic_lake
-from tests.conftest import TESTDATA, s3_test_server
+from tests.conftest import FULL, TESTDATA, s3_test_server
 from traceflow.analysis import gaps, load, misses, mix, sessions, ttl, working_set
 from traceflow.importers import get
 from traceflow.importers.run import run_import
 from traceflow.replay.export import export, manifest_path
 from traceflow.store import sql
-from traceflow.store.lake import Lake
+from traceflow.store.lake import DERIVED, Lake
 from traceflow.store.selection import Selection
 
 pytestmark = pytest.mark.spark
 
-LAKES = ("public", "synthetic", "compacted", "s3")
+#: The lakes every query and analysis runs on; the compacted and the S3 lake join them on CI (``FULL``).
+#: A local run compares their views row for row instead: the compacted lake's on both engines
+#: (:func:`test_compacted_views_on_both_engines`: DuckDB reads the stored steps and rollup, Spark
+#: derives them from the deduplicated base), the S3 lake's with its local copy's
+#: (:func:`test_s3_views_read_the_local_rows`). Each query and analysis is SQL over those views, which
+#: the synthetic lake (the same rows before compaction) runs on both engines.
+LAKES = ("public", "synthetic", *(("compacted", "s3") if FULL else ()))
 
 
 #: The public lake's share of the public traces: the first third of the Mooncake conversation trace
@@ -58,18 +64,52 @@ def public_share(root: Path) -> tuple[Path, list[Path]]:
     return mooncake, traces
 
 
+class Lakes:
+    """The local lakes by name, each built when a test first asks for it: the worker that runs the
+    synthetic and S3 lakes' part of the module (:func:`spark_part`) does not import the public traces."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.built: dict[str, Lake] = {}
+
+    def __getitem__(self, name: str) -> Lake:
+        if name not in self.built:
+            self.built[name] = getattr(self, f"_{name}")(self.root / name)
+        return self.built[name]
+
+    def _public(self, path: Path) -> Lake:
+        public = Lake(path)
+        mooncake, traces = public_share(self.root)
+        run_import(public, get("mooncake"), [mooncake])
+        run_import(public, get("kvcache-tester"), traces)
+        return public
+
+    def _synthetic(self, path: Path) -> Lake:
+        return synthetic_lake(path)
+
+    def _compacted(self, path: Path) -> Lake:
+        compacted = synthetic_lake(path)
+        for table in ("requests", "events"):
+            compacted.compact(table)
+        return compacted
+
+
 @pytest.fixture(scope="session")
-def lakes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Lake]:
-    root = tmp_path_factory.mktemp("conformance")
-    public = Lake(root / "public")
-    mooncake, traces = public_share(root)
-    run_import(public, get("mooncake"), [mooncake])
-    run_import(public, get("kvcache-tester"), traces)
-    synthetic = synthetic_lake(root / "synthetic")
-    compacted = synthetic_lake(root / "compacted")
-    for table in ("requests", "events"):
-        compacted.compact(table)
-    return {"public": public, "synthetic": synthetic, "compacted": compacted}
+def lakes(tmp_path_factory: pytest.TempPathFactory) -> Lakes:
+    return Lakes(tmp_path_factory.mktemp("conformance"))
+
+
+#: The module's two parts (tests/conftest.py sends each to one pytest-xdist worker, one JVM each), by
+#: lake: the synthetic and the S3 lake's tests; the public and the compacted lake's with the tests of
+#: no lake. Each part costs about 240 s of CPU (docs/testing.md).
+SYNTHETIC_PART = ("synthetic", "s3")
+
+
+def spark_part(item: pytest.Item) -> str:
+    """The part of the module ``item`` runs in (read by tests/conftest.py)."""
+    callspec = getattr(item, "callspec", None)
+    lake = callspec.params.get("lake_name") if callspec else None
+    return "synthetic+s3" if lake in SYNTHETIC_PART else "public+compacted"
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +131,7 @@ def s3_lakes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lake, L
         yield lake, copy
 
 
-def _lakes(request: pytest.FixtureRequest, lakes: dict[str, Lake], name: str) -> tuple[Lake, Lake]:
+def _lakes(request: pytest.FixtureRequest, lakes: Lakes, name: str) -> tuple[Lake, Lake]:
     """The lake the reference reads and the one it is compared with: the same, except for ``s3`` (the
     local copy of its objects)."""
     if name == "s3":
@@ -151,12 +191,43 @@ WINDOW = {"since": "2026-03-01 23:00:00", "until": "2026-03-02 03:00:00"}
 @pytest.mark.parametrize("name", sql.names())
 @pytest.mark.parametrize("lake_name", LAKES)  # lake by lake: Spark registers its views once per lake
 def test_query(
-    request: pytest.FixtureRequest, engines: Engines, lakes: dict[str, Lake], lake_name: str, name: str
+    request: pytest.FixtureRequest, engines: Engines, lakes: Lakes, lake_name: str, name: str
 ) -> None:
     con, other = engines.pair(lake_name, *_lakes(request, lakes, lake_name))
     _check(sql.run(con, name), sql.run(other, name))
     if lake_name == "synthetic" and "since" in {p.name for p in sql.load(name).params}:
         _check(sql.run(con, name, WINDOW), sql.run(other, name, WINDOW))
+
+
+@pytest.mark.parametrize("view", [*VIEWS, *DERIVED])
+@pytest.mark.parametrize("lake_name", ("compacted",))
+def test_compacted_views_on_both_engines(engines: Engines, lakes: Lakes, lake_name: str, view: str) -> None:
+    """The compacted lake on both engines: each table view holds the same rows, and so do the steps
+    and the rollup (their packaged queries), which DuckDB reads from the files the compaction stored
+    and Spark derives from the compacted, deduplicated base."""
+    con, spark = engines.pair(lake_name, lakes[lake_name])
+    if view in DERIVED:
+        assert sql.materialised(con, view)  # DuckDB reads what the compaction stored
+        reference, other = sql.run(con, DERIVED[view]), sql.run(spark, DERIVED[view])
+    else:
+        query = f"SELECT * FROM {view}"
+        reference, other = sql.query_frame(con, query), sql.query_frame(spark, query)
+    assert reference.height > 0 or view == "metric_points"
+    _check(reference, other)
+
+
+@pytest.mark.parametrize("view", [*VIEWS, *DERIVED])
+@pytest.mark.parametrize("lake_name", ("s3",))
+def test_s3_views_read_the_local_rows(
+    request: pytest.FixtureRequest, engines: Engines, lakes: Lakes, lake_name: str, view: str
+) -> None:
+    """Each view of the S3 lake (read through s3fs) holds the rows of the same view over a local copy
+    of its objects: every column, deduplicated alike, derived alike."""
+    con, copy = engines.pair(lake_name, *_lakes(request, lakes, lake_name))
+    query = f"SELECT * FROM {view}"
+    reference = sql.query_frame(con, query)
+    assert reference.height > 0 or view == "metric_points"
+    _check(reference, sql.query_frame(copy, query))
 
 
 # -- every analysis ---------------------------------------------------------------------------------
@@ -188,7 +259,7 @@ ONE_BASE = {"public": Selection(sources=("kvcache-tester",))}
 @pytest.mark.parametrize("analysis", ANALYSES)
 @pytest.mark.parametrize("lake_name", LAKES)
 def test_analysis(
-    request: pytest.FixtureRequest, engines: Engines, lakes: dict[str, Lake], lake_name: str, analysis: str
+    request: pytest.FixtureRequest, engines: Engines, lakes: Lakes, lake_name: str, analysis: str
 ) -> None:
     con, other = engines.pair(lake_name, *_lakes(request, lakes, lake_name))
     if analysis in ONE_AXIS and lake_name in ONE_BASE:
@@ -198,7 +269,7 @@ def test_analysis(
     _check(ANALYSES[analysis](con), ANALYSES[analysis](other))
 
 
-def test_quantiles_are_exact(engines: Engines, lakes: dict[str, Lake]) -> None:
+def test_quantiles_are_exact(engines: Engines, lakes: Lakes) -> None:
     """The quantiles Spark computes by rank (``traceflow.store.quantiles``, not ``percentile``) are
     DuckDB's ``quantile_cont`` bit for bit, grouped or not."""
     con, spark = engines.pair("synthetic", lakes["synthetic"])
@@ -243,7 +314,7 @@ def test_quantiles_by_rank_on_adversarial_values(spark: Any) -> None:
         spark.catalog.dropTempView("adversarial_t")
 
 
-def test_duplicates_resolved_alike(engines: Engines, lakes: dict[str, Lake]) -> None:
+def test_duplicates_resolved_alike(engines: Engines, lakes: Lakes) -> None:
     """The synthetic lake's duplicates: the complete copy beats a later, less complete one; among
     equally complete copies the newest wins, on both engines."""
     con, spark = engines.pair("synthetic", lakes["synthetic"])
@@ -298,7 +369,7 @@ def _manifest(out: Path) -> dict[str, Any]:
 def test_export_is_byte_identical(
     request: pytest.FixtureRequest,
     engines: Engines,
-    lakes: dict[str, Lake],
+    lakes: Lakes,
     lake_name: str,
     fmt: str,
     tmp_path: Path,
@@ -317,7 +388,7 @@ def test_export_is_byte_identical(
     assert _manifest(by_duck) == _manifest(by_other)
 
 
-def test_export_command_on_spark(spark: Any, lakes: dict[str, Lake], tmp_path: Path) -> None:
+def test_export_command_on_spark(spark: Any, lakes: Lakes, tmp_path: Path) -> None:
     """``traceflow export --engine spark`` (the session is the fixture's: getOrCreate) with a
     selection and --limit writes what the DuckDB default writes."""
     from typer.testing import CliRunner
@@ -364,7 +435,7 @@ def test_spark_compaction_matches_duckdb(spark: Any, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("lake_name", ("synthetic", "s3"))
-def test_chdb_mix(request: pytest.FixtureRequest, lakes: dict[str, Lake], lake_name: str) -> None:
+def test_chdb_mix(request: pytest.FixtureRequest, lakes: Lakes, lake_name: str) -> None:
     """chDB reads the lake (local files, or the S3 test server through its ``s3`` table function)
     with the same dedup (``LIMIT 1 BY``) and gives the same mix."""
     import chdb  # a test dependency (.[test]): missing fails, not skips

@@ -20,7 +20,19 @@ T0 = dt.datetime(2026, 8, 1, 12, tzinfo=dt.UTC)
 MIN = dt.timedelta(minutes=1)
 KINDS = ["cache_read", "cache_write", "cold_input", "output"]
 
+_COST = pl.DataFrame(
+    {
+        "dimension": ["day", "day", "day", "model", "model", "project", "agent"],
+        "group": ["2026-08-01", "2026-08-01", "2026-08-02", "opus", "sonnet", "(unknown)", "claude-code"],
+        "model": ["opus", "sonnet", "opus", "opus", "sonnet", "opus", "opus"],
+        "cost_usd": [3.0, 1.0, 2.0, 5.0, 1.0, 6.0, 6.0],
+        "cost_without_cache_usd": [20.0, 6.0, 11.0, 31.0, 6.0, 37.0, 37.0],
+    }
+)
+
 SAMPLES: dict[str, pl.DataFrame] = {
+    "cost": _COST,
+    "savings": _COST,
     "token_mix": pl.DataFrame(
         {
             "dimension": ["overall"] * 4 + ["model"] * 8,
@@ -147,6 +159,63 @@ def test_html_document_is_self_contained() -> None:
     assert "full &lt;/script&gt; text" in page
     for c in CHARTS:
         assert c.caption.split(".")[0][:40].replace("'", "&#x27;") in page
+
+
+def test_notes_and_captions_render_code_spans_not_backticks() -> None:
+    assert render._text("see `traceflow size` <here>") == "see <code>traceflow size</code> &lt;here&gt;"
+    assert render._text("an odd ` stays") == "an odd ` stays"
+    charts = [
+        (c, importlib.import_module(f"traceflow.dashboards.{c.key}").chart(SAMPLES[c.key])) for c in CHARTS
+    ]
+    page = render.html_document(charts, ["x"], "", notes=["the defaults of `traceflow size`"], alerts=["ok"])
+    assert "`" not in page.split("<main>")[1].split('<script type="application/json"')[0]
+    # the parts in order: cost first (with the alerts), capacity last
+    cost, cache, capacity = (page.index(f'id="part-{p}"') for p in ("cost", "cache", "capacity"))
+    assert cost < page.index('id="sec-alerts"') < page.index('id="sec-cost"') < cache < capacity
+    assert capacity < page.index('id="sec-dwpd"') and page.index('id="sec-gaps"') < capacity
+
+
+def test_misses_chart_colours_each_cause_alike_in_every_panel() -> None:
+    """The cause colours are one fixed scale: a selection without some causes keeps the others'
+    colours (a scale from the data drew ``unexplained`` in ``ttl_expired``'s colour)."""
+    from traceflow.dashboards import misses
+
+    frame = SAMPLES["misses"].with_columns(pl.lit(None, pl.String).alias("session"))
+    sessions = pl.DataFrame(
+        {
+            "session": ["s1"],
+            "cause": ["unexplained"],
+            "misses": [2],
+            "missed_tokens": [10],
+            "miss_cost_usd": [0.1],
+        }
+    )
+    spec = misses.chart(pl.concat([frame.select(sessions.columns), sessions])).to_dict(validate=True)
+    scales = [
+        json.dumps(e["color"]["scale"], sort_keys=True)
+        for e in _encodings(spec)
+        if "color" in e and e["color"].get("field") == "cause"
+    ]
+    assert len(scales) == 3 and len(set(scales)) == 1  # the two cause panels and the sessions panel
+    scale = json.loads(scales[0])
+    assert scale["domain"][scale["range"].index(scale["range"][6])] == "unexplained"
+    assert (
+        scale["range"][scale["domain"].index("unexplained")]
+        != scale["range"][scale["domain"].index("ttl_expired")]
+    )
+
+
+def _encodings(spec: object) -> list[dict[str, object]]:
+    found: list[dict[str, object]] = []
+    if isinstance(spec, dict):
+        if isinstance(spec.get("encoding"), dict):
+            found.append(spec["encoding"])
+        for v in spec.values():
+            found += _encodings(v)
+    elif isinstance(spec, list):
+        for v in spec:
+            found += _encodings(v)
+    return found
 
 
 def test_report_data_and_files_from_a_lake(tmp_path: Path) -> None:

@@ -96,6 +96,23 @@ NOT_RUN = {
     "every later example would read; tests/test_prices_update.py runs it on the sample",
 }
 
+#: docs/deploying.md: container, cluster and shell commands (no container engine or cluster here); the
+#: Dockerfile, manifests and compose file they use are checked by tests/test_deploy.py.
+NOT_RUN |= dict.fromkeys(
+    [
+        "docker build -t traceflow:0.1.0 .",
+        "token=$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')",
+        """printf 'payments sha256:%s\\n' "$(printf %s "$token" | sha256sum | cut -d' ' -f1)" >> tokens""",
+        "kubectl create secret generic traceflow-tokens --from-file=tokens=./tokens --dry-run=client -o yaml "
+        "| kubectl apply -f -",
+        "kubectl create namespace traceflow",
+        "kubectl -n traceflow apply -f deploy/kubernetes/",
+        "TRACEFLOW_TOKENS_FILE=$PWD/tokens docker compose -f deploy/compose.yaml up --build "
+        "--scale collector=3",
+    ],
+    "a container or cluster command (docs/deploying.md); tests/test_deploy.py checks the files it uses",
+)
+
 #: An example with `[optional parts]` stands for these commands (the worked example's three hierarchies).
 EXPANDED = {
     "traceflow simulate --workload agentic-coding --duration 2h --seed 0 --kv-model MiniMax-M2 "

@@ -126,6 +126,44 @@ return out;
 """
 
 
+#: Per chart: its legend's entries (label -> symbol colour) and its bars' fill and ARIA label (which
+#: names the bar's fields, "cause: ttl_expired" among them).
+LEGEND_JS = """
+var out = {};
+document.querySelectorAll('.chart').forEach(function (el) {
+  var symbols = Array.from(el.querySelectorAll('g.role-legend-symbol path'));
+  var labels = Array.from(el.querySelectorAll('g.role-legend-label text'));
+  out[el.dataset.chart] = {
+    legend: labels.map(function (t, i) {
+      return [t.textContent, symbols[i] ? symbols[i].getAttribute('fill') : null];
+    }),
+    bars: Array.from(el.querySelectorAll('g.mark-rect.role-mark path')).map(function (p) {
+      return [p.getAttribute('fill'), p.getAttribute('aria-label') || ''];
+    }),
+    titles: Array.from(el.querySelectorAll('g.role-title text')).map(function (t) { return t.textContent; })
+  };
+});
+out._parts = Array.from(document.querySelectorAll('h2.part, section h3')).map(function (h) {
+  return h.textContent;
+});
+return out;
+"""
+
+
+def _legend_matches(chart: dict[str, Any], field: str) -> list[tuple[str, str, str]]:
+    """Bars whose ``field`` value (read off their ARIA label) is drawn in a colour other than its
+    legend entry's: (value, bar colour, legend colour)."""
+    import re
+
+    legend = dict((label, color) for label, color in chart["legend"])
+    wrong = []
+    for fill, label in chart["bars"]:
+        m = re.search(rf"\b{field}: ([^;]+)", label)
+        if m and m.group(1) in legend and legend[m.group(1)] != fill:
+            wrong.append((m.group(1), fill, legend[m.group(1)]))
+    return wrong
+
+
 def _overlaps(labels: list[dict[str, Any]]) -> list[tuple[str, str]]:
     found = []
     for i, a in enumerate(labels):
@@ -178,6 +216,7 @@ def test_report_renders_offline_in_chromium(tmp_path: Path) -> None:
             time.sleep(0.25)
         charts = driver.execute_script(MARKS_JS)
         geometry = driver.execute_script(GEOMETRY_JS)
+        legends = driver.execute_script(LEGEND_JS)
         height = driver.execute_script("return document.documentElement.scrollHeight")
         driver.set_window_size(1100, min(int(height) + 100, 16000))
         out = Path(os.environ.get("TRACEFLOW_ARTIFACTS") or tmp_path)
@@ -198,3 +237,20 @@ def test_report_renders_offline_in_chromium(tmp_path: Path) -> None:
     errors = [entry for entry in logs if entry.get("level") in ("SEVERE", "ERROR")]
     assert errors == []
     _check_geometry(geometry)
+    # legends match their bars: every cause in the legend's colour, in each panel of the misses chart
+    misses = legends["misses"]
+    assert {label for label, _ in misses["legend"]} >= {"ttl_expired", "unexplained"}
+    assert len({color for _, color in misses["legend"]}) == len(misses["legend"])  # a colour per cause
+    assert any("cause: " in label for _, label in misses["bars"])
+    assert _legend_matches(misses, "cause") == []
+    # the cost part first (cost per day, model and project), the capacity part after it, titled with
+    # what it assumes
+    parts = legends["_parts"]
+    assert parts[0] == "What the agents cost, and why" and parts[1].startswith("Alerts")
+    assert parts[2] == "Cost per day, model, project and agent"
+    capacity = parts.index("Capacity planning: a KV cache of your own")
+    assert capacity > parts.index("Cache misses by cause")
+    assert any("MiniMax-M2 at FP8" in p and "drives of" in p for p in parts[capacity:])
+    assert any(p.startswith("Hit ratio") and "MiniMax-M2 at FP8" in p for p in parts[capacity:])
+    titles = legends["cost"]["titles"]
+    assert {"Cost per day", "Cost per model", "Cost per project", "Cost per agent"} <= set(titles), titles

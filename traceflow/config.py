@@ -182,6 +182,25 @@ SETTINGS: tuple[Setting, ...] = (
         "OTLP/gRPC port of `traceflow serve` (`--grpc-port`; 0 picks a free one, -1 turns it off).",
     ),
     Setting(
+        "tokens",
+        "TRACEFLOW_TOKENS",
+        "(none)",
+        "File of `TEAM TOKEN` lines: a token per team for `traceflow serve` (`--tokens`).",
+    ),
+    Setting(
+        "metrics_port",
+        "TRACEFLOW_METRICS_PORT",
+        "-1",
+        "Port of `traceflow serve`'s own `/metrics` listener, which asks for no token (`--metrics-port`; "
+        "0 picks a free one, -1: none, `/metrics` is then on the OTLP/HTTP port with the token).",
+    ),
+    Setting(
+        "metrics_host",
+        "TRACEFLOW_METRICS_HOST",
+        "127.0.0.1",
+        "Address of the `--metrics-port` listener (`--metrics-host`).",
+    ),
+    Setting(
         "tls_cert",
         "TRACEFLOW_TLS_CERT",
         "(none)",
@@ -325,13 +344,20 @@ def resolve_data_dir(flag: str | os.PathLike[str] | None = None) -> str:
         path = normalise_location(flag)
     else:
         env = get("data")
-        if env:
-            path = normalise_location(env)
-        else:
-            xdg = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-            path = os.path.join(xdg, "traceflow")
+        path = normalise_location(env) if env else os.path.join(xdg_data_home(), "traceflow")
     resolved.append(path)
     return path
+
+
+def xdg_data_home() -> Path:
+    """``$XDG_DATA_HOME``, else ``~/.local/share``: where traceflow's lake and several agents' logs live."""
+    xdg = os.environ.get("XDG_DATA_HOME")
+    return Path(xdg) if xdg else Path.home() / ".local" / "share"
+
+
+def child_environment(extra: dict[str, str]) -> dict[str, str]:
+    """This process's environment with ``extra`` added: what a child process (the sealer) starts with."""
+    return {**os.environ, **extra}
 
 
 def tz_variable() -> str | None:

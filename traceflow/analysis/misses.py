@@ -128,7 +128,9 @@ def _run(
 
     block, params = sql.selection_block(selection, "t_start")
     params = {**params, "miss_tokens": options.miss_tokens}
-    blocks = {"filter": block}
+    # the window over the sessions that have a selected request only (the same rows: each stream whole)
+    roots = sql.roots_block({"selection": sql.selection_block(selection)[0]})
+    blocks = {"filter": block, sql.ROOTS: roots}
     if not _has_view(con, "metric_points"):
         blocks["restart_points"] = _NO_POINTS
     # requests with a session: their stream (misses.sql); without: their block hashes (block_misses.sql)
@@ -139,6 +141,8 @@ def _run(
         blocks=blocks,
         wrap=_only(wrap, "session_id IS NOT NULL"),
     )
+    if not _sessionless(con, selection):  # block_misses.sql would sort every block hash for no row
+        return streams
     hashed = sql.run(
         con,
         "block_misses",
@@ -148,6 +152,20 @@ def _run(
     )
     # block_misses.sql has the columns of misses.sql that apply to a request without a stream
     return pl.concat([streams, hashed], how="diagonal_relaxed")
+
+
+def _sessionless(con: duckdb.DuckDBPyConnection | sql.Engine, selection: Selection | None) -> bool:
+    """Whether the selection has a request with tokens but no session (block_misses.sql's rows)."""
+    from traceflow.store.selection import Selection
+
+    where, params = (selection or Selection()).where()
+    found = sql.query_frame(
+        con,
+        "SELECT count(*) AS n FROM (SELECT 1 FROM requests WHERE session_id IS NULL AND total_tokens > 0 "
+        f"AND request_time IS NOT NULL AND ({where}) LIMIT 1)",
+        params,
+    )
+    return bool(found["n"][0])
 
 
 def _has_view(con: duckdb.DuckDBPyConnection | sql.Engine, name: str) -> bool:

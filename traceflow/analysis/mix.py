@@ -105,19 +105,66 @@ FROM sums
 """
 
 
-def _sums(
-    con: duckdb.DuckDBPyConnection | Engine, sel: Selection, by: Sequence[str], *, write_1h: bool = False
-) -> list[tuple[Any, ...]]:
+def per_model_sql(by: Sequence[str], where: str, *, zone: str, rollup: bool = False) -> str:
+    """:func:`mix_sql` with ``write_1h``, grouped by ``by`` and also by ``by`` + model in the same scan
+    (``GROUPING SETS``): each row starts with the ``by`` values and the model (null on a ``by`` total),
+    then ``per_model`` (true on a row of one model), then :func:`mix_sql`'s columns. The totals are
+    the mix; the rows per model are what the savings price (:func:`savings_by_group`)."""
+    names = [*by, "model"]
+    if rollup:
+        keys = groups.Keys("".join(f"{ROLLUP_GROUPS[b]} AS {b}, " for b in names), "", "")
+    else:
+        keys = groups.request_keys(names, zone=zone)
+    calls = groups.TOOL in by and not rollup
+    kinds = ", ".join(f"{c}" for c in (*TOKEN_COLUMNS, "cache_write_1h_tokens"))
+    idents = [groups.ident(b) for b in names]
+    sets = f"({', '.join(idents)}), ({', '.join(idents[:-1])})"
+    sums = ",\n           ".join(
+        f"coalesce(sum({c}), 0)::BIGINT AS {c}" for c in (*TOKEN_COLUMNS, "cache_write_1h_tokens")
+    )
+    return f"""
+WITH keyed AS (
+    SELECT {keys.select}{"requests" if rollup else "1"} AS n_, {kinds}
+           {f", {groups.TOOL_ALIAS}.calls AS calls_" if calls else ""}
+    FROM {"request_rollup" if rollup else f"{keys.relation} AS r"} {keys.join}
+    WHERE {where}
+),
+sums AS (
+    SELECT {", ".join(idents)}, grouping({idents[-1]}) = 0 AS per_model,
+           coalesce(sum(n_), 0)::BIGINT AS requests,
+           {sums}
+           {", coalesce(sum(calls_), 0)::BIGINT AS tool_calls" if calls else ""}
+    FROM keyed
+    GROUP BY GROUPING SETS ({sets})
+)
+SELECT {"".join(f"{i}, " for i in idents)}per_model, requests, cold_input_tokens, cache_read_tokens,
+       cache_write_tokens, output_tokens, cache_write_1h_tokens,
+       {load_query("token_mix").block("mix")}
+       {", tool_calls" if calls else ""}
+FROM sums
+ORDER BY {", ".join([*(str(i + 1) for i in range(len(by))), "per_model"])}
+"""
+
+
+def _source(
+    con: duckdb.DuckDBPyConnection | Engine, sel: Selection, by: Sequence[str]
+) -> tuple[bool, str, list[Any]]:
+    """Whether ``mix`` sums the stored rollup for this selection and grouping, and the predicate."""
     # the rollup's days are UTC days: a period in another zone is grouped from the requests
     utc = sel.zone == zones.UTC or not any(b in zones.PERIODS for b in by)
     rollup = utc and materialised(con, ROLLUP_VIEW) and all(b in ROLLUP_GROUPS for b in by)
     answer = _rollup_where(sel) if rollup else None
     if answer is not None:
-        where, params = answer
-        text = mix_sql(by, where, zone=sel.zone, rollup=True, write_1h=write_1h)
-    else:
-        where, params = sel.where()
-        text = mix_sql(by, where, zone=sel.zone, write_1h=write_1h)
+        return True, *answer
+    where, params = sel.where()
+    return False, where, params
+
+
+def _sums(
+    con: duckdb.DuckDBPyConnection | Engine, sel: Selection, by: Sequence[str], *, write_1h: bool = False
+) -> list[tuple[Any, ...]]:
+    rollup, where, params = _source(con, sel, by)
+    text = mix_sql(by, where, zone=sel.zone, rollup=rollup, write_1h=write_1h)
     if isinstance(con, Engine):
         return list(con.frame(text, params).rows())
     return con.execute(text, params).fetchall()
@@ -131,10 +178,28 @@ def token_mix_rows(
 ) -> Rows:
     """Like :func:`token_mix`, as plain rows (no polars needed)."""
     sel = selection or Selection()
-    rows = _sums(con, sel, by)
-    saved = savings_by_group(con, sel, by, prices)
     n = len(by)
     m = n + len(COLUMNS)
+    if isinstance(con, Engine):
+        rows = _sums(con, sel, by)
+        saved = savings_by_group(con, sel, by, prices)
+    elif "model" in by:  # one scan: each group is of one model, priced as it is
+        priced = _sums(con, sel, by, write_1h=True)
+        saved = _savings(priced, n, by.index("model"), n, prices)
+        rows = [(*r[: n + 5], *r[n + 6 :]) for r in priced]  # less the 1-hour writes, only priced
+    else:  # one scan: the totals and the sums per model the savings price (per_model_sql)
+        rollup, where, params = _source(con, sel, [*by, "model"])
+        both = con.execute(per_model_sql(by, where, zone=sel.zone, rollup=rollup), params).fetchall()
+        keys = [*by, "model"]
+        saved = _savings(
+            [(*r[: n + 1], *r[n + 2 :]) for r in both if r[n + 1]],
+            len(by),
+            keys.index("model"),
+            len(keys),
+            prices,
+        )
+        # a total row: the by values, then mix_sql's columns (the 1-hour writes only priced)
+        rows = [(*r[:n], *r[n + 2 : n + 7], *r[n + 8 :]) for r in both if not r[n + 1]]
     out = [(*r[:m], *saved.get(tuple(r[:n]), UNPRICED), *r[m:]) for r in rows]
     # --by tool adds tool_calls: the tool results that preceded the group's requests
     return Rows([*by, *COLUMNS, *SAVINGS, *(["tool_calls"] if groups.TOOL in by else [])], out)
@@ -148,16 +213,22 @@ def savings_by_group(
 ) -> dict[tuple[Any, ...], tuple[float | None, float | None, float | None, float | None, int]]:
     """Per group (the tuple of its ``by`` values): :data:`SAVINGS`, priced per model; the tokens of
     requests without a model name are counted in ``unpriced_tokens`` instead."""
-    pm = prices or PriceModel()
     sel = selection or Selection()
     keys = [*by, "model"] if "model" not in by else list(by)
-    at = keys.index("model")
-    n = len(keys)
+    return _savings(_sums(con, sel, keys, write_1h=True), len(by), keys.index("model"), len(keys), prices)
+
+
+def _savings(
+    rows: Sequence[Sequence[Any]], by: int, at: int, n: int, prices: PriceModel | None
+) -> dict[tuple[Any, ...], tuple[float | None, float | None, float | None, float | None, int]]:
+    """:func:`savings_by_group` of ``rows``: per group and model (``n`` key columns, the first ``by`` the
+    group's, the model at ``at``), requests, cold, read, write, output and 1-hour write tokens."""
+    pm = prices or PriceModel()
     totals: dict[tuple[Any, ...], list[float]] = {}
     unpriced: dict[tuple[Any, ...], int] = {}
-    for r in _sums(con, sel, keys, write_1h=True):
+    for r in rows:
         # r: keys, requests, cold, read, write, output, write_1h, then the shares
-        key = tuple(r[: len(by)])
+        key = tuple(r[:by])
         unpriced.setdefault(key, 0)
         cost = token_cost(pm, r[at], r[n + 1 : n + 6])
         if cost is None:

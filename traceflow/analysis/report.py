@@ -106,7 +106,10 @@ def build_report(
     from traceflow.analysis.ttl import ttl_list, ttl_report
     from traceflow.analysis.working_set import working_set_summary
     from traceflow.store import time_base
+    from traceflow.store.sql import Engine, share_steps
 
+    if not isinstance(con, Engine):
+        share_steps(con)  # the per-stream window computed once for all the report's queries
     all_ttls = tuple(ttl_list(ttls))
     sources = time_base.selection_sources(con, selection)
     series_sel, series_sources, note = time_base.series_selection(selection, sources)

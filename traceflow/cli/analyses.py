@@ -389,15 +389,30 @@ def report(
     html = output_file(html, "--html") if html is not None else None
     png = output_folder(png, "--png") if png is not None else None
     svg = output_folder(svg, "--svg") if svg is not None else None
-    rep = build_report(
-        connect(data, ["requests", "events"]),
-        selection,
-        _ttls(ttl, ()),
-        PriceModel.load(prices),
-        kv_bytes_per_token,
-        parse_duration(idle_after, "--idle-after"),
-        parse_duration(resolution, "--resolution"),
-    )
+    drawn = None
+    if html or png or svg:  # the report gathered once, over one connection: printed, then drawn
+        from traceflow.dashboards.report_data import ReportOptions, gather
+
+        options = ReportOptions(
+            kv_bytes_per_token=kv_bytes_per_token,
+            prices=PriceModel.load(prices),
+            ttls=_ttls(ttl, ()),
+            idle_after_s=parse_duration(idle_after, "--idle-after"),
+            resolution_s=parse_duration(resolution, "--resolution"),
+        )
+        con = open_lake(data).connect()
+        drawn = gather(con, selection, options)
+        rep = drawn.report
+    else:
+        rep = build_report(
+            connect(data, ["requests", "events"]),
+            selection,
+            _ttls(ttl, ()),
+            PriceModel.load(prices),
+            kv_bytes_per_token,
+            parse_duration(idle_after, "--idle-after"),
+            parse_duration(resolution, "--resolution"),
+        )
     shown = display()
     if fmt != "json" and shown.freshness is not None:  # a lake fed by serve: how fresh, first
         typer.echo(shown.freshness[0])
@@ -407,18 +422,10 @@ def report(
         typer.echo(render_markdown(rep), nl=False)
     else:
         typer.echo(render_text(rep, wide=shown.wide), nl=False)
-    if html or png or svg:
+    if drawn is not None:
         from traceflow.dashboards.render import write_report
-        from traceflow.dashboards.report_data import ReportOptions
 
-        options = ReportOptions(
-            kv_bytes_per_token=kv_bytes_per_token,
-            prices=PriceModel.load(prices),
-            ttls=_ttls(ttl, ()),
-            idle_after_s=parse_duration(idle_after, "--idle-after"),
-            resolution_s=parse_duration(resolution, "--resolution"),
-        )
-        written = write_report(open_lake(data), selection, options, html=html, png_dir=png, svg_dir=svg)
+        written = write_report(con, selection, options, html=html, png_dir=png, svg_dir=svg, data=drawn)
         paths = [written["html"]] if "html" in written else []
         paths += written.get("png", []) + written.get("svg", [])
         typer.echo(

@@ -85,6 +85,14 @@ def serve(
             help="Bearer token clients must send (Authorization header).", show_default="$TRACEFLOW_TOKEN"
         ),
     ] = None,
+    tokens: Annotated[
+        Path | None,
+        typer.Option(
+            help="File of 'TEAM TOKEN' lines (TOKEN or sha256:HEX; team * is an administrator): a token "
+            "per team, each record's team.id set from its token; re-read when it changes.",
+            show_default=False,
+        ),
+    ] = None,
     tls_cert: Annotated[
         Path | None,
         typer.Option(
@@ -134,6 +142,21 @@ def serve(
             show_default="$TRACEFLOW_RETAIN, else keep everything",
         ),
     ] = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Serve Prometheus's GET /metrics on this port too, without the token (0 picks a free "
+            "one, -1: only on the OTLP/HTTP port, behind the token).",
+            show_default="$TRACEFLOW_METRICS_PORT, else -1",
+        ),
+    ] = None,
+    metrics_host: Annotated[
+        str | None,
+        typer.Option(
+            help="Address of the --metrics-port listener.",
+            show_default=f"$TRACEFLOW_METRICS_HOST, else {s.DEFAULT_METRICS_HOST}",
+        ),
+    ] = None,
 ) -> None:
     """Receive OTLP logs, metrics and traces over HTTP (4318) and gRPC (4317) into the lake."""
     config.quiet_grpc_fork()  # before gRPC starts
@@ -151,6 +174,7 @@ def serve(
         http_port=_port(_setting(http_port, "http_port", s.DEFAULT_HTTP_PORT, int), "--http-port"),
         grpc_port=_port(_setting(grpc_port, "grpc_port", s.DEFAULT_GRPC_PORT, int), "--grpc-port"),
         token=_setting(token, "token", None, str),
+        tokens=_setting(tokens, "tokens", None, Path),
         tls_cert=tls_cert,
         tls_key=tls_key,
         keep_content=keep_content,
@@ -162,6 +186,8 @@ def serve(
         drop_attrs=tuple(drop_attr or ()),
         hash_attrs=tuple(hash_attr or ()),
         retain_s=None if retain_age is None else parse_duration(retain_age, "--retain"),
+        metrics_port=_port(_setting(metrics_port, "metrics_port", -1, int), "--metrics-port"),
+        metrics_host=_setting(metrics_host, "metrics_host", s.DEFAULT_METRICS_HOST, str),
     )
     raise typer.Exit(code)
 

@@ -110,7 +110,12 @@ def answer(
     sources = local_logs.sources_of(local_logs.read_marker(state_dir))
     if default:
         for name in local_logs.AGENTS:
-            roots = [os.path.realpath(r) for r in local_logs.default_folders(name)]
+            if name in local_logs.OWN_FOLDERS:
+                roots = [os.path.realpath(r) for r in local_logs.default_folders(name)]
+            else:  # the other agents' folders are their importers' (a few ms of imports)
+                from traceflow import importers
+
+                roots = [os.path.realpath(r) for r in importers.get(name).default_paths()]
             if roots:
                 known = sources.setdefault(name, [])
                 known += [r for r in roots if r not in known]

@@ -20,7 +20,6 @@ without a model or a timestamp, or with no token at all, gives no row (ccusage s
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -40,8 +39,7 @@ def data_dir() -> Path:
     explicit = config.get("amp_data_dir")
     if explicit:
         return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_DATA_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".local" / "share") / "amp"
+    return config.xdg_data_home() / "amp"
 
 
 def _n(obj: Any, key: str) -> int | None:

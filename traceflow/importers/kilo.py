@@ -11,7 +11,6 @@ sub-agent's session), with the same token split (``tokens.input`` cold, ``tokens
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import ClassVar
 
@@ -26,8 +25,7 @@ def data_dir() -> Path:
     explicit = config.get("kilo_data_dir")
     if explicit:
         return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_DATA_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".local" / "share") / "kilo"
+    return config.xdg_data_home() / "kilo"
 
 
 class KiloImporter:

@@ -58,8 +58,7 @@ def data_dir() -> Path:
     explicit = config.get("opencode_data_dir")
     if explicit:
         return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_DATA_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".local" / "share") / "opencode"
+    return config.xdg_data_home() / "opencode"
 
 
 def _is_database(name: str) -> bool:

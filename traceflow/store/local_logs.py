@@ -48,6 +48,8 @@ AGENTS = (
     "pi",
     "openclaw",
 )
+#: The agents whose default folders :func:`default_folders` knows.
+OWN_FOLDERS = ("claude-code", "codex", "gemini")
 MARKER = "local.json"
 _VERSION = 1
 
@@ -57,7 +59,9 @@ def default_folders(agent: str) -> list[str]:
     here: Claude Code's ``projects`` under ``$CLAUDE_CONFIG_DIR`` (comma-separated folders), else
     under ``~/.config/claude`` and ``~/.claude``; Codex's ``sessions`` and ``archived_sessions``
     under ``$CODEX_HOME`` (``~/.codex``); Gemini's ``tmp`` under ``$GEMINI_DIR`` (``~/.gemini``).
-    Each importer's ``default_paths()`` is this (standard library only: the usage views ask first)."""
+    Each of those three importers' ``default_paths()`` is this (standard library only: the usage
+    views ask first); any other agent's folders are its importer's ``default_paths()``
+    (:data:`OWN_FOLDERS` says which agents this function answers for)."""
     home = os.path.expanduser("~")
     if agent == "claude-code":
         env = config.get("claude_config_dir")

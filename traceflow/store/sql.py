@@ -331,6 +331,9 @@ def statement(
     after the window. ``steps`` itself reads the stored steps in the same case, with the same filter.
     """
     wanted = dict(blocks or {})
+    # "roots": a per-stream query whose selection is not its "selection" block (misses.sql's
+    # "filter") names the requests whose sessions it reads, for the requests view (roots_block)
+    narrow = wanted.pop(ROOTS, None)
     if query.name == "steps" or reads_steps(query):
         if "selection" in wanted:
             wanted["selection"] = steps_selection(wanted["selection"])
@@ -339,7 +342,7 @@ def statement(
     stored = uses_stored_steps(con)
     # the narrowing is DuckDB's: on another engine the window runs over the whole lake (the same rows;
     # the IN-subquery has no exact Spark translation in traceflow.engines.rewrite)
-    roots = "true" if isinstance(con, Engine) else roots_block(blocks)
+    roots = "true" if isinstance(con, Engine) else (narrow or roots_block(blocks))
     if query.name == "steps":
         if not stored:
             return query.sql({**wanted, "roots": roots})
@@ -348,7 +351,54 @@ def statement(
     sql = query.sql(wanted)
     if stored:
         return sql
-    return with_steps(sql, load("steps").sql({"selection": "true", "roots": roots}))
+    window = load("steps").sql({"selection": "true", "roots": roots})
+    if not isinstance(con, Engine) and sharing_steps(con):
+        return with_steps(sql, f"SELECT * FROM {_shared_steps(con, window, params or {})}")
+    return with_steps(sql, window)
+
+
+#: The temporary table whose presence tells :func:`statement` to share the window (:func:`share_steps`).
+_SHARE_MARK = "_tf_share_steps"
+
+
+def share_steps(con: duckdb.DuckDBPyConnection) -> None:
+    """Let every per-stream query on ``con`` read one window: the first computes ``steps.sql`` (for its
+    ``roots``) into a temporary table, as a compacted lake stores it, and the later ones with the same
+    roots read that table instead of sorting the lake again. For a connection that runs many per-stream
+    queries (``traceflow report``); one query alone reads the window composed into it (cheaper: DuckDB
+    then computes only the columns the query reads). The connection is a snapshot of the lake's files
+    (:meth:`traceflow.store.lake.Lake.connect`), so the table never goes stale."""
+    con.execute(f"CREATE TEMP TABLE IF NOT EXISTS {_SHARE_MARK} (on_ BOOLEAN)")
+
+
+def sharing_steps(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether :func:`share_steps` was called on ``con``."""
+    return _temp_table(con, _SHARE_MARK)
+
+
+def _temp_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    found = con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE table_name = ? AND temporary", [name]
+    ).fetchall()
+    return bool(found and found[0][0])
+
+
+def _shared_steps(con: duckdb.DuckDBPyConnection, window: str, params: Mapping[str, Any]) -> str:
+    """The temporary table holding ``window``'s rows (``steps.sql`` with its roots block), created on
+    first use: one per distinct window and parameter values on the connection."""
+    import hashlib
+
+    values = {n: params[n] for n in used_params(window) if n in params}
+    key = hashlib.sha256(repr((window, sorted(values.items(), key=lambda kv: kv[0]))).encode()).hexdigest()
+    name = f"_tf_steps_{key[:16]}"
+    if not _temp_table(con, name):
+        con.execute(f"CREATE TEMP TABLE {name} AS\n{window}", bind(load("steps"), window, values))
+    return name
+
+
+#: The pseudo-block of :func:`statement`: the selection (for the requests view) whose sessions a
+#: per-stream query reads, when its own selection is not a ``selection`` block.
+ROOTS = "roots"
 
 
 def roots_block(blocks: Mapping[str, str] | None) -> str:
