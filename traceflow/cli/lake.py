@@ -184,7 +184,7 @@ def sql(
     fmt: FormatOpt = "table",
     no_refresh: NoRefreshOpt = False,
 ) -> None:
-    """Run read-only SQL over the views: requests, events, metric_points, spans."""
+    """Run read-only SQL over the views: requests, events, metric_points, spans, audit."""
     from traceflow.output import render
     from traceflow.store.user_sql import run_sql
 

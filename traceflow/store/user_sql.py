@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
 from traceflow.errors import QueryError, UsageError
 from traceflow.paths import output_file
-from traceflow.schema import TABLES
+from traceflow.schema import STORED, TABLES
 from traceflow.store.lake import Lake
 from traceflow.store.measures import macros_sql
 from traceflow.store.sql import query_frame, sql_string
@@ -23,7 +23,7 @@ _READ_ONLY = {"SELECT", "EXPLAIN"}
 def describe_views() -> str:
     """One line per view with its columns, for error messages and ``--help``."""
     lines = []
-    for name, table in TABLES.items():
+    for name, table in STORED.items():  # the audit table too (docs/lake.md#the-audit-table)
         cols = list(table.columns)
         if name == "requests":
             cols += ["context_tokens", "total_tokens"]
