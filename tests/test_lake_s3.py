@@ -19,7 +19,7 @@ import orjson
 import pytest
 
 from tests.collectors_support import Server, api_request_logs, wait_for
-from tests.conftest import EXAMPLES, TESTDATA, s3_test_server
+from tests.conftest import EXAMPLES, FULL, TESTDATA, s3_test_server
 from traceflow.store.lake import Lake
 
 PB = {"Content-Type": "application/x-protobuf"}
@@ -59,6 +59,23 @@ def _mix(env: dict[str, str], data: str) -> object:
     return orjson.loads(_traceflow(env, "mix", "--data", data, "--format", "json").stdout)
 
 
+#: The Mooncake requests each import here reads: the whole conversation trace on CI (``FULL``, about
+#: 12,000 requests), its first 2,000 in a local run (each import of the whole trace is a subprocess
+#: that costs seconds of CPU, and the S3 lake's behaviour does not depend on the count).
+MOONCAKE_REQUESTS = None if FULL else 2_000
+
+
+def _mooncake(folder: Path) -> str:
+    """The Mooncake conversation trace, or its first :data:`MOONCAKE_REQUESTS` requests in ``folder``."""
+    trace = TESTDATA / "mooncake_conversation_trace.jsonl"
+    if MOONCAKE_REQUESTS is None:
+        return str(trace)
+    path = folder / trace.name
+    with trace.open("rb") as src:
+        path.write_bytes(b"".join(line for _, line in zip(range(MOONCAKE_REQUESTS), src, strict=False)))
+    return str(path)
+
+
 def _raw(lake: Lake, sql: str) -> list[tuple[object, ...]]:
     """``sql`` over every stored row of ``requests`` (no dedup), as ``raw``."""
     import duckdb
@@ -74,7 +91,7 @@ def test_import_compact_and_mix_on_s3_match_local_disk(
     s3_env: dict[str, str], bucket: str, tmp_path: Path
 ) -> None:
     local = str(tmp_path / "local")
-    trace = str(TESTDATA / "mooncake_conversation_trace.jsonl")
+    trace = _mooncake(tmp_path)
     otlp = str(EXAMPLES / "claude-otlp-logs.json")
     for data in (local, bucket):
         _traceflow(s3_env, "import", "mooncake", trace, "--data", data)
@@ -128,7 +145,7 @@ def test_two_importers_at_once_lose_and_duplicate_nothing(
     s3_env: dict[str, str], bucket: str, tmp_path: Path
 ) -> None:
     sources = [
-        ("mooncake", str(TESTDATA / "mooncake_conversation_trace.jsonl")),
+        ("mooncake", _mooncake(tmp_path)),
         ("mooncake", str(TESTDATA / "mooncake_synthetic_trace.jsonl")),
     ]
     # two machines: each its own local state (import offsets, staging)
