@@ -49,14 +49,26 @@ def _traceflow(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[s
     return r
 
 
+def _read(env: dict[str, str], *args: str) -> str:
+    """What ``traceflow ARGS`` prints, run in this process (the lake is written by subprocesses)."""
+    from typer.testing import CliRunner
+
+    from traceflow.cli.app import app, register_all
+
+    register_all()
+    result = CliRunner().invoke(app, list(args), env=env)
+    assert result.exit_code == 0 and result.exception is None, (result.exception, result.stderr)
+    return result.stdout
+
+
 def _same(env: dict[str, str], data: str, other: str, *command: str) -> bool:
     """``traceflow COMMAND --format json`` prints the same on both lakes."""
     args = [*command, "--format", "json", "--data"]
-    return _traceflow(env, *args, data).stdout == _traceflow(env, *args, other).stdout
+    return _read(env, *args, data) == _read(env, *args, other)
 
 
 def _mix(env: dict[str, str], data: str) -> object:
-    return orjson.loads(_traceflow(env, "mix", "--data", data, "--format", "json").stdout)
+    return orjson.loads(_read(env, "mix", "--data", data, "--format", "json"))
 
 
 #: The Mooncake requests each import here reads: the whole conversation trace on CI (``FULL``, about
