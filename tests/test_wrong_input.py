@@ -1,6 +1,9 @@
 """Wrong input fails loudly: exit status 2, one message naming the problem and the fix, no traceback.
 
-Each case runs the console script as a user would (a subprocess), so a traceback would show on stderr.
+Each case runs the console script's entry point (``traceflow.cli.app.main``) in this process, with the
+environment and arguments a user's shell would give it; an exception that escapes it is written to
+stderr as the real process would print it. A few cases run the real process (``process=True``): its
+exit status and stderr as a user sees them.
 """
 
 from __future__ import annotations
@@ -10,24 +13,57 @@ import os
 import shutil
 import subprocess
 import sys
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from tests.conftest import EXAMPLES, TESTDATA
 
 TRANSCRIPT = EXAMPLES / "claude-transcript.jsonl"
 
 
-def traceflow(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+def traceflow(*args: str, tmp_path: Path, process: bool = False) -> subprocess.CompletedProcess[str]:
+    """``traceflow ARGS`` over the lake ``tmp_path/lake``: in this process (the console script's own
+    ``main``, so the same one-line messages and exit codes), or with ``process`` as a subprocess (the
+    real process: its exit status and its stderr as a user sees them)."""
     env = {**os.environ, "TRACEFLOW_DATA": str(tmp_path / "lake"), "TRACEFLOW_CACHE": "0"}
     for name in ("CLAUDE_CONFIG_DIR", "CODEX_HOME", "GEMINI_DIR"):
         env.pop(name, None)
     env["HOME"] = str(tmp_path / "home")  # no agent logs in the default locations
-    return subprocess.run(
-        [sys.executable, "-m", "traceflow", *args], capture_output=True, text=True, env=env, timeout=120
-    )
+    if process:
+        return subprocess.run(
+            [sys.executable, "-m", "traceflow", *args], capture_output=True, text=True, env=env, timeout=120
+        )
+    from traceflow.cli.app import main
+
+    unset = {name: None for name in os.environ if name not in env}
+    code: int | str | None = 0
+    with CliRunner().isolation(env={**env, **unset}) as (out, err, _), _argv("traceflow", *args):
+        try:
+            main()
+        except SystemExit as e:
+            code = e.code
+        except Exception:  # what the real process would print: the check below must see it
+            sys.stderr.write(traceback.format_exc())
+            code = 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        stdout, stderr = out.getvalue().decode(), err.getvalue().decode()
+    returncode = code if isinstance(code, int) else (0 if code is None else 1)
+    return subprocess.CompletedProcess(list(args), returncode, stdout, stderr)
+
+
+@contextlib.contextmanager
+def _argv(*argv: str) -> Iterator[None]:
+    saved = sys.argv
+    sys.argv = list(argv)
+    try:
+        yield
+    finally:
+        sys.argv = saved
 
 
 def assert_refused(run: subprocess.CompletedProcess[str], *words: str) -> None:
@@ -56,7 +92,7 @@ def transcripts(tmp_path: Path) -> Path:
 
 
 def test_an_importer_that_finds_no_file_of_its_format(tmp_path: Path, transcripts: Path) -> None:
-    run = traceflow("import", "codex", str(transcripts), tmp_path=tmp_path)
+    run = traceflow("import", "codex", str(transcripts), tmp_path=tmp_path, process=True)
     assert_refused(run, f"no codex files under {transcripts}", "rollout-*.jsonl", "import claude-code")
 
 
@@ -81,7 +117,7 @@ def test_a_trace_file_whose_every_record_is_rejected(tmp_path: Path, source: str
 def test_a_good_file_with_a_bad_line_still_imports(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     path.write_text(TRANSCRIPT.read_text() + "{oops\n")
-    run = traceflow("import", "claude-code", str(path), tmp_path=tmp_path)
+    run = traceflow("import", "claude-code", str(path), tmp_path=tmp_path, process=True)
     assert run.returncode == 3 and "3 requests" in run.stdout, run.stderr
 
 
@@ -96,7 +132,7 @@ def test_a_source_without_a_default_location(tmp_path: Path) -> None:
 @pytest.mark.parametrize("command", [["mix"], ["gaps"], ["sessions"], ["sql", "SELECT 1"], ["report"]])
 def test_a_read_command_never_creates_a_lake(tmp_path: Path, command: list[str]) -> None:
     missing = tmp_path / "nope"
-    run = traceflow(*command, "--data", str(missing), tmp_path=tmp_path)
+    run = traceflow(*command, "--data", str(missing), tmp_path=tmp_path, process=command == ["mix"])
     assert_refused(run, f"no lake at {missing}", "traceflow import")
     assert not missing.exists()
 
