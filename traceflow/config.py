@@ -164,6 +164,30 @@ SETTINGS: tuple[Setting, ...] = (
         "Where `traceflow import openclaw` looks for `agents/*/sessions/*.jsonl`.",
     ),
     Setting(
+        "grok_home",
+        "GROK_HOME",
+        "~/.grok",
+        "Where `traceflow import grok` looks for `sessions/**/updates.jsonl`.",
+    ),
+    Setting(
+        "factory_dir",
+        "FACTORY_DIR",
+        "~/.factory",
+        "Where `traceflow import droid` looks for `sessions/**/*.settings.json`.",
+    ),
+    Setting(
+        "goose_data_dir",
+        "GOOSE_DATA_DIR",
+        "$XDG_DATA_HOME/goose (~/.local/share/goose)",
+        "Where `traceflow import goose` looks for `sessions/sessions.db`.",
+    ),
+    Setting(
+        "hermes_home",
+        "HERMES_HOME",
+        "~/.hermes",
+        "Where `traceflow import hermes` looks for `state.db`.",
+    ),
+    Setting(
         "host",
         "TRACEFLOW_HOST",
         "127.0.0.1",

@@ -47,6 +47,10 @@ AGENTS = (
     "kilo",
     "pi",
     "openclaw",
+    "grok",
+    "droid",
+    "goose",
+    "hermes",
 )
 MARKER = "local.json"
 _VERSION = 1
