@@ -95,7 +95,7 @@ def import_(
         str,
         typer.Argument(
             help="claude-code, codex, gemini, opencode, qwen, amp, copilot, kimi, codebuff, kilo, pi, "
-            "openclaw, otlp-json, mooncake, azure, kvcache-tester, bailian, burstgpt, tracelab, "
+            "openclaw, grok, droid, goose, hermes, otlp-json, mooncake, azure, kvcache-tester, bailian, burstgpt, tracelab, "
             "clickhouse-otel."
         ),
     ],

@@ -64,7 +64,8 @@ ViewAgentOpt = Annotated[
     typer.Option(
         "--agent",
         help="Only this agent (repeatable), by traceflow's or ccusage's name (claude, codex, gemini, "
-        "opencode, qwen, amp, copilot, kimi, codebuff, kilo, pi, openclaw), as `ccusage AGENT daily` "
+        "opencode, qwen, amp, copilot, kimi, codebuff, kilo, pi, openclaw, grok, droid, goose, hermes), "
+        "as `ccusage AGENT daily` "
         "selects one.",
     ),
 ]
