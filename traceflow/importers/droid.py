@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 
 from traceflow import config
 from traceflow.importers.base import FileContext
+from traceflow.importers.compressed import with_compressed
 from traceflow.rows import LineError, Parsed, Tokens, as_int, iso_micros, stable_id
 
 SOURCE = "droid-settings"
@@ -73,7 +74,8 @@ class DroidImporter:
             return [root]
         if not root.is_dir():
             return []
-        return sorted(p for p in root.rglob(f"*{SUFFIX}") if p.is_file())
+        names = with_compressed((SUFFIX,))
+        return sorted(p for p in root.rglob(f"*{SUFFIX}*") if p.name.endswith(names) and p.is_file())
 
     def parse(self, data: bytes, ctx: FileContext) -> Parsed:
         out = Parsed()
