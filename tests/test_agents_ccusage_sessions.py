@@ -1,4 +1,4 @@
-"""ccusage 20.0.24 as the oracle of Grok Build CLI, Droid, Goose and Hermes (issue 36), as
+"""ccusage 20.0.24 as the oracle of Grok Build CLI, Droid, Goose, Hermes and ZCode (issue 36), as
 tests/test_agents_ccusage.py does for the other agents: per day and per session every token field
 equal, except the differences traceflow makes on purpose, each written out with its tokens (counted
 by hand from the fixture) and why. Droid, Goose and Hermes record only a session's running totals:
@@ -52,7 +52,8 @@ def test_droid_equals_ccusage(tmp_path: Path) -> None:
     """Droid's settings files (one per session, running totals; one with no tokens gives no row)."""
     ccusage_binary()
     home = DATA / "droid"
-    cc, tf = _views("droid", {}, {"FACTORY_DIR": str(home / ".factory")}, tmp_path, cc_home=home)
+    env = {"DROID_SESSIONS_DIR": str(home / ".factory" / "sessions")}
+    cc, tf = _views("droid", {}, env, tmp_path, cc_home=home)
     # thinkingTokens: output in traceflow (billed as output), in ccusage's totals only.
     a, b, c = (
         "5b0c8e61-2f4a-4d7e-9c13-7a8e2d4f6b90",
@@ -101,4 +102,16 @@ def test_hermes_equals_ccusage(tmp_path: Path) -> None:
     add(cc["daily"], "2026-07-07", "outputTokens", 4416, in_total=False)
     add(cc["session"], "20260707_220911_d4e5f6", "outputTokens", 4416, in_total=False)
     assert len(cc["session"]) == 3
+    assert tf == cc
+
+
+def test_zcode_equals_ccusage(tmp_path: Path) -> None:
+    """ZCode's model_usage table: completed calls only (a failed and a running one are not), an
+    all-zero call gives no row, one call after midnight; no deliberate difference."""
+    ccusage_binary()
+    folder = tmp_path / "zcode"
+    _database(DATA / "zcode" / "db.sql", folder / "cli" / "db" / "db.sqlite")
+    env = {"ZCODE_HOME": str(folder)}
+    cc, tf = _views("zcode", env, env, tmp_path)
+    assert set(cc["daily"]) == {"2026-08-03", "2026-08-04"}
     assert tf == cc

@@ -42,6 +42,7 @@ def sources(tmp: Path) -> dict[str, Path]:
         "droid": DATA / "droid" / ".factory" / "sessions",
         "goose": _database(DATA / "goose" / "sessions.sql", tmp / "goose-db" / "sessions.db"),
         "hermes": _database(DATA / "hermes" / "state.sql", tmp / "hermes-db" / "state.db"),
+        "zcode": _database(DATA / "zcode" / "db.sql", tmp / "zcode-db" / "db.sqlite"),
     }
 
 
@@ -81,7 +82,7 @@ def test_one_lake_of_all_agents_sums_the_agents(tmp_path: Path) -> None:
         (row,) = by_agent(lake).values()
         alone[name] = row
     got = by_agent(together)
-    assert len(got) == 16
+    assert len(got) == 17
     assert sorted(got.values(), key=str) == sorted(alone.values(), key=str)
     assert sum(r["total_tokens"] for r in got.values()) == sum(r["total_tokens"] for r in alone.values())
     assert {"opencode", "qwen-code", "amp"} <= set(got)

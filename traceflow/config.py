@@ -170,10 +170,10 @@ SETTINGS: tuple[Setting, ...] = (
         "Where `traceflow import grok` looks for `sessions/**/updates.jsonl`.",
     ),
     Setting(
-        "factory_dir",
-        "FACTORY_DIR",
-        "~/.factory",
-        "Where `traceflow import droid` looks for `sessions/**/*.settings.json`.",
+        "droid_sessions_dir",
+        "DROID_SESSIONS_DIR",
+        "~/.factory/sessions",
+        "Where `traceflow import droid` looks for `**/*.settings.json`.",
     ),
     Setting(
         "goose_data_dir",
@@ -186,6 +186,12 @@ SETTINGS: tuple[Setting, ...] = (
         "HERMES_HOME",
         "~/.hermes",
         "Where `traceflow import hermes` looks for `state.db`.",
+    ),
+    Setting(
+        "zcode_home",
+        "ZCODE_HOME",
+        "~/.zcode",
+        "Where `traceflow import zcode` looks for `cli/db/db.sqlite`.",
     ),
     Setting(
         "host",

@@ -28,6 +28,7 @@ REGISTRY: dict[str, str] = {
     "droid": "droid",
     "goose": "goose",
     "hermes": "hermes",
+    "zcode": "zcode",
     "otlp-json": "otlp_json",
     "mooncake": "mooncake",
     "azure": "azure",

@@ -1,5 +1,5 @@
-"""Factory Droid CLI session settings: ``$FACTORY_DIR/sessions/<workspace>/<sessionId>.settings.json``,
-else under ``~/.factory`` (sources and versions in tests/data/SOURCES.md).
+"""Factory Droid CLI session settings: ``$DROID_SESSIONS_DIR/<workspace>/<sessionId>.settings.json``,
+else under ``~/.factory/sessions`` (sources and versions in tests/data/SOURCES.md).
 
 Droid keeps each session's transcript in ``<sessionId>.jsonl`` and, beside it, a settings object that
 it **rewrites** as the session runs: ``{model, providerLock, providerLockTimestamp, tokenUsage:
@@ -39,9 +39,9 @@ AGENT = "droid"
 SUFFIX = ".settings.json"
 
 
-def data_dir() -> Path:
-    """Droid's folder: ``$FACTORY_DIR``, else ``~/.factory``."""
-    return Path(config.get("factory_dir") or Path.home() / ".factory").expanduser()
+def sessions_dir() -> Path:
+    """Droid's sessions folder: ``$DROID_SESSIONS_DIR`` (ccusage's variable), else ``~/.factory/sessions``."""
+    return Path(config.get("droid_sessions_dir") or Path.home() / ".factory" / "sessions").expanduser()
 
 
 def model_name(raw: str) -> str:
@@ -66,7 +66,7 @@ class DroidImporter:
     whole_file: ClassVar[bool] = True
 
     def default_paths(self) -> list[Path]:
-        sessions = data_dir() / "sessions"
+        sessions = sessions_dir()
         return [sessions] if sessions.is_dir() else []
 
     def discover(self, root: Path) -> list[Path]:

@@ -51,6 +51,7 @@ AGENTS = (
     "droid",
     "goose",
     "hermes",
+    "zcode",
 )
 MARKER = "local.json"
 _VERSION = 1

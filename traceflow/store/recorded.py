@@ -53,6 +53,7 @@ RECORDS: dict[str, frozenset[str]] = {
     "droid": frozenset({"cache_read", "cache_write", "reasoning"}),
     "grok": frozenset({"per_request", "cache_read", "reasoning"}),
     "hermes": frozenset({"cache_read", "cache_write", "reasoning"}),
+    "zcode": frozenset({"per_request", "cache_read", "cache_write"}),
 }
 
 #: analysis -> the kinds it needs of every agent it reads.
