@@ -70,6 +70,7 @@ def run_traceflow(agent: str, view: str, env: dict[str, str], xdg: Path, home: P
         "GROK_HOME": None,
         "DROID_SESSIONS_DIR": None,
         "ZCODE_HOME": None,
+        "ANTIGRAVITY_DATA_DIR": None,
         "GOOSE_DATA_DIR": None,
         "HERMES_HOME": None,
         **env,

@@ -1,4 +1,4 @@
-"""ccusage 20.0.24 as the oracle of Grok Build CLI, Droid, Goose, Hermes and ZCode (issue 36), as
+"""ccusage 20.0.24 as the oracle of Grok Build CLI, Droid, Goose, Hermes, ZCode and Antigravity (issue 36), as
 tests/test_agents_ccusage.py does for the other agents: per day and per session every token field
 equal, except the differences traceflow makes on purpose, each written out with its tokens (counted
 by hand from the fixture) and why. Droid, Goose and Hermes record only a session's running totals:
@@ -114,4 +114,34 @@ def test_zcode_equals_ccusage(tmp_path: Path) -> None:
     env = {"ZCODE_HOME": str(folder)}
     cc, tf = _views("zcode", env, env, tmp_path)
     assert set(cc["daily"]) == {"2026-08-03", "2026-08-04"}
+    assert tf == cc
+
+
+AG_1, AG_2 = "3f2a9c1e-5b7d-4e60-8a14-0c9d2e7f1b35", "8d41e0b2-c6a3-4f95-9e27-51b8a0c3d6f4"
+
+
+def test_antigravity_differs_from_ccusage_only_as_named(tmp_path: Path) -> None:
+    """Two conversation databases (protobuf blobs; a call without its own time, an all-zero call, a
+    call after midnight, a call without a response id, one call in both databases: counted once, in
+    the first, by both tools)."""
+    ccusage_binary()
+    root = tmp_path / "antigravity"
+    for sql in sorted((DATA / "antigravity").glob("*.sql")):
+        _database(sql, root / "conversations" / f"{sql.stem}.db")
+    env = {"ANTIGRAVITY_DATA_DIR": str(root)}
+    cc, tf = _views("antigravity", env, env, tmp_path)
+    # ccusage 20.0.24 reads the usage message's fields otherwise than its adapter's documented layout
+    # (parser.rs, which traceflow follows): it leaves out field 1 (the system prompt's input: 1036 +
+    # 1036 + 2210 + 1036 in AG_1, 1036 + 1036 in AG_2) and reads field 10 (thinking) as its output and
+    # field 9 (the output: 604 + 1288 + 731 + 96 in AG_1, 211 + 95 in AG_2) in its totals only.
+    # traceflow: input = fields 1 + 2, output = fields 9 + 10.
+    system = {AG_1: 1036 + 1036 + 2210 + 1036, AG_2: 1036 + 1036}
+    output = {AG_1: 604 + 1288 + 731 + 96, AG_2: 211 + 95}
+    for session in (AG_1, AG_2):
+        add(cc["session"], session, "inputTokens", system[session])
+        add(cc["session"], session, "outputTokens", output[session], in_total=False)
+    add(cc["daily"], "2026-09-14", "inputTokens", system[AG_1] + 1036)
+    add(cc["daily"], "2026-09-14", "outputTokens", output[AG_1] + 211, in_total=False)
+    add(cc["daily"], "2026-09-15", "inputTokens", 1036)
+    add(cc["daily"], "2026-09-15", "outputTokens", 95, in_total=False)
     assert tf == cc

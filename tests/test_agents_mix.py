@@ -43,6 +43,10 @@ def sources(tmp: Path) -> dict[str, Path]:
         "goose": _database(DATA / "goose" / "sessions.sql", tmp / "goose-db" / "sessions.db"),
         "hermes": _database(DATA / "hermes" / "state.sql", tmp / "hermes-db" / "state.db"),
         "zcode": _database(DATA / "zcode" / "db.sql", tmp / "zcode-db" / "db.sqlite"),
+        "antigravity": _database(
+            DATA / "antigravity" / "3f2a9c1e-5b7d-4e60-8a14-0c9d2e7f1b35.sql",
+            tmp / "ag-db" / "conversations" / "c.db",
+        ),
     }
 
 
@@ -82,7 +86,7 @@ def test_one_lake_of_all_agents_sums_the_agents(tmp_path: Path) -> None:
         (row,) = by_agent(lake).values()
         alone[name] = row
     got = by_agent(together)
-    assert len(got) == 17
+    assert len(got) == 18
     assert sorted(got.values(), key=str) == sorted(alone.values(), key=str)
     assert sum(r["total_tokens"] for r in got.values()) == sum(r["total_tokens"] for r in alone.values())
     assert {"opencode", "qwen-code", "amp"} <= set(got)

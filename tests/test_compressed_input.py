@@ -94,7 +94,7 @@ SAMPLES: dict[str, Callable[[], tuple[str, bytes]]] = {
     ),
 }
 #: Importers of SQLite databases only, which the agents never compress (kilo's ``kilo.db``).
-DATABASES = {"kilo", "goose", "hermes", "zcode"}
+DATABASES = {"kilo", "goose", "hermes", "zcode", "antigravity"}
 
 COMPRESS: dict[str, Callable[[bytes], bytes]] = {
     "plain": lambda b: b,

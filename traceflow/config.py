@@ -194,6 +194,12 @@ SETTINGS: tuple[Setting, ...] = (
         "Where `traceflow import zcode` looks for `cli/db/db.sqlite`.",
     ),
     Setting(
+        "antigravity_data_dir",
+        "ANTIGRAVITY_DATA_DIR",
+        "~/.gemini/antigravity (and antigravity-cli, antigravity-ide)",
+        "Where `traceflow import antigravity` looks for `conversations/*.db`.",
+    ),
+    Setting(
         "host",
         "TRACEFLOW_HOST",
         "127.0.0.1",

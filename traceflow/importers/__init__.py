@@ -29,6 +29,7 @@ REGISTRY: dict[str, str] = {
     "goose": "goose",
     "hermes": "hermes",
     "zcode": "zcode",
+    "antigravity": "antigravity",
     "otlp-json": "otlp_json",
     "mooncake": "mooncake",
     "azure": "azure",

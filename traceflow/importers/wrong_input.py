@@ -36,6 +36,7 @@ READS: dict[str, str] = {
     "goose": "the Goose session database (sessions/sessions.db)",
     "hermes": "the Hermes state database (state.db)",
     "zcode": "the ZCode usage database (cli/db/db.sqlite)",
+    "antigravity": "Antigravity conversation databases (conversations/<id>.db)",
     "otlp-json": "OTLP/JSON export requests, one per line (*.json, *.jsonl)",
     "mooncake": "Mooncake traces (*.jsonl with timestamp, input_length, output_length, hash_ids)",
     "azure": "Azure LLM inference traces (AzureLLMInferenceTrace_*.csv)",

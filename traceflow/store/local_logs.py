@@ -52,6 +52,7 @@ AGENTS = (
     "goose",
     "hermes",
     "zcode",
+    "antigravity",
 )
 MARKER = "local.json"
 _VERSION = 1

@@ -54,6 +54,7 @@ RECORDS: dict[str, frozenset[str]] = {
     "grok": frozenset({"per_request", "cache_read", "reasoning"}),
     "hermes": frozenset({"cache_read", "cache_write", "reasoning"}),
     "zcode": frozenset({"per_request", "cache_read", "cache_write"}),
+    "antigravity": frozenset({"per_request", "cache_read", "reasoning"}),
 }
 
 #: analysis -> the kinds it needs of every agent it reads.
