@@ -44,8 +44,7 @@ def sources(tmp: Path) -> dict[str, Path]:
         "hermes": _database(DATA / "hermes" / "state.sql", tmp / "hermes-db" / "state.db"),
         "zcode": _database(DATA / "zcode" / "db.sql", tmp / "zcode-db" / "db.sqlite"),
         "antigravity": _database(
-            DATA / "antigravity" / "3f2a9c1e-5b7d-4e60-8a14-0c9d2e7f1b35.sql",
-            tmp / "ag-db" / "conversations" / "c.db",
+            next((DATA / "antigravity").glob("3f2a9c1e-*.sql")), tmp / "ag-db" / "conversations" / "c.db"
         ),
     }
 
