@@ -65,6 +65,12 @@ def test_droid_equals_ccusage(tmp_path: Path) -> None:
     add(cc["session"], b, "outputTokens", 3968, in_total=False)
     assert set(cc["session"]) == {a, b, c}
     assert tf == cc
+    # the custom model label is named as ccusage names it
+    cc_models = run_ccusage("droid", "daily", {}, home)["daily"]
+    tf_models = run_traceflow("droid", "daily", env, tmp_path / "xdg", tmp_path / "home")["daily"]
+    assert {r["date"]: sorted(r["modelsUsed"]) for r in cc_models} == {
+        r["period"]: sorted(r["modelsUsed"]) for r in tf_models
+    }
 
 
 def _database(sql: Path, db: Path) -> None:
