@@ -67,6 +67,12 @@ def run_traceflow(agent: str, view: str, env: dict[str, str], xdg: Path, home: P
         "KILO_DATA_DIR": None,
         "PI_AGENT_DIR": None,
         "OPENCLAW_DIR": None,
+        "GROK_HOME": None,
+        "DROID_SESSIONS_DIR": None,
+        "ZCODE_HOME": None,
+        "ANTIGRAVITY_DATA_DIR": None,
+        "GOOSE_DATA_DIR": None,
+        "HERMES_HOME": None,
         **env,
     }
     result = CliRunner().invoke(app, [view, "--json", "--timezone", ZONE, "--agent", agent], env=full)

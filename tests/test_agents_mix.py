@@ -38,7 +38,27 @@ def sources(tmp: Path) -> dict[str, Path]:
         "pi": DATA / "pi",
         "openclaw": DATA / "openclaw",
         "kilo": kilo_home(tmp),
+        "grok": DATA / "grok",
+        "droid": DATA / "droid" / ".factory" / "sessions",
+        "goose": _database(DATA / "goose" / "sessions.sql", tmp / "goose-db" / "sessions.db"),
+        "hermes": _database(DATA / "hermes" / "state.sql", tmp / "hermes-db" / "state.db"),
+        "zcode": _database(DATA / "zcode" / "db.sql", tmp / "zcode-db" / "db.sqlite"),
+        "antigravity": _database(
+            next((DATA / "antigravity").glob("3f2a9c1e-*.sql")), tmp / "ag-db" / "conversations" / "c.db"
+        ),
     }
+
+
+def _database(sql: Path, db: Path) -> Path:
+    """The SQLite database of a fixture kept as SQL."""
+    import sqlite3
+
+    db.parent.mkdir(parents=True, exist_ok=True)
+    con = sqlite3.connect(db)
+    con.executescript(sql.read_text())
+    con.commit()
+    con.close()
+    return db
 
 
 def run(*args: str) -> str:
@@ -65,7 +85,7 @@ def test_one_lake_of_all_agents_sums_the_agents(tmp_path: Path) -> None:
         (row,) = by_agent(lake).values()
         alone[name] = row
     got = by_agent(together)
-    assert len(got) == 12
+    assert len(got) == 18
     assert sorted(got.values(), key=str) == sorted(alone.values(), key=str)
     assert sum(r["total_tokens"] for r in got.values()) == sum(r["total_tokens"] for r in alone.values())
     assert {"opencode", "qwen-code", "amp"} <= set(got)

@@ -84,9 +84,17 @@ SAMPLES: dict[str, Callable[[], tuple[str, bytes]]] = {
         "agents/main/sessions/s.jsonl",
         next((AGENT_LOGS / "openclaw").rglob("a7c3e1f0-*.jsonl")).read_bytes(),
     ),
+    "grok": lambda: (
+        "sessions/p/s/updates.jsonl",
+        next((AGENT_LOGS / "grok").rglob("0197e0f3-*/updates.jsonl")).read_bytes(),
+    ),
+    "droid": lambda: (
+        "sessions/w/s.settings.json",
+        next((AGENT_LOGS / "droid").rglob("5b0c8e61-*.settings.json")).read_bytes(),
+    ),
 }
 #: Importers of SQLite databases only, which the agents never compress (kilo's ``kilo.db``).
-DATABASES = {"kilo"}
+DATABASES = {"kilo", "goose", "hermes", "zcode", "antigravity"}
 
 COMPRESS: dict[str, Callable[[bytes], bytes]] = {
     "plain": lambda b: b,

@@ -164,6 +164,42 @@ SETTINGS: tuple[Setting, ...] = (
         "Where `traceflow import openclaw` looks for `agents/*/sessions/*.jsonl`.",
     ),
     Setting(
+        "grok_home",
+        "GROK_HOME",
+        "~/.grok",
+        "Where `traceflow import grok` looks for `sessions/**/updates.jsonl`.",
+    ),
+    Setting(
+        "droid_sessions_dir",
+        "DROID_SESSIONS_DIR",
+        "~/.factory/sessions",
+        "Where `traceflow import droid` looks for `**/*.settings.json`.",
+    ),
+    Setting(
+        "goose_data_dir",
+        "GOOSE_DATA_DIR",
+        "$XDG_DATA_HOME/goose (~/.local/share/goose)",
+        "Where `traceflow import goose` looks for `sessions/sessions.db`.",
+    ),
+    Setting(
+        "hermes_home",
+        "HERMES_HOME",
+        "~/.hermes",
+        "Where `traceflow import hermes` looks for `state.db`.",
+    ),
+    Setting(
+        "zcode_home",
+        "ZCODE_HOME",
+        "~/.zcode",
+        "Where `traceflow import zcode` looks for `cli/db/db.sqlite`.",
+    ),
+    Setting(
+        "antigravity_data_dir",
+        "ANTIGRAVITY_DATA_DIR",
+        "~/.gemini/antigravity (and antigravity-cli, antigravity-ide)",
+        "Where `traceflow import antigravity` looks for `conversations/*.db`.",
+    ),
+    Setting(
         "host",
         "TRACEFLOW_HOST",
         "127.0.0.1",

@@ -20,6 +20,7 @@ from traceflow.cli.options import (
     connect,
     display,
     echo,
+    echo_note,
     echo_sections,
     open_lake,
     with_lake_query,
@@ -116,15 +117,20 @@ def gaps(
     ttls = _ttls(ttl, g.DEFAULT_TTLS)
     groups = split_by(by)
     con = query.connect(["requests", "events"])
+    from traceflow.store import recorded
+
+    selection, left = recorded.narrow(con, selection, "gaps")
     if histogram:
         echo(g.gap_histogram(con, selection), fmt, zone=selection.zone)
+        echo_note(left.note(), fmt)
         return
     report = g.gap_report(con, selection, ttls, groups)
     if fmt == "json":
-        echo(report, fmt, zone=selection.zone)
+        echo({**report, "left_out": left.as_json()}, fmt, zone=selection.zone)
         return
     if fmt == "csv":
         echo(g.gap_summary(con, selection, ttls, groups), fmt, zone=selection.zone)
+        echo_note(left.note(), fmt)
         return
     sections: list[tuple[str, Rows | pl.DataFrame]] = [
         (
@@ -150,6 +156,7 @@ def gaps(
     )
     sections.append(("Histogram (log-scaled bins)", hist))
     echo_sections(sections, fmt, zone=selection.zone)
+    echo_note(left.note(), fmt)
 
 
 @with_selection
@@ -187,14 +194,13 @@ def ttl(
         return
     if groups not in ([], ["model"]):
         raise UsageError("ttl groups only --by model")
-    result = ttl_report(
-        query.connect(["requests"]),
-        selection,
-        ttl_list(_ttls(ttl, ())),
-        PriceModel.load(prices),
-    )
+    con = query.connect(["requests"])
+    from traceflow.store import recorded
+
+    selection, left = recorded.narrow(con, selection, "ttl")
+    result = ttl_report(con, selection, ttl_list(_ttls(ttl, ())), PriceModel.load(prices))
     if fmt == "json":
-        echo(result.as_dict(), fmt, zone=selection.zone)
+        echo({**result.as_dict(), "left_out": left.as_json()}, fmt, zone=selection.zone)
         return
     if groups:
         table = result.by_model.select(
@@ -213,6 +219,7 @@ def ttl(
         table = result.whatif
     if fmt == "csv":
         echo(table, fmt, zone=selection.zone)
+        echo_note(left.note(), fmt)
         return
     best = result.best_ttl_s
     seen = result.as_dict()["observed"]
@@ -234,6 +241,7 @@ def ttl(
         fmt,
         zone=selection.zone,
     )
+    echo_note(left.note(), fmt)
 
 
 @with_selection
@@ -347,13 +355,21 @@ def working_set(
     ttls = _ttls(ttl, (DEFAULT_TTL_S,))
     res = parse_duration(resolution, "--resolution")
     con = query.connect(["requests"])
+    from traceflow.store import recorded
+
+    selection, left = recorded.narrow(con, selection, "working-set")
     if series:
         _coarsened(res, working_set_resolution(con, selection, ttls[0], res))
         echo(working_set_series(con, selection, ttls[0], res, kv_bytes_per_token), fmt, zone=selection.zone)
+        echo_note(left.note(), fmt)
         return
     summary = working_set_summary(con, selection, ttls, res, kv_bytes_per_token)
     _coarsened(res, float(summary["resolution_s"].max()))  # type: ignore[arg-type]
+    if fmt == "json" and len(ttls) == 1:
+        echo({**summary.row(0, named=True), "left_out": left.as_json()}, fmt, zone=selection.zone)
+        return
     echo(summary, fmt, single=len(ttls) == 1 and fmt == "json", zone=selection.zone)
+    echo_note(left.note(), fmt)
 
 
 @with_selection

@@ -22,6 +22,7 @@ from traceflow.cli.options import (
     LakeQuery,
     PricesOpt,
     echo,
+    echo_note,
     echo_sections,
     echo_text,
     open_lake,
@@ -93,6 +94,9 @@ def misses(
     fmt = query.fmt
     groups = split_by(by)
     con = query.connect(["requests", "events", "metric_points"])
+    from traceflow.store import recorded
+
+    selection, left = recorded.narrow(con, selection, "misses")
     if list_:
         if groups:
             raise UsageError("--list prints one row per miss; it takes no --by")
@@ -100,11 +104,13 @@ def misses(
         if fmt == "table":  # when, why and how much first: a session id is 36 characters
             frame = frame.select(*m.LIST_ESSENTIAL, *(c for c in frame.columns if c not in m.LIST_ESSENTIAL))
         echo(frame, fmt, essential=m.LIST_ESSENTIAL, zone=selection.zone)
+        echo_note(left.note(), fmt)
         return
     if groups:
         reports = m.miss_groups(con, selection, groups, options)
         if fmt == "json":
             echo(reports, fmt, zone=selection.zone)
+            echo_note(left.note(), fmt)
             return
         cols = [*groups, *m.flat(reports[0]).keys()] if reports else [*groups]
         rows = [(*(r[g] for g in groups), *m.flat(r).values()) for r in reports]
@@ -114,10 +120,11 @@ def misses(
             essential=(*groups, "misses", "missed_tokens", "miss_cost_usd"),
             zone=selection.zone,
         )
+        echo_note(left.note(), fmt)
         return
     report = m.miss_report(con, selection, options)
     if fmt == "json":
-        echo(report, fmt, zone=selection.zone)
+        echo({**report, "left_out": left.as_json()}, fmt, zone=selection.zone)
         return
     requests = report["requests"]
     judged = requests - report["not_applicable"]  # the shares are of the requests that were judged
@@ -142,6 +149,7 @@ def misses(
             )
         typer.echo(head)
     echo(result, fmt, zone=selection.zone)
+    echo_note(left.note(), fmt)
 
 
 @with_lake_query

@@ -95,8 +95,8 @@ def import_(
         str,
         typer.Argument(
             help="claude-code, codex, gemini, opencode, qwen, amp, copilot, kimi, codebuff, kilo, pi, "
-            "openclaw, otlp-json, mooncake, azure, kvcache-tester, bailian, burstgpt, tracelab, "
-            "clickhouse-otel."
+            "openclaw, grok, droid, goose, hermes, zcode, antigravity, otlp-json, mooncake, azure, "
+            "kvcache-tester, bailian, burstgpt, tracelab, clickhouse-otel."
         ),
     ],
     paths: Annotated[

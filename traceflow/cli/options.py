@@ -378,6 +378,13 @@ def echo(
         typer.echo(render(value, fmt, single=single, essential=essential, display=display()))
 
 
+def echo_note(note: str | None, fmt: str) -> None:
+    """Print a ``note:`` line (an analysis's agents left out, store/recorded.py): under a table or
+    markdown, else on stderr so CSV and JSON stay parseable (JSON also carries it as a field)."""
+    if note:
+        typer.echo(note, err=fmt not in ("table", "markdown"))
+
+
 def echo_text(text: str) -> None:
     """Print ``text`` (sentences beside a table) wrapped to the width tables fit."""
     from traceflow.output import fit_text

@@ -64,8 +64,8 @@ ViewAgentOpt = Annotated[
     typer.Option(
         "--agent",
         help="Only this agent (repeatable), by traceflow's or ccusage's name (claude, codex, gemini, "
-        "opencode, qwen, amp, copilot, kimi, codebuff, kilo, pi, openclaw), as `ccusage AGENT daily` "
-        "selects one.",
+        "opencode, qwen, amp, copilot, kimi, codebuff, kilo, pi, openclaw, grok, droid, goose, hermes, "
+        "zcode, antigravity), as `ccusage AGENT daily` selects one.",
     ),
 ]
 BreakdownOpt = Annotated[bool, typer.Option("--breakdown", "-b", help="A row per model under each period.")]

@@ -34,6 +34,8 @@ import os
 import shutil
 import sqlite3
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -248,16 +250,25 @@ def database_rows(data: bytes, ctx: FileContext, out: Parsed, *, kilo: bool = Fa
     with ``parent_session_id`` from its ``session`` table. The agents keep their database in WAL mode:
     rows not yet checkpointed are in ``<db>-wal``, so when that file exists the two are copied
     together and opened as SQLite would (the bytes in ``data`` alone would miss them)."""
-    wal = Path(f"{ctx.path}-wal")
+    with database(data, ctx.path) as (con, load):
+        _read_database(con, data, load, ctx, out, kilo=kilo)
+
+
+@contextmanager
+def database(data: bytes, path: Path) -> Iterator[tuple[sqlite3.Connection, bool]]:
+    """A connection to the SQLite database whose bytes are ``data`` (read from ``path``) and whether
+    the caller still has to load them (``con.deserialize(data)``): with a write-ahead log beside it
+    (``<path>-wal``: rows not yet checkpointed) the two are copied together and opened as SQLite
+    would, else the bytes are loaded into memory. The caller closes the connection."""
+    wal = Path(f"{path}-wal")
     with tempfile.TemporaryDirectory(prefix="traceflow-db-") as tmp:
         if wal.is_file():
             copy = Path(tmp) / "db"
             copy.write_bytes(data)
             shutil.copyfile(wal, Path(tmp) / "db-wal")
-            con = sqlite3.connect(copy)
+            yield sqlite3.connect(copy), False
         else:
-            con = sqlite3.connect(":memory:")
-        _read_database(con, data, not wal.is_file(), ctx, out, kilo=kilo)
+            yield sqlite3.connect(":memory:"), True
 
 
 def _read_database(

@@ -47,6 +47,12 @@ AGENTS = (
     "kilo",
     "pi",
     "openclaw",
+    "grok",
+    "droid",
+    "goose",
+    "hermes",
+    "zcode",
+    "antigravity",
 )
 #: The agents whose default folders :func:`default_folders` knows.
 OWN_FOLDERS = ("claude-code", "codex", "gemini")

@@ -77,6 +77,8 @@ class Selection:
     sources: tuple[str, ...] = ()
     #: ``--where`` conditions on the ``--by`` keys (:mod:`traceflow.store.filters`), ANDed
     conditions: tuple[Condition, ...] = ()
+    #: agents left out (an analysis that needs a kind they do not record: store/recorded.py)
+    without_agents: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
     zone: str = field(default_factory=zones.default_zone)
 
@@ -116,6 +118,9 @@ class Selection:
             if values:
                 clauses.append(f"{column} IN ({', '.join('?' for _ in values)})")
                 params.extend(values)
+        if self.without_agents:
+            clauses.append(f"coalesce(agent, '') NOT IN ({', '.join('?' for _ in self.without_agents)})")
+            params.extend(self.without_agents)
         if self.conditions:
             from traceflow.store import filters  # filters reads groups, which reads this module
 

@@ -1,0 +1,7 @@
+-- An Antigravity conversation database (gen_metadata protobuf blobs as ccusage's adapter documents
+-- them), built by the tests into <root>/conversations/<name>.db.
+CREATE TABLE gen_metadata (idx INTEGER, data BLOB);
+CREATE TABLE steps (idx INTEGER, metadata BLOB);
+INSERT INTO gen_metadata VALUES (0, X'0a3a9a010e67656d696e692d332d666c6173684a0e220c08ff94a2d5061080d293ad032217088c08108028280048d3015080055a07726573702d6231');
+INSERT INTO gen_metadata VALUES (1, X'0a2c9a010e67656d696e692d332d666c6173684a0a2208089495a2d5061000220d088c0810ad02288028485f5021');
+INSERT INTO gen_metadata VALUES (2, X'0a3e9a011267656d696e692d332e312d70726f2d6c6f774a0d220b08ece19ed50610c096b1022218088c0810900728f83548880a5092035a07726573702d6132');
