@@ -39,7 +39,6 @@ from traceflow.collectors import grpc as otlp_grpc
 from traceflow.collectors import http as otlp_http
 from traceflow.collectors.ingest import Admission, Ingest, LakeHealth, poll_backlog
 from traceflow.collectors.prometheus import CollectorMetrics
-from traceflow.collectors.tokens import RELOAD_INTERVAL_S, TokenFileError, Tokens, token_problem
 from traceflow.collectors.settings import (
     DEFAULT_GRPC_PORT,
     DEFAULT_HOST,
@@ -54,6 +53,7 @@ from traceflow.collectors.settings import (
     READY_PREFIX,
     ServeConfig,
 )
+from traceflow.collectors.tokens import RELOAD_INTERVAL_S, TokenFileError, Tokens, token_problem
 
 _logger = logging.getLogger("traceflow.serve")
 
@@ -416,7 +416,8 @@ class Runner:
             )
         except OSError as e:
             raise ServeError(
-                f"cannot listen for /metrics on {_host_port(cfg.metrics_host, cfg.metrics_port)}: {e.strerror}"
+                f"cannot listen for /metrics on "
+                f"{_host_port(cfg.metrics_host, cfg.metrics_port)}: {e.strerror}"
             ) from None
         self.metrics_port = int(server.server_port)
         if not is_loopback(cfg.metrics_host):

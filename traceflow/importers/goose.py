@@ -22,7 +22,6 @@ total never shrinks. The database is read whole each time, with its write-ahead 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -54,8 +53,7 @@ def data_dir() -> Path:
     explicit = config.get("goose_data_dir")
     if explicit:
         return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_DATA_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".local" / "share") / "goose"
+    return config.xdg_data_home() / "goose"
 
 
 def _micros(value: Any) -> int | None:
