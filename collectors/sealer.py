@@ -9,7 +9,9 @@ One seal, for a run of consecutive closed segments (up to ``batch_bytes``):
 
 1. decode and map every record (``traceflow.otlp.decode.map_request_chunks``, with the persisted
    ``MetricState``), ``CHUNK_RECORDS`` log records at a time, each chunk's rows made a frame at once
-   (the row dicts of a large request never exist together: docs/collector.md, memory);
+   (the row dicts of a large request never exist together: docs/collector.md, memory); the Claude
+   Code ``api_request`` records of a protobuf logs request go from its bytes to a frame without a
+   dict per record (``traceflow.otlp.logs_columnar``, numba), the dict path being the fallback;
 2. write one staged Parquet file per table and partition, publish them (``Lake.write_staged`` +
    ``Lake.publish``: fsynced, atomic renames);
 3. save the metric state (a journal line of what changed: ``collectors/metric_state_file.py``), then
@@ -63,6 +65,7 @@ from traceflow.collectors.metric_state_file import MetricStateFile
 from traceflow.collectors.quarantine import Quarantine
 from traceflow.errors import LakeError
 from traceflow.otlp import decode as otlp
+from traceflow.otlp.logs_columnar import map_logs_columnar
 from traceflow.otlp.metrics import COLLECTOR_MAX_STREAMS_PER_RESOURCE
 from traceflow.rows import Parsed
 from traceflow.schema import TABLES
@@ -404,9 +407,14 @@ class Sealer:
         out = Parsed()
         try:
             msg = otlp.parse_body(rec.signal, rec.body, rec.content_type)
-            chunks = otlp.map_request_chunks(
-                rec.signal, msg, state=self.state, keep_content=rec.keep_content, records=CHUNK_RECORDS
-            )
+            columnar = self._columnar(rec, msg)
+            if columnar is not None:  # the api_request rows as columns, the other records as dicts
+                requests, chunks = columnar
+                out.frames.setdefault("requests", []).append(requests)
+            else:
+                chunks = otlp.map_request_chunks(
+                    rec.signal, msg, state=self.state, keep_content=rec.keep_content, records=CHUNK_RECORDS
+                )
             for mapped in chunks:
                 for name, rows in mapped.parsed.tables().items():
                     if rows:
@@ -425,6 +433,19 @@ class Sealer:
             )
             return _Payload(rec, None, f"the mapping failed: {type(e).__name__}: {e}")
         return _Payload(rec, out)
+
+    def _columnar(self, rec: spool.WalRecord, msg: Any) -> tuple[Any, Any] | None:
+        """``traceflow.otlp.logs_columnar`` of a protobuf logs record (None: the dict path maps it,
+        also when the columnar path fails, which is then logged)."""
+        if rec.signal != "logs" or not otlp.is_protobuf(rec.content_type):
+            return None
+        try:
+            return map_logs_columnar(
+                msg, rec.body, keep_content=rec.keep_content, source="otlp", records=CHUNK_RECORDS
+            )
+        except Exception as e:
+            _logger.warning("columnar mapping failed, mapping with dicts: %s: %s", type(e).__name__, e)
+            return None
 
     def seal_all(self) -> SealStats:
         """Seal until no closed segment is left."""
