@@ -58,7 +58,7 @@ def _skip(buf: Any, p: int, end: int, wire: int) -> int:
         n, p = _varint(buf, p, end)
         if p < 0 or n < 0 or p + n > end:
             return -1
-        return p + n
+        return int(p + n)
     return -1
 
 
@@ -344,11 +344,11 @@ def scan(buf: Any, fill: bool, rec: Any, attr: Any) -> tuple[int, int, int]:
 
 @numba.njit(cache=True, nogil=True)
 def classify(
-    buf: Any, rec: Any, attr: Any, event_name_lit: Any, full_lit: Any, short_lit: Any, other_lits: Any
+    buf: Any, rec: Any, attr: Any, event_name_lit: Any, full_lit: Any, short_lit: Any, codex: Any, gemini: Any
 ) -> Any:
     """Per record: 1 when it is ``claude_code.api_request`` whatever its scope, 2 when it is
-    ``api_request`` (an api_request only in a Claude Code scope), 3 when its name starts with one of
-    ``other_lits`` (another agent's prefix: ``codex.``, ``gemini_cli.``), 0 otherwise (the rules of
+    ``api_request`` (an api_request only in a Claude Code scope), 3 when its name starts with another
+    agent's prefix (``codex``, ``gemini``: ``codex.``, ``gemini_cli.``), 0 otherwise (the rules of
     :func:`traceflow.otlp.logs._names`); and BAD in ``rec[:, R_FLAGS]`` for a record with a repeated
     key or an attribute the columnar path does not write."""
     nr = rec.shape[0]
@@ -394,20 +394,44 @@ def classify(
         elif _equal_lit(buf, no, nl, short_lit):
             out[r] = 2
         else:
-            for lit in other_lits:
-                if nl >= len(lit) and _equal_lit(buf, no, len(lit), lit):
-                    out[r] = 3
+            if (nl >= len(codex) and _equal_lit(buf, no, len(codex), codex)) or (
+                nl >= len(gemini) and _equal_lit(buf, no, len(gemini), gemini)
+            ):
+                out[r] = 3
     return out
 
 
 @numba.njit(cache=True, nogil=True)
-def keys_match(buf: Any, attr: Any, kid: Any, rep: Any) -> bool:
-    """Whether every attribute's key equals the representative key of its id (no hash collision)."""
-    for j in range(attr.shape[0]):
-        q = rep[kid[j]]
-        if not _equal(buf, attr[j, A_KEY_OFF], attr[j, A_KEY_LEN], attr[q, A_KEY_OFF], attr[q, A_KEY_LEN]):
-            return False
-    return True
+def key_ids(buf: Any, attr: Any) -> tuple[Any, Any]:
+    """(each attribute's key id, the first attribute of each id): equal keys, equal ids (an open
+    addressing table on the keys' hashes, keys compared byte for byte)."""
+    n = attr.shape[0]
+    size = 16
+    while size < 2 * n + 2:
+        size *= 2
+    table = np.full(size, -1, np.int64)
+    kid = np.empty(n, np.int64)
+    rep = np.empty(n, np.int64)
+    count = 0
+    for j in range(n):
+        h = np.uint64(attr[j, A_HASH])
+        slot = np.int64(h & np.uint64(size - 1))
+        while True:
+            k = table[slot]
+            if k < 0:
+                table[slot] = count
+                rep[count] = j
+                kid[j] = count
+                count += 1
+                break
+            q = rep[k]
+            if attr[q, A_HASH] == attr[j, A_HASH] and _equal(
+                buf, attr[q, A_KEY_OFF], attr[q, A_KEY_LEN], attr[j, A_KEY_OFF], attr[j, A_KEY_LEN]
+            ):
+                kid[j] = k
+                break
+            slot = (slot + 1) & (size - 1)
+    return kid, rep[:count].copy()
 
 
 @numba.njit(cache=True, nogil=True)
