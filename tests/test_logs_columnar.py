@@ -233,3 +233,20 @@ def test_the_sealer_stores_the_same_rows_either_way(tmp_path: Path, monkeypatch:
         stored[native_on] = (_lake_rows(data, "requests"), _lake_rows(data, "events"))
     assert len(stored["1"][0]) >= 45
     assert stored["1"] == stored["0"]
+
+
+def test_a_failing_columnar_path_falls_back_to_dicts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from traceflow.collectors import sealer as sealer_module
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("a bug in the columns")
+
+    monkeypatch.setattr(sealer_module, "map_logs_columnar", broken)
+    req, ids = api_request_logs(7)
+    wal = spool.Wal(spool.collector_dir(tmp_path) / "wal", roll_interval_s=3600)
+    wal.start()
+    wal.append_blocking(spool.WalRecord("logs", PB, req.SerializeToString()))
+    wal.close()
+    stats = Sealer(tmp_path).seal_all()
+    assert stats.quarantined == 0 and stats.rows["requests"] == 7
+    assert sorted(r for (r,) in query(tmp_path, "select request_id from requests")) == sorted(ids)
