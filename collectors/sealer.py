@@ -52,6 +52,7 @@ import os
 import select
 import signal
 import sys
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -158,6 +159,8 @@ class Sealer:
         self.quarantine = Quarantine(self.dir / "quarantine")
         self.batch_bytes = batch_bytes
         self.state = self._load_state()
+        #: map Claude Code api_request records as columns (traceflow.otlp.logs_columnar) where it can
+        self.columnar = True
 
     # -- metric state ---------------------------------------------------------------------------
     def _load_state(self) -> otlp.MetricState:
@@ -438,7 +441,7 @@ class Sealer:
     def _columnar(self, rec: spool.WalRecord, msg: Any) -> tuple[Any, Any] | None:
         """``traceflow.otlp.logs_columnar`` of a protobuf logs record (None: the dict path maps it,
         also when the columnar path fails, which is then logged)."""
-        if rec.signal != "logs" or not otlp.is_protobuf(rec.content_type):
+        if not self.columnar or rec.signal != "logs" or not otlp.is_protobuf(rec.content_type):
             return None
         try:
             return map_logs_columnar(
@@ -561,6 +564,17 @@ class _StorageOutage:
         self.since = None
 
 
+def _warm_columnar(sealer: Sealer) -> None:
+    """Load the columnar mapping's kernels, then let ``sealer`` use them."""
+    try:
+        cpu = columnar_warm()
+    except Exception as e:  # the dict path still maps everything
+        _logger.warning("columnar mapping unavailable: %s: %s", type(e).__name__, e)
+        return
+    _logger.info("columnar mapping ready (%.2f CPU s to load)", cpu)
+    sealer.columnar = True
+
+
 def run(data: str, *, parent: int, interval_s: float, wal_dir: Path | None = None) -> int:
     """The sealer process's main loop (see the module docstring for the protocol)."""
     _die_with_parent(parent)
@@ -580,10 +594,10 @@ def run(data: str, *, parent: int, interval_s: float, wal_dir: Path | None = Non
         sealer.lake.clean_staging(older_than_s=3600)
     except OSError as e:  # leftovers of another writer are not ours to fail on
         _logger.warning("could not clean the lake's staging folder: %s", e)
-    try:
-        _logger.info("columnar mapping ready (%.2f CPU s)", columnar_warm())
-    except Exception as e:  # the dict path still maps everything
-        _logger.warning("columnar mapping unavailable: %s: %s", type(e).__name__, e)
+    # the kernels load in the background (1-2 CPU s; seconds of wall time on a busy machine), the
+    # dict path sealing meanwhile, so that the first records are in the lake within seconds
+    sealer.columnar = False
+    threading.Thread(target=_warm_columnar, args=(sealer,), name="columnar-warm", daemon=True).start()
     stopping = False
     stdin = sys.stdin.buffer
     outage = _StorageOutage()
