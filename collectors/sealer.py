@@ -9,7 +9,9 @@ One seal, for a run of consecutive closed segments (up to ``batch_bytes``):
 
 1. decode and map every record (``traceflow.otlp.decode.map_request_chunks``, with the persisted
    ``MetricState``), ``CHUNK_RECORDS`` log records at a time, each chunk's rows made a frame at once
-   (the row dicts of a large request never exist together: docs/collector.md, memory);
+   (the row dicts of a large request never exist together: docs/collector.md, memory); the Claude
+   Code ``api_request`` records of a protobuf logs request go from its bytes to a frame without a
+   dict per record (``traceflow.otlp.logs_columnar``, numba), the dict path being the fallback;
 2. write one staged Parquet file per table and partition, publish them (``Lake.write_staged`` +
    ``Lake.publish``: fsynced, atomic renames);
 3. save the metric state (a journal line of what changed: ``collectors/metric_state_file.py``), then
@@ -50,6 +52,7 @@ import os
 import select
 import signal
 import sys
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -64,6 +67,8 @@ from traceflow.collectors.metric_state_file import MetricStateFile
 from traceflow.collectors.quarantine import Quarantine
 from traceflow.errors import LakeError
 from traceflow.otlp import decode as otlp
+from traceflow.otlp.logs_columnar import map_logs_columnar
+from traceflow.otlp.logs_columnar import warm as columnar_warm
 from traceflow.otlp.metrics import COLLECTOR_MAX_STREAMS_PER_RESOURCE
 from traceflow.rows import Parsed
 from traceflow.schema import TABLES
@@ -163,6 +168,8 @@ class Sealer:
         self.quarantine = Quarantine(self.dir / "quarantine")
         self.batch_bytes = batch_bytes
         self.state = self._load_state()
+        #: map Claude Code api_request records as columns (traceflow.otlp.logs_columnar) where it can
+        self.columnar = True
 
     # -- metric state ---------------------------------------------------------------------------
     def _load_state(self) -> otlp.MetricState:
@@ -413,9 +420,14 @@ class Sealer:
         out = Parsed()
         try:
             msg = otlp.parse_body(rec.signal, rec.body, rec.content_type)
-            chunks = otlp.map_request_chunks(
-                rec.signal, msg, state=self.state, keep_content=rec.keep_content, records=CHUNK_RECORDS
-            )
+            columnar = self._columnar(rec, msg)
+            if columnar is not None:  # the api_request rows as columns, the other records as dicts
+                requests, chunks = columnar
+                out.frames.setdefault("requests", []).append(requests)
+            else:
+                chunks = otlp.map_request_chunks(
+                    rec.signal, msg, state=self.state, keep_content=rec.keep_content, records=CHUNK_RECORDS
+                )
             for mapped in chunks:
                 for name, rows in mapped.parsed.tables().items():
                     if rows:
@@ -434,6 +446,19 @@ class Sealer:
             )
             return _Payload(rec, None, f"the mapping failed: {type(e).__name__}: {e}")
         return _Payload(rec, out)
+
+    def _columnar(self, rec: spool.WalRecord, msg: Any) -> tuple[Any, Any] | None:
+        """``traceflow.otlp.logs_columnar`` of a protobuf logs record (None: the dict path maps it,
+        also when the columnar path fails, which is then logged)."""
+        if not self.columnar or rec.signal != "logs" or not otlp.is_protobuf(rec.content_type):
+            return None
+        try:
+            return map_logs_columnar(
+                msg, rec.body, keep_content=rec.keep_content, source="otlp", records=CHUNK_RECORDS
+            )
+        except Exception as e:
+            _logger.warning("columnar mapping failed, mapping with dicts: %s: %s", type(e).__name__, e)
+            return None
 
     def seal_all(self) -> SealStats:
         """Seal until no closed segment is left."""
@@ -571,6 +596,17 @@ def _retain(lake: Lake, retain_s: float | None, due: float) -> float:
     return now + 86_400
 
 
+def _warm_columnar(sealer: Sealer) -> None:
+    """Load the columnar mapping's kernels, then let ``sealer`` use them."""
+    try:
+        cpu = columnar_warm()
+    except Exception as e:  # the dict path still maps everything
+        _logger.warning("columnar mapping unavailable: %s: %s", type(e).__name__, e)
+        return
+    _logger.info("columnar mapping ready (%.2f CPU s to load)", cpu)
+    sealer.columnar = True
+
+
 def run(
     data: str,
     *,
@@ -599,6 +635,10 @@ def run(
         sealer.lake.clean_staging(older_than_s=3600)
     except OSError as e:  # leftovers of another writer are not ours to fail on
         _logger.warning("could not clean the lake's staging folder: %s", e)
+    # the kernels load in the background (1-2 CPU s; seconds of wall time on a busy machine), the
+    # dict path sealing meanwhile, so that the first records are in the lake within seconds
+    sealer.columnar = False
+    threading.Thread(target=_warm_columnar, args=(sealer,), name="columnar-warm", daemon=True).start()
     stopping = False
     stdin = sys.stdin.buffer
     outage = _StorageOutage()

@@ -29,9 +29,14 @@ def memory_bound_bytes(max_inflight_bytes: int, max_body_bytes: int) -> int:
     Each holds a base (the interpreter, grpc, polars: 150 MiB), up to 2.5 times
     ``--max-inflight-bytes`` (the server: grpc's buffer and Python's copy of each message being
     received; the sealer: a WAL segment holds at most what was in flight while it was written, read
-    whole and made into frames) and one message decoded at a time, about four times its size.
+    whole and made into frames) and one message decoded at a time, about four times its size. The
+    sealer also holds its compiled kernels (numba and LLVM: :data:`SEALER_KERNEL_BYTES`).
     """
-    return 2 * (150 << 20) + 5 * max_inflight_bytes + 8 * max_body_bytes
+    return 2 * (150 << 20) + SEALER_KERNEL_BYTES + 5 * max_inflight_bytes + 8 * max_body_bytes
+
+
+#: what numba and LLVM add to the sealer's memory (the columnar mapping, traceflow/otlp/logs_columnar.py)
+SEALER_KERNEL_BYTES = 200 << 20
 
 
 #: the shortest bearer token ``serve`` accepts (printable ASCII, no whitespace)

@@ -133,6 +133,7 @@ def test_a_record_that_still_breaks_the_sealer_is_quarantined_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The mapping is total, so a failure is simulated: rows that polars cannot frame."""
+    monkeypatch.setenv("TRACEFLOW_NATIVE", "0")  # the dict path (its mapping is what is patched)
     a, ids_a = api_request_logs(5, tag="a")
     b, ids_b = api_request_logs(5, tag="b")
     rec = b.resource_logs[0].scope_logs[0].log_records[3]

@@ -43,6 +43,8 @@ __all__ = [
     "MetricState",
     "Signal",
     "UnsupportedContentType",
+    "fit_mapped",
+    "is_protobuf",
     "map_body",
     "map_request",
     "map_request_chunks",
@@ -91,6 +93,11 @@ class UnsupportedContentType(DecodeError):
 
 def _media_type(content_type: str) -> str:
     return content_type.split(";", 1)[0].strip().lower()
+
+
+def is_protobuf(content_type: str) -> bool:
+    """Whether ``content_type`` names OTLP/protobuf."""
+    return _media_type(content_type or "") in _PROTOBUF_TYPES
 
 
 def _request_type(signal: str) -> type[Message]:
@@ -255,13 +262,19 @@ def map_request_chunks(
         _request_type(signal)  # raises the ValueError
         raise AssertionError("unreachable")
     for mapped in chunks:
-        dropped, reasons = fit_rows(mapped.parsed.tables())
-        if dropped:
-            mapped.rejected += dropped
-            more = f" (and {len(reasons) - 3} more)" if len(reasons) > 3 else ""
-            why = f"{dropped} rows the lake cannot store: " + "; ".join(reasons[:3]) + more
-            mapped.message = f"{mapped.message}; {why}" if mapped.message else why
-        yield mapped
+        yield fit_mapped(mapped)
+
+
+def fit_mapped(mapped: Mapped) -> Mapped:
+    """``mapped`` without the rows the lake cannot store (:func:`~traceflow.otlp.limits.fit_rows`),
+    each counted as rejected with its reason."""
+    dropped, reasons = fit_rows(mapped.parsed.tables())
+    if dropped:
+        mapped.rejected += dropped
+        more = f" (and {len(reasons) - 3} more)" if len(reasons) > 3 else ""
+        why = f"{dropped} rows the lake cannot store: " + "; ".join(reasons[:3]) + more
+        mapped.message = f"{mapped.message}; {why}" if mapped.message else why
+    return mapped
 
 
 def one_record_requests(signal: Signal, msg: Message) -> Iterator[tuple[Any, int, Message | None]]:
