@@ -62,3 +62,15 @@ def test_options_serving_does_not_use_are_refused(cli: Cli, lake: Lake) -> None:
     ):
         code, _, err = cli("simulate", *args)
         assert code == 2 and message in err, (args, err)
+
+
+def test_h200_times_n_and_a_kv_model_the_box_does_not_serve(cli: Cli, lake: Lake) -> None:
+    _fill(lake)
+    code, out, err = cli("simulate", "--serving", "h200x8", "--format", "json")
+    assert code == 0, err
+    box = json.loads(out)["serving"]
+    # 8 x (141 GB x 0.9 - 16.06 GB / 8 - 4 GiB) by hand
+    assert box["gpus"] == 8
+    assert box["kv_bytes"] == 8 * (141e9 * 0.9 - 8.03e9 * 2 / 8 - 4 * 2**30)
+    code, _, err = cli("simulate", "--serving", "h200x8", "--kv-model", "Llama-3.1-70B")
+    assert code == 2 and "differs from the box's model" in err

@@ -372,6 +372,7 @@ def simulate(
             rate_scale,
             selection,
             data,
+            kv.kv_model,
         )
         return
     if rate_scale is not None:
@@ -473,9 +474,11 @@ def _serve(
     rate_scale: float | None = None,
     selection: Selection | None = None,
     data: Path | None = None,
+    kv_model: str | None = None,
 ) -> None:
     """``simulate --serving``: the closed-loop workload on a serving box (:mod:`traceflow.kv.scheduler`):
     the lake's selection (scaled by ``rate_scale``) or the built-in agentic-coding workload."""
+    from traceflow.kv.models import find_model
     from traceflow.kv.scheduler import run
     from traceflow.kv.serving import load_serving
     from traceflow.kv.synthetic import PUBLISHED_RUN, agentic_coding_turns
@@ -489,6 +492,11 @@ def _serve(
     if sim.tier:
         raise UsageError('--serving takes its tiers from the box spec (its "tiers" list), not --tier')
     spec = load_serving(serving)
+    if kv_model is not None and find_model(kv_model).name != find_model(spec.model).name:
+        raise UsageError(
+            f"--kv-model {kv_model} differs from the box's model {spec.model}: a box serves its own model; "
+            'give a --serving file with "preset", "model", "total_params" and "active_params"'
+        )
     if workload is None and selection is not None:
         from traceflow.kv.lake_trace import lake_turns
 

@@ -401,18 +401,21 @@ def check_spec(spec: ServingSpec, where: str = "--serving") -> None:
 
 
 def find_preset(name: str) -> ServingSpec:
+    """A preset by name; ``h200xN`` is the ``h200`` preset on N GPUs (tensor parallel: the KV pool and
+    the prefill FLOP/s scale with N, and each GPU restores over its own PCIe link)."""
+    base, _, count = name.partition("x")
+    if base == "h200" and count.isdigit() and int(count) >= 1:
+        return replace(H200, name=name, gpus=int(count))
     try:
         return PRESETS[name]
     except KeyError:
         raise UsageError(
-            f"--serving {name!r}: no such preset or file; presets: {', '.join(PRESETS)}"
+            f"--serving {name!r}: no such preset or file; presets: {', '.join(PRESETS)}, h200xN"
         ) from None
 
 
 def load_serving(name_or_path: str) -> ServingSpec:
     """A preset by name, or a JSON / TOML file in the documented format."""
-    if name_or_path in PRESETS:
-        return PRESETS[name_or_path]
     path = Path(name_or_path)
     if not path.is_file():
         return find_preset(name_or_path)
