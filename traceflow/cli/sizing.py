@@ -19,7 +19,7 @@ import typer
 
 from traceflow.cli.options import DataOpt, FormatOpt, display, open_lake, with_options, with_selection
 from traceflow.errors import UsageError
-from traceflow.kv.sizing import DEFAULT_SSD
+from traceflow.kv.sizing import DEFAULT_PREFILL_RATE, DEFAULT_SSD
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -101,7 +101,12 @@ InclusiveOpt = Annotated[
 ]
 PromoteOpt = Annotated[bool, typer.Option("--promote/--no-promote", help="Move lower-tier hits to the top.")]
 PrefillRateOpt = Annotated[
-    float | None, typer.Option("--prefill-rate", help="Tokens/s recomputed on a miss (default 9,209).")
+    float | None,
+    typer.Option(
+        "--prefill-rate",
+        help=f"Tokens/s recomputed on a miss (default {DEFAULT_PREFILL_RATE:,}: the presets' calibrated "
+        "prefill FLOP/s over MiniMax-M2's FLOPs per token at 64k).",
+    ),
 ]
 OverlapOpt = Annotated[bool, typer.Option(help="TTFT = max(load, compute) instead of their sum.")]
 ResumeAfterOpt = Annotated[str, typer.Option("--resume-after", help="Idle time that makes a resume.")]
