@@ -522,7 +522,8 @@ def _serve(
         )
         named = {"source": "agentic-coding", "duration": duration, "seed": seed}
     report = {"workload": named, **run(spec, turns, parse_duration(sim.bucket, "--bucket"))}
-    _print_simulation(report, fmt, per_minute, lead=report["serving"])
+    lead = {**{f"workload.{k}": v for k, v in named.items()}, **report["serving"]}
+    _print_simulation(report, fmt, per_minute, lead=lead)
 
 
 #: The commands of this module, by name (registered by :mod:`traceflow.cli.app`).
