@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from traceflow.kv.measured import compare_measured
 from traceflow.kv.scheduler import run, step_seconds
 from traceflow.kv.serving import PRESETS, OffloadTier, ServingSpec
 from traceflow.kv.synthetic import PUBLISHED_RUN, agentic_coding_turns
@@ -320,6 +321,13 @@ def main() -> None:
     ap.add_argument(
         "--figures", help="write the eight figures per seed here (benchmarks/serving_figures.json)"
     )
+    ap.add_argument(
+        "--measured-gpu",
+        nargs="?",
+        const="tests/data/gpu_h200_probe.jsonl",
+        metavar="PROBE",
+        help="print the h200 preset beside the measured copy and prefill rows (JSON list) and stop",
+    )
     ap.add_argument("--readme", action="store_true", help="print only the table of docs/sizing.md")
     ap.add_argument(
         "--write-readme",
@@ -332,6 +340,11 @@ def main() -> None:
         "--aiconfigurator", action="store_true", help="the preset's step times beside aiconfigurator-core's"
     )
     args = ap.parse_args()
+    if args.measured_gpu:
+        with open(args.measured_gpu) as f:
+            probe = [json.loads(line) for line in f if line.strip()]
+        print(json.dumps(compare_measured(probe, PRESETS["h200"]), indent=1))
+        return
     duration = parse_duration(args.duration, "--duration")
     seeds = [int(s) for s in args.seeds.split(",")]
     if args.assumptions:

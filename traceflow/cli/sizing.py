@@ -19,7 +19,7 @@ import typer
 
 from traceflow.cli.options import DataOpt, FormatOpt, display, open_lake, with_options, with_selection
 from traceflow.errors import UsageError
-from traceflow.kv.sizing import DEFAULT_SSD
+from traceflow.kv.sizing import DEFAULT_PREFILL_RATE, DEFAULT_SSD
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -101,7 +101,12 @@ InclusiveOpt = Annotated[
 ]
 PromoteOpt = Annotated[bool, typer.Option("--promote/--no-promote", help="Move lower-tier hits to the top.")]
 PrefillRateOpt = Annotated[
-    float | None, typer.Option("--prefill-rate", help="Tokens/s recomputed on a miss (default 9,209).")
+    float | None,
+    typer.Option(
+        "--prefill-rate",
+        help=f"Tokens/s recomputed on a miss (default {DEFAULT_PREFILL_RATE:,}: the presets' calibrated "
+        "prefill FLOP/s over MiniMax-M2's FLOPs per token at 64k).",
+    ),
 ]
 OverlapOpt = Annotated[bool, typer.Option(help="TTFT = max(load, compute) instead of their sum.")]
 ResumeAfterOpt = Annotated[str, typer.Option("--resume-after", help="Idle time that makes a resume.")]
@@ -307,9 +312,13 @@ def simulate(
         str | None,
         typer.Option(
             "--serving",
-            help="Serve the workload on a box (preset rtx-pro-6000x4[+dram|+flash] or a JSON/TOML file): "
-            "batching, queueing, loads; needs --workload agentic-coding.",
+            help="Serve the workload on a box (preset h200, rtx-pro-6000x4[+dram|+flash] or a JSON/TOML "
+            "file): batching, queueing, loads; the lake's selection, or --workload agentic-coding.",
         ),
+    ] = None,
+    rate_scale: Annotated[
+        float | None,
+        typer.Option("--rate-scale", help="With --serving on the lake: offer about K times its sessions."),
     ] = None,
     instances: Annotated[
         int, typer.Option("--instances", help="Serving instances, each with its own --tier hierarchy.")
@@ -351,8 +360,28 @@ def simulate(
                 "--serving simulates one box: drop --instances, --shared-tier, --jobs and --engine "
                 "(fleet simulation replays a trace)"
             )
-        _serve(serving, workload, trace, sim, duration, seed, block_size, per_minute, fmt)
+        if sweep:
+            raise UsageError("--sweep is for the tier replay, not --serving: drop it")
+        if router != "session-hash":
+            raise UsageError("--router is for --instances, not --serving: drop it")
+        _serve(
+            serving,
+            workload,
+            trace,
+            sim,
+            duration,
+            seed,
+            block_size,
+            per_minute,
+            fmt,
+            rate_scale,
+            selection,
+            data,
+            kv.kv_model,
+        )
         return
+    if rate_scale is not None:
+        raise UsageError("--rate-scale scales the lake's sessions for --serving: add --serving BOX")
     from traceflow.kv import simulate as kv_simulate
     from traceflow.kv.lake_trace import choose_trace
     from traceflow.kv.sizing import parse_tier
@@ -447,23 +476,54 @@ def _serve(
     block_size: int,
     per_minute: bool,
     fmt: str,
+    rate_scale: float | None = None,
+    selection: Selection | None = None,
+    data: Path | None = None,
+    kv_model: str | None = None,
 ) -> None:
-    """``simulate --serving``: the closed-loop workload on a serving box (:mod:`traceflow.kv.scheduler`)."""
+    """``simulate --serving``: the closed-loop workload on a serving box (:mod:`traceflow.kv.scheduler`):
+    the lake's selection (scaled by ``rate_scale``) or the built-in agentic-coding workload."""
+    from traceflow.kv.models import find_model
     from traceflow.kv.scheduler import run
     from traceflow.kv.serving import load_serving
     from traceflow.kv.synthetic import PUBLISHED_RUN, agentic_coding_turns
     from traceflow.units import parse_duration
 
     if trace is not None or workload not in (None, "agentic-coding"):
-        raise UsageError("--serving replays sessions with their answers: use --workload agentic-coding")
+        raise UsageError(
+            "--serving replays sessions with their answers: the lake's selection (no --trace) or "
+            "--workload agentic-coding"
+        )
     if sim.tier:
         raise UsageError('--serving takes its tiers from the box spec (its "tiers" list), not --tier')
     spec = load_serving(serving)
-    turns = agentic_coding_turns(
-        parse_duration(duration, "--duration"), seed, block_size=block_size, **PUBLISHED_RUN
-    )
-    report = run(spec, turns, parse_duration(sim.bucket, "--bucket"))
-    _print_simulation(report, fmt, per_minute, lead=report["serving"])
+    if kv_model is not None and find_model(kv_model).name != find_model(spec.model).name:
+        raise UsageError(
+            f"--kv-model {kv_model} differs from the box's model {spec.model}: a box serves its own model; "
+            'give a --serving file with "preset", "model", "total_params" and "active_params"'
+        )
+    if workload is None and selection is not None:
+        from traceflow.kv.lake_trace import lake_turns
+
+        turns = lake_turns(
+            open_lake(data).connect(["requests"]), selection, block_size, rate_scale or 1.0, seed
+        )
+        named: dict[str, Any] = {
+            "source": "lake",
+            "rate_scale": rate_scale or 1.0,
+            "sessions": int(turns.session.max()) + 1 if len(turns.session) else 0,
+            "requests": int(turns.trace.n_requests),
+        }
+    else:
+        if rate_scale is not None:
+            raise UsageError("--rate-scale scales the lake's sessions: drop --workload, or drop --rate-scale")
+        turns = agentic_coding_turns(
+            parse_duration(duration, "--duration"), seed, block_size=block_size, **PUBLISHED_RUN
+        )
+        named = {"source": "agentic-coding", "duration": duration, "seed": seed}
+    report = {"workload": named, **run(spec, turns, parse_duration(sim.bucket, "--bucket"))}
+    lead = {**{f"workload.{k}": v for k, v in named.items()}, **report["serving"]}
+    _print_simulation(report, fmt, per_minute, lead=lead)
 
 
 #: The commands of this module, by name (registered by :mod:`traceflow.cli.app`).

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
     import duckdb
 
+    from traceflow.kv.synthetic import SessionTurns
     from traceflow.kv.trace import BlockTrace
     from traceflow.store.selection import Selection
 
@@ -106,3 +107,83 @@ def choose_trace(
     if trace is not None:
         return read_mooncake(trace, block_size)
     return lake_trace(connect(), selection, block_size)
+
+
+#: ASSUMPTION of the lake replay: an answer streams at this rate (tok/s), so a session's think time is the
+#: gap to its next request less its answer's streaming (``traceflow.kv.synthetic``'s ``decode_tok_s``).
+DECODE_TOK_S = 50.0
+#: ASSUMPTION: a gap of this many seconds or more before a request makes it a resumed turn (report keys
+#: ``resumed_*``).
+RESUME_GAP_S = 600.0
+#: ASSUMPTION of ``--rate-scale``: each extra copy of a session starts up to this many seconds later
+#: (uniform, seeded), so the copies do not arrive in lockstep.
+SCALE_JITTER_S = 300.0
+
+
+def lake_turns(
+    con: duckdb.DuckDBPyConnection,
+    selection: Selection,
+    block_size: int,
+    rate_scale: float = 1.0,
+    seed: int = 0,
+) -> SessionTurns:
+    """The selection's sessions as a closed-loop workload for ``simulate --serving``: each request's
+    context and answer, each session's gaps as think times (less the answer's streaming).
+
+    ``rate_scale`` k offers about k times the sessions: ``floor(k)`` copies of every session plus a
+    seeded share ``k − floor(k)`` of one more, each copy a distinct session (no prefix shared between
+    copies) starting up to :data:`SCALE_JITTER_S` later.
+    """
+    import numpy as np
+
+    from traceflow.kv.synthetic import SessionTurns
+    from traceflow.kv.trace import chains_from_counts
+
+    if not (rate_scale > 0 and rate_scale < 1e4):
+        raise UsageError(f"--rate-scale {rate_scale:g} must be above 0 (and below 10,000)")
+    where, params = selection.where()
+    sql = f"""
+        SELECT epoch({REQUEST_TIME})::DOUBLE AS t,
+               greatest(coalesce(context_tokens, 0), 1)::BIGINT AS ctx,
+               greatest(coalesce(output_tokens, 0), 1)::BIGINT AS out,
+               coalesce(session_id, '') || '/' || coalesce(parent_session_id, '') AS stream
+        FROM requests WHERE {where} AND {REQUEST_TIME} IS NOT NULL
+        ORDER BY t, seq NULLS LAST, event_id"""
+    rows = con.execute(sql, params).fetchall()
+    if not rows:
+        raise UsageError(
+            "the lake's selection has no requests; import traffic or give --workload agentic-coding"
+        )
+    rng = np.random.default_rng(seed)
+    streams = list(dict.fromkeys(r[3] for r in rows))
+    whole = int(rate_scale)
+    copies: dict[str, list[float]] = {}
+    for s in streams:
+        n = whole + (1 if rng.random() < rate_scale - whole else 0)
+        copies[s] = [0.0] + [float(x) for x in rng.uniform(0, SCALE_JITTER_S, max(n - 1, 0))] if n else []
+    t0 = rows[0][0]
+    expanded = [
+        (r[0] - t0 + shift, int(r[1]), int(r[2]), f"{r[3]}#{c}")
+        for r in rows
+        for c, shift in enumerate(copies[r[3]])
+    ]
+    if not expanded:
+        raise UsageError(f"--rate-scale {rate_scale:g} keeps no session of the selection; raise it")
+    expanded.sort(key=lambda x: x[0])
+    times = [e[0] for e in expanded]
+    keys = [e[3] for e in expanded]
+    trace = chains_from_counts(times, keys, [e[1] for e in expanded], block_size)
+    index = {k: i for i, k in enumerate(dict.fromkeys(keys))}
+    session = np.array([index[k] for k in keys], dtype=np.int64)
+    out = np.array([e[2] for e in expanded], dtype=np.int64)
+    think = np.zeros(len(expanded))
+    resumed = np.zeros(len(expanded), dtype=bool)
+    last: dict[str, int] = {}
+    for i, k in enumerate(keys):
+        j = last.get(k)
+        if j is not None:
+            gap = times[i] - times[j]
+            think[j] = max(gap - out[j] / DECODE_TOK_S, 0.0)
+            resumed[i] = gap >= RESUME_GAP_S
+        last[k] = i
+    return SessionTurns(trace, out, think, resumed, session)

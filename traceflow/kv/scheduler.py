@@ -128,7 +128,7 @@ def run(
     block_bytes = bs * b
     pool = int(spec.kv_bytes // block_bytes)
     tiers = [_Tier(t, block_bytes) for t in spec.tiers]
-    load_rate = spec.gpus * spec.kv_load_bytes_per_s_per_gpu
+    load_rate = spec.gpus * spec.kv_load_rate_per_gpu()
     per_load_byte = [
         1.0 / load_rate + (1.0 / t.read_bytes_per_s if math.isfinite(t.read_bytes_per_s) else 0.0)
         for t in spec.tiers

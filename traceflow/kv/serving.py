@@ -85,6 +85,21 @@ class ServingSpec:
     kv_load_bytes_per_s_per_gpu: float = math.nan  # offload tier → GPU copy rate per GPU (published)
     tiers: tuple[OffloadTier, ...] = field(default_factory=tuple)
     calibration: str = ""
+    # copy granularity (traceflow.kv.copies): when ``copy_stack`` is set, the load rate per GPU is the
+    # curve's rate at the stack's bytes per copy, not ``kv_load_bytes_per_s_per_gpu``
+    copy_stack: str = ""
+    copy_curve: str = "h200-pcie5"
+
+    def kv_load_rate_per_gpu(self) -> float:
+        """Offload tier → GPU bytes/s per GPU: from the copy curve at the stack's copy size when
+        ``copy_stack`` is set, else ``kv_load_bytes_per_s_per_gpu``."""
+        if not self.copy_stack:
+            return self.kv_load_bytes_per_s_per_gpu
+        from traceflow.kv.copies import copy_rate_per_gpu, find_stack, load_copy_curve
+
+        return copy_rate_per_gpu(
+            self.kv(), find_stack(self.copy_stack), self.gpus, load_copy_curve(self.copy_curve)
+        )
 
     # --------------------------------------------------------------------------------- derived
     def kv(self) -> KVSize:
@@ -147,7 +162,8 @@ class ServingSpec:
             "max_num_seqs": self.max_num_seqs,
             "prefill_flops_per_gpu": self.prefill_flops_per_gpu,
             "prefill_mfu": self.prefill_flops_per_gpu / self.gpu_peak_flops,
-            "kv_load_bytes_per_s_per_gpu": self.kv_load_bytes_per_s_per_gpu,
+            "kv_load_bytes_per_s_per_gpu": self.kv_load_rate_per_gpu(),
+            "copy_stack": self.copy_stack or None,
             "calibration": self.calibration,
             "tiers": [
                 {
@@ -170,7 +186,7 @@ class ServingSpec:
 #: by ``benchmarks/calibrate_serving.py``.
 CALIBRATION = (
     "prefill_flops_per_gpu from the published GPU-only plateau (12,000 tok/s, mean after minute 40); "
-    "the workload's mean think time (118 s) from the published DRAM peak (2.9 x that plateau)"
+    "the workload's mean think time (125.3 s) from the published DRAM peak (2.9 x that plateau)"
 )
 
 #: Host→GPU copy rate per GPU for KV loads, bytes/s. Published measurements: LMCache's pinned-DRAM L1
@@ -190,7 +206,7 @@ STEP_OVERHEAD_S = 0.0234
 
 #: Effective prefill FLOP/s per GPU of the presets. CALIBRATED: ``benchmarks/calibrate_serving.py`` solves
 #: it so that the GPU-only preset's mean throughput after minute 40 is the published 12,000 tok/s.
-PREFILL_FLOPS_PER_GPU = 1.25e14
+PREFILL_FLOPS_PER_GPU = 1.2346e14
 
 _BOX = ServingSpec(
     name="rtx-pro-6000x4",
@@ -229,7 +245,37 @@ FLASH_RAID10 = OffloadTier(
     staging_bytes=64 * 2**30,  # the 64 GB RAM staging buffer (LMCache sizes it in GiB)
 )
 
+#: NVIDIA H200 SXM: dense BF16 tensor peak, FLOP/s (NVIDIA H200 datasheet: 1,979 TFLOPS with sparsity).
+H200_PEAK_BF16 = 989e12
+#: The one efficiency factor of the measured comparison (``bench_serving.py --measured-gpu``): achieved
+#: over peak FLOP/s of the measured 8B-shaped prefill without a cached prefix. FITTED: the median of the
+#: four such rows of tests/data/gpu_h200_probe.jsonl (0.652, 0.677, 0.668, 0.672); the rows with a
+#: cached prefix are predicted, not fitted.
+H200_PREFILL_MFU = 0.67
+
+H200 = ServingSpec(
+    name="h200",
+    gpus=1,
+    gpu_memory_bytes=141e9,  # 141 GB HBM3e (NVIDIA H200 datasheet)
+    hbm_bytes_per_s=4.8e12,  # 4.8 TB/s (datasheet)
+    gpu_peak_flops=H200_PEAK_BF16,
+    model="Llama-3.1-8B",  # the measured shape: 32 layers, 4096 hidden, 32 heads, 8 KV heads
+    kv_dtype="bf16",
+    total_params=8.03e9,
+    active_params=8.03e9,
+    experts=0,
+    experts_per_token=0,
+    weight_bytes_per_param=2.0,
+    step_overhead_s=0.0,
+    prefill_flops_per_gpu=H200_PREFILL_MFU * H200_PEAK_BF16,  # one efficiency factor, see above
+    kv_load_bytes_per_s_per_gpu=55.32e9,  # the curve's largest copy; used only without copy_stack
+    copy_stack="lmcache",
+    copy_curve="h200-pcie5",
+    calibration="prefill efficiency 0.67 of the BF16 peak, from the measured 8B prefill without prefix",
+)
+
 PRESETS: dict[str, ServingSpec] = {
+    "h200": H200,
     "rtx-pro-6000x4": _BOX,
     "rtx-pro-6000x4+dram": replace(_BOX, name="rtx-pro-6000x4+dram", tiers=(DRAM_512,)),
     "rtx-pro-6000x4+flash": replace(_BOX, name="rtx-pro-6000x4+flash", tiers=(FLASH_RAID10,)),
@@ -334,6 +380,11 @@ def check_spec(spec: ServingSpec, where: str = "--serving") -> None:
         )
     if spec.gpus < 1:
         raise UsageError(f"{where}: gpus = {spec.gpus} must be at least 1")
+    if spec.copy_stack:
+        from traceflow.kv.copies import find_stack, load_copy_curve
+
+        find_stack(spec.copy_stack)
+        load_copy_curve(spec.copy_curve)
     for key in ("max_num_seqs", "max_num_batched_tokens"):
         if getattr(spec, key) < 1:
             raise UsageError(f"{where}: {key} = {getattr(spec, key)} must be at least 1")
@@ -350,18 +401,21 @@ def check_spec(spec: ServingSpec, where: str = "--serving") -> None:
 
 
 def find_preset(name: str) -> ServingSpec:
+    """A preset by name; ``h200xN`` is the ``h200`` preset on N GPUs (tensor parallel: the KV pool and
+    the prefill FLOP/s scale with N, and each GPU restores over its own PCIe link)."""
+    base, _, count = name.partition("x")
+    if base == "h200" and count.isdigit() and int(count) >= 1:
+        return replace(H200, name=name, gpus=int(count))
     try:
         return PRESETS[name]
     except KeyError:
         raise UsageError(
-            f"--serving {name!r}: no such preset or file; presets: {', '.join(PRESETS)}"
+            f"--serving {name!r}: no such preset or file; presets: {', '.join(PRESETS)}, h200xN"
         ) from None
 
 
 def load_serving(name_or_path: str) -> ServingSpec:
     """A preset by name, or a JSON / TOML file in the documented format."""
-    if name_or_path in PRESETS:
-        return PRESETS[name_or_path]
     path = Path(name_or_path)
     if not path.is_file():
         return find_preset(name_or_path)

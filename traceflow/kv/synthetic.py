@@ -33,7 +33,7 @@ class SessionTurns:
 #: 5-minute throughput is the published 2.9 × the GPU-only plateau (median over seeds 0, 1, 2). One of the
 #: two calibrated constants of ``simulate``. (Real Claude Code sessions think less, a median of 10 s in
 #: kv-cache-tester's traces; at 30 s the published box would be offered about twice its throughput.)
-THINK_S = 118.0
+THINK_S = 125.29
 
 
 #: The published run's workload (seed 001, what ``simulate --serving`` replays): sessions "grow toward
