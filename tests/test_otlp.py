@@ -219,6 +219,40 @@ def test_gemini_fixture(testdata: Path) -> None:
     assert details["name"] == "gen_ai.client.inference.operation.details"
 
 
+def _api_response_logs(service: str, prefix: str) -> ExportLogsServiceRequest:
+    """One ``<prefix>api_response`` record (counts of docs/schemas.md#gemini-cli's example)."""
+    req = ExportLogsServiceRequest()
+    rl = req.resource_logs.add()
+    rl.resource.attributes.add(key="service.name").value.string_value = service
+    r = rl.scope_logs.add().log_records.add(
+        time_unix_nano=1788000002140000000, body={"string_value": "API response."}
+    )
+    counts = {"input_token_count": 48210, "cached_content_token_count": 40960, "output_token_count": 312}
+    for key, n in (*counts.items(), ("thoughts_token_count", 590), ("duration_ms", 2140)):
+        r.attributes.add(key=key).value.int_value = n
+    for key, v in (("event.name", f"{prefix}api_response"), ("session.id", "s-q"), ("model", "qwen3-max")):
+        r.attributes.add(key=key).value.string_value = v
+    r.attributes.add(key="response_id").value.string_value = "chatcmpl-q"
+    return req
+
+
+@pytest.mark.parametrize("service", ["qwen-code", "some-wrapper"])  # by service, or by the prefix alone
+@pytest.mark.parametrize("ctype", [JSON, PB])
+def test_qwen_api_response_is_mapped_as_gemini_cli(service: str, ctype: str) -> None:
+    def one(req: ExportLogsServiceRequest) -> dict[str, Any]:
+        body = req.SerializeToString() if ctype == PB else json_format.MessageToJson(req).encode()
+        (row,) = mapped("logs", body, ctype).parsed.requests
+        return row
+
+    qwen = one(_api_response_logs(service, "qwen-code."))
+    gemini = one(_api_response_logs("gemini-cli", "gemini_cli."))
+    kinds = (*KINDS, "reasoning_tokens", "duration_ms", "model", "session_id")
+    assert [qwen[k] for k in kinds] == [48210 - 40960, 40960, None, 312 + 590, 590, 2140, "qwen3-max", "s-q"]
+    assert [qwen[k] for k in kinds] == [gemini[k] for k in kinds]
+    assert (qwen["agent"], gemini["agent"]) == ("qwen-code", "gemini-cli")
+    assert qwen["request_id"] == "chatcmpl-q" and qwen["event_id"] != gemini["event_id"]
+
+
 def test_cumulative_reset_fixture(testdata: Path) -> None:
     signal, body = fixture(testdata, "otlp-cumulative-reset.json")
     # the receiver started before t0 (the fixture's _comment): every series start is known and later
@@ -557,6 +591,7 @@ def test_openinference_llm_span() -> None:
         ({"openinference.span.kind": {"stringValue": "CHAIN"}, "llm.token_count.prompt": iv(9)}, "app"),
         ({"gen_ai.usage.input_tokens": iv(9)}, "codex_exec"),  # its log events are the requests
         ({"gen_ai.usage.input_tokens": iv(9)}, "gemini-cli"),
+        ({"gen_ai.usage.input_tokens": iv(9)}, "qwen-code"),  # its api_response events are the requests
         ({"gen_ai.usage.input_tokens": iv(9)}, "claude-code"),  # only claude_code.llm_request counts
         ({"http.method": {"stringValue": "GET"}}, "app"),
     ],

@@ -4,10 +4,10 @@
   count (numbers sent as strings, as Claude Code did before 2.1.122, are coerced; anything else is a
   ``ValueError`` so that the caller refuses the record instead of storing a guess; counts are clamped
   with ``max(0, ...)``); ``num`` a duration or cost; ``text`` an id or name.
-* **agent** is ``claude-code``, ``codex`` or ``gemini-cli`` for those agents (recognised by the event
-  prefix, the instrumentation scope or ``service.name``: :func:`family`; the transcript importers use
-  the same names, :data:`AGENT_NAMES`), else the resource ``service.name``. ``service.name`` itself
-  stays in ``attributes.resource``.
+* **agent** is ``claude-code``, ``codex``, ``gemini-cli`` or ``qwen-code`` for those agents
+  (recognised by the event prefix, the instrumentation scope or ``service.name``: :func:`family`;
+  the transcript importers use the same names, :data:`AGENT_NAMES`), else the resource
+  ``service.name``. ``service.name`` itself stays in ``attributes.resource``.
 * **Sub-agents.** Events and spans of a Claude Code sub-agent carry ``agent_id``; their
   ``session_id`` is ``agent-<agent_id>`` and ``parent_session_id`` the ``session.id`` they were sent
   with (the spawning session), exactly as the transcript importer names sub-agent sessions
@@ -27,7 +27,7 @@ from typing import Any
 from traceflow.otlp.limits import DEEP_VALUE, MAX_TOKENS, MAX_VALUE_DEPTH
 from traceflow.rows import iso_micros
 
-AGENT_NAMES = {"claude": "claude-code", "codex": "codex", "gemini": "gemini-cli"}
+AGENT_NAMES = {"claude": "claude-code", "codex": "codex", "gemini": "gemini-cli", "qwen": "qwen-code"}
 
 #: attributes that hold prompt / response / tool text; dropped unless keep_content
 CONTENT_KEYS = frozenset(
@@ -241,7 +241,8 @@ def strip_request_content(signal: str, msg: Any) -> None:
                     if r.body.WhichOneof("value") is not None and not (
                         body
                         and (
-                            body == r.event_name or body.startswith(("claude_code.", "codex.", "gemini_cli."))
+                            body == r.event_name
+                            or body.startswith(("claude_code.", "codex.", "gemini_cli.", "qwen-code."))
                         )
                     ):
                         r.ClearField("body")
@@ -255,7 +256,7 @@ def strip_request_content(signal: str, msg: Any) -> None:
 
 
 def family(service: str | None, scope: str | None) -> str | None:
-    """Which agent a resource/scope belongs to: ``claude``, ``codex``, ``gemini`` or None."""
+    """Which agent a resource/scope belongs to: ``claude``, ``codex``, ``gemini``, ``qwen`` or None."""
     s = (service or "").lower()
     sc = scope or ""
     if s.startswith(("claude-code", "claude_code")) or sc.startswith("com.anthropic.claude_code"):
@@ -264,6 +265,8 @@ def family(service: str | None, scope: str | None) -> str | None:
         return "codex"
     if s.startswith(("gemini-cli", "gemini_cli")) or sc.startswith(("gemini-cli", "gemini_cli")):
         return "gemini"
+    if s.startswith(("qwen-code", "qwen_code")) or sc.startswith(("qwen-code", "qwen_code")):
+        return "qwen"
     return None
 
 

@@ -6,7 +6,8 @@
   prefix (``user_prompt``, ``tool_result``, ``api_error``, ...); the agent is in ``agent``.
 * **Requests.** The name picks the agent's mapping: Claude Code ``api_request``
   (:mod:`traceflow.otlp.claude_code`), Codex ``sse_event`` (:mod:`traceflow.otlp.codex`), Gemini CLI
-  ``api_response`` (:mod:`traceflow.otlp.gemini_cli`). Every other record is an ``events`` row.
+  ``api_response`` and Qwen Code ``qwen-code.api_response`` (:mod:`traceflow.otlp.gemini_cli`, one
+  mapping for both). Every other record is an ``events`` row.
 * **Attributes.** Every attribute is kept (content only with ``keep_content``), plus ``resource``
   (the resource attributes) and the record's ``trace_id``/``span_id``.
 * **Ids.** Every row gets a deterministic ``event_id``: a record delivered twice maps to the same id,
@@ -98,7 +99,11 @@ def _log(
         if a.get("event.kind") == "response.completed":
             codex.response_completed(m, res, tt, ts, tid, sid, a)
         return  # per-chunk SSE records are not stored
-    if fam == "gemini" and short == "api_response" and gemini_cli.api_response(m, res, tt, ts, tid, sid, a):
+    if (
+        fam in gemini_cli.PREFIXES
+        and short == "api_response"
+        and gemini_cli.api_response(m, res, tt, ts, tid, sid, a, fam)
+    ):
         return
     _event(m, res, fam, full, short, t, observed, ts, tid, sid, a, body, record)
 
@@ -118,6 +123,8 @@ def _names(
         return "codex", name, name[6:]
     if name.startswith("gemini_cli."):
         return "gemini", name, name[11:]
+    if name.startswith("qwen-code."):
+        return "qwen", name, name[10:]
     return fam, name, name
 
 

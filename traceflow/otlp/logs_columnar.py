@@ -78,7 +78,7 @@ def map_logs_columnar(
     groups = list(scope_groups(msg.resource_logs, "scope_logs"))
     if len(groups) != ng or sum(len(sl.log_records) for _, _, sl in groups) != nr:
         return None
-    if any(fam in ("codex", "gemini") for _, fam, _ in groups):
+    if any(fam in ("codex", "gemini", "qwen") for _, fam, _ in groups) or b"qwen-code." in body:
         return None  # their request rows would interleave with these
     code = w.classify(
         buf,
@@ -138,7 +138,8 @@ def _map_rest(
     groups: list[Any], other: Any, keep_content: bool, source: str, records: int
 ) -> Iterator[Mapped]:
     """The dict path's rows of the records that are not ``api_request``, ``records`` at a time (all at
-    once when 0). None of them is a request (no Codex or Gemini CLI record: checked by the caller)."""
+    once when 0). None of them is a request (no Codex, Gemini CLI or Qwen Code record: checked by the
+    caller)."""
     from traceflow.otlp import logs
     from traceflow.otlp.attributes import hex_id, pb_attrs, pb_value
     from traceflow.otlp.decode import fit_mapped

@@ -49,7 +49,7 @@ def _span(m: Mapper, res: Resource, fam_hint: str | None, sp: Any) -> None:
     if fam == "claude":
         if name == "claude_code.llm_request":
             llm_request_span(m, res, tid, sid, start, end, status, a)
-    elif fam not in ("codex", "gemini"):
+    elif fam not in ("codex", "gemini", "qwen"):
         span_request(m, res, tid, sid, start, end, a)
     if tid and sid:
         event_id = stable_id("otlp-span", tid, sid)
