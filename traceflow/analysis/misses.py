@@ -125,14 +125,17 @@ def _run(
     options: MissOptions = DEFAULT_MISS_OPTIONS,
     *,
     wrap: str | None = None,
+    ordered: bool = True,
 ) -> pl.DataFrame:
+    """misses.sql's rows (block_misses.sql's after them), under ``wrap``; ``ordered``: in the query's
+    order (False where ``wrap`` only aggregates them: the sort is skipped)."""
     import polars as pl
 
     block, params = sql.selection_block(selection, "t_start")
     params = {**params, "miss_tokens": options.miss_tokens}
     # the window over the sessions that have a selected request only (the same rows: each stream whole)
     roots = sql.roots_block({"selection": sql.selection_block(selection)[0]})
-    blocks = {"filter": block, sql.ROOTS: roots}
+    blocks = {"filter": block, sql.ROOTS: roots, **({} if ordered else {"order": ""})}
     if not _has_view(con, "metric_points"):
         blocks["restart_points"] = _NO_POINTS
     # requests with a session: their stream (misses.sql); without: their block hashes (block_misses.sql)
@@ -258,7 +261,7 @@ def miss_counts(
         "count(*) FILTER (WHERE miss IS NULL)::BIGINT AS not_applicable "
         f"FROM {{q}} AS m {keys.join} GROUP BY ALL"
     )
-    frame = _with_costs(_run(con, selection, options, wrap=wrap), options.prices)
+    frame = _with_costs(_run(con, selection, options, wrap=wrap, ordered=False), options.prices)
     return (
         frame.group_by([*by, "cause"])
         .agg(
