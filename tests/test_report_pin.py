@@ -149,7 +149,6 @@ def test_mix_in_one_scan_equals_totals_then_costs(tmp_path: Path) -> None:
 def test_check_splits_one_misses_pass_into_its_periods(tmp_path: Path) -> None:
     """``check`` judges the misses of its baseline and window in one pass of misses.sql split at the
     window's start; each part is what ``misses`` reports for that period alone."""
-    import dataclasses
 
     from traceflow.analysis import misses
     from traceflow.analysis.health import check
