@@ -176,24 +176,35 @@ def _works(data: Path, scratch: Path) -> dict[str, tuple[list[str], list[str]]]:
     html = str(scratch / "report.html")
     return {
         "report --html": (_traceflow("report", "--html", html, data=data), [*me, "report"]),
+        "report --html --capacity": (
+            _traceflow("report", "--html", html, "--capacity", data=data),
+            [*me, "report"],
+        ),
         "mix --by day": (_traceflow("mix", "--by", "day", "--format", "json", data=data), [*me, "mix"]),
         "misses": (_traceflow("misses", "--format", "json", data=data), [*me, "misses"]),
     }
 
 
-def _env() -> dict[str, str]:
+def _env(tree: Path | None = None) -> dict[str, str]:
+    """The environment of a timed process: traceflow from ``tree`` (None: this checkout)."""
     env = dict(os.environ, TRACEFLOW_REFRESH="0", TRACEFLOW_CACHE="0")
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1]) + os.pathsep + env.get("PYTHONPATH", "")
+    root = tree or Path(__file__).resolve().parents[1]
+    env["PYTHONPATH"] = str(root) + os.pathsep + env.get("PYTHONPATH", "")
     return env
 
 
-def _timed(argv: list[str]) -> dict[str, Any]:
+def _before_argv(argv: list[str]) -> list[str]:
+    """``argv`` for a checkout from before ``report --capacity``: its report always drew that part."""
+    return [a for a in argv if a != "--capacity"]
+
+
+def _timed(argv: list[str], tree: Path | None = None) -> dict[str, Any]:
     """CPU (user + sys), wall and peak RSS of one process, from /usr/bin/time -v."""
     with tempfile.NamedTemporaryFile("r", suffix=".time") as t:
         start = time.perf_counter()
         done = subprocess.run(
             ["/usr/bin/time", "-v", "-o", t.name, *argv],
-            env=_env(),
+            env=_env(tree),
             capture_output=True,
             text=True,
             check=False,
@@ -224,15 +235,23 @@ def check_same(data: Path) -> None:
         assert abs(r["cost_usd"] - d["cost_usd"]) < 1e-6 * max(1.0, d["cost_usd"]), (r, d)
 
 
-def bench(data: Path, runs: int, scratch: Path, only: set[str] | None = None) -> dict[str, Any]:
+def bench(
+    data: Path, runs: int, scratch: Path, only: set[str] | None = None, before: Path | None = None
+) -> dict[str, Any]:
+    """Each work ``runs`` times, alternating traceflow, its SQL and (``before``: another checkout's
+    tree, e.g. ``git archive <commit> | tar -x -C DIR``) the same command from that checkout."""
     results: dict[str, Any] = {}
     for name, (ours, theirs) in _works(data, scratch).items():
         if only and name.split()[0] not in only:
             continue
         seen: dict[str, list[dict[str, Any]]] = {"traceflow": [], "sql": []}
-        for _ in range(runs):  # alternating: both see the same background load
+        if before is not None:
+            seen["before"] = []
+        for _ in range(runs):  # alternating: every side sees the same background load
             seen["traceflow"].append(_timed(ours))
             seen["sql"].append(_timed(theirs))
+            if before is not None:
+                seen["before"].append(_timed(_before_argv(ours), before))
         row: dict[str, Any] = {}
         for side, samples in seen.items():
             for k in ("cpu_s", "wall_s", "rss_mib"):
@@ -241,13 +260,21 @@ def bench(data: Path, runs: int, scratch: Path, only: set[str] | None = None) ->
                 row[f"{side}_{k}_range"] = [min(values), max(values)]
         row["cpu_ratio"] = row["traceflow_cpu_s"] / row["sql_cpu_s"]
         row["rss_ratio"] = row["traceflow_rss_mib"] / row["sql_rss_mib"]
-        results[name] = row
-        print(
+        line = (
             f"  {name}: traceflow {row['traceflow_cpu_s']:.1f} s CPU, {row['traceflow_rss_mib']:.0f} MiB; "
             f"SQL {row['sql_cpu_s']:.1f} s, {row['sql_rss_mib']:.0f} MiB; CPU {row['cpu_ratio']:.2f}x, "
-            f"RSS {row['rss_ratio']:.2f}x",
-            flush=True,
+            f"RSS {row['rss_ratio']:.2f}x"
         )
+        if before is not None:
+            row["before_cpu_ratio"] = row["before_cpu_s"] / row["sql_cpu_s"]
+            # the same answer: the printed output (the report's text summary; the HTML has a clock)
+            row["same_output_as_before"] = seen["traceflow"][0]["stdout"] == seen["before"][0]["stdout"]
+            line += (
+                f"; before {row['before_cpu_s']:.1f} s CPU ({row['before_cpu_ratio']:.2f}x), "
+                f"{row['before_rss_mib']:.0f} MiB; same output: {row['same_output_as_before']}"
+            )
+        results[name] = row
+        print(line, flush=True)
     return results
 
 
@@ -264,6 +291,9 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--keep", action="store_true", help="keep the generated lakes")
     parser.add_argument("--works", help="only these, comma-separated: report, mix, misses")
+    parser.add_argument(
+        "--before", type=Path, help="also time this checkout's tree (the same commands), alternating"
+    )
     args = parser.parse_args()
     if args.mode == "sql":
         print(json.dumps(run_sql(args.what, args.data)))
@@ -281,7 +311,7 @@ def main() -> None:
         print(f"{scale}: the SQL gives traceflow's figures (mix per day, misses per cause)", flush=True)
         with tempfile.TemporaryDirectory() as scratch:
             only = set(args.works.split(",")) if args.works else None
-            out[scale] = bench(data, args.runs, Path(scratch), only)
+            out[scale] = bench(data, args.runs, Path(scratch), only, args.before)
         if args.json:
             args.json.write_text(json.dumps(out, indent=1))
         if not args.keep:

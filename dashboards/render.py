@@ -185,6 +185,8 @@ def build_charts(data: ReportData, include_empty: bool = False) -> list[tuple[Ch
     with debug_mode(False):
         for c in CHARTS:
             frame = data.frames.get(c.key)
+            if c.part == "capacity" and not data.capacity:
+                continue  # gathered without the capacity-planning part (ReportOptions.capacity)
             if c.optional and not include_empty and (frame is None or frame.height == 0):
                 continue
             out.append((c, chart_for(c.key, frame)))
@@ -443,6 +445,8 @@ def _notes(data: ReportData, given_kv: bool, zone: str) -> list[str]:
         "a full day at its observed rate.",
         "The TTL what-if prices tokens with the built-in price list (see `traceflow ttl --help`).",
     ]
+    if not data.capacity:  # the KV and SSD assumptions are the capacity part's (report --capacity)
+        notes = [notes[0], notes[3]]
     return notes
 
 

@@ -65,6 +65,8 @@ class ReportData:
     #: What ``traceflow check`` says of the selection's last whole day against the week before it: one
     #: sentence per alert that fired, or one saying none did (:func:`alert_lines`).
     alerts: list[str] = field(default_factory=list)
+    #: Whether the capacity-planning part was gathered (:attr:`ReportOptions.capacity`).
+    capacity: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,6 +88,9 @@ class ReportOptions:
     series_since: dt.datetime | None = None
     ttls: Sequence[float] = (300.0, 3600.0)
     idle_after_s: float = 900.0
+    #: Gather the capacity-planning part (concurrent sessions, KV working set, hit ratio versus
+    #: capacity, SSD drive writes): ``traceflow report --capacity``; without it its frames are left out.
+    capacity: bool = True
 
 
 #: A report of the selection alone.
@@ -572,6 +577,7 @@ def gather(
         requests=n,
         series_since=series_sel.since,
         time_base=time_base.bases(series_sources)[0] if series_sources else time_base.AGENT,
+        capacity=options.capacity,
     )
     f = out.frames
     f["cost"] = cost_frame(con, sel, options.prices) if n else pl.DataFrame()
@@ -580,15 +586,21 @@ def gather(
     f["token_mix"] = mix_frame(con, sel)
     series = load_series(con, series_sel, res) if series_n else pl.DataFrame()
     f["tokens_over_time"] = tokens_frame(series)
-    f["concurrent_sessions"] = (
-        series.select("bucket_start", "active_sessions", "new_sessions") if series.height else pl.DataFrame()
-    )
+    if options.capacity:
+        f["concurrent_sessions"] = (
+            series.select("bucket_start", "active_sessions", "new_sessions")
+            if series.height
+            else pl.DataFrame()
+        )
     f["reuse_ratio"] = reuse_frame(session_rows(con, sel)) if n else reuse_frame(pl.DataFrame())
     f["gaps"] = report.gap_histogram
     f["ttl_cost"] = ttl_whatif(con, sel, CURVE_TTLS, options.prices)
     f["misses"] = misses_frame(con, sel, options.prices) if n else pl.DataFrame()
     out.timelines = timeline_texts(con, f["misses"], options.prices)
     f["context_growth"] = context_frame(con, where, params)
+    f["ttft"] = ttft_frame(con, where, params)
+    if not options.capacity:  # the capacity-planning part is not drawn: not gathered either
+        return out
     ws = []
     given_kv = options.kv_bytes_per_token
     for ttl in (300.0, 3600.0):
@@ -600,6 +612,5 @@ def gather(
             ws.append(s.select(cols).with_columns(pl.lit(f"{format_duration(ttl)} TTL").alias("ttl")))
     f["working_set"] = pl.concat(ws) if ws else pl.DataFrame()
     f["hit_ratio"] = hit_ratio_frame(con, where, params, kv, options.tiers)
-    f["ttft"] = ttft_frame(con, where, params)
     f["dwpd"] = dwpd_frame(con, where, params, kv, sel.zone)
     return out

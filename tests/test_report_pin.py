@@ -144,3 +144,48 @@ def test_mix_in_one_scan_equals_totals_then_costs(tmp_path: Path) -> None:
         two = [(*r[:m], *saved.get(tuple(r[:n]), mix.UNPRICED), *r[m:]) for r in mix._sums(con, sel, by)]
         assert mix.token_mix_rows(con, sel, by).rows == two, by
     assert len(mix.token_mix_rows(con, sel, ["model"]).rows) == 3  # two models and none
+
+
+def test_check_splits_one_misses_pass_into_its_periods(tmp_path: Path) -> None:
+    """``check`` judges the misses of its baseline and window in one pass of misses.sql split at the
+    window's start; each part is what ``misses`` reports for that period alone."""
+
+    from traceflow.analysis import misses
+    from traceflow.analysis.health import check
+
+    con = _lake(tmp_path / "data").connect()
+    # the lake's requests start from 15:50 to 16:02: the window its last 6 minutes, the baseline before
+    since = dt.datetime(2026, 8, 1, 15, 56, tzinfo=dt.UTC)
+    until = dt.datetime(2026, 8, 1, 16, 5, tzinfo=dt.UTC)
+    health = check(con, Selection(since=since, until=until), baseline_days=6 / 1440)
+    start = since - dt.timedelta(minutes=6)
+    for part, sel in (
+        (health.window, Selection(since=since, until=until)),
+        (health.baseline, Selection(since=start, until=since)),
+    ):
+        alone = misses.miss_report(con, sel)
+        assert alone["requests"] > 0
+        assert (part["requests"], part["misses"], part["unexplained_misses"]) == (
+            alone["requests"],
+            alone["misses"],
+            alone["by_cause"]["unexplained"]["misses"],
+        )
+    assert health.window["misses"] > 0 and health.baseline["misses"] > 0
+
+
+def test_the_capacity_part_only_with_capacity(tmp_path: Path) -> None:
+    """``report --capacity`` (``ReportOptions.capacity``) adds the capacity-planning part; without it
+    those frames and charts are left out and every other frame is the same."""
+    import dataclasses
+
+    from traceflow.dashboards.render import CHARTS, build_charts
+
+    lake = _lake(tmp_path / "data")
+    full = gather(lake.connect(), None, OPTIONS)
+    short = gather(lake.connect(), None, dataclasses.replace(OPTIONS, capacity=False))
+    capacity = {c.key for c in CHARTS if c.part == "capacity"}
+    assert capacity <= set(full.frames) and not capacity & set(short.frames)
+    for key, frame in short.frames.items():  # rows in a stable order (ties may come either way)
+        assert frame.sort(frame.columns).equals(full.frames[key].sort(frame.columns)), key
+    assert {c.key for c, _ in build_charts(short)}.isdisjoint(capacity)
+    assert capacity <= {c.key for c, _ in build_charts(full)}

@@ -42,6 +42,7 @@ from traceflow.store.selection import Selection
 
 if TYPE_CHECKING:
     import duckdb
+    import polars as pl
 
 #: Exit status of ``traceflow check`` on an alert (1, 2 and 3 are errors and skipped records).
 ALERT_EXIT = 4
@@ -71,10 +72,10 @@ def default_window(now: dt.datetime | None, zone: str) -> tuple[dt.datetime, dt.
     return today - dt.timedelta(days=1), today
 
 
-def _period(con: duckdb.DuckDBPyConnection, selection: Selection) -> dict[str, Any]:
+def _period(con: duckdb.DuckDBPyConnection, selection: Selection, counts: dict[str, Any]) -> dict[str, Any]:
+    """The period's figures; ``counts``: its :func:`traceflow.analysis.misses.miss_report` object."""
     rows = token_mix_rows(con, selection).records()
     mix = rows[0] if rows else {}
-    counts = misses.miss_report(con, selection)
     requests = counts["requests"]
     judged = requests - counts["not_applicable"]  # requests without a session or block hashes are not
     unexplained = counts["by_cause"]["unexplained"]["misses"]
@@ -178,8 +179,11 @@ def check(
         raise UsageError(
             f"--baseline-days {baseline_days:g} reaches before the year 1; give fewer days, e.g. 7"
         ) from None
-    window = _period(con, replace(sel, since=since, until=until))
-    baseline = _period(con, replace(sel, since=start, until=since))
+    whole = replace(sel, since=start, until=until)
+    # one pass of misses.sql over the baseline and the window together, split at the window's start
+    counts = misses.miss_counts(con, whole, ["version"], split=since)
+    window = _period(con, replace(sel, since=since, until=until), _misses_in(counts, after=True))
+    baseline = _period(con, replace(sel, since=start, until=since), _misses_in(counts, after=False))
     fired: list[dict[str, Any]] = []
     notes: list[str] = []
     w, b = window["reuse_ratio"], baseline["reuse_ratio"]
@@ -226,8 +230,7 @@ def check(
                     "threshold": t.max_amplification_rise,
                 }
             )
-    whole = replace(sel, since=start, until=until)
-    versions = version_shares(con, whole, replace(sel, since=since, until=until))
+    versions = version_shares(con, whole, replace(sel, since=since, until=until), counts)
     if not empty:
         fired += version_regressions(versions, t.max_version_rise)
     return Health(window, baseline, t, fired, notes, versions)
@@ -249,15 +252,40 @@ def _silence(window: int, baseline: int, baseline_days: float, min_requests: int
     }
 
 
+def _misses_in(counts: pl.DataFrame, *, after: bool) -> dict[str, Any]:
+    """The :func:`traceflow.analysis.misses.miss_report` object of one part of ``counts``
+    (:func:`~traceflow.analysis.misses.miss_counts` by version, split): ``after`` the split or before."""
+    import polars as pl
+
+    part = counts.filter(pl.col("after_split") == after)
+    return misses.miss_summary(
+        part.group_by("cause").agg(
+            pl.col("requests").sum(),
+            pl.col("misses").sum(),
+            pl.col("missed_tokens").sum(),
+            pl.when(pl.col("miss_cost_usd").count() > 0)
+            .then(pl.col("miss_cost_usd").sum())
+            .alias("miss_cost_usd"),
+            pl.col("not_applicable").sum(),
+        )
+    )
+
+
 def version_shares(
-    con: duckdb.DuckDBPyConnection, period: Selection, window: Selection
+    con: duckdb.DuckDBPyConnection,
+    period: Selection,
+    window: Selection,
+    counts: pl.DataFrame | None = None,
 ) -> list[dict[str, Any]]:
     """Per client version with requests in ``period``, in the order the versions first appeared in
     the lake: ``version, first_seen, requests, client_misses, client_share`` (over ``period``) and
-    ``in_window`` (it has requests in ``window``). Requests without a version are left out."""
+    ``in_window`` (it has requests in ``window``). Requests without a version are left out.
+    ``counts``: ``period``'s :func:`traceflow.analysis.misses.miss_counts` by version (split or not),
+    when the caller has it."""
     import polars as pl
 
-    counts = misses.miss_counts(con, period, ["version"])
+    if counts is None:
+        counts = misses.miss_counts(con, period, ["version"])
     counts = counts.filter(pl.col("version").is_not_null())
     if counts.is_empty():
         return []

@@ -46,6 +46,8 @@ from traceflow.store import groups, sql
 from traceflow.store.selection import zone_of
 
 if TYPE_CHECKING:
+    import datetime as dt
+
     import duckdb
     import polars as pl
 
@@ -123,14 +125,17 @@ def _run(
     options: MissOptions = DEFAULT_MISS_OPTIONS,
     *,
     wrap: str | None = None,
+    ordered: bool = True,
 ) -> pl.DataFrame:
+    """misses.sql's rows (block_misses.sql's after them), under ``wrap``; ``ordered``: in the query's
+    order (False where ``wrap`` only aggregates them: the sort is skipped)."""
     import polars as pl
 
     block, params = sql.selection_block(selection, "t_start")
     params = {**params, "miss_tokens": options.miss_tokens}
     # the window over the sessions that have a selected request only (the same rows: each stream whole)
     roots = sql.roots_block({"selection": sql.selection_block(selection)[0]})
-    blocks = {"filter": block, sql.ROOTS: roots}
+    blocks = {"filter": block, sql.ROOTS: roots, **({} if ordered else {"order": ""})}
     if not _has_view(con, "metric_points"):
         blocks["restart_points"] = _NO_POINTS
     # requests with a session: their stream (misses.sql); without: their block hashes (block_misses.sql)
@@ -233,18 +238,30 @@ def miss_counts(
     selection: Selection | None = None,
     by: Sequence[str] = (),
     options: MissOptions = DEFAULT_MISS_OPTIONS,
+    *,
+    split: dt.datetime | None = None,
 ) -> pl.DataFrame:
-    """Per group (``by``) and cause (NULL: the hits): requests, misses, missed tokens and their cost."""
+    """Per group (``by``) and cause (NULL: the hits): requests, misses, missed tokens and their cost.
+    With ``split`` (a time within the selection), also per part of the selection: the key
+    ``after_split`` is whether the request started at or after ``split`` (one pass of ``misses.sql``
+    for two periods: each part's counts are those of the selection narrowed to it, since the window
+    runs over the whole lake either way)."""
     import polars as pl
 
     keys = groups.row_keys(by, zone=zone_of(selection))
+    after = ""
+    if split is not None:
+        if split.tzinfo is None:
+            raise ValueError("split must be an aware datetime")
+        after = f"started_at >= CAST('{split.isoformat()}' AS TIMESTAMPTZ) AS after_split, "
+        by = [*by, "after_split"]
     wrap = (
-        f"SELECT {keys.select}cause, model, ttl_in_force_s, count(*)::BIGINT AS requests, "
+        f"SELECT {keys.select}{after}cause, model, ttl_in_force_s, count(*)::BIGINT AS requests, "
         "count(*) FILTER (WHERE miss)::BIGINT AS misses, sum(missed_tokens)::BIGINT AS missed_tokens, "
         "count(*) FILTER (WHERE miss IS NULL)::BIGINT AS not_applicable "
         f"FROM {{q}} AS m {keys.join} GROUP BY ALL"
     )
-    frame = _with_costs(_run(con, selection, options, wrap=wrap), options.prices)
+    frame = _with_costs(_run(con, selection, options, wrap=wrap, ordered=False), options.prices)
     return (
         frame.group_by([*by, "cause"])
         .agg(
@@ -260,7 +277,7 @@ def miss_counts(
     )
 
 
-def _summary(counts: pl.DataFrame) -> dict[str, Any]:
+def miss_summary(counts: pl.DataFrame) -> dict[str, Any]:
     """The JSON object of one group's :func:`miss_counts` rows."""
     by_cause: dict[str, dict[str, Any]] = {
         c: {"misses": 0, "missed_tokens": 0, "miss_cost_usd": 0.0} for c in CAUSES
@@ -304,10 +321,10 @@ def miss_groups(
     """``traceflow misses --by ... --format json``: per group its keys and :func:`miss_report`'s object."""
     counts = miss_counts(con, selection, by, options)
     if not by:
-        return [_summary(counts)]
+        return [miss_summary(counts)]
     out = []
     for key, part in counts.group_by(list(by), maintain_order=True):
-        out.append({**dict(zip(by, key, strict=True)), **_summary(part)})
+        out.append({**dict(zip(by, key, strict=True)), **miss_summary(part)})
     return out
 
 

@@ -68,6 +68,7 @@ def _gap_evidence(
         + "count(*) FILTER (WHERE NOT miss)::BIGINT AS hits, count(*) FILTER (WHERE miss)::BIGINT AS misses "
         "FROM {q} WHERE gap_s > 300 AND gap_s <= 3600 AND cause IS DISTINCT FROM 'model_switch' "
         "AND cause IS DISTINCT FROM 'compaction' GROUP BY ALL",
+        ordered=False,
     )
     return {tuple(r[k] for k in keys): (r["hits"], r["misses"]) for r in counts.iter_rows(named=True)}
 

@@ -389,6 +389,14 @@ def report(
     ] = None,
     png: Annotated[Path | None, typer.Option("--png", help="Also write one PNG per chart into DIR.")] = None,
     svg: Annotated[Path | None, typer.Option("--svg", help="Also write one SVG per chart into DIR.")] = None,
+    capacity: Annotated[
+        bool,
+        typer.Option(
+            "--capacity",
+            help="With --html/--png/--svg, also draw the capacity-planning part (concurrent sessions, "
+            "KV working set, hit ratio versus cache capacity, SSD drive writes per day).",
+        ),
+    ] = False,
 ) -> None:
     """Summarise every analysis in one report (with --html, the charts too).
 
@@ -415,6 +423,7 @@ def report(
             ttls=_ttls(ttl, ()),
             idle_after_s=parse_duration(idle_after, "--idle-after"),
             resolution_s=parse_duration(resolution, "--resolution"),
+            capacity=capacity,
         )
         con = open_lake(data).connect()
         drawn = gather(con, selection, options)
