@@ -25,9 +25,8 @@ from typing import Any, ClassVar
 
 import orjson
 
-from traceflow import config
 from traceflow.importers.base import FileContext
-from traceflow.importers.compressed import with_compressed
+from traceflow.importers.files import files_under, if_folder, xdg_setting
 from traceflow.rows import LineError, Parsed, Row, Tokens, as_int, iso_micros, stable_id
 
 SOURCE = "amp-json"
@@ -36,10 +35,7 @@ AGENT = "amp"
 
 def data_dir() -> Path:
     """Amp's data folder: ``$AMP_DATA_DIR``, else ``$XDG_DATA_HOME/amp``, else ``~/.local/share/amp``."""
-    explicit = config.get("amp_data_dir")
-    if explicit:
-        return Path(explicit).expanduser()
-    return config.xdg_data_home() / "amp"
+    return xdg_setting("amp_data_dir", "amp")
 
 
 def _n(obj: Any, key: str) -> int | None:
@@ -70,16 +66,10 @@ class AmpImporter:
     whole_file: ClassVar[bool] = True
 
     def default_paths(self) -> list[Path]:
-        threads = data_dir() / "threads"
-        return [threads] if threads.is_dir() else []
+        return if_folder(data_dir() / "threads")
 
     def discover(self, root: Path) -> list[Path]:
-        if root.is_file():
-            return [root]
-        if not root.is_dir():
-            return []
-        names = with_compressed((".json",))
-        return sorted(p for p in root.rglob("*.json*") if p.name.endswith(names) and p.is_file())
+        return files_under(root, "*.json*", (".json",))
 
     def parse(self, data: bytes, ctx: FileContext) -> Parsed:
         out = Parsed()

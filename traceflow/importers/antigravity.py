@@ -25,9 +25,9 @@ import sqlite3
 from pathlib import Path
 from typing import Any, ClassVar
 
-from traceflow import config
 from traceflow.importers.base import FileContext
-from traceflow.importers.opencode import database, with_logs
+from traceflow.importers.files import databases_under, folders_setting
+from traceflow.importers.opencode import database
 from traceflow.rows import LineError, Parsed, Row, Tokens, stable_id
 
 SOURCE = "antigravity-db"
@@ -39,10 +39,7 @@ Field = tuple[int, int, Any]  # (number, wire type, value: int or bytes)
 
 def roots() -> list[Path]:
     """``$ANTIGRAVITY_DATA_DIR``, else ``~/.gemini/antigravity`` and its ``-cli`` and ``-ide`` siblings."""
-    explicit = config.get("antigravity_data_dir")
-    if explicit:
-        return [Path(explicit).expanduser()]
-    return [Path.home() / ".gemini" / name for name in _ROOTS]
+    return folders_setting("antigravity_data_dir", [Path.home() / ".gemini" / name for name in _ROOTS])
 
 
 def _varint(data: bytes, i: int) -> tuple[int, int] | None:
@@ -201,11 +198,7 @@ class AntigravityImporter:
         return [r / "conversations" for r in roots() if (r / "conversations").is_dir()]
 
     def discover(self, root: Path) -> list[Path]:
-        if root.is_file():
-            return [root]
-        if not root.is_dir():
-            return []
-        return with_logs(sorted(p for p in root.rglob("*.db") if p.is_file()))
+        return databases_under(root, "*.db")
 
     def parse(self, data: bytes, ctx: FileContext) -> Parsed:
         out = Parsed()

@@ -18,9 +18,8 @@ from typing import Any, ClassVar
 
 import orjson
 
-from traceflow import config
 from traceflow.importers.base import FileContext
-from traceflow.importers.compressed import with_compressed
+from traceflow.importers.files import files_under, folders_setting
 from traceflow.rows import LineError, Parsed, Tokens, as_int, iso_micros, stable_id
 
 SOURCE = "codebuff-json"
@@ -30,11 +29,8 @@ AGENT = "codebuff"
 def data_dirs() -> list[Path]:
     """Codebuff's data folders: ``$CODEBUFF_DATA_DIR``, else ``~/.config/manicode`` and
     ``~/.config/manicode-dev``."""
-    explicit = config.get("codebuff_data_dir")
-    if explicit:
-        return [Path(explicit).expanduser()]
     base = Path.home() / ".config"
-    return [base / "manicode", base / "manicode-dev"]
+    return folders_setting("codebuff_data_dir", [base / "manicode", base / "manicode-dev"])
 
 
 def _n(usage: dict[str, Any], key: str) -> int:
@@ -55,12 +51,7 @@ class CodebuffImporter:
         return [d for d in data_dirs() if (d / "projects").is_dir()]
 
     def discover(self, root: Path) -> list[Path]:
-        if root.is_file():
-            return [root]
-        if not root.is_dir():
-            return []
-        names = with_compressed(("chat-messages.json",))
-        return sorted(p for p in root.rglob("chat-messages.json*") if p.name.endswith(names) and p.is_file())
+        return files_under(root, "chat-messages.json*", ("chat-messages.json",))
 
     def parse(self, data: bytes, ctx: FileContext) -> Parsed:
         out = Parsed()

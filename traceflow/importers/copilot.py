@@ -25,9 +25,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
-from traceflow import config
 from traceflow.importers.base import FileContext, json_records
-from traceflow.importers.compressed import with_compressed
+from traceflow.importers.files import files_under, folder_setting, if_folder
 from traceflow.rows import LineError, Parsed, Row, as_int, iso_micros, split_inclusive, stable_id
 
 SOURCE = "copilot-events"
@@ -40,7 +39,7 @@ class BadEvent(ValueError):
 
 def data_dir() -> Path:
     """Copilot CLI's folder: ``$COPILOT_HOME``, else ``~/.copilot``."""
-    return Path(config.get("copilot_home") or Path.home() / ".copilot").expanduser()
+    return folder_setting("copilot_home", ".copilot")
 
 
 def _n(obj: Any, key: str, where: str) -> int:
@@ -60,16 +59,10 @@ class CopilotImporter:
     whole_file: ClassVar[bool] = False
 
     def default_paths(self) -> list[Path]:
-        states = data_dir() / "session-state"
-        return [states] if states.is_dir() else []
+        return if_folder(data_dir() / "session-state")
 
     def discover(self, root: Path) -> list[Path]:
-        if root.is_file():
-            return [root]
-        if not root.is_dir():
-            return []
-        names = with_compressed((".jsonl",))
-        return sorted(p for p in root.rglob("events.jsonl*") if p.name.endswith(names) and p.is_file())
+        return files_under(root, "events.jsonl*", (".jsonl",))
 
     def parse(self, data: bytes, ctx: FileContext) -> Parsed:
         out = Parsed()

@@ -27,9 +27,8 @@ from typing import Any, ClassVar
 
 import orjson
 
-from traceflow import config
 from traceflow.importers.base import FileContext, json_records
-from traceflow.importers.compressed import with_compressed
+from traceflow.importers.files import files_under, folder_setting, if_folder
 from traceflow.rows import LineError, Parsed, Row, Tokens, as_int, stable_id
 
 SOURCE = "kimi-wire"
@@ -39,7 +38,7 @@ DEFAULT_MODEL = "kimi-for-coding"
 
 def data_dir() -> Path:
     """Kimi's folder: ``$KIMI_DATA_DIR``, else ``~/.kimi``."""
-    return Path(config.get("kimi_data_dir") or Path.home() / ".kimi").expanduser()
+    return folder_setting("kimi_data_dir", ".kimi")
 
 
 def _n(obj: dict[str, Any], key: str) -> int:
@@ -76,16 +75,10 @@ class KimiImporter:
     whole_file: ClassVar[bool] = False
 
     def default_paths(self) -> list[Path]:
-        sessions = data_dir() / "sessions"
-        return [sessions] if sessions.is_dir() else []
+        return if_folder(data_dir() / "sessions")
 
     def discover(self, root: Path) -> list[Path]:
-        if root.is_file():
-            return [root]
-        if not root.is_dir():
-            return []
-        names = with_compressed((".jsonl",))
-        return sorted(p for p in root.rglob("wire.jsonl*") if p.name.endswith(names) and p.is_file())
+        return files_under(root, "wire.jsonl*", (".jsonl",))
 
     def parse(self, data: bytes, ctx: FileContext) -> Parsed:
         out = Parsed()

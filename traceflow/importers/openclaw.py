@@ -17,8 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
-from traceflow import config
 from traceflow.importers.base import FileContext, json_records
+from traceflow.importers.files import files_under, folder_setting, if_folder
 from traceflow.rows import LineError, Parsed, Tokens, as_int, iso_micros, stable_id
 
 SOURCE = "openclaw-jsonl"
@@ -27,7 +27,7 @@ AGENT = "openclaw"
 
 def data_dir() -> Path:
     """OpenClaw's folder: ``$OPENCLAW_DIR``, else ``~/.openclaw``."""
-    return Path(config.get("openclaw_dir") or Path.home() / ".openclaw").expanduser()
+    return folder_setting("openclaw_dir", ".openclaw")
 
 
 def _n(usage: dict[str, Any], key: str) -> int:
@@ -58,16 +58,12 @@ class OpenClawImporter:
     whole_file: ClassVar[bool] = False
 
     def default_paths(self) -> list[Path]:
-        agents = data_dir() / "agents"
-        return [agents] if agents.is_dir() else []
+        return if_folder(data_dir() / "agents")
 
     def discover(self, root: Path) -> list[Path]:
-        if root.is_file():
-            return [root]
-        if not root.is_dir():
-            return []
-        found = root.rglob("*.jsonl*")
-        return sorted(p for p in found if p.is_file() and p.parent.name == "sessions" and ".jsonl" in p.name)
+        return files_under(
+            root, "*.jsonl*", keep=lambda p: p.parent.name == "sessions" and ".jsonl" in p.name
+        )
 
     def parse(self, data: bytes, ctx: FileContext) -> Parsed:
         out = Parsed()

@@ -17,9 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
-from traceflow import config
 from traceflow.importers.base import FileContext, json_records
-from traceflow.importers.compressed import with_compressed
+from traceflow.importers.files import files_under, folders_setting
 from traceflow.rows import LineError, Parsed, Tokens, as_int, iso_micros, stable_id
 
 SOURCE = "pi-jsonl"
@@ -29,10 +28,8 @@ AGENT = "pi"
 def session_dirs() -> list[Path]:
     """pi's session folders: ``$PI_AGENT_DIR``, else ``~/.pi/agent/sessions`` and
     ``~/.omp/agent/sessions``."""
-    explicit = config.get("pi_agent_dir")
-    if explicit:
-        return [Path(explicit).expanduser()]
-    return [Path.home() / ".pi" / "agent" / "sessions", Path.home() / ".omp" / "agent" / "sessions"]
+    defaults = [Path.home() / name / "agent" / "sessions" for name in (".pi", ".omp")]
+    return folders_setting("pi_agent_dir", defaults)
 
 
 def _n(usage: dict[str, Any], key: str) -> int:
@@ -53,12 +50,7 @@ class PiImporter:
         return [d for d in session_dirs() if d.is_dir()]
 
     def discover(self, root: Path) -> list[Path]:
-        if root.is_file():
-            return [root]
-        if not root.is_dir():
-            return []
-        names = with_compressed((".jsonl",))
-        return sorted(p for p in root.rglob("*.jsonl*") if p.name.endswith(names) and p.is_file())
+        return files_under(root, "*.jsonl*", (".jsonl",))
 
     def parse(self, data: bytes, ctx: FileContext) -> Parsed:
         out = Parsed()

@@ -21,9 +21,9 @@ import sqlite3
 from pathlib import Path
 from typing import Any, ClassVar
 
-from traceflow import config
 from traceflow.importers.base import FileContext
-from traceflow.importers.opencode import database, with_logs
+from traceflow.importers.files import databases_under, folder_setting, if_file
+from traceflow.importers.opencode import database
 from traceflow.rows import LineError, Parsed, Row, split_inclusive, stable_id
 
 SOURCE = "zcode-db"
@@ -44,7 +44,7 @@ _USAGE = (
 
 def data_dir() -> Path:
     """ZCode's folder: ``$ZCODE_HOME``, else ``~/.zcode``."""
-    return Path(config.get("zcode_home") or Path.home() / ".zcode").expanduser()
+    return folder_setting("zcode_home", ".zcode")
 
 
 def _n(value: Any) -> int:
@@ -122,15 +122,10 @@ class ZCodeImporter:
     whole_file: ClassVar[bool] = True
 
     def default_paths(self) -> list[Path]:
-        db = data_dir() / "cli" / "db" / "db.sqlite"
-        return [db] if db.is_file() else []
+        return if_file(data_dir() / "cli" / "db" / "db.sqlite")
 
     def discover(self, root: Path) -> list[Path]:
-        if root.is_file():
-            return [root]
-        if not root.is_dir():
-            return []
-        return with_logs(sorted(p for p in root.rglob("db.sqlite") if p.is_file()))
+        return databases_under(root, "db.sqlite")
 
     def parse(self, data: bytes, ctx: FileContext) -> Parsed:
         out = Parsed()
