@@ -19,8 +19,9 @@ from typing import Any, ClassVar
 import orjson
 
 from traceflow.importers.base import FileContext
+from traceflow.importers.counts import count_or_zero
 from traceflow.importers.files import files_under, folders_setting
-from traceflow.rows import LineError, Parsed, Tokens, as_int, iso_micros, stable_id
+from traceflow.rows import LineError, Parsed, Tokens, iso_micros, stable_id
 
 SOURCE = "codebuff-json"
 AGENT = "codebuff"
@@ -31,14 +32,6 @@ def data_dirs() -> list[Path]:
     ``~/.config/manicode-dev``."""
     base = Path.home() / ".config"
     return folders_setting("codebuff_data_dir", [base / "manicode", base / "manicode-dev"])
-
-
-def _n(usage: dict[str, Any], key: str) -> int:
-    try:
-        value = as_int(usage.get(key))
-    except (TypeError, ValueError):
-        value = None
-    return max(0, value or 0)
 
 
 class CodebuffImporter:
@@ -77,10 +70,10 @@ class CodebuffImporter:
             if not isinstance(usage, dict) or not isinstance(model, str) or not model:
                 continue
             tokens = Tokens(
-                _n(usage, "inputTokens"),
-                _n(usage, "cacheReadInputTokens"),
-                _n(usage, "cacheCreationInputTokens"),
-                _n(usage, "outputTokens"),
+                count_or_zero(usage, "inputTokens"),
+                count_or_zero(usage, "cacheReadInputTokens"),
+                count_or_zero(usage, "cacheCreationInputTokens"),
+                count_or_zero(usage, "outputTokens"),
             )
             ts = msg.get("timestamp")
             try:

@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from traceflow.importers.base import FileContext, json_records
+from traceflow.importers.counts import count
 from traceflow.importers.files import files_under, folder_setting, if_folder
-from traceflow.rows import LineError, Parsed, Row, as_int, iso_micros, split_inclusive, stable_id
+from traceflow.rows import LineError, Parsed, Row, iso_micros, split_inclusive, stable_id
 
 SOURCE = "copilot-events"
 AGENT = "copilot"
@@ -43,13 +44,7 @@ def data_dir() -> Path:
 
 
 def _n(obj: Any, key: str, where: str) -> int:
-    if not isinstance(obj, dict):
-        return 0
-    try:
-        value = as_int(obj.get(key))
-    except (TypeError, ValueError) as exc:
-        raise BadEvent(f"{where}.{key} is not a number: {obj.get(key)!r}") from exc
-    return max(0, value or 0)
+    return count(obj, key, where, BadEvent) or 0
 
 
 class CopilotImporter:

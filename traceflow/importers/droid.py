@@ -30,8 +30,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from traceflow.importers.base import FileContext
+from traceflow.importers.counts import count
 from traceflow.importers.files import files_under, folder_setting, if_folder
-from traceflow.rows import LineError, Parsed, Tokens, as_int, iso_micros, stable_id
+from traceflow.rows import LineError, Parsed, Tokens, iso_micros, stable_id
 
 SOURCE = "droid-settings"
 AGENT = "droid"
@@ -51,11 +52,7 @@ def model_name(raw: str) -> str:
 
 
 def _count(usage: dict[str, Any], key: str) -> int:
-    try:
-        value = as_int(usage.get(key))
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"tokenUsage.{key} is not a number: {usage.get(key)!r}") from exc
-    return max(0, value or 0)
+    return count(usage, key, "tokenUsage") or 0
 
 
 class DroidImporter:

@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 import orjson
 
 from traceflow.importers.base import FileContext, json_records
+from traceflow.importers.counts import count_or_zero
 from traceflow.importers.files import files_under, folder_setting, if_folder
 from traceflow.rows import LineError, Parsed, Row, Tokens, as_int, stable_id
 
@@ -39,14 +40,6 @@ DEFAULT_MODEL = "kimi-for-coding"
 def data_dir() -> Path:
     """Kimi's folder: ``$KIMI_DATA_DIR``, else ``~/.kimi``."""
     return folder_setting("kimi_data_dir", ".kimi")
-
-
-def _n(obj: dict[str, Any], key: str) -> int:
-    try:
-        value = as_int(obj.get(key))
-    except (TypeError, ValueError):
-        value = None
-    return max(0, value or 0)
 
 
 def _layout(path: Path) -> tuple[Path, str, str | None]:
@@ -124,10 +117,10 @@ class KimiImporter:
         if rec.get("usageScope") != "turn" or not isinstance(usage, dict):
             return None
         tokens = Tokens(
-            _n(usage, "inputOther"),
-            _n(usage, "inputCacheRead"),
-            _n(usage, "inputCacheCreation"),
-            _n(usage, "output"),
+            count_or_zero(usage, "inputOther"),
+            count_or_zero(usage, "inputCacheRead"),
+            count_or_zero(usage, "inputCacheCreation"),
+            count_or_zero(usage, "output"),
         )
         time = as_int(rec.get("time")) if isinstance(rec.get("time"), (int, float)) else None
         raw = rec.get("model")
@@ -146,10 +139,10 @@ class KimiImporter:
         if not isinstance(usage, dict):
             return None
         tokens = Tokens(
-            _n(usage, "input_other"),
-            _n(usage, "input_cache_read"),
-            _n(usage, "input_cache_creation"),
-            _n(usage, "output"),
+            count_or_zero(usage, "input_other"),
+            count_or_zero(usage, "input_cache_read"),
+            count_or_zero(usage, "input_cache_creation"),
+            count_or_zero(usage, "output"),
         )
         ts = rec.get("timestamp")
         ended = int(ts * 1_000_000) if isinstance(ts, (int, float)) and not isinstance(ts, bool) else None

@@ -19,7 +19,8 @@ from typing import Any, ClassVar
 
 from traceflow.importers.base import FileContext, json_records
 from traceflow.importers.files import files_under, folder_setting, if_folder
-from traceflow.rows import LineError, Parsed, Tokens, as_int, iso_micros, stable_id
+from traceflow.importers.pi import message_row, usage_tokens
+from traceflow.rows import LineError, Parsed, iso_micros
 
 SOURCE = "openclaw-jsonl"
 AGENT = "openclaw"
@@ -28,14 +29,6 @@ AGENT = "openclaw"
 def data_dir() -> Path:
     """OpenClaw's folder: ``$OPENCLAW_DIR``, else ``~/.openclaw``."""
     return folder_setting("openclaw_dir", ".openclaw")
-
-
-def _n(usage: dict[str, Any], key: str) -> int:
-    try:
-        value = as_int(usage.get(key))
-    except (TypeError, ValueError):
-        value = None
-    return max(0, value or 0)
 
 
 def _time(value: Any) -> int | None:
@@ -89,37 +82,29 @@ class OpenClawImporter:
             usage = msg.get("usage")
             if not isinstance(usage, dict):
                 continue
-            tokens = Tokens(
-                _n(usage, "input"), _n(usage, "cacheRead"), _n(usage, "cacheWrite"), _n(usage, "output")
-            )
+            tokens = usage_tokens(usage)
             if not any(tokens):
                 continue
             ended = _time(msg.get("timestamp")) or _time(rec.get("timestamp"))
             if ended is None:
                 out.errors.append(LineError(str(ctx.path), line_no, "assistant message without a time"))
                 continue
-            cost = usage.get("cost")
-            total = cost.get("total") if isinstance(cost, dict) else None
             attrs: dict[str, Any] = {"openclaw_agent": agent_id}
             if isinstance(msg.get("provider"), str):
                 attrs["provider"] = msg["provider"]
             eid = rec.get("id") if isinstance(rec.get("id"), str) else f"{ended}:{tuple(tokens)}"
             out.requests.append(
-                {
-                    "event_id": stable_id("openclaw-entry", session, eid),
-                    "source": SOURCE,
-                    "agent": AGENT,
-                    "agent_version": None,
-                    "session_id": session,
-                    "parent_session_id": None,
-                    "ended_at": ended,
-                    "model": _text(msg.get("modelId")) or _text(msg.get("model")) or st.get("model"),
-                    **tokens.columns(),
-                    "reasoning_tokens": None,
-                    "cost_usd": float(total) if isinstance(total, (int, float)) else None,
-                    "seq": line_no,
-                    "attributes": attrs,
-                }
+                message_row(
+                    AGENT,
+                    session,
+                    eid,
+                    ended,
+                    _text(msg.get("modelId")) or _text(msg.get("model")) or st.get("model"),
+                    tokens,
+                    usage,
+                    line_no,
+                    attrs,
+                )
             )
         return out
 

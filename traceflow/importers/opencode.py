@@ -42,6 +42,7 @@ from typing import Any, ClassVar
 import orjson
 
 from traceflow.importers.base import FileContext
+from traceflow.importers.counts import count
 from traceflow.importers.files import files_under, with_logs, xdg_setting
 from traceflow.rows import LineError, Parsed, Row, Tokens, as_int, stable_id
 
@@ -72,11 +73,7 @@ def _is_database(name: str) -> bool:
 
 
 def _count(tokens: dict[str, Any], key: str, where: str) -> int | None:
-    try:
-        value = as_int(tokens.get(key))
-    except (TypeError, ValueError) as exc:
-        raise BadMessage(f"{where}.{key} is not a number: {tokens.get(key)!r}") from exc
-    return None if value is None else max(0, value)
+    return count(tokens, key, where, BadMessage)
 
 
 def _text(value: Any) -> str | None:

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from traceflow.importers.base import FileContext, json_records
+from traceflow.importers.counts import count_or_zero
 from traceflow.importers.files import files_under, folders_setting
-from traceflow.rows import LineError, Parsed, Tokens, as_int, iso_micros, stable_id
+from traceflow.rows import LineError, Parsed, Row, Tokens, iso_micros, stable_id
 
 SOURCE = "pi-jsonl"
 AGENT = "pi"
@@ -32,12 +33,46 @@ def session_dirs() -> list[Path]:
     return folders_setting("pi_agent_dir", defaults)
 
 
-def _n(usage: dict[str, Any], key: str) -> int:
-    try:
-        value = as_int(usage.get(key))
-    except (TypeError, ValueError):
-        value = None
-    return max(0, value or 0)
+def usage_tokens(usage: dict[str, Any]) -> Tokens:
+    """The tokens of a pi ``message.usage`` (OpenClaw writes the same)."""
+    return Tokens(
+        count_or_zero(usage, "input"),
+        count_or_zero(usage, "cacheRead"),
+        count_or_zero(usage, "cacheWrite"),
+        count_or_zero(usage, "output"),
+    )
+
+
+def message_row(
+    agent: str,
+    session: str,
+    eid: object,
+    ended: int,
+    model: Any,
+    tokens: Tokens,
+    usage: dict[str, Any],
+    seq: int,
+    attrs: dict[str, Any],
+) -> Row:
+    """The request row of an assistant message in pi's format (pi, OpenClaw): its id
+    ``stable_id("<agent>-entry", session, eid)``, its cost ``usage.cost.total``."""
+    cost = usage.get("cost")
+    total = cost.get("total") if isinstance(cost, dict) else None
+    return {
+        "event_id": stable_id(f"{agent}-entry", session, eid),
+        "source": f"{agent}-jsonl",
+        "agent": agent,
+        "agent_version": None,
+        "session_id": session,
+        "parent_session_id": None,
+        "ended_at": ended,
+        "model": model,
+        **tokens.columns(),
+        "reasoning_tokens": None,
+        "cost_usd": float(total) if isinstance(total, (int, float)) else None,
+        "seq": seq,
+        "attributes": attrs,
+    }
 
 
 class PiImporter:
@@ -67,9 +102,7 @@ class PiImporter:
             usage = msg.get("usage")
             if msg.get("role") != "assistant" or not isinstance(usage, dict):
                 continue
-            tokens = Tokens(
-                _n(usage, "input"), _n(usage, "cacheRead"), _n(usage, "cacheWrite"), _n(usage, "output")
-            )
+            tokens = usage_tokens(usage)
             if not any(tokens):
                 continue
             ts = rec.get("timestamp")
@@ -82,29 +115,23 @@ class PiImporter:
                     LineError(str(ctx.path), line_no, "assistant message without a valid timestamp")
                 )
                 continue
-            cost = usage.get("cost")
-            total = cost.get("total") if isinstance(cost, dict) else None
             attrs: dict[str, Any] = {"project": project}
             for key in ("provider", "api", "stopReason"):
                 if isinstance(msg.get(key), str):
                     attrs[key] = msg[key]
             eid = rec.get("id") if isinstance(rec.get("id"), str) else f"{ts}:{tuple(tokens)}"
             out.requests.append(
-                {
-                    "event_id": stable_id("pi-entry", session, eid),
-                    "source": SOURCE,
-                    "agent": AGENT,
-                    "agent_version": None,
-                    "session_id": session,
-                    "parent_session_id": None,
-                    "ended_at": ended,
-                    "model": msg.get("model") if isinstance(msg.get("model"), str) else None,
-                    **tokens.columns(),
-                    "reasoning_tokens": None,
-                    "cost_usd": float(total) if isinstance(total, (int, float)) else None,
-                    "seq": line_no,
-                    "attributes": attrs,
-                }
+                message_row(
+                    AGENT,
+                    session,
+                    eid,
+                    ended,
+                    msg.get("model") if isinstance(msg.get("model"), str) else None,
+                    tokens,
+                    usage,
+                    line_no,
+                    attrs,
+                )
             )
         return out
 

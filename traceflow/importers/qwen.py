@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from traceflow.importers.base import FileContext, json_records
+from traceflow.importers.counts import count
 from traceflow.importers.files import files_under, folder_setting, if_folder
-from traceflow.rows import LineError, Parsed, Row, as_int, iso_micros, split_inclusive, stable_id
+from traceflow.rows import LineError, Parsed, Row, iso_micros, split_inclusive, stable_id
 
 SOURCE = "qwen-jsonl"
 AGENT = "qwen-code"
@@ -44,11 +45,7 @@ def data_dir() -> Path:
 
 
 def _count(usage: dict[str, Any], key: str) -> int:
-    try:
-        value = as_int(usage.get(key))
-    except (TypeError, ValueError) as exc:
-        raise BadRecord(f"usageMetadata.{key} is not a number: {usage.get(key)!r}") from exc
-    return max(0, value or 0)
+    return count(usage, key, "usageMetadata", BadRecord) or 0
 
 
 class QwenImporter:
