@@ -19,9 +19,9 @@ from typing import Any, ClassVar
 import orjson
 
 from traceflow.importers.base import FileContext
-from traceflow.importers.counts import count_or_zero
+from traceflow.importers.counts import usage_tokens
 from traceflow.importers.files import files_under, folders_setting
-from traceflow.rows import LineError, Parsed, Tokens, iso_micros, stable_id
+from traceflow.rows import LineError, Parsed, iso_micros, stable_id
 
 SOURCE = "codebuff-json"
 AGENT = "codebuff"
@@ -69,11 +69,8 @@ class CodebuffImporter:
             model = meta.get("model") if isinstance(meta, dict) else None
             if not isinstance(usage, dict) or not isinstance(model, str) or not model:
                 continue
-            tokens = Tokens(
-                count_or_zero(usage, "inputTokens"),
-                count_or_zero(usage, "cacheReadInputTokens"),
-                count_or_zero(usage, "cacheCreationInputTokens"),
-                count_or_zero(usage, "outputTokens"),
+            tokens = usage_tokens(
+                usage, "inputTokens", "cacheReadInputTokens", "cacheCreationInputTokens", "outputTokens"
             )
             ts = msg.get("timestamp")
             try:

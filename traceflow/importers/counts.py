@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from traceflow.rows import as_int
+from traceflow.rows import Tokens, as_int
 
 
 def count(obj: Any, key: str, where: str = "", bad: type[ValueError] = ValueError) -> int | None:
@@ -25,3 +25,13 @@ def count(obj: Any, key: str, where: str = "", bad: type[ValueError] = ValueErro
 def count_or_zero(obj: Any, key: str) -> int:
     """:func:`count`, with 0 for no number."""
     return count(obj, key) or 0
+
+
+def usage_tokens(usage: Any, cold: str, read: str, write: str, output: str) -> Tokens:
+    """The :class:`~traceflow.rows.Tokens` of a usage object from the counts at these four keys."""
+    return Tokens(
+        count_or_zero(usage, cold),
+        count_or_zero(usage, read),
+        count_or_zero(usage, write),
+        count_or_zero(usage, output),
+    )

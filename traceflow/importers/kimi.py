@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 import orjson
 
 from traceflow.importers.base import FileContext, json_records
-from traceflow.importers.counts import count_or_zero
+from traceflow.importers.counts import usage_tokens
 from traceflow.importers.files import files_under, folder_setting, if_folder
 from traceflow.rows import LineError, Parsed, Row, Tokens, as_int, stable_id
 
@@ -116,12 +116,7 @@ class KimiImporter:
         usage = rec.get("usage")
         if rec.get("usageScope") != "turn" or not isinstance(usage, dict):
             return None
-        tokens = Tokens(
-            count_or_zero(usage, "inputOther"),
-            count_or_zero(usage, "inputCacheRead"),
-            count_or_zero(usage, "inputCacheCreation"),
-            count_or_zero(usage, "output"),
-        )
+        tokens = usage_tokens(usage, "inputOther", "inputCacheRead", "inputCacheCreation", "output")
         time = as_int(rec.get("time")) if isinstance(rec.get("time"), (int, float)) else None
         raw = rec.get("model")
         model = raw if isinstance(raw, str) and raw else DEFAULT_MODEL
@@ -138,12 +133,7 @@ class KimiImporter:
         usage = payload.get("token_usage") if isinstance(payload, dict) else None
         if not isinstance(usage, dict):
             return None
-        tokens = Tokens(
-            count_or_zero(usage, "input_other"),
-            count_or_zero(usage, "input_cache_read"),
-            count_or_zero(usage, "input_cache_creation"),
-            count_or_zero(usage, "output"),
-        )
+        tokens = usage_tokens(usage, "input_other", "input_cache_read", "input_cache_creation", "output")
         ts = rec.get("timestamp")
         ended = int(ts * 1_000_000) if isinstance(ts, (int, float)) and not isinstance(ts, bool) else None
         mid = payload.get("message_id") if isinstance(payload, dict) else None

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from traceflow.importers.base import FileContext, json_records
+from traceflow.importers.counts import usage_tokens
 from traceflow.importers.files import files_under, folder_setting, if_folder
-from traceflow.importers.pi import message_row, usage_tokens
+from traceflow.importers.pi import message_row
 from traceflow.rows import LineError, Parsed, iso_micros
 
 SOURCE = "openclaw-jsonl"
@@ -82,7 +83,7 @@ class OpenClawImporter:
             usage = msg.get("usage")
             if not isinstance(usage, dict):
                 continue
-            tokens = usage_tokens(usage)
+            tokens = usage_tokens(usage, "input", "cacheRead", "cacheWrite", "output")
             if not any(tokens):
                 continue
             ended = _time(msg.get("timestamp")) or _time(rec.get("timestamp"))
@@ -93,19 +94,8 @@ class OpenClawImporter:
             if isinstance(msg.get("provider"), str):
                 attrs["provider"] = msg["provider"]
             eid = rec.get("id") if isinstance(rec.get("id"), str) else f"{ended}:{tuple(tokens)}"
-            out.requests.append(
-                message_row(
-                    AGENT,
-                    session,
-                    eid,
-                    ended,
-                    _text(msg.get("modelId")) or _text(msg.get("model")) or st.get("model"),
-                    tokens,
-                    usage,
-                    line_no,
-                    attrs,
-                )
-            )
+            model = _text(msg.get("modelId")) or _text(msg.get("model")) or st.get("model")
+            out.requests.append(message_row(AGENT, session, eid, ended, model, tokens, usage, line_no, attrs))
         return out
 
 

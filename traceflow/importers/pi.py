@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from traceflow.importers.base import FileContext, json_records
-from traceflow.importers.counts import count_or_zero
+from traceflow.importers.counts import usage_tokens
 from traceflow.importers.files import files_under, folders_setting
 from traceflow.rows import LineError, Parsed, Row, Tokens, iso_micros, stable_id
 
@@ -31,16 +31,6 @@ def session_dirs() -> list[Path]:
     ``~/.omp/agent/sessions``."""
     defaults = [Path.home() / name / "agent" / "sessions" for name in (".pi", ".omp")]
     return folders_setting("pi_agent_dir", defaults)
-
-
-def usage_tokens(usage: dict[str, Any]) -> Tokens:
-    """The tokens of a pi ``message.usage`` (OpenClaw writes the same)."""
-    return Tokens(
-        count_or_zero(usage, "input"),
-        count_or_zero(usage, "cacheRead"),
-        count_or_zero(usage, "cacheWrite"),
-        count_or_zero(usage, "output"),
-    )
 
 
 def message_row(
@@ -102,7 +92,7 @@ class PiImporter:
             usage = msg.get("usage")
             if msg.get("role") != "assistant" or not isinstance(usage, dict):
                 continue
-            tokens = usage_tokens(usage)
+            tokens = usage_tokens(usage, "input", "cacheRead", "cacheWrite", "output")
             if not any(tokens):
                 continue
             ts = rec.get("timestamp")
@@ -120,19 +110,8 @@ class PiImporter:
                 if isinstance(msg.get(key), str):
                     attrs[key] = msg[key]
             eid = rec.get("id") if isinstance(rec.get("id"), str) else f"{ts}:{tuple(tokens)}"
-            out.requests.append(
-                message_row(
-                    AGENT,
-                    session,
-                    eid,
-                    ended,
-                    msg.get("model") if isinstance(msg.get("model"), str) else None,
-                    tokens,
-                    usage,
-                    line_no,
-                    attrs,
-                )
-            )
+            model = msg.get("model") if isinstance(msg.get("model"), str) else None
+            out.requests.append(message_row(AGENT, session, eid, ended, model, tokens, usage, line_no, attrs))
         return out
 
 

@@ -64,6 +64,7 @@ def query_rows(
                 if row is not None:
                     out.requests.append(row)
         except sqlite3.DatabaseError as exc:
-            out.errors.append(LineError(str(ctx.path), 1, f"not a {what} database ({exc})"))
+            article = "an" if what[:1] in "AEIOU" else "a"
+            out.errors.append(LineError(str(ctx.path), 1, f"not {article} {what} database ({exc})"))
         finally:
             con.close()
