@@ -27,17 +27,13 @@ import orjson
 
 from traceflow.native import jit_enabled
 from traceflow.otlp.attributes import CONTENT_KEYS
+from traceflow.otlp.claude_code import TOKEN_KEYS
 from traceflow.otlp.limits import MAX_DURATION_MS, MAX_TOKENS
 from traceflow.otlp.mapper import Mapped, Mapper, scope_groups
 
 #: the attributes api_request reads (slot order)
 _SLOTS = (
-    "input_tokens",
-    "cache_read_tokens",
-    "cache_creation_tokens",
-    "output_tokens",
-    "cache_creation_5m_tokens",
-    "cache_creation_1h_tokens",
+    *TOKEN_KEYS,
     "session.id",
     "model",
     "request_id",
