@@ -136,7 +136,6 @@ def _map_rest(
     """The dict path's rows of the records that are not ``api_request``, ``records`` at a time (all at
     once when 0). None of them is a request (no Codex or Gemini CLI record: checked by the caller)."""
     from traceflow.otlp import logs
-    from traceflow.otlp.attributes import hex_id, pb_attrs, pb_value
     from traceflow.otlp.decode import fit_mapped
 
     m = Mapper(keep_content, source)
@@ -145,21 +144,7 @@ def _map_rest(
         items = sl.log_records
         n = len(items)
         for j in np.flatnonzero(other[i : i + n]).tolist():
-            r = items[j]
-            b = r.body
-            logs._log(
-                m,
-                res,
-                fam,
-                r.time_unix_nano,
-                r.observed_time_unix_nano,
-                b.string_value or pb_value(b),
-                r.event_name,
-                hex_id(r.trace_id),
-                hex_id(r.span_id),
-                pb_attrs(r.attributes),
-                r,
-            )
+            logs.pb_log(m, res, fam, items[j])
             count += 1
             if count == records:
                 yield fit_mapped(m.result())
