@@ -408,13 +408,7 @@ def _describe(selection: Selection | None) -> str:
         parts.append(f"since {selection.since.isoformat()}")
     if selection.until:
         parts.append(f"until {selection.until.isoformat()}")
-    for name, values in (
-        ("agent", selection.agents),
-        ("model", selection.models),
-        ("session", selection.sessions),
-        ("user", selection.users),
-        ("source", selection.sources),
-    ):
+    for name, values in selection.named_lists():
         if values:
             parts.append(f"{name} {', '.join(values)}")
     return "; ".join(parts) or "all requests"

@@ -94,13 +94,7 @@ def _where(selection: Selection | None) -> str:
     if selection is None:
         return ""
     parts = [str(c) for c in selection.conditions]
-    for name, values in (
-        ("agent", selection.agents),
-        ("model", selection.models),
-        ("session", selection.sessions),
-        ("user", selection.users),
-        ("source", selection.sources),
-    ):
+    for name, values in selection.named_lists():
         if values:
             parts.append(f"{name}={','.join(values)}")
     return " ".join(parts)

@@ -25,10 +25,10 @@ from typing import Any, ClassVar
 
 import orjson
 
-from traceflow import config
 from traceflow.importers.base import FileContext
-from traceflow.importers.compressed import with_compressed
-from traceflow.rows import LineError, Parsed, Row, Tokens, as_int, iso_micros, stable_id
+from traceflow.importers.counts import count
+from traceflow.importers.files import files_under, if_folder, xdg_setting
+from traceflow.rows import LineError, Parsed, Row, Tokens, iso_micros, stable_id
 
 SOURCE = "amp-json"
 AGENT = "amp"
@@ -36,20 +36,7 @@ AGENT = "amp"
 
 def data_dir() -> Path:
     """Amp's data folder: ``$AMP_DATA_DIR``, else ``$XDG_DATA_HOME/amp``, else ``~/.local/share/amp``."""
-    explicit = config.get("amp_data_dir")
-    if explicit:
-        return Path(explicit).expanduser()
-    return config.xdg_data_home() / "amp"
-
-
-def _n(obj: Any, key: str) -> int | None:
-    if not isinstance(obj, dict):
-        return None
-    try:
-        value = as_int(obj.get(key))
-    except (TypeError, ValueError):
-        return None
-    return None if value is None else max(0, value)
+    return xdg_setting("amp_data_dir", "amp")
 
 
 def _text(value: Any) -> str | None:
@@ -70,16 +57,10 @@ class AmpImporter:
     whole_file: ClassVar[bool] = True
 
     def default_paths(self) -> list[Path]:
-        threads = data_dir() / "threads"
-        return [threads] if threads.is_dir() else []
+        return if_folder(data_dir() / "threads")
 
     def discover(self, root: Path) -> list[Path]:
-        if root.is_file():
-            return [root]
-        if not root.is_dir():
-            return []
-        names = with_compressed((".json",))
-        return sorted(p for p in root.rglob("*.json*") if p.name.endswith(names) and p.is_file())
+        return files_under(root, "*.json*", (".json",))
 
     def parse(self, data: bytes, ctx: FileContext) -> Parsed:
         out = Parsed()
@@ -129,10 +110,10 @@ class AmpImporter:
             model = _text(usage.get("model")) or _text(msg.get("model"))
             ended = _micros(usage.get("timestamp")) or _micros(msg.get("timestamp"))
             tokens = Tokens(
-                _n(usage, "inputTokens") or 0,
-                _n(usage, "cacheReadInputTokens") or 0,
-                _n(usage, "cacheCreationInputTokens") or 0,
-                _n(usage, "outputTokens") or 0,
+                count(usage, "inputTokens") or 0,
+                count(usage, "cacheReadInputTokens") or 0,
+                count(usage, "cacheCreationInputTokens") or 0,
+                count(usage, "outputTokens") or 0,
             )
             if model is None or ended is None or not any(tokens):
                 continue
@@ -151,13 +132,13 @@ class AmpImporter:
             mid = msg.get("messageId")
             if msg.get("role") == "assistant" and isinstance(mid, int) and not isinstance(mid, bool):
                 usage = msg.get("usage")
-                cache[mid] = (_n(usage, "cacheReadInputTokens"), _n(usage, "cacheCreationInputTokens"))
+                cache[mid] = (count(usage, "cacheReadInputTokens"), count(usage, "cacheCreationInputTokens"))
         for i, event in enumerate(events, start=1):
             model, ended = _text(event.get("model")), _micros(event.get("timestamp"))
             tokens_obj = event.get("tokens")
             to = event.get("toMessageId")
             read, write = cache.get(to, (None, None)) if isinstance(to, int) else (None, None)
-            tokens = Tokens(_n(tokens_obj, "input") or 0, read, write, _n(tokens_obj, "output") or 0)
+            tokens = Tokens(count(tokens_obj, "input") or 0, read, write, count(tokens_obj, "output") or 0)
             if model is None or ended is None or not any(tokens):
                 continue
             attrs: dict[str, Any] = {"ledger_event": str(event.get("id"))}

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from traceflow import config
 from traceflow.importers.base import FileContext
-from traceflow.importers.opencode import database, with_logs
-from traceflow.rows import LineError, Parsed, Row, Tokens, stable_id
+from traceflow.importers.files import databases_under, folders_setting
+from traceflow.importers.session_db import query_rows
+from traceflow.rows import Parsed, Row, Tokens, stable_id
 
 SOURCE = "antigravity-db"
 AGENT = "antigravity"
@@ -39,10 +40,7 @@ Field = tuple[int, int, Any]  # (number, wire type, value: int or bytes)
 
 def roots() -> list[Path]:
     """``$ANTIGRAVITY_DATA_DIR``, else ``~/.gemini/antigravity`` and its ``-cli`` and ``-ide`` siblings."""
-    explicit = config.get("antigravity_data_dir")
-    if explicit:
-        return [Path(explicit).expanduser()]
-    return [Path.home() / ".gemini" / name for name in _ROOTS]
+    return folders_setting("antigravity_data_dir", [Path.home() / ".gemini" / name for name in _ROOTS])
 
 
 def _varint(data: bytes, i: int) -> tuple[int, int] | None:
@@ -138,30 +136,23 @@ def _trajectory(con: sqlite3.Connection) -> tuple[int | None, str | None]:
 
 
 def database_rows(data: bytes, ctx: FileContext, out: Parsed) -> None:
-    if ctx.plain.name.endswith("-wal"):
-        db = Path(str(ctx.path).removesuffix("-wal"))
-        if not db.is_file():
-            return
-        data, ctx = db.read_bytes(), FileContext(path=db, state=ctx.state)
-    session = ctx.plain.name.removesuffix(".db")
-    with database(data, ctx.path) as (con, load):
+    db = Path(str(ctx.path).removesuffix("-wal"))
+    session = db.name.removesuffix(".db")
+
+    def select(con: sqlite3.Connection) -> Iterable[Sequence[Any]]:
         try:
-            if load:
-                con.deserialize(data)
-            try:
-                cursor = con.execute("SELECT idx, data FROM gen_metadata ORDER BY idx")
-            except sqlite3.OperationalError:
-                return  # not a conversation database (ccusage skips it too)
-            created, workspace = _trajectory(con)
-            fallback = created if created is not None else os.stat(ctx.path).st_mtime_ns // 1000
-            for seq, (idx, blob) in enumerate(cursor, start=1):
-                row = _row(generation(bytes(blob or b"")), session, idx, seq, fallback, workspace)
-                if row is not None:
-                    out.requests.append(row)
-        except sqlite3.DatabaseError as exc:
-            out.errors.append(LineError(str(ctx.path), 1, f"not an Antigravity database ({exc})"))
-        finally:
-            con.close()
+            cursor = con.execute("SELECT idx, data FROM gen_metadata ORDER BY idx")
+        except sqlite3.OperationalError:
+            return []  # not a conversation database (ccusage skips it too)
+        created, workspace = _trajectory(con)
+        fallback = created if created is not None else os.stat(db).st_mtime_ns // 1000
+        return ((idx, blob, fallback, workspace) for idx, blob in cursor)
+
+    def row_of(values: Sequence[Any], seq: int) -> Row | None:
+        idx, blob, fallback, workspace = values
+        return _row(generation(bytes(blob or b"")), session, idx, seq, fallback, workspace)
+
+    query_rows(data, ctx, out, "Antigravity", select, row_of)
 
 
 def _row(
@@ -201,11 +192,7 @@ class AntigravityImporter:
         return [r / "conversations" for r in roots() if (r / "conversations").is_dir()]
 
     def discover(self, root: Path) -> list[Path]:
-        if root.is_file():
-            return [root]
-        if not root.is_dir():
-            return []
-        return with_logs(sorted(p for p in root.rglob("*.db") if p.is_file()))
+        return databases_under(root, "*.db")
 
     def parse(self, data: bytes, ctx: FileContext) -> Parsed:
         out = Parsed()

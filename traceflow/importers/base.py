@@ -10,6 +10,7 @@ whole file each time it changes; the lake's ``event_id`` dedup absorbs the repea
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,3 +92,18 @@ def json_records(
             errors.append(LineError(path, no, invalid.format(e)))
             continue
         yield no, line, rec
+
+
+SETTLED_S = 2  # a file unchanged this long has no line still being written
+
+
+def whole_last_line(tail: bytes, mtime_ns: int) -> bool:
+    """The importers' rule for a last line without its newline: read once it is JSON, or once the
+    file (modified at ``mtime_ns``) has not changed for :data:`SETTLED_S` seconds."""
+    if not tail.strip():
+        return True
+    try:
+        orjson.loads(tail)
+    except orjson.JSONDecodeError:
+        return time.time_ns() - mtime_ns > SETTLED_S * 1_000_000_000
+    return True

@@ -42,10 +42,8 @@ LEDGER = "usage-ledger.json"
 REQUESTS = "usage-requests.msgpack"
 COVERED = "usage-covered.json"
 _VERSION = 1
-#: The importer's head hash length and its "settled" time for a last line without a newline
-#: (:mod:`traceflow.importers.run`).
+#: The importer's head hash length (:mod:`traceflow.importers.run`).
 _HEAD_BYTES = 4096
-_SETTLED_NS = 2_000_000_000
 #: Fields of a request: the recorded time (µs since the epoch), model, session, cold input, output,
 #: cache write, cache read, 1-hour write (the order :func:`traceflow.analysis.usage.periods_of_requests`
 #: reads), then its completeness and the refresh, file (its index in the ledger's paths) and line of
@@ -282,7 +280,9 @@ class Ledger:
             data = fh.read(st.st_size - start)
         if data and data[-1] != 10:
             cut = data.rfind(b"\n") + 1
-            if not _whole_last_line(data[cut:], st.st_mtime_ns):
+            from traceflow.importers.base import whole_last_line
+
+            if not whole_last_line(data[cut:], st.st_mtime_ns):
                 data = data[:cut]
         if rec is None:
             index = len(self.paths)
@@ -422,17 +422,6 @@ def _walk(roots: list[str]) -> tuple[dict[str, int], list[str]]:
             elif ".jsonl." in name:
                 raise Unsupported(f"{entry.path} is compressed")
     return dirs, files
-
-
-def _whole_last_line(tail: bytes, mtime_ns: int) -> bool:
-    """The importer's rule for a last line without its newline: read once it is JSON or settled."""
-    if not tail.strip():
-        return True
-    try:
-        orjson.loads(tail)
-    except orjson.JSONDecodeError:
-        return time.time_ns() - mtime_ns > _SETTLED_NS
-    return True
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -18,10 +18,10 @@ from typing import Any, ClassVar
 
 import orjson
 
-from traceflow import config
 from traceflow.importers.base import FileContext
-from traceflow.importers.compressed import with_compressed
-from traceflow.rows import LineError, Parsed, Tokens, as_int, iso_micros, stable_id
+from traceflow.importers.counts import usage_tokens
+from traceflow.importers.files import files_under, folders_setting
+from traceflow.rows import LineError, Parsed, iso_micros, stable_id
 
 SOURCE = "codebuff-json"
 AGENT = "codebuff"
@@ -30,19 +30,8 @@ AGENT = "codebuff"
 def data_dirs() -> list[Path]:
     """Codebuff's data folders: ``$CODEBUFF_DATA_DIR``, else ``~/.config/manicode`` and
     ``~/.config/manicode-dev``."""
-    explicit = config.get("codebuff_data_dir")
-    if explicit:
-        return [Path(explicit).expanduser()]
     base = Path.home() / ".config"
-    return [base / "manicode", base / "manicode-dev"]
-
-
-def _n(usage: dict[str, Any], key: str) -> int:
-    try:
-        value = as_int(usage.get(key))
-    except (TypeError, ValueError):
-        value = None
-    return max(0, value or 0)
+    return folders_setting("codebuff_data_dir", [base / "manicode", base / "manicode-dev"])
 
 
 class CodebuffImporter:
@@ -55,12 +44,7 @@ class CodebuffImporter:
         return [d for d in data_dirs() if (d / "projects").is_dir()]
 
     def discover(self, root: Path) -> list[Path]:
-        if root.is_file():
-            return [root]
-        if not root.is_dir():
-            return []
-        names = with_compressed(("chat-messages.json",))
-        return sorted(p for p in root.rglob("chat-messages.json*") if p.name.endswith(names) and p.is_file())
+        return files_under(root, "chat-messages.json*", ("chat-messages.json",))
 
     def parse(self, data: bytes, ctx: FileContext) -> Parsed:
         out = Parsed()
@@ -85,11 +69,8 @@ class CodebuffImporter:
             model = meta.get("model") if isinstance(meta, dict) else None
             if not isinstance(usage, dict) or not isinstance(model, str) or not model:
                 continue
-            tokens = Tokens(
-                _n(usage, "inputTokens"),
-                _n(usage, "cacheReadInputTokens"),
-                _n(usage, "cacheCreationInputTokens"),
-                _n(usage, "outputTokens"),
+            tokens = usage_tokens(
+                usage, "inputTokens", "cacheReadInputTokens", "cacheCreationInputTokens", "outputTokens"
             )
             ts = msg.get("timestamp")
             try:

@@ -43,7 +43,7 @@ from typing import Any, ClassVar
 import orjson
 
 from traceflow.importers.base import FileContext, json_records
-from traceflow.importers.compressed import with_compressed
+from traceflow.importers.files import files_under
 from traceflow.rows import LineError, Parsed, Row, as_int, iso_micros, split_inclusive, stable_id
 
 SOURCE = "codex-jsonl"
@@ -126,12 +126,7 @@ class CodexImporter:
         return [Path(p) for p in local_logs.default_folders(self.name)]
 
     def discover(self, root: Path) -> list[Path]:
-        if root.is_file():
-            return [root]
-        if not root.is_dir():
-            return []
-        names = with_compressed((".jsonl",))
-        return sorted(p for p in root.rglob("rollout-*") if p.name.endswith(names) and p.is_file())
+        return files_under(root, "rollout-*", (".jsonl",))
 
     def parse(self, data: bytes, ctx: FileContext) -> Parsed:
         out = Parsed()

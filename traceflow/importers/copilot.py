@@ -25,10 +25,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
-from traceflow import config
 from traceflow.importers.base import FileContext, json_records
-from traceflow.importers.compressed import with_compressed
-from traceflow.rows import LineError, Parsed, Row, as_int, iso_micros, split_inclusive, stable_id
+from traceflow.importers.counts import count
+from traceflow.importers.files import files_under, folder_setting, if_folder
+from traceflow.rows import LineError, Parsed, Row, iso_micros, split_inclusive, stable_id
 
 SOURCE = "copilot-events"
 AGENT = "copilot"
@@ -40,17 +40,11 @@ class BadEvent(ValueError):
 
 def data_dir() -> Path:
     """Copilot CLI's folder: ``$COPILOT_HOME``, else ``~/.copilot``."""
-    return Path(config.get("copilot_home") or Path.home() / ".copilot").expanduser()
+    return folder_setting("copilot_home", ".copilot")
 
 
 def _n(obj: Any, key: str, where: str) -> int:
-    if not isinstance(obj, dict):
-        return 0
-    try:
-        value = as_int(obj.get(key))
-    except (TypeError, ValueError) as exc:
-        raise BadEvent(f"{where}.{key} is not a number: {obj.get(key)!r}") from exc
-    return max(0, value or 0)
+    return count(obj, key, where, BadEvent) or 0
 
 
 class CopilotImporter:
@@ -60,16 +54,10 @@ class CopilotImporter:
     whole_file: ClassVar[bool] = False
 
     def default_paths(self) -> list[Path]:
-        states = data_dir() / "session-state"
-        return [states] if states.is_dir() else []
+        return if_folder(data_dir() / "session-state")
 
     def discover(self, root: Path) -> list[Path]:
-        if root.is_file():
-            return [root]
-        if not root.is_dir():
-            return []
-        names = with_compressed((".jsonl",))
-        return sorted(p for p in root.rglob("events.jsonl*") if p.name.endswith(names) and p.is_file())
+        return files_under(root, "events.jsonl*", (".jsonl",))
 
     def parse(self, data: bytes, ctx: FileContext) -> Parsed:
         out = Parsed()

@@ -29,10 +29,10 @@ import re
 from pathlib import Path
 from typing import Any, ClassVar
 
-from traceflow import config
 from traceflow.importers.base import FileContext
-from traceflow.importers.compressed import with_compressed
-from traceflow.rows import LineError, Parsed, Tokens, as_int, iso_micros, stable_id
+from traceflow.importers.counts import count
+from traceflow.importers.files import files_under, folder_setting, if_folder
+from traceflow.rows import LineError, Parsed, Tokens, iso_micros, stable_id
 
 SOURCE = "droid-settings"
 AGENT = "droid"
@@ -41,7 +41,7 @@ SUFFIX = ".settings.json"
 
 def sessions_dir() -> Path:
     """Droid's sessions folder: ``$DROID_SESSIONS_DIR`` (ccusage's variable), else ``~/.factory/sessions``."""
-    return Path(config.get("droid_sessions_dir") or Path.home() / ".factory" / "sessions").expanduser()
+    return folder_setting("droid_sessions_dir", ".factory", "sessions")
 
 
 def model_name(raw: str) -> str:
@@ -52,11 +52,7 @@ def model_name(raw: str) -> str:
 
 
 def _count(usage: dict[str, Any], key: str) -> int:
-    try:
-        value = as_int(usage.get(key))
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"tokenUsage.{key} is not a number: {usage.get(key)!r}") from exc
-    return max(0, value or 0)
+    return count(usage, key, "tokenUsage") or 0
 
 
 class DroidImporter:
@@ -66,16 +62,10 @@ class DroidImporter:
     whole_file: ClassVar[bool] = True
 
     def default_paths(self) -> list[Path]:
-        sessions = sessions_dir()
-        return [sessions] if sessions.is_dir() else []
+        return if_folder(sessions_dir())
 
     def discover(self, root: Path) -> list[Path]:
-        if root.is_file():
-            return [root]
-        if not root.is_dir():
-            return []
-        names = with_compressed((SUFFIX,))
-        return sorted(p for p in root.rglob(f"*{SUFFIX}*") if p.name.endswith(names) and p.is_file())
+        return files_under(root, f"*{SUFFIX}*", (SUFFIX,))
 
     def parse(self, data: bytes, ctx: FileContext) -> Parsed:
         out = Parsed()

@@ -25,9 +25,8 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar
 
-from traceflow import config
 from traceflow.importers.base import FileContext
-from traceflow.importers.opencode import with_logs
+from traceflow.importers.files import databases_under, if_file, xdg_setting
 from traceflow.importers.session_db import table_rows
 from traceflow.rows import Parsed, Row, Tokens, iso_micros, stable_id
 
@@ -50,10 +49,7 @@ _COLUMNS = (
 def data_dir() -> Path:
     """Goose's data folder: ``$GOOSE_DATA_DIR``, else ``$XDG_DATA_HOME/goose``, else
     ``~/.local/share/goose``."""
-    explicit = config.get("goose_data_dir")
-    if explicit:
-        return Path(explicit).expanduser()
-    return config.xdg_data_home() / "goose"
+    return xdg_setting("goose_data_dir", "goose")
 
 
 def _micros(value: Any) -> int | None:
@@ -117,15 +113,10 @@ class GooseImporter:
     whole_file: ClassVar[bool] = True
 
     def default_paths(self) -> list[Path]:
-        db = data_dir() / "sessions" / "sessions.db"
-        return [db] if db.is_file() else []
+        return if_file(data_dir() / "sessions" / "sessions.db")
 
     def discover(self, root: Path) -> list[Path]:
-        if root.is_file():
-            return [root]
-        if not root.is_dir():
-            return []
-        return with_logs(sorted(p for p in root.rglob("sessions.db") if p.is_file()))
+        return databases_under(root, "sessions.db")
 
     def parse(self, data: bytes, ctx: FileContext) -> Parsed:
         out = Parsed()

@@ -25,9 +25,8 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar
 
-from traceflow import config
 from traceflow.importers.base import FileContext, json_records
-from traceflow.importers.compressed import with_compressed
+from traceflow.importers.files import files_under, folder_setting, if_folder
 from traceflow.rows import LineError, Parsed, Row, as_int, iso_micros, split_inclusive, stable_id
 
 SOURCE = "grok-jsonl"
@@ -41,7 +40,7 @@ class BadUpdate(ValueError):
 
 def data_dir() -> Path:
     """Grok Build CLI's folder: ``$GROK_HOME``, else ``~/.grok``."""
-    return Path(config.get("grok_home") or Path.home() / ".grok").expanduser()
+    return folder_setting("grok_home", ".grok")
 
 
 def _micros(value: Any) -> int:
@@ -87,16 +86,10 @@ class GrokImporter:
     whole_file: ClassVar[bool] = False
 
     def default_paths(self) -> list[Path]:
-        sessions = data_dir() / "sessions"
-        return [sessions] if sessions.is_dir() else []
+        return if_folder(data_dir() / "sessions")
 
     def discover(self, root: Path) -> list[Path]:
-        if root.is_file():
-            return [root]
-        if not root.is_dir():
-            return []
-        names = with_compressed((".jsonl",))
-        return sorted(p for p in root.rglob("updates.jsonl*") if p.name.endswith(names) and p.is_file())
+        return files_under(root, "updates.jsonl*", (".jsonl",))
 
     def parse(self, data: bytes, ctx: FileContext) -> Parsed:
         out = Parsed()

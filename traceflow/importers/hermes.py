@@ -21,9 +21,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
-from traceflow import config
 from traceflow.importers.base import FileContext
-from traceflow.importers.opencode import with_logs
+from traceflow.importers.files import databases_under, folder_setting, if_file
 from traceflow.importers.session_db import table_rows
 from traceflow.rows import Parsed, Row, Tokens, stable_id
 
@@ -47,7 +46,7 @@ _COLUMNS = (
 
 def data_dir() -> Path:
     """Hermes' folder: ``$HERMES_HOME``, else ``~/.hermes``."""
-    return Path(config.get("hermes_home") or Path.home() / ".hermes").expanduser()
+    return folder_setting("hermes_home", ".hermes")
 
 
 def _n(value: Any) -> int:
@@ -100,15 +99,10 @@ class HermesImporter:
     whole_file: ClassVar[bool] = True
 
     def default_paths(self) -> list[Path]:
-        db = data_dir() / "state.db"
-        return [db] if db.is_file() else []
+        return if_file(data_dir() / "state.db")
 
     def discover(self, root: Path) -> list[Path]:
-        if root.is_file():
-            return [root]
-        if not root.is_dir():
-            return []
-        return with_logs(sorted(p for p in root.rglob("state.db") if p.is_file()))
+        return databases_under(root, "state.db")
 
     def parse(self, data: bytes, ctx: FileContext) -> Parsed:
         out = Parsed()

@@ -14,18 +14,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
-from traceflow import config
 from traceflow.importers.base import FileContext
-from traceflow.importers.opencode import database_of_log, database_rows, with_logs
+from traceflow.importers.files import databases_under, if_file, xdg_setting
+from traceflow.importers.opencode import database_of_log, database_rows
 from traceflow.rows import Parsed
 
 
 def data_dir() -> Path:
     """Kilo's data folder: ``$KILO_DATA_DIR``, else ``$XDG_DATA_HOME/kilo``, else ``~/.local/share/kilo``."""
-    explicit = config.get("kilo_data_dir")
-    if explicit:
-        return Path(explicit).expanduser()
-    return config.xdg_data_home() / "kilo"
+    return xdg_setting("kilo_data_dir", "kilo")
 
 
 class KiloImporter:
@@ -35,15 +32,10 @@ class KiloImporter:
     whole_file: ClassVar[bool] = True
 
     def default_paths(self) -> list[Path]:
-        db = data_dir() / "kilo.db"
-        return [db] if db.is_file() else []
+        return if_file(data_dir() / "kilo.db")
 
     def discover(self, root: Path) -> list[Path]:
-        if root.is_file():
-            return [root]
-        if not root.is_dir():
-            return []
-        return with_logs(sorted(p for p in root.rglob("kilo*.db") if p.is_file()))
+        return databases_under(root, "kilo*.db")
 
     def parse(self, data: bytes, ctx: FileContext) -> Parsed:
         out = Parsed()

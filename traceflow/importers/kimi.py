@@ -27,9 +27,9 @@ from typing import Any, ClassVar
 
 import orjson
 
-from traceflow import config
 from traceflow.importers.base import FileContext, json_records
-from traceflow.importers.compressed import with_compressed
+from traceflow.importers.counts import usage_tokens
+from traceflow.importers.files import files_under, folder_setting, if_folder
 from traceflow.rows import LineError, Parsed, Row, Tokens, as_int, stable_id
 
 SOURCE = "kimi-wire"
@@ -39,15 +39,7 @@ DEFAULT_MODEL = "kimi-for-coding"
 
 def data_dir() -> Path:
     """Kimi's folder: ``$KIMI_DATA_DIR``, else ``~/.kimi``."""
-    return Path(config.get("kimi_data_dir") or Path.home() / ".kimi").expanduser()
-
-
-def _n(obj: dict[str, Any], key: str) -> int:
-    try:
-        value = as_int(obj.get(key))
-    except (TypeError, ValueError):
-        value = None
-    return max(0, value or 0)
+    return folder_setting("kimi_data_dir", ".kimi")
 
 
 def _layout(path: Path) -> tuple[Path, str, str | None]:
@@ -76,16 +68,10 @@ class KimiImporter:
     whole_file: ClassVar[bool] = False
 
     def default_paths(self) -> list[Path]:
-        sessions = data_dir() / "sessions"
-        return [sessions] if sessions.is_dir() else []
+        return if_folder(data_dir() / "sessions")
 
     def discover(self, root: Path) -> list[Path]:
-        if root.is_file():
-            return [root]
-        if not root.is_dir():
-            return []
-        names = with_compressed((".jsonl",))
-        return sorted(p for p in root.rglob("wire.jsonl*") if p.name.endswith(names) and p.is_file())
+        return files_under(root, "wire.jsonl*", (".jsonl",))
 
     def parse(self, data: bytes, ctx: FileContext) -> Parsed:
         out = Parsed()
@@ -130,12 +116,7 @@ class KimiImporter:
         usage = rec.get("usage")
         if rec.get("usageScope") != "turn" or not isinstance(usage, dict):
             return None
-        tokens = Tokens(
-            _n(usage, "inputOther"),
-            _n(usage, "inputCacheRead"),
-            _n(usage, "inputCacheCreation"),
-            _n(usage, "output"),
-        )
+        tokens = usage_tokens(usage, "inputOther", "inputCacheRead", "inputCacheCreation", "output")
         time = as_int(rec.get("time")) if isinstance(rec.get("time"), (int, float)) else None
         raw = rec.get("model")
         model = raw if isinstance(raw, str) and raw else DEFAULT_MODEL
@@ -152,12 +133,7 @@ class KimiImporter:
         usage = payload.get("token_usage") if isinstance(payload, dict) else None
         if not isinstance(usage, dict):
             return None
-        tokens = Tokens(
-            _n(usage, "input_other"),
-            _n(usage, "input_cache_read"),
-            _n(usage, "input_cache_creation"),
-            _n(usage, "output"),
-        )
+        tokens = usage_tokens(usage, "input_other", "input_cache_read", "input_cache_creation", "output")
         ts = rec.get("timestamp")
         ended = int(ts * 1_000_000) if isinstance(ts, (int, float)) and not isinstance(ts, bool) else None
         mid = payload.get("message_id") if isinstance(payload, dict) else None

@@ -17,9 +17,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
-from traceflow import config
 from traceflow.importers.base import FileContext, json_records
-from traceflow.rows import LineError, Parsed, Tokens, as_int, iso_micros, stable_id
+from traceflow.importers.counts import usage_tokens
+from traceflow.importers.files import files_under, folder_setting, if_folder
+from traceflow.importers.pi import message_row
+from traceflow.rows import LineError, Parsed, iso_micros
 
 SOURCE = "openclaw-jsonl"
 AGENT = "openclaw"
@@ -27,15 +29,7 @@ AGENT = "openclaw"
 
 def data_dir() -> Path:
     """OpenClaw's folder: ``$OPENCLAW_DIR``, else ``~/.openclaw``."""
-    return Path(config.get("openclaw_dir") or Path.home() / ".openclaw").expanduser()
-
-
-def _n(usage: dict[str, Any], key: str) -> int:
-    try:
-        value = as_int(usage.get(key))
-    except (TypeError, ValueError):
-        value = None
-    return max(0, value or 0)
+    return folder_setting("openclaw_dir", ".openclaw")
 
 
 def _time(value: Any) -> int | None:
@@ -58,16 +52,12 @@ class OpenClawImporter:
     whole_file: ClassVar[bool] = False
 
     def default_paths(self) -> list[Path]:
-        agents = data_dir() / "agents"
-        return [agents] if agents.is_dir() else []
+        return if_folder(data_dir() / "agents")
 
     def discover(self, root: Path) -> list[Path]:
-        if root.is_file():
-            return [root]
-        if not root.is_dir():
-            return []
-        found = root.rglob("*.jsonl*")
-        return sorted(p for p in found if p.is_file() and p.parent.name == "sessions" and ".jsonl" in p.name)
+        return files_under(
+            root, "*.jsonl*", keep=lambda p: p.parent.name == "sessions" and ".jsonl" in p.name
+        )
 
     def parse(self, data: bytes, ctx: FileContext) -> Parsed:
         out = Parsed()
@@ -93,38 +83,19 @@ class OpenClawImporter:
             usage = msg.get("usage")
             if not isinstance(usage, dict):
                 continue
-            tokens = Tokens(
-                _n(usage, "input"), _n(usage, "cacheRead"), _n(usage, "cacheWrite"), _n(usage, "output")
-            )
+            tokens = usage_tokens(usage, "input", "cacheRead", "cacheWrite", "output")
             if not any(tokens):
                 continue
             ended = _time(msg.get("timestamp")) or _time(rec.get("timestamp"))
             if ended is None:
                 out.errors.append(LineError(str(ctx.path), line_no, "assistant message without a time"))
                 continue
-            cost = usage.get("cost")
-            total = cost.get("total") if isinstance(cost, dict) else None
             attrs: dict[str, Any] = {"openclaw_agent": agent_id}
             if isinstance(msg.get("provider"), str):
                 attrs["provider"] = msg["provider"]
             eid = rec.get("id") if isinstance(rec.get("id"), str) else f"{ended}:{tuple(tokens)}"
-            out.requests.append(
-                {
-                    "event_id": stable_id("openclaw-entry", session, eid),
-                    "source": SOURCE,
-                    "agent": AGENT,
-                    "agent_version": None,
-                    "session_id": session,
-                    "parent_session_id": None,
-                    "ended_at": ended,
-                    "model": _text(msg.get("modelId")) or _text(msg.get("model")) or st.get("model"),
-                    **tokens.columns(),
-                    "reasoning_tokens": None,
-                    "cost_usd": float(total) if isinstance(total, (int, float)) else None,
-                    "seq": line_no,
-                    "attributes": attrs,
-                }
-            )
+            model = _text(msg.get("modelId")) or _text(msg.get("model")) or st.get("model")
+            out.requests.append(message_row(AGENT, session, eid, ended, model, tokens, usage, line_no, attrs))
         return out
 
 

@@ -41,9 +41,9 @@ from typing import Any, ClassVar
 
 import orjson
 
-from traceflow import config
 from traceflow.importers.base import FileContext
-from traceflow.importers.compressed import with_compressed
+from traceflow.importers.counts import count
+from traceflow.importers.files import files_under, with_logs, xdg_setting
 from traceflow.rows import LineError, Parsed, Row, Tokens, as_int, stable_id
 
 SOURCE = "opencode-json"
@@ -57,10 +57,7 @@ class BadMessage(ValueError):
 def data_dir() -> Path:
     """OpenCode's data folder: ``$OPENCODE_DATA_DIR``, else ``$XDG_DATA_HOME/opencode``, else
     ``~/.local/share/opencode``."""
-    explicit = config.get("opencode_data_dir")
-    if explicit:
-        return Path(explicit).expanduser()
-    return config.xdg_data_home() / "opencode"
+    return xdg_setting("opencode_data_dir", "opencode")
 
 
 def _is_database(name: str) -> bool:
@@ -76,11 +73,7 @@ def _is_database(name: str) -> bool:
 
 
 def _count(tokens: dict[str, Any], key: str, where: str) -> int | None:
-    try:
-        value = as_int(tokens.get(key))
-    except (TypeError, ValueError) as exc:
-        raise BadMessage(f"{where}.{key} is not a number: {tokens.get(key)!r}") from exc
-    return None if value is None else max(0, value)
+    return count(tokens, key, where, BadMessage)
 
 
 def _text(value: Any) -> str | None:
@@ -187,12 +180,8 @@ class OpenCodeImporter:
             return [root]
         if not root.is_dir():
             return []
-        names = with_compressed((".json",))
-        found = root.rglob("*.json*")
-        messages = [
-            p for p in found if p.name.endswith(names) and p.parent.parent.name == "message" and p.is_file()
-        ]
-        return with_logs(self._databases(root)) + sorted(messages)
+        messages = files_under(root, "*.json*", (".json",), lambda p: p.parent.parent.name == "message")
+        return with_logs(self._databases(root)) + messages
 
     def parse(self, data: bytes, ctx: FileContext) -> Parsed:
         out = Parsed()
@@ -220,18 +209,6 @@ class OpenCodeImporter:
             row["seq"] = 1
             out.requests.append(row)
         return out
-
-
-def with_logs(databases: list[Path]) -> list[Path]:
-    """``databases`` with each one's write-ahead log (``<db>-wal``) where there is one: a refresh
-    watches the log too, since new rows land there first and the database file may not change."""
-    out: list[Path] = []
-    for db in databases:
-        out.append(db)
-        wal = Path(f"{db}-wal")
-        if wal.is_file():
-            out.append(wal)
-    return out
 
 
 def database_of_log(ctx: FileContext, out: Parsed, *, kilo: bool = False) -> None:

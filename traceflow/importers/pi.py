@@ -17,10 +17,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
-from traceflow import config
 from traceflow.importers.base import FileContext, json_records
-from traceflow.importers.compressed import with_compressed
-from traceflow.rows import LineError, Parsed, Tokens, as_int, iso_micros, stable_id
+from traceflow.importers.counts import usage_tokens
+from traceflow.importers.files import files_under, folders_setting
+from traceflow.rows import LineError, Parsed, Row, Tokens, iso_micros, stable_id
 
 SOURCE = "pi-jsonl"
 AGENT = "pi"
@@ -29,18 +29,40 @@ AGENT = "pi"
 def session_dirs() -> list[Path]:
     """pi's session folders: ``$PI_AGENT_DIR``, else ``~/.pi/agent/sessions`` and
     ``~/.omp/agent/sessions``."""
-    explicit = config.get("pi_agent_dir")
-    if explicit:
-        return [Path(explicit).expanduser()]
-    return [Path.home() / ".pi" / "agent" / "sessions", Path.home() / ".omp" / "agent" / "sessions"]
+    defaults = [Path.home() / name / "agent" / "sessions" for name in (".pi", ".omp")]
+    return folders_setting("pi_agent_dir", defaults)
 
 
-def _n(usage: dict[str, Any], key: str) -> int:
-    try:
-        value = as_int(usage.get(key))
-    except (TypeError, ValueError):
-        value = None
-    return max(0, value or 0)
+def message_row(
+    agent: str,
+    session: str,
+    eid: object,
+    ended: int,
+    model: Any,
+    tokens: Tokens,
+    usage: dict[str, Any],
+    seq: int,
+    attrs: dict[str, Any],
+) -> Row:
+    """The request row of an assistant message in pi's format (pi, OpenClaw): its id
+    ``stable_id("<agent>-entry", session, eid)``, its cost ``usage.cost.total``."""
+    cost = usage.get("cost")
+    total = cost.get("total") if isinstance(cost, dict) else None
+    return {
+        "event_id": stable_id(f"{agent}-entry", session, eid),
+        "source": f"{agent}-jsonl",
+        "agent": agent,
+        "agent_version": None,
+        "session_id": session,
+        "parent_session_id": None,
+        "ended_at": ended,
+        "model": model,
+        **tokens.columns(),
+        "reasoning_tokens": None,
+        "cost_usd": float(total) if isinstance(total, (int, float)) else None,
+        "seq": seq,
+        "attributes": attrs,
+    }
 
 
 class PiImporter:
@@ -53,12 +75,7 @@ class PiImporter:
         return [d for d in session_dirs() if d.is_dir()]
 
     def discover(self, root: Path) -> list[Path]:
-        if root.is_file():
-            return [root]
-        if not root.is_dir():
-            return []
-        names = with_compressed((".jsonl",))
-        return sorted(p for p in root.rglob("*.jsonl*") if p.name.endswith(names) and p.is_file())
+        return files_under(root, "*.jsonl*", (".jsonl",))
 
     def parse(self, data: bytes, ctx: FileContext) -> Parsed:
         out = Parsed()
@@ -75,9 +92,7 @@ class PiImporter:
             usage = msg.get("usage")
             if msg.get("role") != "assistant" or not isinstance(usage, dict):
                 continue
-            tokens = Tokens(
-                _n(usage, "input"), _n(usage, "cacheRead"), _n(usage, "cacheWrite"), _n(usage, "output")
-            )
+            tokens = usage_tokens(usage, "input", "cacheRead", "cacheWrite", "output")
             if not any(tokens):
                 continue
             ts = rec.get("timestamp")
@@ -90,30 +105,13 @@ class PiImporter:
                     LineError(str(ctx.path), line_no, "assistant message without a valid timestamp")
                 )
                 continue
-            cost = usage.get("cost")
-            total = cost.get("total") if isinstance(cost, dict) else None
             attrs: dict[str, Any] = {"project": project}
             for key in ("provider", "api", "stopReason"):
                 if isinstance(msg.get(key), str):
                     attrs[key] = msg[key]
             eid = rec.get("id") if isinstance(rec.get("id"), str) else f"{ts}:{tuple(tokens)}"
-            out.requests.append(
-                {
-                    "event_id": stable_id("pi-entry", session, eid),
-                    "source": SOURCE,
-                    "agent": AGENT,
-                    "agent_version": None,
-                    "session_id": session,
-                    "parent_session_id": None,
-                    "ended_at": ended,
-                    "model": msg.get("model") if isinstance(msg.get("model"), str) else None,
-                    **tokens.columns(),
-                    "reasoning_tokens": None,
-                    "cost_usd": float(total) if isinstance(total, (int, float)) else None,
-                    "seq": line_no,
-                    "attributes": attrs,
-                }
-            )
+            model = msg.get("model") if isinstance(msg.get("model"), str) else None
+            out.requests.append(message_row(AGENT, session, eid, ended, model, tokens, usage, line_no, attrs))
         return out
 
 

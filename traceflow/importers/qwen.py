@@ -26,10 +26,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
-from traceflow import config
 from traceflow.importers.base import FileContext, json_records
-from traceflow.importers.compressed import with_compressed
-from traceflow.rows import LineError, Parsed, Row, as_int, iso_micros, split_inclusive, stable_id
+from traceflow.importers.counts import count
+from traceflow.importers.files import files_under, folder_setting, if_folder
+from traceflow.rows import LineError, Parsed, Row, iso_micros, split_inclusive, stable_id
 
 SOURCE = "qwen-jsonl"
 AGENT = "qwen-code"
@@ -41,15 +41,11 @@ class BadRecord(ValueError):
 
 def data_dir() -> Path:
     """Qwen Code's folder: ``$QWEN_DATA_DIR``, else ``~/.qwen``."""
-    return Path(config.get("qwen_data_dir") or Path.home() / ".qwen").expanduser()
+    return folder_setting("qwen_data_dir", ".qwen")
 
 
 def _count(usage: dict[str, Any], key: str) -> int:
-    try:
-        value = as_int(usage.get(key))
-    except (TypeError, ValueError) as exc:
-        raise BadRecord(f"usageMetadata.{key} is not a number: {usage.get(key)!r}") from exc
-    return max(0, value or 0)
+    return count(usage, key, "usageMetadata", BadRecord) or 0
 
 
 class QwenImporter:
@@ -59,20 +55,10 @@ class QwenImporter:
     whole_file: ClassVar[bool] = False
 
     def default_paths(self) -> list[Path]:
-        projects = data_dir() / "projects"
-        return [projects] if projects.is_dir() else []
+        return if_folder(data_dir() / "projects")
 
     def discover(self, root: Path) -> list[Path]:
-        if root.is_file():
-            return [root]
-        if not root.is_dir():
-            return []
-        names = with_compressed((".jsonl",))
-        return sorted(
-            p
-            for p in root.rglob("*.jsonl*")
-            if p.name.endswith(names) and p.parent.name == "chats" and p.is_file()
-        )
+        return files_under(root, "*.jsonl*", (".jsonl",), lambda p: p.parent.name == "chats")
 
     def parse(self, data: bytes, ctx: FileContext) -> Parsed:
         out = Parsed()

@@ -23,7 +23,6 @@ import multiprocessing
 import os
 import stat
 import sys
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +32,7 @@ import orjson
 
 from traceflow import importers
 from traceflow.errors import MissingPath, UsageError
-from traceflow.importers.base import FileContext, Importer, finish
+from traceflow.importers.base import FileContext, Importer, finish, whole_last_line
 from traceflow.importers.compressed import is_packed, open_input
 from traceflow.importers.interrupt import (
     ImportInterrupted,
@@ -60,7 +59,6 @@ _PARALLEL_MIN_BYTES = 32 << 20  # below this, worker start-up costs more than it
 _BATCH_BYTES = 32 << 20  # input bytes parsed per worker task (bounds memory)
 _FLUSH_ROWS = 2_000_000  # rows held in memory before they are written
 _CHUNK_BYTES = 32 << 20  # a line file is parsed in pieces of about this size
-_SETTLED_S = 2  # a file unchanged this long has no line still being written
 MAX_REPORTED_ERRORS = 50
 
 
@@ -206,7 +204,7 @@ def _chunks(plan: FilePlan, whole_file: bool) -> Iterator[tuple[bytes, int]]:
 
     Line files come in pieces of about :data:`_CHUNK_BYTES` cut after a newline, so memory stays
     bounded on multi-gigabyte traces. A last line without a newline is taken when it is whole: it
-    parses as JSON, or the file has not changed for :data:`_SETTLED_S` seconds (a CSV's last row);
+    parses as JSON, or the file has not changed for :data:`.base.SETTLED_S` seconds (a CSV's last row);
     otherwise it is still being written and waits for the next import. A plan without its head hash
     (``head == ""``, read from the start) gets it from the first bytes read.
 
@@ -259,7 +257,7 @@ def _chunks(plan: FilePlan, whole_file: bool) -> Iterator[tuple[bytes, int]]:
             cut = data.rfind(b"\n") + 1 if more else len(data)
             if not more and not data.endswith(b"\n"):
                 cut = data.rfind(b"\n") + 1
-                if packed or _whole_last_line(data[cut:], plan.mtime_ns) or _is_json(data):
+                if packed or whole_last_line(data[cut:], plan.mtime_ns) or _is_json(data):
                     # complete: a compressed file (written whole), a settled last row, or one
                     # pretty-printed document
                     cut = len(data)
@@ -290,16 +288,6 @@ def _is_json(data: bytes) -> bool:
         orjson.loads(data)
     except orjson.JSONDecodeError:
         return False
-    return True
-
-
-def _whole_last_line(tail: bytes, mtime_ns: int) -> bool:
-    if not tail.strip():
-        return True
-    try:
-        orjson.loads(tail)
-    except orjson.JSONDecodeError:
-        return time.time_ns() - mtime_ns > _SETTLED_S * 1_000_000_000
     return True
 
 

@@ -18,13 +18,14 @@ not documented). The session is ``session_id``, its folder ``session.directory``
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from traceflow import config
 from traceflow.importers.base import FileContext
-from traceflow.importers.opencode import database, with_logs
-from traceflow.rows import LineError, Parsed, Row, split_inclusive, stable_id
+from traceflow.importers.files import databases_under, folder_setting, if_file
+from traceflow.importers.session_db import query_rows
+from traceflow.rows import Parsed, Row, split_inclusive, stable_id
 
 SOURCE = "zcode-db"
 AGENT = "zcode"
@@ -44,7 +45,7 @@ _USAGE = (
 
 def data_dir() -> Path:
     """ZCode's folder: ``$ZCODE_HOME``, else ``~/.zcode``."""
-    return Path(config.get("zcode_home") or Path.home() / ".zcode").expanduser()
+    return folder_setting("zcode_home", ".zcode")
 
 
 def _n(value: Any) -> int:
@@ -83,36 +84,23 @@ def usage_row(values: dict[str, Any], directory: Any, seq: int) -> Row | None:
 
 
 def database_rows(data: bytes, ctx: FileContext, out: Parsed) -> None:
-    if ctx.plain.name.endswith("-wal"):
-        db = Path(str(ctx.path).removesuffix("-wal"))
-        if not db.is_file():
-            return
-        data, ctx = db.read_bytes(), FileContext(path=db, state=ctx.state)
-    with database(data, ctx.path) as (con, load):
-        try:
-            if load:
-                con.deserialize(data)
-            present = {r[1] for r in con.execute("PRAGMA table_info(model_usage)")}
-            if not present:
-                raise sqlite3.DatabaseError("no model_usage table")
-            sessions = {r[1] for r in con.execute("PRAGMA table_info(session)")}
-            cols = [f"m.{c}" if c in present else f"NULL AS {c}" for c in _USAGE]
-            folder = "s.directory" if "directory" in sessions else "NULL"
-            join = "LEFT JOIN session s ON s.id = m.session_id" if sessions else ""
-            status = "WHERE m.status = 'completed'" if "status" in present else ""
-            query = f"SELECT {', '.join(cols)}, {folder} FROM model_usage m {join} {status} ORDER BY m.rowid"
-            for seq, values in enumerate(con.execute(query), start=1):
-                try:
-                    row = usage_row(dict(zip(_USAGE, values[:-1], strict=True)), values[-1], seq)
-                except ValueError as exc:
-                    out.errors.append(LineError(str(ctx.path), seq, str(exc)))
-                    continue
-                if row is not None:
-                    out.requests.append(row)
-        except sqlite3.DatabaseError as exc:
-            out.errors.append(LineError(str(ctx.path), 1, f"not a ZCode database ({exc})"))
-        finally:
-            con.close()
+    def select(con: sqlite3.Connection) -> Iterable[Sequence[Any]]:
+        present = {r[1] for r in con.execute("PRAGMA table_info(model_usage)")}
+        if not present:
+            raise sqlite3.DatabaseError("no model_usage table")
+        sessions = {r[1] for r in con.execute("PRAGMA table_info(session)")}
+        cols = [f"m.{c}" if c in present else f"NULL AS {c}" for c in _USAGE]
+        folder = "s.directory" if "directory" in sessions else "NULL"
+        join = "LEFT JOIN session s ON s.id = m.session_id" if sessions else ""
+        status = "WHERE m.status = 'completed'" if "status" in present else ""
+        return con.execute(
+            f"SELECT {', '.join(cols)}, {folder} FROM model_usage m {join} {status} ORDER BY m.rowid"
+        )
+
+    def row_of(values: Sequence[Any], seq: int) -> Row | None:
+        return usage_row(dict(zip(_USAGE, values[:-1], strict=True)), values[-1], seq)
+
+    query_rows(data, ctx, out, "ZCode", select, row_of)
 
 
 class ZCodeImporter:
@@ -122,15 +110,10 @@ class ZCodeImporter:
     whole_file: ClassVar[bool] = True
 
     def default_paths(self) -> list[Path]:
-        db = data_dir() / "cli" / "db" / "db.sqlite"
-        return [db] if db.is_file() else []
+        return if_file(data_dir() / "cli" / "db" / "db.sqlite")
 
     def discover(self, root: Path) -> list[Path]:
-        if root.is_file():
-            return [root]
-        if not root.is_dir():
-            return []
-        return with_logs(sorted(p for p in root.rglob("db.sqlite") if p.is_file()))
+        return databases_under(root, "db.sqlite")
 
     def parse(self, data: bytes, ctx: FileContext) -> Parsed:
         out = Parsed()

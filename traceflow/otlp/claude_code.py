@@ -47,7 +47,7 @@ def api_request(
     get = a.get
     try:
         cold, read, write, out, w5, w1 = [
-            x if type(x) is int and 0 <= x <= MAX_TOKENS else tok(x) for x in map(get, _TOKEN_KEYS)
+            x if type(x) is int and 0 <= x <= MAX_TOKENS else tok(x) for x in map(get, TOKEN_KEYS)
         ]
     except ValueError as e:
         m.problems.reject(f"claude_code.api_request with an invalid {_bad_count(a)}", str(e))
@@ -111,7 +111,8 @@ def api_request(
     )
 
 
-_TOKEN_KEYS = (
+#: an api_request's token attributes (the columnar decoder, otlp/logs_columnar.py, reads them first)
+TOKEN_KEYS = (
     "input_tokens",
     "cache_read_tokens",
     "cache_creation_tokens",
@@ -123,7 +124,7 @@ _TOKEN_KEYS = (
 
 def _bad_count(a: dict[str, Any]) -> str:
     """The first token count of ``a`` that :func:`tok` refuses (for the message)."""
-    for k in _TOKEN_KEYS:
+    for k in TOKEN_KEYS:
         try:
             tok(a.get(k))
         except ValueError:
@@ -143,7 +144,7 @@ def llm_request_span(
 ) -> None:
     """The ``requests`` row of a ``claude_code.llm_request`` span with usage (none for a failed call)."""
     try:
-        cold, read, write, out = toks(a, *_TOKEN_KEYS[:4])
+        cold, read, write, out = toks(a, *TOKEN_KEYS[:4])
     except ValueError as e:
         m.problems.warn("claude_code.llm_request span with an invalid token count", str(e))
         return

@@ -53,26 +53,30 @@ def map_logs_chunks(
     n = 0
     for res, fam, sl in scope_groups(msg.resource_logs, "scope_logs"):
         for r in sl.log_records:
-            b = r.body
-            body = b.string_value or pb_value(b)
-            _log(
-                m,
-                res,
-                fam,
-                r.time_unix_nano,
-                r.observed_time_unix_nano,
-                body,
-                r.event_name,
-                hex_id(r.trace_id),
-                hex_id(r.span_id),
-                pb_attrs(r.attributes),
-                r,
-            )
+            pb_log(m, res, fam, r)
             n += 1
             if n == records:
                 yield m.result()
                 m, n = Mapper(keep_content, source), 0
     yield m.result()
+
+
+def pb_log(m: Mapper, res: Resource, fam: str | None, r: Any) -> None:
+    """Map one protobuf log record ``r`` of resource ``res`` (scope family ``fam``) into ``m``."""
+    b = r.body
+    _log(
+        m,
+        res,
+        fam,
+        r.time_unix_nano,
+        r.observed_time_unix_nano,
+        b.string_value or pb_value(b),
+        r.event_name,
+        hex_id(r.trace_id),
+        hex_id(r.span_id),
+        pb_attrs(r.attributes),
+        r,
+    )
 
 
 def _log(

@@ -27,17 +27,13 @@ import orjson
 
 from traceflow.native import jit_enabled
 from traceflow.otlp.attributes import CONTENT_KEYS
+from traceflow.otlp.claude_code import TOKEN_KEYS
 from traceflow.otlp.limits import MAX_DURATION_MS, MAX_TOKENS
 from traceflow.otlp.mapper import Mapped, Mapper, scope_groups
 
 #: the attributes api_request reads (slot order)
 _SLOTS = (
-    "input_tokens",
-    "cache_read_tokens",
-    "cache_creation_tokens",
-    "output_tokens",
-    "cache_creation_5m_tokens",
-    "cache_creation_1h_tokens",
+    *TOKEN_KEYS,
     "session.id",
     "model",
     "request_id",
@@ -141,7 +137,6 @@ def _map_rest(
     once when 0). None of them is a request (no Codex, Gemini CLI or Qwen Code record: checked by the
     caller)."""
     from traceflow.otlp import logs
-    from traceflow.otlp.attributes import hex_id, pb_attrs, pb_value
     from traceflow.otlp.decode import fit_mapped
 
     m = Mapper(keep_content, source)
@@ -150,21 +145,7 @@ def _map_rest(
         items = sl.log_records
         n = len(items)
         for j in np.flatnonzero(other[i : i + n]).tolist():
-            r = items[j]
-            b = r.body
-            logs._log(
-                m,
-                res,
-                fam,
-                r.time_unix_nano,
-                r.observed_time_unix_nano,
-                b.string_value or pb_value(b),
-                r.event_name,
-                hex_id(r.trace_id),
-                hex_id(r.span_id),
-                pb_attrs(r.attributes),
-                r,
-            )
+            logs.pb_log(m, res, fam, items[j])
             count += 1
             if count == records:
                 yield fit_mapped(m.result())

@@ -86,6 +86,16 @@ class Selection:
         # an IANA name, UTC or local, resolved once (a bad name is a usage error naming the fix)
         object.__setattr__(self, "zone", zones.resolve(self.zone, "zone"))
 
+    def named_lists(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """The list filters by the name a reader knows them by, each with its values (maybe none)."""
+        return (
+            ("agent", self.agents),
+            ("model", self.models),
+            ("session", self.sessions),
+            ("user", self.users),
+            ("source", self.sources),
+        )
+
     def where(self, time_expr: str = REQUEST_TIME) -> tuple[str, list[Any]]:
         """A ``WHERE`` body (``true`` when nothing is filtered) and its positional parameters."""
         clauses: list[str] = []
