@@ -112,10 +112,10 @@ def answer(
         for name in local_logs.AGENTS:
             if name in local_logs.OWN_FOLDERS:
                 roots = [os.path.realpath(r) for r in local_logs.default_folders(name)]
-            else:  # the other agents' folders are their importers' (a few ms of imports)
-                from traceflow import importers
+            else:  # the other agents' folders (importers/files.py: config and pathlib only)
+                from traceflow.importers import files
 
-                roots = [os.path.realpath(r) for r in importers.get(name).default_paths()]
+                roots = [os.path.realpath(r) for r in files.default_paths(name)]
             if roots:
                 known = sources.setdefault(name, [])
                 known += [r for r in roots if r not in known]

@@ -27,16 +27,11 @@ import orjson
 
 from traceflow.importers.base import FileContext
 from traceflow.importers.counts import count
-from traceflow.importers.files import files_under, if_folder, xdg_setting
+from traceflow.importers.files import data_folder, default_paths, files_under
 from traceflow.rows import LineError, Parsed, Row, Tokens, iso_micros, stable_id
 
 SOURCE = "amp-json"
 AGENT = "amp"
-
-
-def data_dir() -> Path:
-    """Amp's data folder: ``$AMP_DATA_DIR``, else ``$XDG_DATA_HOME/amp``, else ``~/.local/share/amp``."""
-    return xdg_setting("amp_data_dir", "amp")
 
 
 def _text(value: Any) -> str | None:
@@ -50,6 +45,12 @@ def _micros(value: Any) -> int | None:
         return None
 
 
+def data_dir() -> Path:
+    """Amp's data folder: ``$AMP_DATA_DIR``, else ``$XDG_DATA_HOME/amp``, else ``~/.local/share/amp``.
+    (:func:`traceflow.importers.files.data_folder`)"""
+    return data_folder("amp")
+
+
 class AmpImporter:
     """Rows from Amp thread files (whole file each time: a thread is rewritten as it grows)."""
 
@@ -57,7 +58,7 @@ class AmpImporter:
     whole_file: ClassVar[bool] = True
 
     def default_paths(self) -> list[Path]:
-        return if_folder(data_dir() / "threads")
+        return default_paths(self.name)
 
     def discover(self, root: Path) -> list[Path]:
         return files_under(root, "*.json*", (".json",))

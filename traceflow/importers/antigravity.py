@@ -27,20 +27,14 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from traceflow.importers.base import FileContext
-from traceflow.importers.files import databases_under, folders_setting
+from traceflow.importers.files import databases_under, default_paths
 from traceflow.importers.session_db import query_rows
 from traceflow.rows import Parsed, Row, Tokens, stable_id
 
 SOURCE = "antigravity-db"
 AGENT = "antigravity"
-_ROOTS = ("antigravity", "antigravity-cli", "antigravity-ide")
 
 Field = tuple[int, int, Any]  # (number, wire type, value: int or bytes)
-
-
-def roots() -> list[Path]:
-    """``$ANTIGRAVITY_DATA_DIR``, else ``~/.gemini/antigravity`` and its ``-cli`` and ``-ide`` siblings."""
-    return folders_setting("antigravity_data_dir", [Path.home() / ".gemini" / name for name in _ROOTS])
 
 
 def _varint(data: bytes, i: int) -> tuple[int, int] | None:
@@ -189,7 +183,7 @@ class AntigravityImporter:
     whole_file: ClassVar[bool] = True
 
     def default_paths(self) -> list[Path]:
-        return [r / "conversations" for r in roots() if (r / "conversations").is_dir()]
+        return default_paths(self.name)
 
     def discover(self, root: Path) -> list[Path]:
         return databases_under(root, "*.db")

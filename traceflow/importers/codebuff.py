@@ -20,18 +20,11 @@ import orjson
 
 from traceflow.importers.base import FileContext
 from traceflow.importers.counts import usage_tokens
-from traceflow.importers.files import files_under, folders_setting
+from traceflow.importers.files import default_paths, files_under
 from traceflow.rows import LineError, Parsed, iso_micros, stable_id
 
 SOURCE = "codebuff-json"
 AGENT = "codebuff"
-
-
-def data_dirs() -> list[Path]:
-    """Codebuff's data folders: ``$CODEBUFF_DATA_DIR``, else ``~/.config/manicode`` and
-    ``~/.config/manicode-dev``."""
-    base = Path.home() / ".config"
-    return folders_setting("codebuff_data_dir", [base / "manicode", base / "manicode-dev"])
 
 
 class CodebuffImporter:
@@ -41,7 +34,7 @@ class CodebuffImporter:
     whole_file: ClassVar[bool] = True
 
     def default_paths(self) -> list[Path]:
-        return [d for d in data_dirs() if (d / "projects").is_dir()]
+        return default_paths(self.name)
 
     def discover(self, root: Path) -> list[Path]:
         return files_under(root, "chat-messages.json*", ("chat-messages.json",))

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 from traceflow.importers.base import FileContext, json_records
 from traceflow.importers.counts import count
-from traceflow.importers.files import files_under, folder_setting, if_folder
+from traceflow.importers.files import default_paths, files_under
 from traceflow.rows import LineError, Parsed, Row, iso_micros, split_inclusive, stable_id
 
 SOURCE = "copilot-events"
@@ -36,11 +36,6 @@ AGENT = "copilot"
 
 class BadEvent(ValueError):
     """An event that cannot be imported (becomes a LineError)."""
-
-
-def data_dir() -> Path:
-    """Copilot CLI's folder: ``$COPILOT_HOME``, else ``~/.copilot``."""
-    return folder_setting("copilot_home", ".copilot")
 
 
 def _n(obj: Any, key: str, where: str) -> int:
@@ -54,7 +49,7 @@ class CopilotImporter:
     whole_file: ClassVar[bool] = False
 
     def default_paths(self) -> list[Path]:
-        return if_folder(data_dir() / "session-state")
+        return default_paths(self.name)
 
     def discover(self, root: Path) -> list[Path]:
         return files_under(root, "events.jsonl*", (".jsonl",))

@@ -31,17 +31,12 @@ from typing import Any, ClassVar
 
 from traceflow.importers.base import FileContext
 from traceflow.importers.counts import count
-from traceflow.importers.files import files_under, folder_setting, if_folder
+from traceflow.importers.files import default_paths, files_under
 from traceflow.rows import LineError, Parsed, Tokens, iso_micros, stable_id
 
 SOURCE = "droid-settings"
 AGENT = "droid"
 SUFFIX = ".settings.json"
-
-
-def sessions_dir() -> Path:
-    """Droid's sessions folder: ``$DROID_SESSIONS_DIR`` (ccusage's variable), else ``~/.factory/sessions``."""
-    return folder_setting("droid_sessions_dir", ".factory", "sessions")
 
 
 def model_name(raw: str) -> str:
@@ -62,7 +57,7 @@ class DroidImporter:
     whole_file: ClassVar[bool] = True
 
     def default_paths(self) -> list[Path]:
-        return if_folder(sessions_dir())
+        return default_paths(self.name)
 
     def discover(self, root: Path) -> list[Path]:
         return files_under(root, f"*{SUFFIX}*", (SUFFIX,))

@@ -1,5 +1,7 @@
-"""Where the agents keep their files: the folder a setting names (else its default), and the files
-below a folder that an importer reads (docs/settings.md lists the settings)."""
+"""Where the agents keep their files: the folder a setting names (else its default), each agent's
+default paths (:func:`default_paths`), and the files below a folder that an importer reads
+(docs/settings.md lists the settings). Standard library and ``config`` only at import: the usage
+views' fast path asks :func:`default_paths` whether any agent but Claude Code has logs here."""
 
 from __future__ import annotations
 
@@ -7,7 +9,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from traceflow import config
-from traceflow.importers.compressed import with_compressed
 
 
 def folder_setting(setting: str, *default: str) -> Path:
@@ -44,6 +45,8 @@ def files_under(
         return [root]
     if not root.is_dir():
         return []
+    from traceflow.importers.compressed import with_compressed
+
     names = with_compressed(suffixes)
     return sorted(
         p
@@ -76,3 +79,92 @@ def folders_setting(setting: str, defaults: list[Path]) -> list[Path]:
     if explicit:
         return [Path(explicit).expanduser()]
     return defaults
+
+
+def _opencode_home(home: Path) -> list[Path]:
+    """OpenCode's (and Kilo's format's) folder when it holds message files or a database."""
+    if (home / "storage" / "message").is_dir():
+        return [home]
+    try:
+        return [home] if any(p.is_file() and is_opencode_database(p.name) for p in home.iterdir()) else []
+    except OSError:
+        return []
+
+
+def is_opencode_database(name: str) -> bool:
+    """``opencode.db``, or a channel's ``opencode-<channel>.db``."""
+    if name == "opencode.db":
+        return True
+    middle = name[len("opencode-") : -len(".db")]
+    return (
+        name.startswith("opencode-")
+        and name.endswith(".db")
+        and bool(middle)
+        and all(c.isalnum() or c in "_-" for c in middle)
+    )
+
+
+def _home(*parts: str) -> Path:
+    return Path.home().joinpath(*parts)
+
+
+#: The one data folder of the agents that keep everything under one (read through its setting).
+_FOLDERS: dict[str, Callable[[], Path]] = {
+    "opencode": lambda: xdg_setting("opencode_data_dir", "opencode"),
+    "qwen": lambda: folder_setting("qwen_data_dir", ".qwen"),
+    "amp": lambda: xdg_setting("amp_data_dir", "amp"),
+}
+
+
+def data_folder(agent: str) -> Path:
+    """The data folder of ``agent`` (``opencode``, ``qwen``, ``amp``), whether it exists or not."""
+    return _FOLDERS[agent]()
+
+
+#: Each agent's default paths (its importer's ``default_paths``): the folders or files that exist
+#: where the agent keeps its logs, read through its setting (docs/settings.md).
+_DEFAULTS: dict[str, Callable[[], list[Path]]] = {
+    "opencode": lambda: _opencode_home(data_folder("opencode")),
+    "qwen": lambda: if_folder(data_folder("qwen") / "projects"),
+    "amp": lambda: if_folder(data_folder("amp") / "threads"),
+    "copilot": lambda: if_folder(folder_setting("copilot_home", ".copilot") / "session-state"),
+    "kimi": lambda: if_folder(folder_setting("kimi_data_dir", ".kimi") / "sessions"),
+    "codebuff": lambda: [
+        d
+        for d in folders_setting(
+            "codebuff_data_dir", [_home(".config", "manicode"), _home(".config", "manicode-dev")]
+        )
+        if (d / "projects").is_dir()
+    ],
+    "kilo": lambda: if_file(xdg_setting("kilo_data_dir", "kilo") / "kilo.db"),
+    "pi": lambda: [
+        d
+        for d in folders_setting("pi_agent_dir", [_home(n, "agent", "sessions") for n in (".pi", ".omp")])
+        if d.is_dir()
+    ],
+    "openclaw": lambda: if_folder(folder_setting("openclaw_dir", ".openclaw") / "agents"),
+    "goose": lambda: if_file(xdg_setting("goose_data_dir", "goose") / "sessions" / "sessions.db"),
+    "droid": lambda: if_folder(folder_setting("droid_sessions_dir", ".factory", "sessions")),
+    "grok": lambda: if_folder(folder_setting("grok_home", ".grok") / "sessions"),
+    "hermes": lambda: if_file(folder_setting("hermes_home", ".hermes") / "state.db"),
+    "zcode": lambda: if_file(folder_setting("zcode_home", ".zcode") / "cli" / "db" / "db.sqlite"),
+    "antigravity": lambda: [
+        r / "conversations"
+        for r in folders_setting(
+            "antigravity_data_dir",
+            [_home(".gemini", n) for n in ("antigravity", "antigravity-cli", "antigravity-ide")],
+        )
+        if (r / "conversations").is_dir()
+    ],
+}
+
+
+def default_paths(agent: str) -> list[Path]:
+    """The default paths of ``agent`` (its importer's name: ``qwen``, ``opencode`` ...) that exist
+    here; nothing for an agent without a row in the table."""
+    rule = _DEFAULTS.get(agent)
+    return rule() if rule is not None else []
+
+
+#: The agents :func:`default_paths` knows.
+AGENTS_WITH_DEFAULTS = tuple(_DEFAULTS)

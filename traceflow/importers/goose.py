@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from traceflow.importers.base import FileContext
-from traceflow.importers.files import databases_under, if_file, xdg_setting
+from traceflow.importers.files import databases_under, default_paths
 from traceflow.importers.session_db import table_rows
 from traceflow.rows import Parsed, Row, Tokens, iso_micros, stable_id
 
@@ -44,12 +44,6 @@ _COLUMNS = (
     "accumulated_input_tokens",
     "accumulated_output_tokens",
 )
-
-
-def data_dir() -> Path:
-    """Goose's data folder: ``$GOOSE_DATA_DIR``, else ``$XDG_DATA_HOME/goose``, else
-    ``~/.local/share/goose``."""
-    return xdg_setting("goose_data_dir", "goose")
 
 
 def _micros(value: Any) -> int | None:
@@ -113,7 +107,7 @@ class GooseImporter:
     whole_file: ClassVar[bool] = True
 
     def default_paths(self) -> list[Path]:
-        return if_file(data_dir() / "sessions" / "sessions.db")
+        return default_paths(self.name)
 
     def discover(self, root: Path) -> list[Path]:
         return databases_under(root, "sessions.db")

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from traceflow.importers.base import FileContext, json_records
-from traceflow.importers.files import files_under, folder_setting, if_folder
+from traceflow.importers.files import default_paths, files_under
 from traceflow.rows import LineError, Parsed, Row, as_int, iso_micros, split_inclusive, stable_id
 
 SOURCE = "grok-jsonl"
@@ -36,11 +36,6 @@ _FIELDS = ("inputTokens", "outputTokens", "cachedReadTokens", "reasoningTokens")
 
 class BadUpdate(ValueError):
     """A line that cannot be imported (becomes a LineError)."""
-
-
-def data_dir() -> Path:
-    """Grok Build CLI's folder: ``$GROK_HOME``, else ``~/.grok``."""
-    return folder_setting("grok_home", ".grok")
 
 
 def _micros(value: Any) -> int:
@@ -86,7 +81,7 @@ class GrokImporter:
     whole_file: ClassVar[bool] = False
 
     def default_paths(self) -> list[Path]:
-        return if_folder(data_dir() / "sessions")
+        return default_paths(self.name)
 
     def discover(self, root: Path) -> list[Path]:
         return files_under(root, "updates.jsonl*", (".jsonl",))

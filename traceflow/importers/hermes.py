@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from traceflow.importers.base import FileContext
-from traceflow.importers.files import databases_under, folder_setting, if_file
+from traceflow.importers.files import databases_under, default_paths
 from traceflow.importers.session_db import table_rows
 from traceflow.rows import Parsed, Row, Tokens, stable_id
 
@@ -42,11 +42,6 @@ _COLUMNS = (
     "estimated_cost_usd",
     "actual_cost_usd",
 )
-
-
-def data_dir() -> Path:
-    """Hermes' folder: ``$HERMES_HOME``, else ``~/.hermes``."""
-    return folder_setting("hermes_home", ".hermes")
 
 
 def _n(value: Any) -> int:
@@ -99,7 +94,7 @@ class HermesImporter:
     whole_file: ClassVar[bool] = True
 
     def default_paths(self) -> list[Path]:
-        return if_file(data_dir() / "state.db")
+        return default_paths(self.name)
 
     def discover(self, root: Path) -> list[Path]:
         return databases_under(root, "state.db")

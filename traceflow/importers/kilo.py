@@ -15,14 +15,9 @@ from pathlib import Path
 from typing import ClassVar
 
 from traceflow.importers.base import FileContext
-from traceflow.importers.files import databases_under, if_file, xdg_setting
+from traceflow.importers.files import databases_under, default_paths
 from traceflow.importers.opencode import database_of_log, database_rows
 from traceflow.rows import Parsed
-
-
-def data_dir() -> Path:
-    """Kilo's data folder: ``$KILO_DATA_DIR``, else ``$XDG_DATA_HOME/kilo``, else ``~/.local/share/kilo``."""
-    return xdg_setting("kilo_data_dir", "kilo")
 
 
 class KiloImporter:
@@ -32,7 +27,7 @@ class KiloImporter:
     whole_file: ClassVar[bool] = True
 
     def default_paths(self) -> list[Path]:
-        return if_file(data_dir() / "kilo.db")
+        return default_paths(self.name)
 
     def discover(self, root: Path) -> list[Path]:
         return databases_under(root, "kilo*.db")

@@ -29,17 +29,12 @@ import orjson
 
 from traceflow.importers.base import FileContext, json_records
 from traceflow.importers.counts import usage_tokens
-from traceflow.importers.files import files_under, folder_setting, if_folder
+from traceflow.importers.files import default_paths, files_under
 from traceflow.rows import LineError, Parsed, Row, Tokens, as_int, stable_id
 
 SOURCE = "kimi-wire"
 AGENT = "kimi"
 DEFAULT_MODEL = "kimi-for-coding"
-
-
-def data_dir() -> Path:
-    """Kimi's folder: ``$KIMI_DATA_DIR``, else ``~/.kimi``."""
-    return folder_setting("kimi_data_dir", ".kimi")
 
 
 def _layout(path: Path) -> tuple[Path, str, str | None]:
@@ -68,7 +63,7 @@ class KimiImporter:
     whole_file: ClassVar[bool] = False
 
     def default_paths(self) -> list[Path]:
-        return if_folder(data_dir() / "sessions")
+        return default_paths(self.name)
 
     def discover(self, root: Path) -> list[Path]:
         return files_under(root, "wire.jsonl*", (".jsonl",))

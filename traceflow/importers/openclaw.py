@@ -19,17 +19,12 @@ from typing import Any, ClassVar
 
 from traceflow.importers.base import FileContext, json_records
 from traceflow.importers.counts import usage_tokens
-from traceflow.importers.files import files_under, folder_setting, if_folder
+from traceflow.importers.files import default_paths, files_under
 from traceflow.importers.pi import message_row
 from traceflow.rows import LineError, Parsed, iso_micros
 
 SOURCE = "openclaw-jsonl"
 AGENT = "openclaw"
-
-
-def data_dir() -> Path:
-    """OpenClaw's folder: ``$OPENCLAW_DIR``, else ``~/.openclaw``."""
-    return folder_setting("openclaw_dir", ".openclaw")
 
 
 def _time(value: Any) -> int | None:
@@ -52,7 +47,7 @@ class OpenClawImporter:
     whole_file: ClassVar[bool] = False
 
     def default_paths(self) -> list[Path]:
-        return if_folder(data_dir() / "agents")
+        return default_paths(self.name)
 
     def discover(self, root: Path) -> list[Path]:
         return files_under(

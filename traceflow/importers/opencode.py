@@ -43,33 +43,21 @@ import orjson
 
 from traceflow.importers.base import FileContext
 from traceflow.importers.counts import count
-from traceflow.importers.files import files_under, with_logs, xdg_setting
+from traceflow.importers.files import data_folder, default_paths, files_under, is_opencode_database, with_logs
 from traceflow.rows import LineError, Parsed, Row, Tokens, as_int, stable_id
 
 SOURCE = "opencode-json"
 AGENT = "opencode"
 
 
-class BadMessage(ValueError):
-    """A message that cannot be imported (becomes a LineError)."""
-
-
 def data_dir() -> Path:
     """OpenCode's data folder: ``$OPENCODE_DATA_DIR``, else ``$XDG_DATA_HOME/opencode``, else
-    ``~/.local/share/opencode``."""
-    return xdg_setting("opencode_data_dir", "opencode")
+    ``~/.local/share/opencode`` (:func:`traceflow.importers.files.data_folder`)"""
+    return data_folder("opencode")
 
 
-def _is_database(name: str) -> bool:
-    if name == "opencode.db":
-        return True
-    middle = name[len("opencode-") : -len(".db")]
-    return (
-        name.startswith("opencode-")
-        and name.endswith(".db")
-        and bool(middle)
-        and all(c.isalnum() or c in "_-" for c in middle)
-    )
+class BadMessage(ValueError):
+    """A message that cannot be imported (becomes a LineError)."""
 
 
 def _count(tokens: dict[str, Any], key: str, where: str) -> int | None:
@@ -165,13 +153,12 @@ class OpenCodeImporter:
     whole_file: ClassVar[bool] = True
 
     def default_paths(self) -> list[Path]:
-        home = data_dir()
-        return [home] if (home / "storage" / "message").is_dir() or self._databases(home) else []
+        return default_paths(self.name)
 
     @staticmethod
     def _databases(root: Path) -> list[Path]:
         try:
-            return sorted(p for p in root.iterdir() if p.is_file() and _is_database(p.name))
+            return sorted(p for p in root.iterdir() if p.is_file() and is_opencode_database(p.name))
         except OSError:
             return []
 
@@ -188,7 +175,7 @@ class OpenCodeImporter:
         if ctx.plain.name.endswith(".db-wal"):
             database_of_log(ctx, out)
             return out
-        if _is_database(ctx.plain.name):
+        if is_opencode_database(ctx.plain.name):
             database_rows(data, ctx, out)
             return out
         try:

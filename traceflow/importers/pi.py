@@ -19,18 +19,11 @@ from typing import Any, ClassVar
 
 from traceflow.importers.base import FileContext, json_records
 from traceflow.importers.counts import usage_tokens
-from traceflow.importers.files import files_under, folders_setting
+from traceflow.importers.files import default_paths, files_under
 from traceflow.rows import LineError, Parsed, Row, Tokens, iso_micros, stable_id
 
 SOURCE = "pi-jsonl"
 AGENT = "pi"
-
-
-def session_dirs() -> list[Path]:
-    """pi's session folders: ``$PI_AGENT_DIR``, else ``~/.pi/agent/sessions`` and
-    ``~/.omp/agent/sessions``."""
-    defaults = [Path.home() / name / "agent" / "sessions" for name in (".pi", ".omp")]
-    return folders_setting("pi_agent_dir", defaults)
 
 
 def message_row(
@@ -72,7 +65,7 @@ class PiImporter:
     whole_file: ClassVar[bool] = False
 
     def default_paths(self) -> list[Path]:
-        return [d for d in session_dirs() if d.is_dir()]
+        return default_paths(self.name)
 
     def discover(self, root: Path) -> list[Path]:
         return files_under(root, "*.jsonl*", (".jsonl",))

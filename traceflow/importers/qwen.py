@@ -28,20 +28,21 @@ from typing import Any, ClassVar
 
 from traceflow.importers.base import FileContext, json_records
 from traceflow.importers.counts import count
-from traceflow.importers.files import files_under, folder_setting, if_folder
+from traceflow.importers.files import data_folder, default_paths, files_under
 from traceflow.rows import LineError, Parsed, Row, iso_micros, split_inclusive, stable_id
 
 SOURCE = "qwen-jsonl"
 AGENT = "qwen-code"
 
 
+def data_dir() -> Path:
+    """Qwen Code's folder: ``$QWEN_DATA_DIR``, else ``~/.qwen``.
+    (:func:`traceflow.importers.files.data_folder`)"""
+    return data_folder("qwen")
+
+
 class BadRecord(ValueError):
     """A record that cannot be imported (becomes a LineError)."""
-
-
-def data_dir() -> Path:
-    """Qwen Code's folder: ``$QWEN_DATA_DIR``, else ``~/.qwen``."""
-    return folder_setting("qwen_data_dir", ".qwen")
 
 
 def _count(usage: dict[str, Any], key: str) -> int:
@@ -55,7 +56,7 @@ class QwenImporter:
     whole_file: ClassVar[bool] = False
 
     def default_paths(self) -> list[Path]:
-        return if_folder(data_dir() / "projects")
+        return default_paths(self.name)
 
     def discover(self, root: Path) -> list[Path]:
         return files_under(root, "*.jsonl*", (".jsonl",), lambda p: p.parent.name == "chats")

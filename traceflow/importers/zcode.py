@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from traceflow.importers.base import FileContext
-from traceflow.importers.files import databases_under, folder_setting, if_file
+from traceflow.importers.files import databases_under, default_paths
 from traceflow.importers.session_db import query_rows
 from traceflow.rows import Parsed, Row, split_inclusive, stable_id
 
@@ -41,11 +41,6 @@ _USAGE = (
     "cache_read_input_tokens",
     "computed_total_tokens",
 )
-
-
-def data_dir() -> Path:
-    """ZCode's folder: ``$ZCODE_HOME``, else ``~/.zcode``."""
-    return folder_setting("zcode_home", ".zcode")
 
 
 def _n(value: Any) -> int:
@@ -110,7 +105,7 @@ class ZCodeImporter:
     whole_file: ClassVar[bool] = True
 
     def default_paths(self) -> list[Path]:
-        return if_file(data_dir() / "cli" / "db" / "db.sqlite")
+        return default_paths(self.name)
 
     def discover(self, root: Path) -> list[Path]:
         return databases_under(root, "db.sqlite")
