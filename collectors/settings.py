@@ -108,7 +108,7 @@ class ReadyLine:
 
         >>> ReadyLine.parse("traceflow serve: OTLP/HTTP on https://127.0.0.1:4318, "
         ...                 "OTLP/gRPC on 127.0.0.1:4317 (TLS), data /tmp/lake")
-        ReadyLine(http_url='https://127.0.0.1:4318', grpc_target='127.0.0.1:4317')
+        ReadyLine(http_url='https://127.0.0.1:4318', grpc_target='127.0.0.1:4317', metrics_url='')
         >>> ReadyLine.parse("Traceback (most recent call last):") is None
         True
         """

@@ -253,7 +253,8 @@ main{max-width:1200px;margin:0 auto;padding:12px 24px 40px}
 section{background:#fff;border:1px solid #e5e7eb;border-radius:8px;padding:14px 18px;margin:16px 0}
 h2{font-size:17px;margin:0 0 6px}h2.part{font-size:20px;margin:28px 0 4px}h3{font-size:16px;margin:0 0 6px}
 code{font-size:12.5px;background:#f3f4f6;padding:0 3px;border-radius:3px}
-.chart{overflow-x:auto}ul.alerts li{margin:4px 0}p.caption{color:#444;font-size:13.5px;line-height:1.45;margin:0 0 10px}
+.chart{overflow-x:auto}ul.alerts li{margin:4px 0}
+p.caption{color:#444;font-size:13.5px;line-height:1.45;margin:0 0 10px}
 ul.headline li{margin:5px 0;line-height:1.4}
 pre{font-size:11.5px;overflow-x:auto;background:#f6f8fa;padding:10px}
 .chart{min-height:60px}.error{color:#b91c1c}nav a{margin-right:10px;font-size:13px}

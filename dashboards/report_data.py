@@ -545,7 +545,6 @@ def gather(
     from traceflow.analysis.working_set import working_set_series
     from traceflow.store import time_base
     from traceflow.store.selection import Selection
-
     from traceflow.store.sql import share_steps
 
     share_steps(con)  # the per-stream window computed once for all the report's queries

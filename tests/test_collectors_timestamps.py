@@ -30,7 +30,7 @@ def _acknowledge(signal: str, body: bytes) -> tuple[int, str, bytes]:
     """(rejected, message, the body logged to the WAL) as the collector acknowledges ``body``."""
     checked = _check(signal, PROTOBUF, body)  # type: ignore[arg-type]
     assert not isinstance(checked, Outcome), checked
-    logged, encoding, _, rejected, message = checked
+    logged, encoding, rejected, message = checked.body, checked.encoding, checked.rejected, checked.message
     assert encoding == PROTOBUF
     return rejected, message, logged
 

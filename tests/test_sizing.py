@@ -383,6 +383,7 @@ def test_size_and_the_report_assume_one_ssd_array(cli: Cli, lake: Lake) -> None:
         kv_bytes_per_token = 126_976.0
         resolution_s = 60.0
         series_since = None
+        capacity = True  # the SSD note belongs to the capacity part (report --capacity)
 
     note = next(n for n in _notes(Data(), True, "UTC") if "SSD" in n)  # type: ignore[arg-type]
     assert f"{ssd.drives} drives of {ssd.drive_bytes / 1e12:g} TB in {ssd.raid}" in note
