@@ -6,8 +6,10 @@ from __future__ import annotations
 import contextlib
 import gzip
 import hashlib
+import importlib.util
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,6 +22,20 @@ from traceflow.dashboards.demo import examples_dir
 from traceflow.store.lake import Lake
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def corpus_generator() -> Any:
+    """``benchmarks/gen_claude_corpus.py`` loaded as a module (the benchmarks are not a package)."""
+    spec = importlib.util.spec_from_file_location(
+        "gen_claude_corpus", REPO / "benchmarks" / "gen_claude_corpus.py"
+    )
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("gen_claude_corpus", mod)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 #: The test data as stored in the repository (origin, licence and checksums: ``tests/data/SOURCES.md``).
 STORED = REPO / "tests" / "data"
 

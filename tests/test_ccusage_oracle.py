@@ -18,17 +18,17 @@ the test skips locally and fails in CI (``$CI`` set).
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
 import json
 import os
 import subprocess
-import sys
 import zoneinfo
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.conftest import corpus_generator
 
 REPO = Path(__file__).resolve().parent.parent
 VERSION = "20.0.24"
@@ -39,17 +39,6 @@ BLOCK_TOKEN_KEYS = ("inputTokens", "outputTokens", "cacheCreationInputTokens", "
 #: The day the hand-made session crosses Tokyo's midnight (15:00 UTC), after the generated window.
 MIDNIGHT = dt.datetime(2026, 5, 2, 15, 0, tzinfo=dt.UTC)
 CLI = Callable[..., tuple[int, str, str]]
-
-
-def _gen() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "gen_claude_corpus", REPO / "benchmarks" / "gen_claude_corpus.py"
-    )
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("gen_claude_corpus", mod)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def ccusage_binary() -> Path:
@@ -135,7 +124,7 @@ def add_midnight_session(root: Path) -> tuple[str, str]:
 @pytest.fixture(scope="module")
 def history(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
     root = tmp_path_factory.mktemp("claude")
-    _gen().generate_corpus(root, 0.6, 5)
+    corpus_generator().generate_corpus(root, 0.6, 5)
     session, request = add_midnight_session(root)
     return root, session, request
 

@@ -7,17 +7,16 @@ recount from the files (dedup by message.id + requestId keeping the largest outp
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-_GEN_PATH = Path(__file__).resolve().parent.parent / "benchmarks" / "gen_claude_corpus.py"
+from tests.conftest import corpus_generator
+
 SEED = 5  # at 2 MB: sub-agents, sessions on both sides of 2.1.97, synthetic errors and the 0-total quirk
 SIZE_MB = 2.0
 CCUSAGE_NON_NULL = (  # noqa: SIM905
@@ -26,16 +25,7 @@ CCUSAGE_NON_NULL = (  # noqa: SIM905
 ).split()
 
 
-def _load_gen() -> Any:
-    spec = importlib.util.spec_from_file_location("gen_claude_corpus", _GEN_PATH)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("gen_claude_corpus", mod)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-gen = _load_gen()
+gen = corpus_generator()
 
 
 def _files(root: Path) -> dict[str, bytes]:

@@ -4,9 +4,7 @@ independently, in Python, from the lake's per-request rows of a generated Claude
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
 import json
-import sys
 import zoneinfo
 from collections import defaultdict
 from collections.abc import Callable
@@ -15,27 +13,18 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import corpus_generator
 from traceflow.store.lake import Lake
 
-_GEN = Path(__file__).resolve().parent.parent / "benchmarks" / "gen_claude_corpus.py"
 KINDS = ("cold_input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")
 CLI = Callable[..., tuple[int, str, str]]
-
-
-def _gen() -> Any:
-    spec = importlib.util.spec_from_file_location("gen_claude_corpus", _GEN)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("gen_claude_corpus", mod)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture
 def corpus_lake(tmp_path: Path, cli: CLI, lake: Lake) -> list[dict[str, Any]]:
     """The lake filled from a generated 2 MB corpus (19 days, sub-agents); its per-request rows."""
     corpus = tmp_path / "corpus"
-    _gen().generate_corpus(corpus, 2.0, 5)
+    corpus_generator().generate_corpus(corpus, 2.0, 5)
     code, _, err = cli("import", "claude-code", str(corpus / "projects"))
     assert code == 0, err
     con = lake.connect(["requests"])

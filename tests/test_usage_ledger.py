@@ -10,16 +10,14 @@ aside where it cannot give the lake's answer.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, corpus_generator
 from tests.test_result_cache import heavy_imports, run
 from traceflow.cli import usage_fast
 from traceflow.importers.claude_code_usage import Ledger, Unsupported, covered
@@ -31,17 +29,6 @@ REPO = Path(__file__).resolve().parent.parent
 VIEWS = ("daily", "weekly", "monthly", "session")
 EXAMPLE = (EXAMPLES / "claude-transcript.jsonl").read_bytes()
 SESSION = "0a9a8045-53e9-44b1-83fb-aafc6e1f4f0b"
-
-
-def _gen() -> object:
-    spec = importlib.util.spec_from_file_location(
-        "gen_claude_corpus", REPO / "benchmarks" / "gen_claude_corpus.py"
-    )
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("gen_claude_corpus", mod)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _line(**fields: object) -> bytes:
@@ -120,7 +107,7 @@ COPIES = b"".join(
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("claude")
-    _gen().generate_corpus(root, 0.3, 11)  # type: ignore[attr-defined]
+    corpus_generator().generate_corpus(root, 0.3, 11)  # type: ignore[attr-defined]
     odd = root / "projects" / "-home-u-odd"
     odd.mkdir()
     (odd / f"{SESSION}.jsonl").write_bytes(EXAMPLE + AWKWARD)
