@@ -109,13 +109,10 @@ def answer(
         return None  # fed by serve
     sources = local_logs.sources_of(local_logs.read_marker(state_dir))
     if default:
-        for name in local_logs.AGENTS:
-            if name in local_logs.OWN_FOLDERS:
-                roots = [os.path.realpath(r) for r in local_logs.default_folders(name)]
-            else:  # the other agents' folders (importers/files.py: config and pathlib only)
-                from traceflow.importers import files
+        from traceflow.importers import files  # config and pathlib only
 
-                roots = [os.path.realpath(r) for r in files.default_paths(name)]
+        for name in local_logs.AGENTS:
+            roots = [os.path.realpath(r) for r in files.default_paths(name)]
             if roots:
                 known = sources.setdefault(name, [])
                 known += [r for r in roots if r not in known]

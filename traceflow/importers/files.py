@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from traceflow import config
+from traceflow.store import local_logs
 
 
 def folder_setting(setting: str, *default: str) -> Path:
@@ -161,10 +162,9 @@ _DEFAULTS: dict[str, Callable[[], list[Path]]] = {
 
 def default_paths(agent: str) -> list[Path]:
     """The default paths of ``agent`` (its importer's name: ``qwen``, ``opencode`` ...) that exist
-    here; nothing for an agent without a row in the table."""
+    here: the table's, or for Claude Code, Codex and Gemini CLI
+    :func:`traceflow.store.local_logs.default_folders`; nothing for an agent neither knows."""
+    if agent in local_logs.OWN_FOLDERS:
+        return [Path(p) for p in local_logs.default_folders(agent)]
     rule = _DEFAULTS.get(agent)
     return rule() if rule is not None else []
-
-
-#: The agents :func:`default_paths` knows.
-AGENTS_WITH_DEFAULTS = tuple(_DEFAULTS)
