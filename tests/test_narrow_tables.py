@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from tests.test_periods import _gen
+from tests.conftest import corpus_generator
 from traceflow.store.lake import Lake
 
 WIDTH = 80
@@ -47,7 +47,7 @@ CASES: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
     """A lake of a generated Claude Code corpus (19 days, sub-agents) and its busiest session."""
     root = tmp_path_factory.mktemp("narrow")
-    _gen().generate_corpus(root / "corpus", 2.0, 5)
+    corpus_generator().generate_corpus(root / "corpus", 2.0, 5)
     lake = Lake(root / "data")
     lake.ensure()
     code, out = _run(["import", "claude-code", str(root / "corpus" / "projects"), "--data", str(lake.root)])
