@@ -209,6 +209,23 @@ def test_other_records_beside_api_requests_keep_the_dict_rows() -> None:
     assert _same(_request(records), True)
 
 
+def test_long_request_ids_hash_as_hashlib_does() -> None:
+    # event_id is blake2b over 19 framing bytes + the id, in 128-byte blocks: ids across the block
+    # edges (109 and 237 bytes end a block); the dict path hashes with hashlib
+    lengths = [1, 2, 108, 109, 110, 236, 237, 238, 400]
+    records = [{"attrs": [("request_id", "é" + "r" * (k - 2) if k > 1 else "r")]} for k in lengths]
+    assert _same(_request(records), False)
+
+
+def test_requests_larger_than_the_first_guess_grow_the_columns() -> None:
+    many_attrs = [
+        {"attrs": [("request_id", f"r{i}"), *((chr(97 + k), True) for k in range(20))]} for i in range(50)
+    ]
+    many_records = [{"attrs": [("request_id", f"r{i}")]} for i in range(300)]
+    for records in (many_attrs, many_records):
+        assert _same(_request(records, []), False)
+
+
 def _lake_rows(data: Path, table: str) -> list[tuple[Any, ...]]:
     cols = [c for c in TABLES[table].columns if c != "ingested_at"]
     return query(data, f"select {', '.join(cols)} from {table} order by event_id")

@@ -18,8 +18,8 @@ range, another agent's request row in the same request).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
-from hashlib import blake2b
 from typing import Any
 
 import numpy as np
@@ -27,29 +27,8 @@ import orjson
 
 from traceflow.native import jit_enabled
 from traceflow.otlp.attributes import CONTENT_KEYS
-from traceflow.otlp.claude_code import TOKEN_KEYS
 from traceflow.otlp.limits import MAX_DURATION_MS, MAX_TOKENS
 from traceflow.otlp.mapper import Mapped, Mapper, scope_groups
-
-#: the attributes api_request reads (slot order)
-_SLOTS = (
-    *TOKEN_KEYS,
-    "session.id",
-    "model",
-    "request_id",
-    "duration_ms",
-    "ttft_ms",
-    "cost_usd",
-    "cost_usd_micros",
-    "event.sequence",
-    "agent_id",
-    "user.id",
-    "prompt.id",
-    "app.version",
-)
-_S = {k: i for i, k in enumerate(_SLOTS)}
-_TEXT_SLOTS = ("session.id", "model", "request_id", "agent_id", "user.id", "prompt.id", "app.version")
-_ANTHROPIC_REQUEST = b"\x1fanthropic-request\x1f"
 
 
 def map_logs_columnar(
@@ -63,14 +42,13 @@ def map_logs_columnar(
     from traceflow.otlp import wire_jit as w
 
     buf = np.frombuffer(body, np.uint8)
-    empty = np.zeros((0, 0), np.int64)
-    nr, na, ng = w.scan(buf, False, empty, empty)
+    # a first guess of the rows (Claude Code sends ~800 bytes per record, ~35 per attribute); they grow
+    rec = np.zeros((len(body) // 256 + 16, w.R_COLUMNS), np.int64)
+    attr = np.zeros((len(body) // 32 + 64, w.A_COLUMNS), np.int64)
+    nr, na, ng, rec, attr = w.scan(buf, rec, attr)
     if nr <= 0:
         return None
-    rec = np.zeros((nr, w.R_COLUMNS), np.int64)
-    attr = np.zeros((na, w.A_COLUMNS), np.int64)
-    if w.scan(buf, True, rec, attr) != (nr, na, ng):
-        return None
+    rec, attr = rec[:nr], attr[:na]
     groups = list(scope_groups(msg.resource_logs, "scope_logs"))
     if len(groups) != ng or sum(len(sl.log_records) for _, _, sl in groups) != nr:
         return None
@@ -168,182 +146,155 @@ def _requests_frame(
     """The ``requests`` frame of records ``rows`` (None when one of them needs the dict path)."""
     import polars as pl
     import pyarrow as pa
-    import pyarrow.compute as pc
 
-    from traceflow.schema import REQUESTS, polars_type
+    from traceflow.otlp import requests_jit as q
 
     kid, rep = w.key_ids(buf, attr)
     keys = [body[o : o + n].decode() for o, n in attr[rep][:, [w.A_KEY_OFF, w.A_KEY_LEN]].tolist()]
+    slot = {k: i for i, k in enumerate(q.SLOTS)}
+    at = w.slots(rows, rec, kid, np.array([slot.get(k, -1) for k in keys], np.int64), len(q.SLOTS))
+    versions = [(res.version or "").encode() for res, _, _ in groups]
+    status, ints, floats, num_bits, offsets, data, text_bits, starts = q.request_columns(
+        buf,
+        rows,
+        rec,
+        attr,
+        attr.view(np.float64),
+        at,
+        _bytes(versions),
+        _offsets(versions),
+        MAX_TOKENS,
+        float(MAX_DURATION_MS),
+    )
+    if status:
+        return None
+    n = len(rows)
+
+    def text(c: int) -> Any:
+        a, b = starts[c], starts[c + 1]
+        bufs = [pa.py_buffer(text_bits[c]), pa.py_buffer(offsets[c]), pa.py_buffer(data[a:b])]
+        return pa.Array.from_buffers(pa.large_string(), n, bufs)
+
+    def number(typ: Any, values: Any, c: int) -> Any:
+        return pa.Array.from_buffers(typ, n, [pa.py_buffer(num_bits[c]), pa.py_buffer(values)])
+
+    i64, f64, ts = pa.int64(), pa.float64(), pa.timestamp("us", "UTC")
+    cold, read, write, out, w5, w1 = (number(i64, ints[c], c) for c in range(6))
+    fc = q.INT_COLUMNS
+    columns = {
+        "event_id": text(q.T_EVENT_ID),
+        "source": _repeat(source, n),
+        "agent": _repeat("claude-code", n),
+        "agent_version": text(q.T_VERSION),
+        "user_id": text(q.T_USER),
+        "session_id": text(q.T_SESSION),
+        "parent_session_id": text(q.T_PARENT),
+        "prompt_id": text(q.T_PROMPT),
+        "request_id": text(q.T_REQUEST),
+        "started_at": number(ts, ints[q.I_STARTED], q.I_STARTED),
+        "ended_at": number(ts, ints[q.I_ENDED], q.I_ENDED),
+        "duration_ms": number(f64, floats[q.F_DURATION], fc + q.F_DURATION),
+        "ttft_ms": number(f64, floats[q.F_TTFT], fc + q.F_TTFT),
+        "model": text(q.T_MODEL),
+        "cold_input_tokens": cold,
+        "cache_read_tokens": read,
+        "cache_write_tokens": write,
+        "cache_write_5m_tokens": w5,
+        "cache_write_1h_tokens": w1,
+        "output_tokens": out,
+        "cost_usd": number(f64, floats[q.F_COST], fc + q.F_COST),
+        "attributes": _attributes(w, q, buf, attr, rec, rows, kid, keys, groups, keep_content),
+        "seq": number(i64, ints[q.I_SEQ], q.I_SEQ),
+        "ingested_at": pa.Array.from_buffers(
+            ts, n, [None, pa.py_buffer(np.full(n, _now_micros(), np.int64))]
+        ),
+    }
+    schema = _arrow_schema()
+    batch = pa.RecordBatch.from_arrays(
+        [columns.get(f.name) or pa.nulls(n, f.type) for f in schema], schema=schema
+    )
+    frame = pl.from_arrow(batch)
+    assert isinstance(frame, pl.DataFrame)
+    return frame
+
+
+def _attributes(
+    w: Any,
+    q: Any,
+    buf: Any,
+    attr: Any,
+    rec: Any,
+    rows: Any,
+    kid: Any,
+    keys: list[str],
+    groups: list[Any],
+    keep_content: bool,
+) -> Any:
+    """The ``attributes`` column of records ``rows``: doubles formatted by orjson, resources once
+    per group, the rest by :func:`traceflow.otlp.requests_jit.attributes_json`."""
+    import pyarrow as pa
+
     key_texts = [orjson.dumps(k) + b":" for k in keys]
-    key_offsets = np.zeros(len(keys) + 1, np.int64)
-    key_offsets[1:] = np.cumsum([len(t) for t in key_texts])
     drop = np.array([(not keep_content) and k in CONTENT_KEYS for k in keys], np.bool_)
-    slot_of_kid = np.array([_S.get(k, -1) for k in keys], np.int64)
     where = {k: i for i, k in enumerate(keys)}
     has_kid = np.array([where.get(k, -1) for k in ("resource", "trace_id", "span_id")], np.int64)
-    at = w.slots(rows, rec, kid, slot_of_kid, len(_SLOTS))  # (records, slots) attribute index or -1
-
-    kind_all = attr[:, w.A_KIND]
-    value_all = attr[:, w.A_VALUE]
-
-    def col(name: str) -> tuple[Any, Any, Any]:
-        """(present, kind, value) of slot ``name`` per record."""
-        j = at[:, _S[name]]
-        present = j >= 0
-        jj = np.where(present, j, 0)
-        kind = np.where(present, kind_all[jj] if len(kind_all) else 0, w.NONE)
-        return present, kind, np.where(present, value_all[jj] if len(value_all) else 0, 0)
-
-    n = len(rows)
-    tokens = []
-    for name in _SLOTS[:6]:
-        present, kind, value = col(name)
-        given = present & (kind != w.NONE)  # an empty value is no count
-        if (given & (kind != w.INT)).any() or ((value < 0) | (value > MAX_TOKENS))[given].any():
-            return None  # the dict path coerces or refuses those
-        tokens.append((value, given))
-    (cold, cold_ok), (read, read_ok), (write, write_ok), (out, out_ok), (w5, w5_ok), (w1, w1_ok) = tokens
-    # anthropic_cache_write: a non-zero total, else the split's sum when positive, else the total
-    split = np.where(w5_ok, w5, 0) + np.where(w1_ok, w1, 0)
-    use_split = ~(write_ok & (write != 0)) & (split > 0)
-    write = np.where(use_split, split, write)
-    write_ok = write_ok | use_split
-
-    def number(name: str) -> tuple[Any, Any] | None:
-        """(value as float64, valid) of an int or double attribute: num()'s rules; None for text."""
-        present, kind, value = col(name)
-        if (present & (kind != w.INT) & (kind != w.DOUBLE) & (kind != w.NONE)).any():
-            return None
-        f = np.where(kind == w.INT, value.astype(np.float64), value.view(np.float64))
-        valid = present & (kind != w.NONE) & np.isfinite(f)
-        return np.where(valid, f, 0.0), valid
-
-    got = [number(k) for k in ("duration_ms", "ttft_ms", "cost_usd", "cost_usd_micros")]
-    if any(g is None for g in got):
-        return None
-    (dur, dur_ok), (ttft, ttft_ok), (cost, cost_ok), (micros, micros_ok) = got  # type: ignore[misc]
-    if (dur_ok & ~((dur >= 0.0) & (dur <= MAX_DURATION_MS))).any():
-        return None  # refused by the dict path
-    ttft_ok &= (ttft >= 0.0) & (ttft <= MAX_DURATION_MS)
-    cost = np.where(cost_ok, cost, micros / 1e6)
-    cost_ok = cost_ok | micros_ok
-
-    t = rec[rows, w.R_TIME].view(np.uint64)
-    t = np.where(t != 0, t, rec[rows, w.R_OBSERVED].view(np.uint64))
-    if (t == 0).any():
-        return None  # dated by event.timestamp: the dict path
-    ts = (t // np.uint64(1000)).astype(np.int64)
-    started = ts - np.rint(dur * 1000.0).astype(np.int64)
-
-    texts: dict[str, Any] = {}
-    for name in _TEXT_SLOTS:
-        present, kind, value = col(name)
-        if (present & (kind != w.STRING) & (kind != w.NONE)).any():
-            return None  # text() of a number or bool: the dict path
-        length = np.where(present & (kind == w.STRING), attr[at[:, _S[name]], w.A_VLEN], -1)
-        texts[name] = (value, np.where(length == 0, -1, length))  # "" is None
-    rid_off, rid_len = texts["request_id"]
-    if (rid_len < 0).any():
-        return None  # no request id: the id hashes the tokens (dict path)
-    no_prefix = np.zeros(n, np.bool_)
-
-    def text_array(off: Any, length: Any, prefixed: Any = no_prefix, prefix: bytes = b"") -> Any:
-        offsets, data = w.gather_text(
-            buf, off, length, prefixed, np.frombuffer(prefix or b"\0", np.uint8)[: len(prefix)]
-        )
-        valid = length >= 0
-        return pa.LargeStringArray.from_buffers(
-            n, pa.py_buffer(offsets), pa.py_buffer(data), _bitmap(valid), int(n - valid.sum())
-        )
-
-    # sub-agents: session agent-<agent_id>, parent the session it was sent with
-    (s_off, s_len), (g_off, g_len) = texts["session.id"], texts["agent_id"]
-    sub = g_len >= 0
-    group_version = pa.array([res.version for res, _, _ in groups], pa.large_string())
-    version = pc.coalesce(
-        group_version.take(pa.array(rec[rows, w.R_GROUP])), text_array(*texts["app.version"])
-    )
-
-    # attributes: doubles formatted by orjson, resources once per group
-    doubles = np.flatnonzero(kind_all == w.DOUBLE)
-    double_index = np.full(len(kind_all), -1, np.int64)
+    doubles = np.flatnonzero(attr[:, w.A_KIND] == w.DOUBLE)
+    double_index = np.full(len(attr), -1, np.int64)
     double_index[doubles] = np.arange(len(doubles))
-    parts = (
-        orjson.dumps(value_all[doubles].view(np.float64).tolist())[1:-1].split(b",") if len(doubles) else []
+    # orjson writes a float64 array as it writes the list of those floats
+    double_text = np.frombuffer(
+        orjson.dumps(attr[doubles, w.A_VALUE].view(np.float64), option=orjson.OPT_SERIALIZE_NUMPY), np.uint8
     )
     res_texts = [
         orjson.dumps(res.attrs, option=orjson.OPT_NON_STR_KEYS, default=str) if res.attrs else b""
         for res, _, _ in groups
     ]
-    offsets, data = w.attributes_json(
+    offsets, data = q.attributes_json(
         buf,
         rows,
         rec,
         attr,
         kid,
-        np.frombuffer(b"".join(key_texts), np.uint8),
-        key_offsets,
+        _bytes(key_texts),
+        _offsets(key_texts),
         drop,
-        np.frombuffer(b"".join(parts) or b"\0", np.uint8),
-        _offsets(parts),
+        double_text,
+        q.list_offsets(double_text),
         double_index,
-        np.frombuffer(b"".join(res_texts) or b"\0", np.uint8),
+        _bytes(res_texts),
         _offsets(res_texts),
         has_kid,
         _lit('"trace_id":'),
         _lit('"span_id":'),
         _lit('"resource":'),
     )
-    attributes = pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data))
-    event_id = pa.array(
-        [
-            blake2b(_ANTHROPIC_REQUEST + body[o : o + k], digest_size=16).hexdigest()
-            for o, k in zip(rid_off.tolist(), rid_len.tolist(), strict=True)
-        ],
-        pa.large_string(),
+    return pa.Array.from_buffers(
+        pa.large_string(), len(rows), [None, pa.py_buffer(offsets), pa.py_buffer(data)]
     )
-    seq_present, seq_kind, seq_value = col("event.sequence")
-    i64, f64 = pa.int64(), pa.float64()
-    columns = {
-        "event_id": event_id,
-        "source": pa.repeat(source, n).cast(pa.large_string()) if n else pa.array([], pa.large_string()),
-        "agent": pa.repeat("claude-code", n).cast(pa.large_string()),
-        "agent_version": version,
-        "user_id": text_array(*texts["user.id"]),
-        "session_id": text_array(np.where(sub, g_off, s_off), np.where(sub, g_len, s_len), sub, b"agent-"),
-        "parent_session_id": text_array(s_off, np.where(sub, s_len, -1)),
-        "prompt_id": text_array(*texts["prompt.id"]),
-        "request_id": text_array(rid_off, rid_len),
-        "started_at": pa.array(started, i64, mask=~dur_ok),
-        "ended_at": pa.array(ts, i64),
-        "duration_ms": pa.array(dur, f64, mask=~dur_ok),
-        "ttft_ms": pa.array(ttft, f64, mask=~ttft_ok),
-        "model": text_array(*texts["model"]),
-        "cold_input_tokens": pa.array(cold, i64, mask=~cold_ok),
-        "cache_read_tokens": pa.array(read, i64, mask=~read_ok),
-        "cache_write_tokens": pa.array(write, i64, mask=~write_ok),
-        "cache_write_5m_tokens": pa.array(w5, i64, mask=~w5_ok),
-        "cache_write_1h_tokens": pa.array(w1, i64, mask=~w1_ok),
-        "output_tokens": pa.array(out, i64, mask=~out_ok),
-        "cost_usd": pa.array(cost, f64, mask=~cost_ok),
-        "attributes": attributes,
-        "seq": pa.array(seq_value, i64, mask=~(seq_present & (seq_kind == w.INT))),
-    }
-    frame = pl.from_arrow(pa.table(columns))
-    assert isinstance(frame, pl.DataFrame)
-    now = _now_micros()
-    exprs = []
-    for name, typ in REQUESTS.columns.items():
-        dtype = polars_type(typ)
-        e = pl.col(name) if name in columns else pl.lit(now if name == "ingested_at" else None)
-        exprs.append(e.cast(dtype).alias(name))
-    return frame.select(exprs)
 
 
-def _bitmap(valid: Any) -> Any:
+@functools.cache
+def _arrow_schema() -> Any:
+    """The Arrow schema polars writes the ``requests`` table as (read back as its schema)."""
+    import polars as pl
+
+    from traceflow.schema import REQUESTS
+
+    return pl.DataFrame(schema=REQUESTS.schema).to_arrow().schema
+
+
+def _repeat(text: str, n: int) -> Any:
+    """A large-string column of ``n`` times ``text``."""
     import pyarrow as pa
 
-    return pa.py_buffer(np.packbits(valid, bitorder="little"))
+    b = text.encode()
+    offsets = np.arange(n + 1, dtype=np.int64) * len(b)
+    return pa.Array.from_buffers(pa.large_string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(b * n)])
+
+
+def _bytes(parts: list[bytes]) -> Any:
+    """``parts`` joined, as a uint8 array (one zero byte when empty: numba wants a buffer)."""
+    return np.frombuffer(b"".join(parts) or b"\0", np.uint8)
 
 
 def _offsets(parts: list[bytes]) -> Any:

@@ -101,7 +101,7 @@ def _equal_lit(buf: Any, p: int, n: int, lit: Any) -> bool:
 
 
 @numba.njit(cache=True, nogil=True)
-def _key_value(buf: Any, p: int, end: int, j: int, fill: bool, attr: Any) -> int:
+def _key_value(buf: Any, p: int, end: int, j: int, attr: Any) -> int:
     """Read one KeyValue in ``[p, end)`` into row ``j`` of ``attr`` (key_off, key_len, kind, value,
     value length, escape, hash); returns 0, or -1 when the walker must give up."""
     key_off = -1
@@ -164,22 +164,21 @@ def _key_value(buf: Any, p: int, end: int, j: int, fill: bool, attr: Any) -> int
                     q += 8
         else:
             return -1
-    if fill:
-        if key_off < 0:
-            key_off = 0
-        h = _FNV_OFFSET
-        for i in range(key_off, key_off + key_len):
-            h = (h ^ np.uint64(buf[i])) * _FNV_PRIME
-        attr[j, 0] = key_off
-        attr[j, 1] = key_len
-        attr[j, 2] = kind
-        attr[j, 3] = val
-        attr[j, 4] = vlen
-        esc = _needs_escape(buf, key_off, key_len)
-        if kind == STRING:
-            esc = esc or _needs_escape(buf, val, vlen)
-        attr[j, 5] = 1 if esc else 0
-        attr[j, 6] = np.int64(h)
+    if key_off < 0:
+        key_off = 0
+    h = _FNV_OFFSET
+    for i in range(key_off, key_off + key_len):
+        h = (h ^ np.uint64(buf[i])) * _FNV_PRIME
+    attr[j, 0] = key_off
+    attr[j, 1] = key_len
+    attr[j, 2] = kind
+    attr[j, 3] = val
+    attr[j, 4] = vlen
+    esc = _needs_escape(buf, key_off, key_len)
+    if kind == STRING:
+        esc = esc or _needs_escape(buf, val, vlen)
+    attr[j, 5] = 1 if esc else 0
+    attr[j, 6] = np.int64(h)
     return 0
 
 
@@ -193,19 +192,19 @@ A_COLUMNS = 7
 
 
 @numba.njit(cache=True, nogil=True)
-def _log_record(buf: Any, p: int, end: int, r: int, g: int, na: int, fill: bool, rec: Any, attr: Any) -> int:
-    """Read one LogRecord; returns the attribute count after it, or -1."""
+def _log_record(buf: Any, p: int, end: int, r: int, g: int, na: int, rec: Any, attr: Any) -> int:
+    """Read one LogRecord into row ``r`` of ``rec``, its attributes from row ``na`` of ``attr`` on;
+    returns the attribute count after it, -1 when the walker gives up, -2 when ``attr`` is full."""
     seen = np.zeros(13, np.bool_)
     a0 = na
-    if fill:
-        rec[r, R_GROUP] = g
-        rec[r, R_BODY_KIND] = -1
-        rec[r, R_NAME_LEN] = 0
-        rec[r, R_TID_LEN] = 0
-        rec[r, R_SID_LEN] = 0
-        rec[r, R_TIME] = 0
-        rec[r, R_OBSERVED] = 0
-        rec[r, R_FLAGS] = 0
+    rec[r, R_GROUP] = g
+    rec[r, R_BODY_KIND] = -1
+    rec[r, R_NAME_LEN] = 0
+    rec[r, R_TID_LEN] = 0
+    rec[r, R_SID_LEN] = 0
+    rec[r, R_TIME] = 0
+    rec[r, R_OBSERVED] = 0
+    rec[r, R_FLAGS] = 0
     while p < end:
         tag, p = _varint(buf, p, end)
         if p < 0:
@@ -221,8 +220,7 @@ def _log_record(buf: Any, p: int, end: int, r: int, g: int, na: int, fill: bool,
         if field == 1 or field == 11:
             if wire != 1 or p + 8 > end:
                 return -1
-            if fill:
-                rec[r, R_TIME if field == 1 else R_OBSERVED] = _fixed64(buf, p)
+            rec[r, R_TIME if field == 1 else R_OBSERVED] = _fixed64(buf, p)
             p += 8
         elif field == 2 or field == 7:
             if wire != 0:
@@ -239,56 +237,88 @@ def _log_record(buf: Any, p: int, end: int, r: int, g: int, na: int, fill: bool,
             if p < 0 or n < 0 or p + n > end:
                 return -1
             if field == 6:
-                if _key_value(buf, p, p + n, na, fill, attr) < 0:
+                if na >= attr.shape[0]:
+                    return -2
+                if _key_value(buf, p, p + n, na, attr) < 0:
                     return -1
                 na += 1
-            elif fill:
-                if field == 5:  # body: only its kind and a string's bytes are needed here
-                    kind = NONE
-                    q = p
-                    while q < p + n:
-                        if kind != NONE:
-                            return -1  # two members of the oneof: protobuf keeps the last
-                        t2, q = _varint(buf, q, p + n)
-                        if q < 0:
-                            return -1
-                        kind = t2 >> 3
-                        if kind == 1:
-                            if (t2 & 7) != 2:
-                                return -1
-                            m, q = _varint(buf, q, p + n)
-                            if q < 0 or q + m > p + n:
-                                return -1
-                            rec[r, R_BODY_OFF] = q
-                            rec[r, R_BODY_LEN] = m
-                            q += m
-                        else:
-                            q = _skip(buf, q, p + n, t2 & 7)
-                            if q < 0:
-                                return -1
-                    rec[r, R_BODY_KIND] = kind
-                elif field == 9:
-                    rec[r, R_TID_OFF] = p
-                    rec[r, R_TID_LEN] = n
-                elif field == 10:
-                    rec[r, R_SID_OFF] = p
-                    rec[r, R_SID_LEN] = n
-                elif field == 12:
-                    rec[r, R_NAME_OFF] = p
-                    rec[r, R_NAME_LEN] = n
+            elif field == 5:  # body: only its kind and a string's bytes are needed here
+                if _body(buf, p, p + n, r, rec) < 0:
+                    return -1
+            elif field == 9:
+                rec[r, R_TID_OFF] = p
+                rec[r, R_TID_LEN] = n
+            elif field == 10:
+                rec[r, R_SID_OFF] = p
+                rec[r, R_SID_LEN] = n
+            elif field == 12:
+                rec[r, R_NAME_OFF] = p
+                rec[r, R_NAME_LEN] = n
             p += n
         if p < 0 or p > end:
             return -1
-    if fill:
-        rec[r, R_A0] = a0
-        rec[r, R_A1] = na
+    rec[r, R_A0] = a0
+    rec[r, R_A1] = na
     return na
 
 
 @numba.njit(cache=True, nogil=True)
-def scan(buf: Any, fill: bool, rec: Any, attr: Any) -> tuple[int, int, int]:
-    """Walk the request: (records, attributes, scope groups), or (-1, -1, -1) when the walker gives up.
-    With ``fill`` false only counts (``rec`` and ``attr`` unused); with it, fills them."""
+def _body(buf: Any, p: int, end: int, r: int, rec: Any) -> int:
+    """Read a LogRecord's body (an AnyValue in ``[p, end)``): its kind, and a string's bytes."""
+    kind = NONE
+    while p < end:
+        if kind != NONE:
+            return -1  # two members of the oneof: protobuf keeps the last
+        t2, p = _varint(buf, p, end)
+        if p < 0:
+            return -1
+        kind = t2 >> 3
+        if kind == 1:
+            if (t2 & 7) != 2:
+                return -1
+            m, p = _varint(buf, p, end)
+            if p < 0 or p + m > end:
+                return -1
+            rec[r, R_BODY_OFF] = p
+            rec[r, R_BODY_LEN] = m
+            p += m
+        else:
+            p = _skip(buf, p, end, t2 & 7)
+            if p < 0:
+                return -1
+    rec[r, R_BODY_KIND] = kind
+    return 0
+
+
+@numba.njit(cache=True, nogil=True)
+def _len_field(buf: Any, p: int, end: int) -> tuple[int, int, int]:
+    """A field 1 to 3 of wire type LEN at ``p`` (the fields of ResourceLogs and ScopeLogs): (field,
+    position of its value, its length); position -1 for anything else or malformed."""
+    t, p = _varint(buf, p, end)
+    if p < 0:
+        return 0, -1, 0
+    f = t >> 3
+    if (t & 7) != 2 or f < 1 or f > 3:
+        return 0, -1, 0
+    m, p = _varint(buf, p, end)
+    if p < 0 or p + m > end:
+        return 0, -1, 0
+    return f, p, m
+
+
+@numba.njit(cache=True, nogil=True)
+def _grown(a: Any) -> Any:
+    """``a`` with twice the rows (the new ones zero)."""
+    out = np.zeros((2 * a.shape[0] + 16, a.shape[1]), a.dtype)
+    out[: a.shape[0]] = a
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def scan(buf: Any, rec: Any, attr: Any) -> tuple[int, int, int, Any, Any]:
+    """Walk the request into ``rec`` (a row per record) and ``attr`` (a row per attribute), which grow
+    when full: (records, attributes, scope groups, rec, attr), the counts -1 when the walker gives up.
+    The rows past the counts are unused."""
     end = len(buf)
     p = 0
     nr = 0
@@ -297,49 +327,43 @@ def scan(buf: Any, fill: bool, rec: Any, attr: Any) -> tuple[int, int, int]:
     while p < end:
         tag, p = _varint(buf, p, end)
         if p < 0 or tag != 10:  # only resource_logs (1, LEN)
-            return -1, -1, -1
+            return -1, -1, -1, rec, attr
         n, p = _varint(buf, p, end)
         if p < 0 or p + n > end:
-            return -1, -1, -1
+            return -1, -1, -1, rec, attr
         rl_end = p + n
         seen_resource = False
         seen_schema = False
         while p < rl_end:
-            t, p = _varint(buf, p, rl_end)
+            f, p, m = _len_field(buf, p, rl_end)
             if p < 0:
-                return -1, -1, -1
-            f = t >> 3
-            if (t & 7) != 2 or f < 1 or f > 3:
-                return -1, -1, -1
-            m, p = _varint(buf, p, rl_end)
-            if p < 0 or p + m > rl_end:
-                return -1, -1, -1
+                return -1, -1, -1, rec, attr
             if f == 1 or f == 3:
                 if (f == 1 and seen_resource) or (f == 3 and seen_schema):
-                    return -1, -1, -1
+                    return -1, -1, -1, rec, attr
                 seen_resource = seen_resource or f == 1
                 seen_schema = seen_schema or f == 3
                 p += m
                 continue
             sl_end = p + m  # one ScopeLogs
             while p < sl_end:
-                t, p = _varint(buf, p, sl_end)
+                f, p, k = _len_field(buf, p, sl_end)
                 if p < 0:
-                    return -1, -1, -1
-                f = t >> 3
-                if (t & 7) != 2 or f < 1 or f > 3:
-                    return -1, -1, -1
-                k, p = _varint(buf, p, sl_end)
-                if p < 0 or p + k > sl_end:
-                    return -1, -1, -1
+                    return -1, -1, -1, rec, attr
                 if f == 2:
-                    na = _log_record(buf, p, p + k, nr, g, na, fill, rec, attr)
-                    if na < 0:
-                        return -1, -1, -1
+                    if nr >= rec.shape[0]:
+                        rec = _grown(rec)
+                    got = _log_record(buf, p, p + k, nr, g, na, rec, attr)
+                    while got == -2:
+                        attr = _grown(attr)
+                        got = _log_record(buf, p, p + k, nr, g, na, rec, attr)
+                    if got < 0:
+                        return -1, -1, -1, rec, attr
+                    na = got
                     nr += 1
                 p += k  # scope and schema_url: read from the decoded message
             g += 1
-    return nr, na, g
+    return nr, na, g, rec, attr
 
 
 @numba.njit(cache=True, nogil=True)
@@ -445,207 +469,3 @@ def slots(rows: Any, rec: Any, kid: Any, slot_of_kid: Any, n_slots: int) -> Any:
             if s >= 0:
                 out[i, s] = j
     return out
-
-
-@numba.njit(cache=True, nogil=True)
-def gather_text(buf: Any, off: Any, length: Any, prefixed: Any, prefix: Any) -> tuple[Any, Any]:
-    """The texts at ``(off, length)`` as Arrow large-string buffers (offsets, data), ``prefix`` before
-    those where ``prefixed``; a length < 0 is a null (empty here)."""
-    n = len(off)
-    offsets = np.zeros(n + 1, np.int64)
-    for i in range(n):
-        k = length[i]
-        offsets[i + 1] = offsets[i] + (k + (len(prefix) if prefixed[i] else 0) if k >= 0 else 0)
-    data = np.empty(offsets[n], np.uint8)
-    for i in range(n):
-        if length[i] < 0:
-            continue
-        o = offsets[i]
-        if prefixed[i]:
-            for k in range(len(prefix)):
-                data[o + k] = prefix[k]
-            o += len(prefix)
-        for k in range(length[i]):
-            data[o + k] = buf[off[i] + k]
-    return offsets, data
-
-
-_HEX = np.frombuffer(b"0123456789abcdef", np.uint8).copy()
-_TRUE = np.frombuffer(b"true", np.uint8).copy()
-_FALSE = np.frombuffer(b"false", np.uint8).copy()
-_NULL = np.frombuffer(b"null", np.uint8).copy()
-
-
-@numba.njit(cache=True, nogil=True)
-def _put_int(out: Any, o: int, v: int, fill: bool) -> int:
-    if v == 0:
-        if fill:
-            out[o] = 48
-        return o + 1
-    neg = v < 0
-    u = np.uint64(-(v + 1)) + np.uint64(1) if neg else np.uint64(v)
-    digits = np.empty(20, np.uint8)
-    nd = 0
-    while u > 0:
-        digits[nd] = 48 + np.uint8(u % np.uint64(10))
-        u //= np.uint64(10)
-        nd += 1
-    if neg:
-        if fill:
-            out[o] = 45
-        o += 1
-    for i in range(nd):
-        if fill:
-            out[o] = digits[nd - 1 - i]
-        o += 1
-    return o
-
-
-@numba.njit(cache=True, nogil=True)
-def _put(out: Any, o: int, src: Any, p: int, n: int, fill: bool) -> int:
-    if fill:
-        for i in range(n):
-            out[o + i] = src[p + i]
-    return o + n
-
-
-@numba.njit(cache=True, nogil=True)
-def _put_hex_field(out: Any, o: int, name: Any, buf: Any, p: int, n: int, first: bool, fill: bool) -> int:
-    """``,"name":"<hex>"`` (no comma when ``first``)."""
-    if not first:
-        if fill:
-            out[o] = 44
-        o += 1
-    o = _put(out, o, name, 0, len(name), fill)
-    if fill:
-        out[o] = 34
-    o += 1
-    for i in range(n):
-        b = buf[p + i]
-        if fill:
-            out[o] = _HEX[b >> 4]
-            out[o + 1] = _HEX[b & 15]
-        o += 2
-    if fill:
-        out[o] = 34
-    return o + 1
-
-
-@numba.njit(cache=True, nogil=True)
-def _nonzero(buf: Any, p: int, n: int) -> bool:
-    for i in range(p, p + n):  # noqa: SIM110 (a loop numba compiles)
-        if buf[i] != 0:
-            return True
-    return False
-
-
-@numba.njit(cache=True, nogil=True)
-def attributes_json(
-    buf: Any,
-    rows: Any,
-    rec: Any,
-    attr: Any,
-    kid: Any,
-    key_text: Any,
-    key_offsets: Any,
-    drop_kid: Any,
-    double_text: Any,
-    double_offsets: Any,
-    double_index: Any,
-    resource_text: Any,
-    resource_offsets: Any,
-    has_kid: Any,
-    trace_lit: Any,
-    span_lit: Any,
-    resource_lit: Any,
-) -> tuple[Any, Any]:
-    """The ``attributes`` JSON of each record of ``rows``, as orjson writes the dict the mapping builds
-    (:meth:`traceflow.otlp.mapper.Mapper.attrs`): its attributes in order without the dropped keys,
-    then ``resource`` (the group's resource attributes, ``resource_text``; none when empty),
-    ``trace_id`` and ``span_id`` (hex, when not all zero), each only when no attribute has that key
-    (``has_kid``: ids of ``resource``, ``trace_id``, ``span_id``, -1 when no record has it). Returns
-    Arrow large-string buffers (offsets, data)."""
-    n = len(rows)
-    offsets = np.zeros(n + 1, np.int64)
-    out = np.empty(0, np.uint8)
-    for step in range(2):
-        fill = step == 1
-        if fill:
-            out = np.empty(offsets[n], np.uint8)
-        o = 0
-        for i in range(n):
-            r = rows[i]
-            if fill:
-                out[o] = 123
-            o += 1
-            first = True
-            has_res = False
-            has_tid = False
-            has_sid = False
-            for j in range(rec[r, R_A0], rec[r, R_A1]):
-                k = kid[j]
-                if k == has_kid[0]:
-                    has_res = True
-                elif k == has_kid[1]:
-                    has_tid = True
-                elif k == has_kid[2]:
-                    has_sid = True
-                if drop_kid[k]:
-                    continue
-                if not first:
-                    if fill:
-                        out[o] = 44
-                    o += 1
-                first = False
-                o = _put(out, o, key_text, key_offsets[k], key_offsets[k + 1] - key_offsets[k], fill)
-                kind = attr[j, A_KIND]
-                if kind == STRING:
-                    if fill:
-                        out[o] = 34
-                    o = _put(out, o + 1, buf, attr[j, A_VALUE], attr[j, A_VLEN], fill)
-                    if fill:
-                        out[o] = 34
-                    o += 1
-                elif kind == INT:
-                    o = _put_int(out, o, attr[j, A_VALUE], fill)
-                elif kind == DOUBLE:
-                    d = double_index[j]
-                    o = _put(
-                        out,
-                        o,
-                        double_text,
-                        double_offsets[d],
-                        double_offsets[d + 1] - double_offsets[d],
-                        fill,
-                    )
-                elif kind == BOOL:
-                    if attr[j, A_VALUE] != 0:
-                        o = _put(out, o, _TRUE, 0, 4, fill)
-                    else:
-                        o = _put(out, o, _FALSE, 0, 5, fill)
-                else:
-                    o = _put(out, o, _NULL, 0, 4, fill)
-            g = rec[r, R_GROUP]
-            rl = resource_offsets[g + 1] - resource_offsets[g]
-            if rl > 0 and not has_res:
-                if not first:
-                    if fill:
-                        out[o] = 44
-                    o += 1
-                first = False
-                o = _put(out, o, resource_lit, 0, len(resource_lit), fill)
-                o = _put(out, o, resource_text, resource_offsets[g], rl, fill)
-            tl = rec[r, R_TID_LEN]
-            if tl > 0 and not has_tid and _nonzero(buf, rec[r, R_TID_OFF], tl):
-                o = _put_hex_field(out, o, trace_lit, buf, rec[r, R_TID_OFF], tl, first, fill)
-                first = False
-            sl = rec[r, R_SID_LEN]
-            if sl > 0 and not has_sid and _nonzero(buf, rec[r, R_SID_OFF], sl):
-                o = _put_hex_field(out, o, span_lit, buf, rec[r, R_SID_OFF], sl, first, fill)
-                first = False
-            if fill:
-                out[o] = 125
-            o += 1
-            if not fill:
-                offsets[i + 1] = o
-    return offsets, out
