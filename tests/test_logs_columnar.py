@@ -209,6 +209,17 @@ def test_other_records_beside_api_requests_keep_the_dict_rows() -> None:
     assert _same(_request(records), True)
 
 
+def test_text_json_escapes_goes_the_dict_way_only_where_it_is_stored() -> None:
+    # a prompt with a quote is dropped unless content is kept; a key with one is written by orjson
+    records = [{"attrs": [("request_id", "r1"), ("prompt", 'say "hi"\n'), ('a"key\\', 1)]}]
+    assert _same(_request(records), False)
+    body = _request(records)
+    assert (
+        map_logs_columnar(ExportLogsServiceRequest.FromString(body), body, keep_content=True, source="otlp")
+        is None
+    )
+
+
 def test_long_request_ids_hash_as_hashlib_does() -> None:
     # event_id is blake2b over 19 framing bytes + the id, in 128-byte blocks: ids across the block
     # edges (109 and 237 bytes end a block); the dict path hashes with hashlib

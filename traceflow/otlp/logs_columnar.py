@@ -2,18 +2,18 @@
 
 The sealer's fast path (issue 33): the request's wire bytes are read into columns by the numba
 kernels of :mod:`traceflow.otlp.wire_jit` (one row per record, one per attribute: key, value kind,
-value), and the rows of :func:`traceflow.otlp.claude_code.api_request` are computed from those
-columns with numpy and polars, the ``attributes`` JSON written by a kernel byte for byte as orjson
-writes the mapping's dict. No Python object is made per record except its ``event_id``. Every other
-record (user prompts, tool results, ...) is mapped by the dict path (:mod:`traceflow.otlp.logs`):
-their ids hash the attribute dict.
+value), and the columns of :func:`traceflow.otlp.claude_code.api_request` are written from those by
+the kernels of :mod:`traceflow.otlp.requests_jit` as Arrow buffers (``event_id`` hashed there, the
+``attributes`` JSON byte for byte as orjson writes the mapping's dict). No Python object is made per
+record. Every other record (user prompts, tool results, ...) is mapped by the dict path
+(:mod:`traceflow.otlp.logs`): their ids hash the attribute dict.
 
 :func:`map_logs_columnar` returns None whenever the columns cannot give exactly the rows the dict
 path gives, and the caller then maps the whole request with the dict path: numba off or missing, a
 wire shape the walker does not take, or any ``api_request`` with something the rules below leave to
 the dict path (a token count that is not a non-negative int, a number sent as text, no request id, a
-repeated key, a nested or bytes attribute, text JSON must escape, no timestamp, a duration out of
-range, another agent's request row in the same request).
+repeated key, a nested or bytes attribute, a stored text that JSON must escape, no timestamp, a
+duration out of range, another agent's request row in the same request).
 """
 
 from __future__ import annotations
@@ -169,6 +169,9 @@ def _requests_frame(
     if status:
         return None
     n = len(rows)
+    attributes = _attributes(w, q, buf, attr, rec, rows, kid, keys, groups, keep_content)
+    if attributes is None:
+        return None
 
     def text(c: int) -> Any:
         a, b = starts[c], starts[c + 1]
@@ -203,7 +206,7 @@ def _requests_frame(
         "cache_write_1h_tokens": w1,
         "output_tokens": out,
         "cost_usd": number(f64, floats[q.F_COST], fc + q.F_COST),
-        "attributes": _attributes(w, q, buf, attr, rec, rows, kid, keys, groups, keep_content),
+        "attributes": attributes,
         "seq": number(i64, ints[q.I_SEQ], q.I_SEQ),
         "ingested_at": pa.Array.from_buffers(
             ts, n, [None, pa.py_buffer(np.full(n, _now_micros(), np.int64))]
@@ -231,7 +234,8 @@ def _attributes(
     keep_content: bool,
 ) -> Any:
     """The ``attributes`` column of records ``rows``: doubles formatted by orjson, resources once
-    per group, the rest by :func:`traceflow.otlp.requests_jit.attributes_json`."""
+    per group, the rest by :func:`traceflow.otlp.requests_jit.attributes_json` (None when a text
+    needs escaping)."""
     import pyarrow as pa
 
     key_texts = [orjson.dumps(k) + b":" for k in keys]
@@ -268,9 +272,10 @@ def _attributes(
         _lit('"span_id":'),
         _lit('"resource":'),
     )
-    return pa.Array.from_buffers(
-        pa.large_string(), len(rows), [None, pa.py_buffer(offsets), pa.py_buffer(data)]
-    )
+    if not len(offsets):
+        return None
+    bufs = [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+    return pa.Array.from_buffers(pa.large_string(), len(rows), bufs)
 
 
 @functools.cache

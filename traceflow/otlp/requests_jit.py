@@ -359,6 +359,18 @@ def list_offsets(text: Any) -> Any:
 
 
 @numba.njit(cache=True, nogil=True)
+def _copy_text(out: Any, o: int, src: Any, p: int, n: int) -> int:
+    """:func:`_copy` of text that JSON writes as its bytes; -1 when it must escape a byte of it (a
+    quote, a backslash, a control character)."""
+    for k in range(n):
+        b = src[p + k]
+        if b < 0x20 or b == 0x22 or b == 0x5C:
+            return -1
+        out[o + k] = b
+    return o + n
+
+
+@numba.njit(cache=True, nogil=True)
 def _room(out: Any, o: int, need: int) -> Any:
     """``out``, or a copy twice as large when ``need`` more bytes after ``o`` do not fit."""
     if o + need <= len(out):
@@ -440,7 +452,8 @@ def attributes_json(
     ``trace_id`` and ``span_id`` (hex, when not all zero), each only when no attribute has that key
     (``has_kid``: ids of ``resource``, ``trace_id``, ``span_id``, -1 when no record has it). Doubles
     are the items of the JSON list ``double_text`` (:func:`list_offsets`: ``double_offsets``), attribute
-    ``j`` its item ``double_index[j]``. Returns Arrow large-string buffers (offsets, data)."""
+    ``j`` its item ``double_index[j]``. Returns Arrow large-string buffers (offsets, data); no
+    offsets when a text needs escaping (which the dict path then writes)."""
     n = len(rows)
     offsets = np.zeros(n + 1, np.int64)
     out = np.empty(1024 + 64 * n, np.uint8)
@@ -481,7 +494,9 @@ def attributes_json(
             o = _copy(out, o, key_text, key_offsets[k], key_len)
             if kind == STRING:
                 out[o] = 34
-                o = _copy(out, o + 1, buf, attr[j, A_VALUE], attr[j, A_VLEN])
+                o = _copy_text(out, o + 1, buf, attr[j, A_VALUE], attr[j, A_VLEN])
+                if o < 0:
+                    return np.empty(0, np.int64), out[:0]  # text JSON must escape: the dict path
                 out[o] = 34
                 o += 1
             elif kind == INT:

@@ -23,7 +23,7 @@ import numpy as np
 # attribute value kinds (AnyValue's oneof; NONE: no value)
 NONE, STRING, BOOL, INT, DOUBLE, ARRAY, KVLIST, BYTES = 0, 1, 2, 3, 4, 5, 6, 7
 # record flags
-BAD = 1  # an attribute the columnar path does not write (nested, bytes, escaped text, a repeated key)
+BAD = 1  # an attribute the columnar path does not write (nested, bytes, a repeated key)
 
 _FNV_OFFSET = np.uint64(14695981039346656037)
 _FNV_PRIME = np.uint64(1099511628211)
@@ -71,16 +71,6 @@ def _fixed64(buf: Any, p: int) -> Any:
 
 
 @numba.njit(cache=True, nogil=True)
-def _needs_escape(buf: Any, p: int, n: int) -> bool:
-    """Whether JSON writes the text differently from its bytes (a quote, a backslash, a control)."""
-    for i in range(p, p + n):
-        b = buf[i]
-        if b < 0x20 or b == 0x22 or b == 0x5C:
-            return True
-    return False
-
-
-@numba.njit(cache=True, nogil=True)
 def _equal(buf: Any, p: int, n: int, q: int, m: int) -> bool:
     if n != m:
         return False
@@ -103,7 +93,7 @@ def _equal_lit(buf: Any, p: int, n: int, lit: Any) -> bool:
 @numba.njit(cache=True, nogil=True)
 def _key_value(buf: Any, p: int, end: int, j: int, attr: Any) -> int:
     """Read one KeyValue in ``[p, end)`` into row ``j`` of ``attr`` (key_off, key_len, kind, value,
-    value length, escape, hash); returns 0, or -1 when the walker must give up."""
+    value length, key hash); returns 0, or -1 when the walker must give up."""
     key_off = -1
     key_len = 0
     kind = NONE
@@ -174,11 +164,7 @@ def _key_value(buf: Any, p: int, end: int, j: int, attr: Any) -> int:
     attr[j, 2] = kind
     attr[j, 3] = val
     attr[j, 4] = vlen
-    esc = _needs_escape(buf, key_off, key_len)
-    if kind == STRING:
-        esc = esc or _needs_escape(buf, val, vlen)
-    attr[j, 5] = 1 if esc else 0
-    attr[j, 6] = np.int64(h)
+    attr[j, 5] = np.int64(h)
     return 0
 
 
@@ -187,8 +173,8 @@ R_GROUP, R_TIME, R_OBSERVED, R_BODY_KIND, R_BODY_OFF, R_BODY_LEN, R_NAME_OFF, R_
 R_TID_OFF, R_TID_LEN, R_SID_OFF, R_SID_LEN, R_A0, R_A1, R_FLAGS = range(8, 15)
 R_COLUMNS = 15
 # attribute columns
-A_KEY_OFF, A_KEY_LEN, A_KIND, A_VALUE, A_VLEN, A_ESCAPE, A_HASH = range(7)
-A_COLUMNS = 7
+A_KEY_OFF, A_KEY_LEN, A_KIND, A_VALUE, A_VLEN, A_HASH = range(6)
+A_COLUMNS = 6
 
 
 @numba.njit(cache=True, nogil=True)
@@ -385,7 +371,7 @@ def classify(
         event_attr = -1
         for j in range(a0, a1):
             kind = attr[j, A_KIND]
-            if kind >= ARRAY or attr[j, A_ESCAPE] != 0:
+            if kind >= ARRAY:
                 bad = True
             for i in range(a0, j):
                 if attr[i, A_HASH] == attr[j, A_HASH] and _equal(
