@@ -182,7 +182,6 @@ def _requests_frame(
         return pa.Array.from_buffers(typ, n, [pa.py_buffer(num_bits[c]), pa.py_buffer(values)])
 
     i64, f64, ts = pa.int64(), pa.float64(), pa.timestamp("us", "UTC")
-    cold, read, write, out, w5, w1 = (number(i64, ints[c], c) for c in range(6))
     fc = q.INT_COLUMNS
     columns = {
         "event_id": text(q.T_EVENT_ID),
@@ -199,12 +198,12 @@ def _requests_frame(
         "duration_ms": number(f64, floats[q.F_DURATION], fc + q.F_DURATION),
         "ttft_ms": number(f64, floats[q.F_TTFT], fc + q.F_TTFT),
         "model": text(q.T_MODEL),
-        "cold_input_tokens": cold,
-        "cache_read_tokens": read,
-        "cache_write_tokens": write,
-        "cache_write_5m_tokens": w5,
-        "cache_write_1h_tokens": w1,
-        "output_tokens": out,
+        "cold_input_tokens": number(i64, ints[q.I_COLD], q.I_COLD),
+        "cache_read_tokens": number(i64, ints[q.I_READ], q.I_READ),
+        "cache_write_tokens": number(i64, ints[q.I_WRITE], q.I_WRITE),
+        "cache_write_5m_tokens": number(i64, ints[q.I_5M], q.I_5M),
+        "cache_write_1h_tokens": number(i64, ints[q.I_1H], q.I_1H),
+        "output_tokens": number(i64, ints[q.I_OUTPUT], q.I_OUTPUT),
         "cost_usd": number(f64, floats[q.F_COST], fc + q.F_COST),
         "attributes": attributes,
         "seq": number(i64, ints[q.I_SEQ], q.I_SEQ),

@@ -54,7 +54,8 @@ SLOTS = (
 _SESSION, _MODEL, _RID, _DUR, _TTFT, _COST, _MICROS, _SEQ, _AGENT, _USER, _PROMPT, _APP = range(6, 18)
 assert SLOTS[_APP] == "app.version" and SLOTS[_SESSION] == "session.id"
 
-#: :func:`request_columns`' int columns: the token counts in TOKEN_KEYS' order, then these
+#: :func:`request_columns`' int columns: the token counts in TOKEN_KEYS' order, then the times and seq
+I_COLD, I_READ, I_WRITE, I_OUTPUT, I_5M, I_1H = range(6)
 I_STARTED, I_ENDED, I_SEQ = 6, 7, 8
 INT_COLUMNS = 9
 #: its float columns
@@ -255,11 +256,11 @@ def request_columns(
                 ints[s, i] = v
                 _set_bit(int_bits, s, i)
         # anthropic_cache_write: a non-zero total, else the split's sum when positive, else the total
-        split = ints[4, i] + ints[5, i]
-        has_write = (int_bits[2, i >> 3] >> (i & 7)) & 1
-        if not (has_write and ints[2, i] != 0) and split > 0:
-            ints[2, i] = split
-            _set_bit(int_bits, 2, i)
+        split = ints[I_5M, i] + ints[I_1H, i]
+        has_write = (int_bits[I_WRITE, i >> 3] >> (i & 7)) & 1
+        if not (has_write and ints[I_WRITE, i] != 0) and split > 0:
+            ints[I_WRITE, i] = split
+            _set_bit(int_bits, I_WRITE, i)
         ok_d, dur, dur_ok = _number(attr, attr_f, at[i, _DUR])
         ok_t, ttft, ttft_ok = _number(attr, attr_f, at[i, _TTFT])
         ok_c, cost, cost_ok = _number(attr, attr_f, at[i, _COST])

@@ -45,6 +45,24 @@ def _varint(buf: Any, p: int, end: int) -> tuple[Any, int]:
 
 
 @numba.njit(cache=True, nogil=True)
+def _tag(buf: Any, p: int, end: int) -> tuple[int, int, int]:
+    """A field's tag at ``p``: (field number, wire type, position after it); position -1 when
+    malformed."""
+    t, p = _varint(buf, p, end)
+    return t >> 3, t & 7, p
+
+
+@numba.njit(cache=True, nogil=True)
+def _length(buf: Any, p: int, end: int) -> tuple[int, int]:
+    """A LEN field's length at ``p``: (position of its bytes, their count); position -1 when
+    malformed or when they run past ``end``."""
+    n, p = _varint(buf, p, end)
+    if p < 0 or n < 0 or p + n > end:
+        return -1, 0
+    return p, n
+
+
+@numba.njit(cache=True, nogil=True)
 def _skip(buf: Any, p: int, end: int, wire: int) -> int:
     """The position after a field's value of wire type ``wire`` (-1 when malformed)."""
     if wire == 0:
@@ -55,10 +73,8 @@ def _skip(buf: Any, p: int, end: int, wire: int) -> int:
     if wire == 5:
         return p + 4 if p + 4 <= end else -1
     if wire == 2:
-        n, p = _varint(buf, p, end)
-        if p < 0 or n < 0 or p + n > end:
-            return -1
-        return int(p + n)
+        p, n = _length(buf, p, end)
+        return p + n if p >= 0 else -1
     return -1
 
 
@@ -101,39 +117,35 @@ def _key_value(buf: Any, p: int, end: int, j: int, attr: Any) -> int:
     vlen = 0
     seen_value = False
     while p < end:
-        tag, p = _varint(buf, p, end)
+        field, wire, p = _tag(buf, p, end)
         if p < 0:
             return -1
-        field = tag >> 3
-        wire = tag & 7
         if field == 1 and wire == 2 and key_off < 0:
-            n, p = _varint(buf, p, end)
-            if p < 0 or p + n > end:
+            p, n = _length(buf, p, end)
+            if p < 0:
                 return -1
             key_off, key_len = p, n
             p += n
         elif field == 2 and wire == 2 and not seen_value:
             seen_value = True
-            n, p = _varint(buf, p, end)
-            if p < 0 or p + n > end:
+            p, n = _length(buf, p, end)
+            if p < 0:
                 return -1
             q, vend = p, p + n
             p = vend
             seen_one = False
             while q < vend:
-                t2, q = _varint(buf, q, vend)
+                f2, w2, q = _tag(buf, q, vend)
                 if q < 0:
                     return -1
-                f2 = t2 >> 3
-                w2 = t2 & 7
                 if seen_one or f2 < 1 or f2 > 7:
                     return -1  # two members of the oneof (protobuf keeps the last), or unknown
                 seen_one = True
                 if f2 == 1 or f2 == 5 or f2 == 6 or f2 == 7:
                     if w2 != 2:
                         return -1
-                    m, q = _varint(buf, q, vend)
-                    if q < 0 or q + m > vend:
+                    q, m = _length(buf, q, vend)
+                    if q < 0:
                         return -1
                     kind = STRING if f2 == 1 else (ARRAY if f2 == 5 else (KVLIST if f2 == 6 else BYTES))
                     val, vlen = q, m
@@ -192,11 +204,9 @@ def _log_record(buf: Any, p: int, end: int, r: int, g: int, na: int, rec: Any, a
     rec[r, R_OBSERVED] = 0
     rec[r, R_FLAGS] = 0
     while p < end:
-        tag, p = _varint(buf, p, end)
+        field, wire, p = _tag(buf, p, end)
         if p < 0:
             return -1
-        field = tag >> 3
-        wire = tag & 7
         if field < 1 or field > 12 or field == 4:
             return -1
         if field != 6:
@@ -219,8 +229,8 @@ def _log_record(buf: Any, p: int, end: int, r: int, g: int, na: int, rec: Any, a
         else:
             if wire != 2:
                 return -1
-            n, p = _varint(buf, p, end)
-            if p < 0 or n < 0 or p + n > end:
+            p, n = _length(buf, p, end)
+            if p < 0:
                 return -1
             if field == 6:
                 if na >= attr.shape[0]:
@@ -255,21 +265,20 @@ def _body(buf: Any, p: int, end: int, r: int, rec: Any) -> int:
     while p < end:
         if kind != NONE:
             return -1  # two members of the oneof: protobuf keeps the last
-        t2, p = _varint(buf, p, end)
+        kind, wire, p = _tag(buf, p, end)
         if p < 0:
             return -1
-        kind = t2 >> 3
         if kind == 1:
-            if (t2 & 7) != 2:
+            if wire != 2:
                 return -1
-            m, p = _varint(buf, p, end)
-            if p < 0 or p + m > end:
+            p, m = _length(buf, p, end)
+            if p < 0:
                 return -1
             rec[r, R_BODY_OFF] = p
             rec[r, R_BODY_LEN] = m
             p += m
         else:
-            p = _skip(buf, p, end, t2 & 7)
+            p = _skip(buf, p, end, wire)
             if p < 0:
                 return -1
     rec[r, R_BODY_KIND] = kind
@@ -280,15 +289,10 @@ def _body(buf: Any, p: int, end: int, r: int, rec: Any) -> int:
 def _len_field(buf: Any, p: int, end: int) -> tuple[int, int, int]:
     """A field 1 to 3 of wire type LEN at ``p`` (the fields of ResourceLogs and ScopeLogs): (field,
     position of its value, its length); position -1 for anything else or malformed."""
-    t, p = _varint(buf, p, end)
-    if p < 0:
+    f, wire, p = _tag(buf, p, end)
+    if p < 0 or wire != 2 or f < 1 or f > 3:
         return 0, -1, 0
-    f = t >> 3
-    if (t & 7) != 2 or f < 1 or f > 3:
-        return 0, -1, 0
-    m, p = _varint(buf, p, end)
-    if p < 0 or p + m > end:
-        return 0, -1, 0
+    p, m = _length(buf, p, end)
     return f, p, m
 
 
@@ -311,11 +315,8 @@ def scan(buf: Any, rec: Any, attr: Any) -> tuple[int, int, int, Any, Any]:
     na = 0
     g = 0
     while p < end:
-        tag, p = _varint(buf, p, end)
-        if p < 0 or tag != 10:  # only resource_logs (1, LEN)
-            return -1, -1, -1, rec, attr
-        n, p = _varint(buf, p, end)
-        if p < 0 or p + n > end:
+        f, p, n = _len_field(buf, p, end)
+        if p < 0 or f != 1:  # only resource_logs
             return -1, -1, -1, rec, attr
         rl_end = p + n
         seen_resource = False
