@@ -80,6 +80,9 @@ if TYPE_CHECKING:
 STEPS_VIEW = STEPS
 ROLLUP_VIEW = "request_rollup"
 DERIVED = {STEPS_VIEW: "steps", ROLLUP_VIEW: "rollup"}
+#: Seconds a file a compaction replaced stays on disk, no longer listed, for the readers that listed
+#: it before (their views name it); the first compaction after that removes it (:meth:`Lake.retire`).
+RETIRED_GRACE_S = 900.0
 
 
 def _derived_sql(view: str) -> str:
@@ -212,7 +215,8 @@ class Lake:
         return self.base / table
 
     def glob(self, table: str) -> str:
-        """Depth-explicit glob of a table's published files (never matches staging files)."""
+        """Depth-explicit glob of a table's published files (never matches staging files; matches the
+        files a compaction retired, :meth:`retire`, until they are removed)."""
         if self.url is not None:
             return f"{self.published_base}/{table}/dt=*/*.parquet"
         return str(self.table_dir(table) / "dt=*" / "*.parquet")
@@ -221,21 +225,25 @@ class Lake:
         """A local lake's published files of ``table`` (:meth:`file_names` works for both kinds)."""
         if self.url is not None:
             raise LakeError(f"{self.location} is on an object store: list it with file_names()")
-        return sorted(self.table_dir(table).glob("dt=*/*.parquet"))
+        return [Path(n) for n in self.file_names(table)]
 
     def file_names(self, table: str) -> list[str]:
-        """Every published file of ``table``, as paths or ``s3://`` URLs (what DuckDB reads)."""
+        """Every published file of ``table``, as paths or ``s3://`` URLs (what DuckDB reads); not
+        those a compaction retired (:meth:`retire`)."""
         if self.url is None:
-            return [str(f) for f in self.files(table)]
-        prefix = f"{self.published_base}/{table}/"
-        return [
-            name
-            for name in self.store.list(prefix)
-            if name.endswith(".parquet")
-            and (rel := name[len(prefix) :].split("/"))
-            and len(rel) == 2
-            and rel[0].startswith("dt=")
-        ]
+            names = [str(f) for f in sorted(self.table_dir(table).glob("dt=*/*.parquet"))]
+        else:
+            prefix = f"{self.published_base}/{table}/"
+            names = [
+                name
+                for name in self.store.list(prefix)
+                if name.endswith(".parquet")
+                and (rel := name[len(prefix) :].split("/"))
+                and len(rel) == 2
+                and rel[0].startswith("dt=")
+            ]
+        retired = {self._name(table, rel) for rel in self._retired(table)}
+        return [n for n in names if n not in retired] if retired else names
 
     def _rel(self, table: str, name: str) -> str:
         """``dt=.../file.parquet``: a published file's name under its table."""
@@ -584,12 +592,14 @@ class Lake:
 
         The dedup is global (a request's copies may sit in different partitions), done by DuckDB
         out of core. The new files are published and recorded as the deduplicated *base* before the
-        old ones are removed, so a concurrent reader sees every row at every moment, once.
+        old ones are retired (:meth:`retire`: unlisted, removed after :data:`RETIRED_GRACE_S`), so a
+        concurrent reader sees every row at every moment, once, also one that listed the old files.
         """
         spec = TABLES[table]
         files = self.file_names(table)
         one_per_partition = len(files) == len({f.rsplit("/", 1)[0] for f in files})
         if not files or (one_per_partition and set(files) <= self._deduped(table)):
+            self.remove_retired(table)
             if table == REQUESTS.name:
                 self.materialise_derived()  # a lake compacted before derived views were stored
             return len(files), len(files)
@@ -626,11 +636,39 @@ class Lake:
                 before = record.get("resolved", 0) if isinstance(record, dict) else 0
                 self._write_marker("conflicts", table, {"resolved": int(before) + found})
         published = self.publish_compacted(table, out)
-        self.remove_compacted(files)
+        self.retire(table, files)
         shutil.rmtree(out, ignore_errors=True)
         if table == REQUESTS.name:
             self.materialise_derived()
         return len(files), len(published)
+
+    def retire(self, table: str, files: Iterable[str]) -> None:
+        """Stop listing the published ``files`` (a compaction's inputs, their rows published again)
+        but leave them on disk: a reader that listed them before (its views name them) still reads
+        them. The files retired :data:`RETIRED_GRACE_S` ago or more are removed now."""
+        names = [self._rel(table, f) for f in files]
+        if names:
+            now = time.time()
+            self._write_marker("retired", table, {**self._retired(table), **dict.fromkeys(names, now)})
+        self.remove_retired(table)
+
+    def remove_retired(self, table: str, grace_s: float | None = None) -> None:
+        """Remove the files of ``table`` retired ``grace_s`` (default :data:`RETIRED_GRACE_S`)
+        seconds ago or more (:meth:`retire`)."""
+        record = self._retired(table)
+        grace = RETIRED_GRACE_S if grace_s is None else grace_s
+        now = time.time()
+        due = [rel for rel, at in record.items() if now - at >= grace]
+        if due:  # removed before they leave the record: never listed again, even after a crash
+            self.remove_compacted([self._name(table, rel) for rel in due])
+            self._write_marker("retired", table, {r: at for r, at in record.items() if r not in due})
+
+    def _retired(self, table: str) -> dict[str, float]:
+        """The retired files of ``table`` (names under the table) and when each was retired."""
+        record = self._read_marker("retired", table)
+        if not isinstance(record, dict):
+            return {}
+        return {str(rel): float(at) for rel, at in record.items() if isinstance(at, (int, float))}
 
     def remove_compacted(self, files: Iterable[str]) -> None:
         """Remove the published ``files`` (:meth:`file_names`) a compaction read, once their rows are

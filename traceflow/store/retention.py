@@ -189,6 +189,9 @@ def forget(
         if value is not None and not value.strip():
             raise UsageError(f"{flag} is empty; give the id as `traceflow sql` shows it")
     now = now or dt.datetime.now(dt.UTC)
+    if not dry_run:  # the files compactions replaced hold copies of the rows too: no grace for them
+        for table in TABLES:
+            lake.remove_retired(table, grace_s=0)
     con = _connect(lake)
     removals: list[Removal] = []
     try:
