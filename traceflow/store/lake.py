@@ -580,6 +580,14 @@ class Lake:
 
     # -- maintenance --------------------------------------------------------------------------
     def compact(self, table: str) -> tuple[int, int]:
+        """Rewrite a table as one deduplicated file per partition (:meth:`_compact`), holding the
+        lake's maintenance lock (:mod:`traceflow.store.maintenance`). Returns (files before, after)."""
+        from traceflow.store.maintenance import maintenance
+
+        with maintenance(self, "compact"):
+            return self._compact(table)
+
+    def _compact(self, table: str) -> tuple[int, int]:
         """Rewrite a table as one deduplicated file per partition. Returns (files before, after).
 
         The dedup is global (a request's copies may sit in different partitions), done by DuckDB
