@@ -209,6 +209,7 @@ def explorer_app(
             Route("/signin", signin, methods=["POST"]),
             Route("/signout", signout, methods=["POST"]),
             Route("/static/vega.js", vega),
+            Route("/favicon.ico", lambda request: Response(status_code=204)),
             Route("/api/timeline/{session:path}", timeline),
             Route("/api/{name}", endpoint),
         ]

@@ -63,7 +63,6 @@ def tokens_per_day() -> dict[str, Any]:
             x=alt.X("day:O", title="day"),
             y=alt.Y("sum(tokens):Q", title="tokens"),
             color=_kind_colour(labels),
-            order=alt.Order("column:N"),
             tooltip=["day:O", "kind:N", alt.Tooltip("sum(tokens):Q", title="tokens", format=",")],
         )
         .properties(width="container", height=220)
@@ -101,7 +100,6 @@ def timeline() -> dict[str, Any]:
             x=alt.X("request:O", title="request"),
             y=alt.Y("tokens:Q", title="tokens", stack="zero"),
             color=_kind_colour(labels),
-            order=alt.Order("column:N"),
             tooltip=["request:O", "started_at:N", "kind:N", alt.Tooltip("tokens:Q", format=","), "cause:N"],
         )
     )

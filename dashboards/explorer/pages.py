@@ -152,6 +152,7 @@ def _document(title: str, body: str, *, attrs: str = "", scripts: str = "") -> s
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        '<link rel="icon" href="data:,">'
         f"<title>{_esc(title)}</title><style>{_CSS}</style></head>\n"
         f"<body{attrs}>{body}{scripts}</body></html>\n"
     )
