@@ -74,6 +74,21 @@ def dashboard_app(
     )
 
 
+def check_bind(host: str, port: int, tokens: Path | None) -> None:
+    """Refuse a port that is none, and a host reachable from other machines without sign-in (as
+    ``serve`` refuses one without a token): a usage error naming the fix."""
+    from traceflow.collectors.server import is_loopback
+
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--port {port} is not a port; give 1-65535, or 0 for a free one")
+    if tokens is None and not is_loopback(host):
+        raise UsageError(
+            f"refusing to serve the dashboard on {host}, which is reachable from other machines, without "
+            "sign-in: pass --tokens FILE (the 'TEAM TOKEN' file of serve --tokens), or keep the default "
+            f"--host {DEFAULT_HOST}"
+        )
+
+
 def serve_dashboard(
     lake: Lake,
     selection: Selection | None = None,
@@ -91,16 +106,7 @@ def serve_dashboard(
 
     import uvicorn
 
-    from traceflow.collectors.server import is_loopback
-
-    if not 0 <= port <= 65535:
-        raise UsageError(f"--port {port} is not a port; give 1-65535, or 0 for a free one")
-    if tokens is None and not is_loopback(host):
-        raise UsageError(
-            f"refusing to serve the dashboard on {host}, which is reachable from other machines, without "
-            "sign-in: pass --tokens FILE (the 'TEAM TOKEN' file of serve --tokens), or keep the default "
-            f"--host {DEFAULT_HOST}"
-        )
+    check_bind(host, port, tokens)
     app = dashboard_app(lake, selection, kv_bytes_per_token, refresh_s, tokens)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)

@@ -183,7 +183,12 @@ def test_sign_in_sets_an_http_only_cookie_and_sign_out_ends_it(app: Any) -> None
             assert page.status_code == 200 and "team search" in page.text
             assert 'value="gpt-5-codex"' in page.text  # the filter from the URL is in the form
             assert "where=model%3Dgpt-5-codex" in page.text  # and in the API query the page fetches
-            await client.post("/signout")
+            elsewhere = {"Origin": "https://evil.example"}
+            forged = await client.post("/signin", data={"token": TOKENS["*"]}, headers=elsewhere)
+            assert forged.status_code == 403 and "set-cookie" not in forged.headers
+            assert (await client.post("/signout", headers=elsewhere)).status_code == 403
+            assert (await client.get("/api/mix")).status_code == 200  # still signed in
+            await client.post("/signout", headers={"Origin": "http://127.0.0.1"})
             client.cookies.set("traceflow_session", good.cookies["traceflow_session"])
             assert (await client.get("/api/mix")).status_code == 401
 
@@ -206,6 +211,7 @@ def test_a_token_removed_from_the_file_is_refused(teams: Lake, tmp_path: Path) -
 def test_dashboard_on_another_host_without_tokens_exits_2(teams: Lake, cli: Cli, tmp_path: Path) -> None:
     code, _, err = cli("dashboard", "--host", "0.0.0.0")
     assert code == 2
+    assert cli("dashboard", "--host", "0.0.0.0", "--data", str(tmp_path / "none"), data=False)[2] == err
     assert "--tokens FILE" in err and "0.0.0.0" in err and len(err.strip().splitlines()) == 1
     bad = tmp_path / "bad-tokens"
     bad.write_text("payments short\n")

@@ -5,6 +5,7 @@ its sessions to a session's timeline, with no error in the console (Vega's inclu
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -99,7 +100,7 @@ def _marks(driver: Any, chart: str) -> int:
     return count
 
 
-def test_sign_in_filter_and_drill_down_in_chromium(server: str) -> None:
+def test_sign_in_filter_and_drill_down_in_chromium(server: str, tmp_path: Path) -> None:
     _need_browser()
     from selenium.webdriver.common.by import By
 
@@ -116,6 +117,8 @@ def test_sign_in_filter_and_drill_down_in_chromium(server: str) -> None:
         assert _marks(driver, "chart-days") > 0 and _marks(driver, "chart-misses") > 0
         teams = [a.text for a in driver.find_elements(By.CSS_SELECTOR, "#teams td a")]
         assert teams == ["payments", "search"]
+        choices = "return Array.from(document.querySelectorAll('#choices-team option')).map(o => o.value)"
+        assert driver.execute_script(choices) == ["payments", "search"]  # the filter offers the teams
 
         # a filter: the URL keeps it, and the figures are the filtered ones
         driver.find_element(By.ID, "filter-project").send_keys("indexer")
@@ -145,6 +148,9 @@ def test_sign_in_filter_and_drill_down_in_chromium(server: str) -> None:
         causes = [td.text for td in driver.find_elements(By.CSS_SELECTOR, "#timeline tbody td:nth-child(11)")]
         assert causes == ["first_request", "hit", "hit", "ttl_expired", "hit"]
         assert _marks(driver, "chart-timeline") > 0
+        out = Path(os.environ.get("TRACEFLOW_ARTIFACTS") or tmp_path)
+        out.mkdir(parents=True, exist_ok=True)
+        assert driver.save_screenshot(str(out / "explorer_timeline.png"))
         logs = driver.get_log("browser")
     finally:
         driver.quit()

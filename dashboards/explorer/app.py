@@ -14,7 +14,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, quote
+from urllib.parse import parse_qs, quote, urlsplit
 
 from traceflow.dashboards.explorer import api, pages, views
 from traceflow.dashboards.explorer.access import COOKIE, SESSION_S, Access, Viewer
@@ -37,6 +37,16 @@ def _safe_next(value: str | None) -> str:
     if not value or not value.startswith("/") or value.startswith("//") or "\\" in value:
         return "/"
     return value
+
+
+def _same_site(request: Request) -> bool:
+    """Whether a form was posted from this site: its ``Origin`` (sent by browsers with every POST)
+    names the host it was sent to; a request without one (a script) is not a browser's."""
+    origin = request.headers.get("origin")
+    if origin is None:
+        return True
+    hosts = {request.headers.get("host"), request.headers.get("x-forwarded-host")} - {None}
+    return urlsplit(origin).netloc in hosts
 
 
 def explorer_app(
@@ -90,6 +100,8 @@ def explorer_app(
         return HTMLResponse(pages.signin(_safe_next(request.query_params.get("next"))), headers=_NO_STORE)
 
     async def signin(request: Request) -> Response:
+        if not _same_site(request):
+            return PlainTextResponse("sign in from the dashboard's own page", status_code=403)
         form = parse_qs((await request.body()).decode("utf-8", "replace"))
         token = (form.get("token") or [""])[0]
         target = _safe_next((form.get("next") or ["/"])[0])
@@ -107,6 +119,8 @@ def explorer_app(
         return response
 
     async def signout(request: Request) -> Response:
+        if not _same_site(request):
+            return PlainTextResponse("sign out from the dashboard's own page", status_code=403)
         gate.sign_out(request.cookies.get(COOKIE))
         response = RedirectResponse("signin", 303)
         response.delete_cookie(COOKIE, path="/")

@@ -28,7 +28,7 @@ dl.figures dt{font-size:12px;color:#555}dl.figures dd{margin:0;font-size:20px;fo
 table{border-collapse:collapse;font-size:13px;width:100%}th,td{padding:3px 8px;text-align:right}
 th:first-child,td:first-child{text-align:left}tr:nth-child(even){background:#f6f8fa}
 .error{color:#b91c1c}.crumbs{font-size:13px;margin:10px 0}.chart{width:100%;min-height:60px}
-td.miss{color:#b91c1c;font-weight:600}
+td.miss{color:#b91c1c;font-weight:600}#teams,#sessions,#timeline{overflow-x:auto}
 """
 
 _JS = r"""
@@ -94,6 +94,16 @@ _JS = r"""
   if (view !== 'session') {
     job('figures', get(q('api/mix')).then(figures));
   }
+  Object.keys(links.choices).forEach(function (name) {
+    var key = links.choices[name], list = document.getElementById('choices-' + name);
+    if (!list || !document.getElementById('filter-' + name)) { return; }
+    var win = body.dataset.window;
+    job('choices-' + name, get('api/mix?by=' + encodeURIComponent(key) + (win ? '&' + win : '')).then(function (rows) {
+      rows.forEach(function (r) {
+        if (r[key] !== null) { var o = document.createElement('option'); o.value = r[key]; list.appendChild(o); }
+      });
+    }));
+  });
   if (view === 'overview') {
     job('chart-days', get(q('api/mix?by=day')).then(function (rows) { return draw('chart-days', rows); }));
     job('chart-misses', get(q('api/misses')).then(function (r) {
@@ -180,7 +190,11 @@ def _filter_form(view: str, filters: Mapping[str, str], team: str | None, sessio
             continue
         hint = " (7d, 2026-08-01)" if name in views.WINDOW else ""
         value = _esc(filters.get(name, ""))
-        fields.append(f'<label>{name}{hint} <input name="{name}" id="filter-{name}" value="{value}"></label>')
+        choices = f' list="choices-{name}"' if name in views.FILTERS else ""
+        fields.append(
+            f'<label>{name}{hint} <input name="{name}" id="filter-{name}" value="{value}"{choices}>'
+            f'<datalist id="choices-{name}"></datalist></label>'
+        )
     target = {"overview": ".", "sessions": "sessions", "session": "session"}[view]
     hidden = f'<input type="hidden" name="id" value="{_esc(session)}">' if session else ""
     return (
@@ -218,7 +232,9 @@ def explorer(
         sections += (
             '<section><h2>Tokens per day</h2><div class="chart" id="chart-days"></div></section>'
             '<section><h2>Cache misses by cause</h2><div class="chart" id="chart-misses"></div></section>'
-            '<section><h2>Teams</h2><p>Click a team for its sessions.</p><div id="teams"></div></section>'
+            "<section><h2>Teams</h2><p>Click a team for its sessions "
+            f'(or see <a href="{_esc(views.link("sessions", shown))}" id="all-sessions">all the view\'s '
+            'sessions</a>).</p><div id="teams"></div></section>'
         )
     elif view == "sessions":
         sections += (
@@ -237,6 +253,7 @@ def explorer(
         "rows": ROWS,
         "team_key": TEAM_KEY,
         "limit": SESSIONS_LIMIT,
+        "choices": {name: key for name, key in views.FILTERS.items() if not (name == "team" and team)},
         "sessions": views.link("sessions", others) + ("&" if others else "?") + "team=",
         "session": views.link("session", shown) + ("&" if shown else "?") + "id=",
     }
@@ -257,6 +274,7 @@ def explorer(
     attrs = (
         f' data-view="{view}" data-api="{_esc(urlencode(views.api_params(shown)))}"'
         f' data-session="{_esc(session or "")}"'
+        f' data-window="{_esc(urlencode([(k, v) for k, v in shown.items() if k in views.WINDOW]))}"'
     )
     return _document(
         "traceflow dashboard",

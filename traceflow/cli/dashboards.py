@@ -57,6 +57,7 @@ def dashboard(
 
     On 127.0.0.1 by default; another --host needs --tokens, and each viewer signs in (Ctrl-C stops).
     """
+    live.check_bind(host, port, tokens)  # before the lake is opened (and refreshed)
     lake = open_lake(data)
     live.serve_dashboard(
         lake,
