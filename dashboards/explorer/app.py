@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 #: Reports kept rendered (per view and lake version), the least recently asked dropped first.
 REPORTS_KEPT = 8
+_SIGN_IN = "sign in: send 'Authorization: Bearer TOKEN' (a token of the dashboard's --tokens file)"
+_ENDPOINTS = ", ".join((*api.ENDPOINTS, "timeline"))
 _NO_STORE = {"Cache-Control": "no-store", "X-Frame-Options": "DENY", "Referrer-Policy": "same-origin"}
 
 
@@ -128,9 +130,7 @@ def explorer_app(
 
     def unauthorised() -> Response:
         return JSONResponse(
-            {
-                "error": "sign in: send 'Authorization: Bearer TOKEN' (a token of the dashboard's --tokens file)"
-            },
+            {"error": _SIGN_IN},
             status_code=401,
             headers={"WWW-Authenticate": 'Bearer realm="traceflow"', **_NO_STORE},
         )
@@ -152,9 +152,7 @@ def explorer_app(
         run = api.ENDPOINTS.get(request.path_params["name"])
         if run is None:
             return JSONResponse(
-                {
-                    "error": f"no endpoint {request.path_params['name']!r}; try: {', '.join(api.ENDPOINTS)}, timeline"
-                },
+                {"error": f"no endpoint {request.path_params['name']!r}; try: {_ENDPOINTS}"},
                 status_code=404,
             )
         params = params_of(request)

@@ -75,15 +75,19 @@ _JS = r"""
   function table(id, columns, rows, href) {
     var el = document.getElementById(id), t = document.createElement('table');
     var head = t.createTHead().insertRow();
-    columns.forEach(function (c) { var th = document.createElement('th'); th.textContent = c; head.appendChild(th); });
+    columns.forEach(function (c) {
+      var th = document.createElement('th'); th.textContent = c; head.appendChild(th);
+    });
     var tb = t.createTBody();
     rows.forEach(function (r) {
       var tr = tb.insertRow();
       columns.forEach(function (c, i) {
         var td = tr.insertCell(), text = fmt(r[c], c), to = i === 0 && href ? href(r) : null;
         if (c === 'cause' && r[c]) { td.className = 'miss'; }
-        if (to) { var a = document.createElement('a'); a.href = to; a.textContent = text || '(none)'; td.appendChild(a); }
-        else { td.textContent = text || (i === 0 ? '(none)' : ''); }
+        if (to) {
+          var a = document.createElement('a');
+          a.href = to; a.textContent = text || '(none)'; td.appendChild(a);
+        } else { td.textContent = text || (i === 0 ? '(none)' : ''); }
       });
     });
     el.innerHTML = ''; el.appendChild(t);
@@ -98,9 +102,11 @@ _JS = r"""
     var key = links.choices[name], list = document.getElementById('choices-' + name);
     if (!list || !document.getElementById('filter-' + name)) { return; }
     var win = body.dataset.window;
-    job('choices-' + name, get('api/mix?by=' + encodeURIComponent(key) + (win ? '&' + win : '')).then(function (rows) {
+    var path = 'api/mix?by=' + encodeURIComponent(key) + (win ? '&' + win : '');
+    job('choices-' + name, get(path).then(function (rows) {
       rows.forEach(function (r) {
-        if (r[key] !== null) { var o = document.createElement('option'); o.value = r[key]; list.appendChild(o); }
+        if (r[key] === null) { return; }
+        var o = document.createElement('option'); o.value = r[key]; list.appendChild(o);
       });
     }));
   });
@@ -115,7 +121,10 @@ _JS = r"""
     }));
     job('teams', get(q('api/mix?by=' + encodeURIComponent(links.team_key))).then(function (rows) {
       table('teams', [links.team_key, 'requests', 'total_tokens', 'reuse_ratio', 'cost_usd'], rows,
-        function (r) { return r[links.team_key] === null ? null : links.sessions + encodeURIComponent(r[links.team_key]); });
+        function (r) {
+          var team = r[links.team_key];
+          return team === null ? null : links.sessions + encodeURIComponent(team);
+        });
     }));
   } else if (view === 'sessions') {
     job('sessions', get(q('api/sessions?list=1&limit=' + links.limit)).then(function (rows) {
@@ -128,7 +137,9 @@ _JS = r"""
       rows.forEach(function (r, i) { r.request = i + 1; });
       table('timeline', ['request', 'started_at', 'subagent', 'gap_s', 'model', 'cold_input_tokens',
         'cache_read_tokens', 'cache_write_5m_tokens', 'cache_write_1h_tokens', 'output_tokens', 'cause',
-        'missed_tokens'], rows.map(function (r) { var o = Object.assign({}, r); o.cause = r.cause || 'hit'; return o; }));
+        'missed_tokens'], rows.map(function (r) {
+          var o = Object.assign({}, r); o.cause = r.cause || 'hit'; return o;
+        }));
       document.querySelectorAll('#timeline td.miss').forEach(function (td) {
         if (td.textContent === 'hit') { td.className = ''; }
       });
