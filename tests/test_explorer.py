@@ -223,3 +223,16 @@ def test_the_report_of_a_view_is_the_teams(app: Any) -> None:
     page = _get(app, "/report?project=indexer", TOKENS["payments"])
     assert page.status_code == 200 and "No requests in the selection." in page.text
     assert "No requests in the selection." not in _get(app, "/report", TOKENS["payments"]).text
+
+
+def test_the_dashboards_own_selection_options_bound_every_view(teams: Lake, tmp_path: Path) -> None:
+    from traceflow.dashboards.live import dashboard_app
+    from traceflow.store.selection_options import build_selection
+
+    base = build_selection(agent=["codex"], since="2026-08-02")
+    app = dashboard_app(teams, base, tokens=tokens_file(tmp_path))
+    everything = _get(app, "/api/mix?by=day", TOKENS["*"]).json()
+    # by hand: codex is the search team's; from the 2nd only s2 (5 requests) is left
+    assert [(r["day"], r["requests"]) for r in everything] == [("2026-08-02", 5)]
+    assert _get(app, "/api/mix", TOKENS["payments"]).json()["requests"] == 0
+    assert _get(app, "/api/mix?since=2026-07-01&agent=claude-code", TOKENS["*"]).json()["requests"] == 0

@@ -80,10 +80,19 @@ def check_names(params: Params, allowed: Sequence[str]) -> None:
 
 def restrict(selection: Selection, base: Selection | None, team: str | None) -> Selection:
     """``selection`` within ``base`` (the dashboard's own selection options: both windows, both
-    filters) and, for a viewer of one ``team``, within that team's rows."""
+    filters, ``base``'s lists as ``--where`` conditions) and, for a viewer of one ``team``, within
+    that team's rows."""
     conditions = list(selection.conditions)
     if base is not None:
         conditions += base.conditions
+        for key, values in (
+            ("agent", base.agents),
+            ("model", base.models),
+            ("user", base.users),
+            ("source", base.sources),
+        ):
+            if values:
+                conditions.append(Condition(key, values))
         since = max((t for t in (selection.since, base.since) if t is not None), default=None)
         until = min((t for t in (selection.until, base.until) if t is not None), default=None)
         selection = dataclasses.replace(selection, since=since, until=until)
