@@ -1,4 +1,4 @@
-"""Dashboard commands: ``traceflow dashboard`` (a live report on a loopback port,
+"""Dashboard commands: ``traceflow dashboard`` (the shared explorer, on loopback or signed in,
 :mod:`traceflow.dashboards.live`) and ``traceflow demo`` (the whole pipeline in one command,
 :mod:`traceflow.dashboards.demo`).
 
@@ -33,7 +33,18 @@ KvOpt = Annotated[
 
 @with_selection
 def dashboard(
-    port: Annotated[int, typer.Option(help="Loopback port (0 picks a free one).")] = live.DEFAULT_PORT,
+    port: Annotated[int, typer.Option(help="Port (0 picks a free one).")] = live.DEFAULT_PORT,
+    host: Annotated[
+        str, typer.Option(help="Address to bind; anything but loopback requires --tokens.")
+    ] = live.DEFAULT_HOST,
+    tokens: Annotated[
+        Path | None,
+        typer.Option(
+            help="File of 'TEAM TOKEN' lines (as serve --tokens): viewers sign in with a token and see "
+            "their team's rows (team * sees all); re-read when it changes.",
+            show_default=False,
+        ),
+    ] = None,
     refresh: Annotated[
         float, typer.Option(help="Seconds between checks for new data.")
     ] = live.DEFAULT_REFRESH_S,
@@ -42,12 +53,18 @@ def dashboard(
     selection: Selection,
     data: DataOpt = None,
 ) -> None:
-    """Serve the HTML report on 127.0.0.1 and refresh it as data arrives (Ctrl-C stops)."""
+    """Serve the explorer: filters, a team's sessions, a session's timeline, the report, a JSON API.
+
+    On 127.0.0.1 by default; another --host needs --tokens, and each viewer signs in (Ctrl-C stops).
+    """
+    live.check_bind(host, port, tokens)  # before the lake is opened (and refreshed)
     lake = open_lake(data)
     live.serve_dashboard(
         lake,
         selection,
+        host=host,
         port=port,
+        tokens=tokens,
         refresh_s=refresh,
         kv_bytes_per_token=kv_bytes_per_token,
         ready=lambda url: typer.echo(f"traceflow dashboard: {url} (data {lake.location}); Ctrl-C stops"),
