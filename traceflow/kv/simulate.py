@@ -25,6 +25,7 @@ prefix block was last used ``resume_after_s`` (15 min) or more earlier.
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -270,8 +271,8 @@ def build_report(
                 "hit_ratio": hb / n_blocks if n_blocks else 0.0,
                 "token_hit_ratio": ht / input_tokens if input_tokens else 0.0,
                 "object_hit_blocks": int((served == k + 1).sum()),
-                "bytes_read": ht * b,
-                "bytes_written": written * b,
+                "read_bytes": ht * b,
+                "written_bytes": written * b,
                 "write_bytes_per_s": written * b / duration if duration else None,
                 "peak_resident_bytes": float(out.resident_blocks[:, k].max()) * block_bytes
                 if len(out.resident_blocks)
@@ -288,7 +289,10 @@ def build_report(
         worst = {
             "request": w,
             "session": trace.session[w] if trace.session is not None else None,
-            "time_s": float(trace.time_s[w]),
+            # an instant (the lake's clock: relative traces count from 1970-01-01, as stored), and the
+            # seconds since the trace's first request; never an epoch printed as a duration
+            "at": dt.datetime.fromtimestamp(float(trace.time_s[w]), dt.UTC),
+            "after_start_s": float(trace.time_s[w] - trace.time_s[0]),
             "idle_s": float(idle[w]),
             "input_tokens": int(trace.input_tokens[w]),
             "hit_tokens": {t.name: int(hit_tokens[w, k]) for k, t in enumerate(config.tiers)},
@@ -315,8 +319,8 @@ def build_report(
         "token_hit_ratio": total_hit_tokens / input_tokens if input_tokens else 0.0,
         "object_hit_blocks": int((served > 0).sum()),
         "recomputed_tokens": int(recomputed.sum()),
-        "bytes_read": total_hit_tokens * b,
-        "bytes_written": int(out.written_tokens.sum()) * b,
+        "read_bytes": total_hit_tokens * b,
+        "written_bytes": int(out.written_tokens.sum()) * b,
         "prefill_rate_tok_s": config.prefill_rate,
         "ttft_mean_s": float(ttft.mean()),
         "ttft_p50_s": _quantile(ttft, 0.5),
