@@ -41,6 +41,7 @@ def dashboard_app(
     selection: Selection | None = None,
     kv_bytes_per_token: float | None = None,
     refresh_s: float = DEFAULT_REFRESH_S,
+    kv_said: str | None = None,
 ) -> Any:
     """A Starlette app serving the report at ``/`` (rebuilt when the lake changed) and the lake's
     fingerprint at ``/version`` (the page polls it and reloads when it changes)."""
@@ -63,7 +64,7 @@ def dashboard_app(
                 page, _, _ = render_html(
                     lake.connect(),
                     selection,
-                    ReportOptions(kv_bytes_per_token=kv_bytes_per_token),
+                    ReportOptions(kv_bytes_per_token=kv_bytes_per_token, kv_said=kv_said),
                     refresh_s=refresh_s,
                     version=version,
                     title="traceflow dashboard",
@@ -88,6 +89,7 @@ def serve_dashboard(
     refresh_s: float = DEFAULT_REFRESH_S,
     kv_bytes_per_token: float | None = None,
     ready: Callable[[str], None] | None = None,
+    kv_said: str | None = None,
 ) -> None:
     """Serve :func:`dashboard_app` on ``127.0.0.1:port`` (0 picks a free port) until interrupted;
     ``ready`` gets the URL once the port is bound."""
@@ -109,6 +111,8 @@ def serve_dashboard(
     if ready is not None:
         ready(f"http://127.0.0.1:{sock.getsockname()[1]}/")
     config = uvicorn.Config(
-        dashboard_app(lake, selection, kv_bytes_per_token, refresh_s), log_level="warning", access_log=False
+        dashboard_app(lake, selection, kv_bytes_per_token, refresh_s, kv_said),
+        log_level="warning",
+        access_log=False,
     )
     uvicorn.Server(config).run(sockets=[sock])

@@ -81,6 +81,23 @@ class KvChoice:
             return spec.name, spec.kv(self.dtype, swa_capped=capped, mtp=self.mtp)
         return models.resolve(name, self.config, self.dtype, swa_capped=capped, mtp=self.mtp)
 
+    def per_token(self, raw: float | None) -> tuple[float | None, str | None]:
+        """For the commands that turn tokens into bytes (``working-set``, ``report``, ``dashboard``):
+        the KV bytes per token, from ``--kv-model``/``--config`` (resolved as ``size`` and ``simulate``
+        do) or ``raw`` (``--kv-bytes-per-token``), and the assumption in words (None: none given)."""
+        named = self.kv_model is not None or self.config is not None
+        if named and raw is not None:
+            raise UsageError("give --kv-model NAME (or --config) or --kv-bytes-per-token N, not both")
+        if not named:
+            if self.dtype is not None or self.mtp or self.swa_uncapped:
+                raise UsageError("--dtype, --mtp and --swa-uncapped shape a model's KV: add --kv-model NAME")
+            return raw, None if raw is None else f"{raw:,.0f} B/token (--kv-bytes-per-token)"
+        name, size = self.resolve(())
+        said = f"{name} {size.dtype}: {size.per_token_bytes:,} B/token"
+        if size.per_session_bytes:
+            said += f" (its {size.per_session_bytes:,} B of state per session not counted)"
+        return float(size.per_token_bytes), said
+
 
 #: The KV-geometry options, as ``size`` and ``simulate`` show them.
 KV_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
@@ -377,7 +394,7 @@ def simulate(
             rate_scale,
             selection,
             data,
-            kv.kv_model,
+            kv,
         )
         return
     if rate_scale is not None:
@@ -466,6 +483,38 @@ def _print_simulation(
     typer.echo("\n\n".join(parts))
 
 
+def _serving_model(spec: Any, kv: KvChoice) -> Any:
+    """The box of ``--serving`` with the model ``--kv-model`` (and ``--dtype``) names: a GPU preset
+    serves it (:func:`traceflow.kv.serving.serve_model`); a fixed box only its own. The other
+    KV-geometry options do not apply to a box and are refused (exit 2), never ignored."""
+    from traceflow.kv.models import find_model
+    from traceflow.kv.serving import serve_model
+
+    given = (("--config", kv.config), ("--mtp", kv.mtp), ("--swa-uncapped", kv.swa_uncapped))
+    unused = [o for o, v in given if v]
+    if unused:
+        raise UsageError(
+            f"{', '.join(unused)}: --serving takes its model from --kv-model NAME (a catalogue model with "
+            "parameter counts) or its spec file; drop them"
+        )
+    if kv.kv_model is None and kv.dtype is None:
+        return spec
+    if spec.gpu:
+        return serve_model(spec, kv.kv_model or spec.model, kv.dtype)
+    if kv.kv_model is not None and find_model(kv.kv_model).name != find_model(spec.model).name:
+        raise UsageError(
+            f"--kv-model {kv.kv_model} differs from the box's model {spec.model}: a box serves its own "
+            "model; use a GPU preset (h100xN, h200xN, b200xN) or a --serving file with "
+            '"preset", "model", "total_params" and "active_params"'
+        )
+    if kv.dtype is not None and kv.dtype != spec.kv_dtype:
+        raise UsageError(
+            f"--dtype {kv.dtype}: the box {spec.name} keeps its KV in {spec.kv_dtype}; give a --serving "
+            'file with "kv_dtype"'
+        )
+    return spec
+
+
 def _serve(
     serving: str,
     workload: str | None,
@@ -479,11 +528,10 @@ def _serve(
     rate_scale: float | None = None,
     selection: Selection | None = None,
     data: Path | None = None,
-    kv_model: str | None = None,
+    kv: KvChoice | None = None,
 ) -> None:
     """``simulate --serving``: the closed-loop workload on a serving box (:mod:`traceflow.kv.scheduler`):
     the lake's selection (scaled by ``rate_scale``) or the built-in agentic-coding workload."""
-    from traceflow.kv.models import find_model
     from traceflow.kv.scheduler import run
     from traceflow.kv.serving import load_serving
     from traceflow.kv.synthetic import PUBLISHED_RUN, agentic_coding_turns
@@ -496,12 +544,7 @@ def _serve(
         )
     if sim.tier:
         raise UsageError('--serving takes its tiers from the box spec (its "tiers" list), not --tier')
-    spec = load_serving(serving)
-    if kv_model is not None and find_model(kv_model).name != find_model(spec.model).name:
-        raise UsageError(
-            f"--kv-model {kv_model} differs from the box's model {spec.model}: a box serves its own model; "
-            'give a --serving file with "preset", "model", "total_params" and "active_params"'
-        )
+    spec = _serving_model(load_serving(serving), kv or KvChoice())
     if workload is None and selection is not None:
         from traceflow.kv.lake_trace import lake_turns
 
