@@ -253,6 +253,13 @@ def size(
         typer.Option("--ssd-write-rate", help="Bytes/s written to flash (default: rate × KV bytes)."),
     ] = None,
     sessions: Annotated[int, typer.Option(help="Sessions held at once (adds per-session state).")] = 0,
+    rent_hbm: Annotated[
+        bool,
+        typer.Option(
+            "--rent-hbm",
+            help="Bill HBM tiers as their share of rented GPU-hours (default: owned, not billed).",
+        ),
+    ] = False,
     prices: Annotated[
         Path | None,
         typer.Option(
@@ -272,16 +279,22 @@ def size(
 
     name, kv_size = kv.resolve(selection.models)
     source_note = "given"
+    ttls = [parse_duration(t, "--ttl") for t in (ttl or ["1h"])]
+    measured: dict[str, Any] = {}
     if rate is None:
         from traceflow.kv.lake_trace import measured_rates
 
-        rate, measured_input, span = measured_rates(open_lake(data).connect(["requests"]), selection)
+        con = open_lake(data).connect(["requests"])
+        rate, measured_input, span = measured_rates(con, selection)
         input_rate = input_rate if input_rate is not None else measured_input
         source_note = f"measured over {span:,.0f} s of the lake's selection"
+        measured = _measured_footprints(
+            open_lake(data).connect(["requests"]), selection, ttls[0], kv_size.per_token_bytes
+        )
     report = size_report(
         kv_size,
         rate,
-        [parse_duration(t, "--ttl") for t in (ttl or ["1h"])],
+        ttls,
         _tiers(tier, ["gpu=80GB", "dram=1TB"]),
         SsdArray(drives, parse_size(drive_size, "--drive-size"), raid, rated_dwpd, warranty_years, waf),
         Prices.load(prices),
@@ -290,16 +303,57 @@ def size(
         ssd_write_bytes_per_s=parse_bandwidth(ssd_write_rate, "--ssd-write-rate") if ssd_write_rate else None,
         sessions=sessions,
         rate_source=source_note,
+        rent_hbm=rent_hbm,
     )
+    from traceflow.kv.headline import sizing_headline
+
+    first = report["footprints"][0]
+    report = {
+        "headline": sizing_headline(
+            ttls[0], first["footprint_bytes"], first["footprint_upper_bytes"], **measured
+        ),
+        **report,
+    }
     if fmt == "json":
         typer.echo(to_json(document(report, display())))
         return
     parts = [
+        report["headline"]["headline"],
+        render(_kv_rows(_prefixed("headline", report["headline"], skip="headline")), fmt, display=display()),
         render(_kv_rows(report), fmt, display=display()),
         render(_table(report["footprints"]), fmt, display=display()),
         render(_table(report["tiers"]), fmt, display=display()),
     ]
     typer.echo("\n\n".join(parts))
+
+
+def _prefixed(prefix: str, values: dict[str, Any], skip: str) -> dict[str, Any]:
+    return {f"{prefix}.{k}": v for k, v in values.items() if k != skip}
+
+
+def _measured_footprints(con: Any, selection: Selection, ttl_s: float, kv_bytes: int) -> dict[str, Any]:
+    """The working-set peak at ``ttl_s`` and the LRU capacity keeping
+    :data:`~traceflow.kv.headline.LRU_SHARE` of the unbounded prefix hits, measured on the selection
+    (the arguments of :func:`~traceflow.kv.headline.sizing_headline`)."""
+    from traceflow.analysis.working_set import working_set_summary
+    from traceflow.kv.headline import LRU_SHARE
+    from traceflow.kv.lake_trace import lake_trace
+    from traceflow.kv.simulate import capacity_for_share
+    from traceflow.store import time_base
+
+    ws = working_set_summary(con, selection, [ttl_s], time_base.headline_resolution(), kv_bytes)
+    peak = ws["peak_bytes"][0] if ws.height else None
+    trace = lake_trace(con, selection, LRU_BLOCK)
+    blocks, ratio = capacity_for_share(trace, LRU_SHARE)
+    return {
+        "working_set_peak_bytes": float(peak) if peak is not None else None,
+        "lru_capacity_bytes": float(blocks * LRU_BLOCK * kv_bytes),
+        "lru_unbounded_hit_ratio": ratio,
+    }
+
+
+#: Tokens per block of the LRU cross-check in ``size`` (the exports' and ``simulate``'s default).
+LRU_BLOCK = 512
 
 
 @with_selection

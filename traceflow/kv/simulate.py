@@ -389,6 +389,30 @@ def default_capacities(distinct_blocks: int, points: int = 24) -> list[int]:
     return [int(x) for x in grid]
 
 
+def capacity_for_share(trace: BlockTrace, share: float) -> tuple[int, float]:
+    """The smallest LRU capacity (blocks) whose prefix hits reach ``share`` of an unbounded cache's,
+    and that unbounded prefix hit ratio (blocks), from the stack distances as :func:`sweep` counts them.
+
+    >>> from traceflow.kv.trace import BlockTrace
+    >>> t = BlockTrace(np.zeros(4), np.array([2, 2, 1, 2]), np.array([0, 2, 4, 5, 7]),
+    ...                np.array([1, 2, 1, 2, 3, 1, 2]), 1)
+    >>> capacity_for_share(t, 1.0)
+    (3, 0.5714285714285714)
+    """
+    n = trace.n_blocks
+    if not n:
+        return 0, 0.0
+    d = np.minimum(stack_distances(trace.blocks), n + 1)
+    req = trace.request_of_block()
+    big = np.int64(n + 2)
+    run = np.maximum.accumulate(d + req * big) - req * big
+    usable = np.sort(run[run <= n])
+    if not len(usable):
+        return 0, 0.0
+    k = max(1, math.ceil(share * len(usable) - 1e-9))
+    return int(usable[k - 1]), len(usable) / n
+
+
 def sweep(
     trace: BlockTrace, capacities: Sequence[int] | None = None, block_bytes: int = 0
 ) -> list[dict[str, Any]]:
