@@ -285,6 +285,7 @@ H200 = ServingSpec(
     gpu="h200",
 )
 
+
 @dataclass(frozen=True)
 class Gpu:
     """One GPU's published figures (per GPU, SXM, dense tensor FLOP/s: the sparsity figures halved)."""
@@ -356,7 +357,7 @@ def serve_model(spec: ServingSpec, model: str, dtype: str | None = None) -> Serv
         have = ", ".join(s.name for s in _models_with_params())
         raise UsageError(
             f"--kv-model {m.name}: the catalogue has no parameter counts for it (needed for FLOPs and "
-            f"weights); models with them: {have}; or give a --serving file with \"preset\", \"model\", "
+            f'weights); models with them: {have}; or give a --serving file with "preset", "model", '
             '"total_params" and "active_params"'
         )
     wbytes = 1.0 if m.default_dtype.startswith("fp8") else 2.0
