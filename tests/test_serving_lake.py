@@ -64,7 +64,7 @@ def test_options_serving_does_not_use_are_refused(cli: Cli, lake: Lake) -> None:
         assert code == 2 and message in err, (args, err)
 
 
-def test_h200_times_n_and_a_kv_model_the_box_does_not_serve(cli: Cli, lake: Lake) -> None:
+def test_h200_times_n_and_a_kv_model_it_serves(cli: Cli, lake: Lake) -> None:
     _fill(lake)
     code, out, err = cli("simulate", "--serving", "h200x8", "--format", "json")
     assert code == 0, err
