@@ -150,6 +150,7 @@ def test_export_command_options(cli: Callable[..., tuple[int, str, str]], lake: 
     summary = json.loads(stdout)
     assert summary["sessions_compacted"] == 3 and summary["summary_tokens_assumed"] == 20_000
     assert summary["prefix_hit_ratio"] is not None
+    assert summary["replayed_context_max_tokens"] <= N and summary["input_tokens_max"] <= N
     code, _, err = cli("export", "kvcache-tester", "-o", str(tmp_path / "kv"), "--max-context", "1000")
     assert code == 2 and "--max-context" in err
     code, _, err = cli("export", "mooncake", "-o", str(out), "--summary-tokens", "5000")

@@ -55,3 +55,10 @@ def test_worst_resumed_is_an_instant_and_bytes_carry_units(cli: Cli, lake: Lake)
     read = next(ln for ln in out.splitlines() if ln.startswith("read_bytes"))
     assert re.search(r"1\.56 GB\b", read), read  # 1,560,379,392 bytes in decimal GB
     assert "1,560,379,392" not in out
+
+
+def test_a_bandwidth_per_gpu_prints_as_a_bandwidth() -> None:
+    from traceflow.output import Rows, render
+
+    out = render(Rows(["kv_load_bytes_per_s_per_gpu"], [[53.9e9]]), "table")
+    assert "53.90 GB/s" in out

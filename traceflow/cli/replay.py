@@ -136,6 +136,8 @@ def _export_summary(manifest: dict[str, Any], output: Path) -> dict[str, Any]:
         "requests_derived": counts.get("requests_derived", 0),
         "prefix_hit_ratio": cache.get("prefix_hit_ratio"),
         "input_tokens_max": manifest["statistics"]["input_tokens"].get("max"),
+        # aiperf: the largest context AIPerf will send (its live replies included)
+        "replayed_context_max_tokens": counts.get("replayed_context_max_tokens"),
         **_compaction_summary(manifest.get("compaction")),
     }
 
