@@ -64,3 +64,27 @@ def test_hbm_is_not_rent_unless_asked(cli: Cli) -> None:
     # $3 per GPU-hour x 730 h, the whole 80 GB of one GPU's HBM
     assert rented["tiers"][0]["cost_usd_per_month"] == pytest.approx(3 * 730 * 80 / 80)
     assert rented["hbm_billed"] is True
+
+
+def test_a_selection_of_two_clocks_still_sizes_and_says_why(cli: Cli, lake: Lake) -> None:
+    _fill(lake)
+    lake.append(
+        "requests",
+        [
+            {
+                "event_id": "m0",
+                "source": "mooncake",
+                "seq": 0,
+                "started_at": 1_000_000,
+                "cold_input_tokens": 512,
+            }
+        ],
+    )
+    code, out, err = cli("size", "--kv-model", "Llama-3.1-70B", "--ttl", "5m", "--format", "json")
+    assert code == 0, err
+    h = json.loads(out)["headline"]
+    assert (
+        h["basis"] == "rate_x_ttl"
+        and "could not be measured" in h["headline"]
+        and "--source" in h["headline"]
+    )

@@ -341,7 +341,10 @@ def _measured_footprints(con: Any, selection: Selection, ttl_s: float, kv_bytes:
     from traceflow.kv.simulate import capacity_for_share
     from traceflow.store import time_base
 
-    ws = working_set_summary(con, selection, [ttl_s], time_base.headline_resolution(), kv_bytes)
+    try:  # one clock: a selection mixing agent telemetry and public traces has no working set
+        ws = working_set_summary(con, selection, [ttl_s], time_base.headline_resolution(), kv_bytes)
+    except UsageError as e:
+        return {"unmeasured": str(e)}
     peak = ws["peak_bytes"][0] if ws.height else None
     trace = lake_trace(con, selection, LRU_BLOCK)
     blocks, ratio = capacity_for_share(trace, LRU_SHARE)

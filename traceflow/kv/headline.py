@@ -40,6 +40,7 @@ def sizing_headline(
     working_set_peak_bytes: float | None = None,
     lru_capacity_bytes: float | None = None,
     lru_unbounded_hit_ratio: float | None = None,
+    unmeasured: str | None = None,
 ) -> dict[str, Any]:
     """The headline sentence and the figures it reconciles (bytes; None where not measured).
 
@@ -66,8 +67,12 @@ def sizing_headline(
         out.update(
             capacity_bytes=rate_x_ttl_bytes,
             basis="rate_x_ttl",
-            headline=f"at least {_gb(rate_x_ttl_bytes)} of KV for a {ttl} TTL ({bounds}); measure the "
-            "lake's selection (no --rate) for the working-set peak, the figure to buy",
+            headline=f"at least {_gb(rate_x_ttl_bytes)} of KV for a {ttl} TTL ({bounds}); "
+            + (
+                f"the working-set peak, the figure to buy, could not be measured: {unmeasured}"
+                if unmeasured
+                else "measure the lake's selection (no --rate) for the working-set peak, the figure to buy"
+            ),
         )
         return out
     text = (
