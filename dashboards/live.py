@@ -51,6 +51,7 @@ def dashboard_app(
     kv_bytes_per_token: float | None = None,
     refresh_s: float = DEFAULT_REFRESH_S,
     tokens: Path | None = None,
+    kv_said: str | None = None,
 ) -> Any:
     """The explorer's Starlette app over ``lake`` (:func:`traceflow.dashboards.explorer.app.explorer_app`);
     with ``tokens``, viewers sign in with a token of that file."""
@@ -69,6 +70,7 @@ def dashboard_app(
         selection,
         access,
         kv_bytes_per_token=kv_bytes_per_token,
+        kv_said=kv_said,
         refresh_s=refresh_s,
         fingerprint=lambda: lake_fingerprint(lake),
     )
@@ -99,6 +101,7 @@ def serve_dashboard(
     refresh_s: float = DEFAULT_REFRESH_S,
     kv_bytes_per_token: float | None = None,
     ready: Callable[[str], None] | None = None,
+    kv_said: str | None = None,
 ) -> None:
     """Serve :func:`dashboard_app` on ``host:port`` (0 picks a free port) until interrupted; a host
     other than loopback needs ``tokens``. ``ready`` gets the URL once the port is bound."""
@@ -107,7 +110,7 @@ def serve_dashboard(
     import uvicorn
 
     check_bind(host, port, tokens)
-    app = dashboard_app(lake, selection, kv_bytes_per_token, refresh_s, tokens)
+    app = dashboard_app(lake, selection, kv_bytes_per_token, refresh_s, tokens, kv_said)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

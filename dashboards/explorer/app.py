@@ -57,6 +57,7 @@ def explorer_app(
     access: Access | None = None,
     *,
     kv_bytes_per_token: float | None = None,
+    kv_said: str | None = None,
     refresh_s: float = 5.0,
     fingerprint: Callable[[], str] = lambda: "",
 ) -> Any:
@@ -175,7 +176,7 @@ def explorer_app(
                 text, _, _ = render_html(
                     lake.connect(),
                     view,
-                    ReportOptions(kv_bytes_per_token=kv_bytes_per_token),
+                    ReportOptions(kv_bytes_per_token=kv_bytes_per_token, kv_said=kv_said),
                     refresh_s=refresh_s,
                     version=key[0],
                     title="traceflow dashboard",

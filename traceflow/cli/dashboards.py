@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from traceflow.cli.options import DataOpt, open_lake, with_selection
+from traceflow.cli.sizing import KvChoice, with_kv
 from traceflow.dashboards import live
 
 if TYPE_CHECKING:
@@ -26,12 +27,14 @@ if TYPE_CHECKING:
 KvOpt = Annotated[
     float | None,
     typer.Option(
-        "--kv-bytes-per-token", help="KV bytes per token for byte figures (default 126976: MiniMax-M2 FP8)."
+        "--kv-bytes-per-token",
+        help="KV bytes per token for byte figures (default 126976: MiniMax-M2 FP8; or --kv-model NAME).",
     ),
 ]
 
 
 @with_selection
+@with_kv
 def dashboard(
     port: Annotated[int, typer.Option(help="Port (0 picks a free one).")] = live.DEFAULT_PORT,
     host: Annotated[
@@ -51,6 +54,7 @@ def dashboard(
     kv_bytes_per_token: KvOpt = None,
     *,
     selection: Selection,
+    kv: KvChoice,
     data: DataOpt = None,
 ) -> None:
     """Serve the explorer: filters, a team's sessions, a session's timeline, the report, a JSON API.
@@ -58,6 +62,8 @@ def dashboard(
     On 127.0.0.1 by default; another --host needs --tokens, and each viewer signs in (Ctrl-C stops).
     """
     live.check_bind(host, port, tokens)  # before the lake is opened (and refreshed)
+    kv_bytes_per_token, kv_said = kv.per_token(kv_bytes_per_token)
+    assumed = kv_said or "MiniMax-M2 fp8: 126,976 B/token, the default (--kv-model NAME for yours)"
     lake = open_lake(data)
     live.serve_dashboard(
         lake,
@@ -67,7 +73,10 @@ def dashboard(
         tokens=tokens,
         refresh_s=refresh,
         kv_bytes_per_token=kv_bytes_per_token,
-        ready=lambda url: typer.echo(f"traceflow dashboard: {url} (data {lake.location}); Ctrl-C stops"),
+        kv_said=kv_said,
+        ready=lambda url: typer.echo(
+            f"traceflow dashboard: {url} (data {lake.location}; KV bytes: {assumed}); Ctrl-C stops"
+        ),
     )
 
 
