@@ -36,6 +36,7 @@ KvOpt = Annotated[
 @with_selection
 @with_kv
 def dashboard(
+    kv: KvChoice,
     port: Annotated[int, typer.Option(help="Port (0 picks a free one).")] = live.DEFAULT_PORT,
     host: Annotated[
         str, typer.Option(help="Address to bind; anything but loopback requires --tokens.")
@@ -54,7 +55,6 @@ def dashboard(
     kv_bytes_per_token: KvOpt = None,
     *,
     selection: Selection,
-    kv: KvChoice,
     data: DataOpt = None,
 ) -> None:
     """Serve the explorer: filters, a team's sessions, a session's timeline, the report, a JSON API.
