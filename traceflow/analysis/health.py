@@ -258,17 +258,7 @@ def _misses_in(counts: pl.DataFrame, *, after: bool) -> dict[str, Any]:
     import polars as pl
 
     part = counts.filter(pl.col("after_split") == after)
-    return misses.miss_summary(
-        part.group_by("cause").agg(
-            pl.col("requests").sum(),
-            pl.col("misses").sum(),
-            pl.col("missed_tokens").sum(),
-            pl.when(pl.col("miss_cost_usd").count() > 0)
-            .then(pl.col("miss_cost_usd").sum())
-            .alias("miss_cost_usd"),
-            pl.col("not_applicable").sum(),
-        )
-    )
+    return misses.miss_summary(misses.sum_counts(part, ["cause"]))
 
 
 def version_shares(
