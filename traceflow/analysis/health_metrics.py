@@ -32,13 +32,13 @@ a scrape never reads half a file.
 from __future__ import annotations
 
 import datetime as dt
-import urllib.error
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.exposition import push_to_gateway, write_to_textfile
 
+from traceflow.analysis.delivery import delivering, http_url
 from traceflow.analysis.webhooks import filters_text
 from traceflow.errors import TraceflowError, UsageError
 
@@ -171,25 +171,12 @@ def write_file(path: Path, reg: CollectorRegistry) -> None:
 
 def check_url(url: str) -> str:
     """``url`` when it is an http(s) URL, else a usage error."""
-    if not url.startswith(("http://", "https://")):
-        raise UsageError(
-            f"--pushgateway {url!r} is not an http:// or https:// URL, e.g. http://pushgateway:9091"
-        )
-    return url
+    return http_url(url, "--pushgateway", ", e.g. http://pushgateway:9091")
 
 
 def push(url: str, reg: CollectorRegistry, selection: Selection | None = None) -> None:
     """Replace the gauges of job :data:`PUSH_JOB` (grouped by ``where``) on the Pushgateway at ``url``."""
-    try:
+    with delivering("Pushgateway", url, "the gauges were not pushed"):
         push_to_gateway(
             check_url(url), job=PUSH_JOB, registry=reg, grouping_key={"where": filters_text(selection)}
         )
-    except urllib.error.HTTPError as e:
-        raise TraceflowError(
-            f"the Pushgateway {url} answered HTTP {e.code}; the gauges were not pushed"
-        ) from None
-    except (urllib.error.URLError, OSError) as e:
-        reason = getattr(e, "reason", e)
-        raise TraceflowError(
-            f"cannot reach the Pushgateway {url} ({reason}); the gauges were not pushed"
-        ) from None
