@@ -11,6 +11,11 @@ three times. Each entry is two files in ``<data>/v1/_state/collector/quarantine/
 is removed before anything is written (:func:`traceflow.otlp.attributes.strip_request_content`, the
 attributes the lake would drop too); a body that cannot be decoded to strip it is not kept at all.
 
+**Attribute policy.** The payloads are kept as received, before ``serve --drop-attr`` /
+``--hash-attr`` (:mod:`traceflow.collectors.attribute_policy`) applies to their rows; the entry
+records the names of the policy in force (``drop_attrs``, ``hash_attrs``; never the hash key), so
+``traceflow quarantine reseal`` applies the same policy as live ingest (:meth:`Quarantine.policy_of`).
+
 **Limits.** Entries older than ``TRACEFLOW_QUARANTINE_MAX_AGE_DAYS`` (default 30) are deleted, and
 the oldest go first when the folder holds more than ``TRACEFLOW_QUARANTINE_MAX_BYTES`` (default
 256 MiB); each removal is logged.
@@ -30,6 +35,7 @@ import orjson
 
 from traceflow import config
 from traceflow.collectors import spool
+from traceflow.collectors.attribute_policy import AttributePolicy
 from traceflow.collectors.settings import DEFAULT_QUARANTINE_MAX_AGE_DAYS, DEFAULT_QUARANTINE_MAX_BYTES
 from traceflow.otlp import decode as otlp
 from traceflow.otlp.attributes import strip_request_content
@@ -91,9 +97,18 @@ def stripped(rec: spool.WalRecord) -> tuple[spool.WalRecord | None, str]:
 class Quarantine:
     """The quarantine folder of one collector data directory."""
 
-    def __init__(self, directory: Path, *, max_bytes: int | None = None, max_age_s: float | None = None):
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        max_bytes: int | None = None,
+        max_age_s: float | None = None,
+        policy: AttributePolicy | None = None,
+    ):
         default_bytes, default_age = limits_from_settings()
         self.dir = directory
+        #: the attribute policy of the records put here (its names go into each entry's metadata)
+        self.policy = policy or AttributePolicy()
         self.max_bytes = default_bytes if max_bytes is None else max_bytes
         self.max_age_s = default_age if max_age_s is None else max_age_s
 
@@ -119,7 +134,10 @@ class Quarantine:
         signal = ",".join(sorted({r.signal for r in records}))
         entry = Entry(ident, reason, signal, len(records), len(data), now, content)
         _write_atomic(self.dir / (ident + WAL_SUFFIX), data)
-        _write_atomic(self.dir / (ident + META_SUFFIX), orjson.dumps({**entry.to_dict(), "at": now}))
+        attrs = {"drop_attrs": sorted(self.policy.drop), "hash_attrs": sorted(self.policy.hash)}
+        _write_atomic(
+            self.dir / (ident + META_SUFFIX), orjson.dumps({**entry.to_dict(), **attrs, "at": now})
+        )
         fsync_path(self.dir)
         _logger.error(
             "quarantined %d %s payload(s) as %s (content %s): %s",
@@ -197,6 +215,19 @@ class Quarantine:
             if e.id == ident:
                 return e
         raise KeyError(ident)
+
+    def policy_of(self, ident: str) -> tuple[frozenset[str], frozenset[str]]:
+        """The attributes (dropped, hashed) by the policy in force when ``ident`` was quarantined;
+        none for an entry written before entries recorded it."""
+        try:
+            meta = orjson.loads((self.dir / (ident + META_SUFFIX)).read_bytes())
+        except (FileNotFoundError, orjson.JSONDecodeError):
+            return frozenset(), frozenset()
+        if not isinstance(meta, dict):
+            return frozenset(), frozenset()
+        names = [meta.get(k) for k in ("drop_attrs", "hash_attrs")]
+        drop, hashed = (frozenset(str(n) for n in v) if isinstance(v, list) else frozenset() for v in names)
+        return drop, hashed
 
     def records(self, ident: str) -> list[spool.WalRecord]:
         return spool.scan_segment(self.dir / (ident + WAL_SUFFIX)).records

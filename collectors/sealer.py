@@ -165,7 +165,7 @@ class Sealer:
         self.wal_dir = self.dir / "wal"
         self.state_file = MetricStateFile(self.dir)
         self.attempts_path = self.dir / "sealing.json"
-        self.quarantine = Quarantine(self.dir / "quarantine")
+        self.quarantine = Quarantine(self.dir / "quarantine", policy=self.policy)
         self.batch_bytes = batch_bytes
         self.state = self._load_state()
         #: map Claude Code api_request records as columns (traceflow.otlp.logs_columnar) where it can
@@ -573,16 +573,24 @@ class _StorageOutage:
         self.since = None
 
 
+#: How long ``serve --retain`` waits before trying again when another maintenance run holds the lake.
+RETAIN_RETRY_S = 600.0
+
+
 def _retain(lake: Lake, retain_s: float | None, due: float) -> float:
     """``serve --retain``: drop the day partitions older than ``retain_s`` once ``due`` (a monotonic
     time) has come, then once a day (:func:`traceflow.store.retention.retain`); the next due time."""
     now = time.monotonic()
     if retain_s is None or now < due:
         return due
+    from traceflow.store.maintenance import LakeBusy
     from traceflow.store.retention import retain
 
     try:
-        removals = retain(lake, retain_s)
+        removals = retain(lake, retain_s, wait=False)  # sealing never waits for a compaction
+    except LakeBusy as e:
+        _logger.info("retention postponed by %.0f s: %s", RETAIN_RETRY_S, e)
+        return now + RETAIN_RETRY_S
     except Exception:  # the next day's run tries again; sealing goes on
         _logger.exception("retention (--retain) failed")
     else:

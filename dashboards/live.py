@@ -1,14 +1,18 @@
-"""The live dashboard behind ``traceflow dashboard``: the HTML report served on a loopback port and
-rebuilt when the lake changes.
+"""The live dashboard behind ``traceflow dashboard``: the explorer (:mod:`traceflow.dashboards.explorer`)
+served on a port, its figures read from the lake at each request and its report rebuilt when the
+lake changes.
 
-The report itself is :func:`traceflow.dashboards.render.render_html`; starlette and uvicorn are
-imported only when a dashboard is built or served.
+On loopback nobody signs in; any other address needs ``--tokens FILE`` (the tokens file of ``serve
+--tokens``), and each viewer then signs in and reads only their team's rows, as ``serve`` refuses a
+non-loopback bind without a token. starlette and uvicorn are imported only when a dashboard is built
+or served.
 """
 
 from __future__ import annotations
 
-import threading
+import hashlib
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from traceflow.errors import UsageError
@@ -19,10 +23,15 @@ if TYPE_CHECKING:
 
 DEFAULT_PORT = 8050
 DEFAULT_REFRESH_S = 5.0
+DEFAULT_HOST = "127.0.0.1"
 
 
 def lake_fingerprint(lake: Lake) -> str:
-    """Changes whenever a file is published to (or compacted out of) the lake."""
+    """Changes whenever a file is published to (or compacted out of) the lake: a local lake's files'
+    count, newest time and size; an object store's file names."""
+    if lake.url is not None:
+        names = sorted(n for table in ("requests", "events") for n in lake.file_names(table))
+        return f"{len(names)}-{hashlib.sha256(chr(10).join(names).encode()).hexdigest()[:16]}"
     count, newest, size = 0, 0, 0
     for table in ("requests", "events"):
         for path in lake.files(table):
@@ -41,74 +50,79 @@ def dashboard_app(
     selection: Selection | None = None,
     kv_bytes_per_token: float | None = None,
     refresh_s: float = DEFAULT_REFRESH_S,
+    tokens: Path | None = None,
+    kv_said: str | None = None,
 ) -> Any:
-    """A Starlette app serving the report at ``/`` (rebuilt when the lake changed) and the lake's
-    fingerprint at ``/version`` (the page polls it and reloads when it changes)."""
-    from starlette.applications import Starlette
-    from starlette.concurrency import run_in_threadpool
-    from starlette.requests import Request
-    from starlette.responses import HTMLResponse, PlainTextResponse
-    from starlette.routing import Route
+    """The explorer's Starlette app over ``lake`` (:func:`traceflow.dashboards.explorer.app.explorer_app`);
+    with ``tokens``, viewers sign in with a token of that file."""
+    from traceflow.collectors.tokens import TokenFileError, Tokens
+    from traceflow.dashboards.explorer.access import Access
+    from traceflow.dashboards.explorer.app import explorer_app
 
-    from traceflow.dashboards.render import render_html
-    from traceflow.dashboards.report_data import ReportOptions
+    if selection is not None and selection.sessions:
+        raise UsageError("dashboard takes no --session: open a session's timeline from its team's sessions")
+    try:
+        access = Access(Tokens(path=tokens) if tokens is not None else None)
+    except TokenFileError as e:
+        raise UsageError(f"--tokens: {e}") from None
+    return explorer_app(
+        lake,
+        selection,
+        access,
+        kv_bytes_per_token=kv_bytes_per_token,
+        kv_said=kv_said,
+        refresh_s=refresh_s,
+        fingerprint=lambda: lake_fingerprint(lake),
+    )
 
-    lock = threading.Lock()
-    cache: dict[str, str] = {}
 
-    def build() -> str:
-        with lock:
-            version = lake_fingerprint(lake)
-            if cache.get("version") != version:
-                page, _, _ = render_html(
-                    lake.connect(),
-                    selection,
-                    ReportOptions(kv_bytes_per_token=kv_bytes_per_token),
-                    refresh_s=refresh_s,
-                    version=version,
-                    title="traceflow dashboard",
-                )
-                cache.update(version=version, page=page)
-            return cache["page"]
+def check_bind(host: str, port: int, tokens: Path | None) -> None:
+    """Refuse a port that is none, and a host reachable from other machines without sign-in (as
+    ``serve`` refuses one without a token): a usage error naming the fix."""
+    from traceflow.collectors.server import is_loopback
 
-    async def index(request: Request) -> HTMLResponse:
-        return HTMLResponse(await run_in_threadpool(build), headers={"Cache-Control": "no-store"})
-
-    async def version(request: Request) -> PlainTextResponse:
-        return PlainTextResponse(lake_fingerprint(lake), headers={"Cache-Control": "no-store"})
-
-    return Starlette(routes=[Route("/", index), Route("/version", version)])
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--port {port} is not a port; give 1-65535, or 0 for a free one")
+    if tokens is None and not is_loopback(host):
+        raise UsageError(
+            f"refusing to serve the dashboard on {host}, which is reachable from other machines, without "
+            "sign-in: pass --tokens FILE (the 'TEAM TOKEN' file of serve --tokens), or keep the default "
+            f"--host {DEFAULT_HOST}"
+        )
 
 
 def serve_dashboard(
     lake: Lake,
     selection: Selection | None = None,
     *,
+    host: str = DEFAULT_HOST,
     port: int = DEFAULT_PORT,
+    tokens: Path | None = None,
     refresh_s: float = DEFAULT_REFRESH_S,
     kv_bytes_per_token: float | None = None,
     ready: Callable[[str], None] | None = None,
+    kv_said: str | None = None,
 ) -> None:
-    """Serve :func:`dashboard_app` on ``127.0.0.1:port`` (0 picks a free port) until interrupted;
-    ``ready`` gets the URL once the port is bound."""
+    """Serve :func:`dashboard_app` on ``host:port`` (0 picks a free port) until interrupted; a host
+    other than loopback needs ``tokens``. ``ready`` gets the URL once the port is bound."""
     import socket
 
     import uvicorn
 
-    if not 0 <= port <= 65535:
-        raise UsageError(f"--port {port} is not a port; give 1-65535, or 0 for a free one")
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    check_bind(host, port, tokens)
+    app = dashboard_app(lake, selection, kv_bytes_per_token, refresh_s, tokens, kv_said)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind(("127.0.0.1", port))
+        sock.bind((host.strip("[]"), port))
     except OSError as e:
         sock.close()
         raise UsageError(
-            f"cannot listen on 127.0.0.1:{port} ({e.strerror}); pass --port 0 for a free port"
+            f"cannot listen on {host}:{port} ({e.strerror}); pass --port 0 for a free port"
         ) from None
     if ready is not None:
-        ready(f"http://127.0.0.1:{sock.getsockname()[1]}/")
-    config = uvicorn.Config(
-        dashboard_app(lake, selection, kv_bytes_per_token, refresh_s), log_level="warning", access_log=False
-    )
+        shown = f"[{host}]" if ":" in host else host
+        ready(f"http://{shown}:{sock.getsockname()[1]}/")
+    config = uvicorn.Config(app, log_level="warning", access_log=False)
     uvicorn.Server(config).run(sockets=[sock])

@@ -424,7 +424,7 @@ def _local(when: dt.datetime, zone: str) -> str:
     return f"{local:%Y-%m-%d %H:%M} {local.tzname() or zone}"
 
 
-def _notes(data: ReportData, given_kv: bool, zone: str) -> list[str]:
+def _notes(data: ReportData, given_kv: bool, zone: str, said: str | None = None) -> list[str]:
     from traceflow.kv.sizing import DEFAULT_SSD as SSD
 
     kv = f"{data.kv_bytes_per_token:,.0f} B of KV per token"
@@ -434,7 +434,13 @@ def _notes(data: ReportData, given_kv: bool, zone: str) -> list[str]:
         + "; the headline's working set and arrivals use the buckets named beside them, as "
         "`traceflow report` and `traceflow working-set` do.",
         f"Byte figures assume {kv}"
-        + ("." if given_kv else " (MiniMax-M2 at FP8; pass kv_bytes_per_token for your model)."),
+        + (
+            f" ({said})."
+            if said
+            else "."
+            if given_kv
+            else " (MiniMax-M2 at FP8; give --kv-model NAME for yours)."
+        ),
         f"The SSD chart assumes {SSD.drives} drives of {SSD.drive_bytes / 1e12:g} TB in {SSD.raid}, "
         f"rated {SSD.rated_dwpd:g} DWPD (the defaults of `traceflow size`); a partial day is scaled to "
         "a full day at its observed rate.",
@@ -489,7 +495,7 @@ def render_html(
         render_text(data.report),
         title=title,
         subtitle=subtitle,
-        notes=_notes(data, options.kv_bytes_per_token is not None, zone),
+        notes=_notes(data, options.kv_bytes_per_token is not None, zone, options.kv_said),
         refresh_s=refresh_s,
         version=version,
         timelines=data.timelines,

@@ -82,6 +82,8 @@ class ReportOptions:
     """
 
     kv_bytes_per_token: float | None = None
+    #: Where ``kv_bytes_per_token`` comes from, in words (``--kv-model``: the model and dtype), for the notes.
+    kv_said: str | None = None
     prices: PriceModel | None = None
     resolution_s: float | None = None
     tiers: Sequence[tuple[str, float]] = ()

@@ -14,10 +14,10 @@ WITH sel AS (
 SELECT CAST(request_time AT TIME ZONE 'UTC' AS DATE) AS day,
        count(*)::BIGINT AS requests,
        count(DISTINCT coalesce(parent_session_id, session_id))::BIGINT AS sessions,
-       coalesce(sum(cold_input_tokens), 0)::BIGINT AS cold_input_tokens,
-       coalesce(sum(cache_read_tokens), 0)::BIGINT AS cache_read_tokens,
-       coalesce(sum(cache_write_tokens), 0)::BIGINT AS cache_write_tokens,
-       coalesce(sum(output_tokens), 0)::BIGINT AS output_tokens,
+       total(cold_input_tokens) AS cold_input_tokens,
+       total(cache_read_tokens) AS cache_read_tokens,
+       total(cache_write_tokens) AS cache_write_tokens,
+       total(output_tokens) AS output_tokens,
        reuse_ratio(sum(cache_read_tokens), sum(context_tokens)) AS reuse_ratio
 FROM sel
 GROUP BY 1

@@ -16,10 +16,10 @@ WITH sel AS (
 ),
 sums AS (
     SELECT count(*)::BIGINT AS requests,
-           coalesce(sum(cold_input_tokens), 0)::BIGINT AS cold_input_tokens,
-           coalesce(sum(cache_read_tokens), 0)::BIGINT AS cache_read_tokens,
-           coalesce(sum(cache_write_tokens), 0)::BIGINT AS cache_write_tokens,
-           coalesce(sum(output_tokens), 0)::BIGINT AS output_tokens
+           total(cold_input_tokens) AS cold_input_tokens,
+           total(cache_read_tokens) AS cache_read_tokens,
+           total(cache_write_tokens) AS cache_write_tokens,
+           total(output_tokens) AS output_tokens
     FROM sel
 )
 SELECT requests, cold_input_tokens, cache_read_tokens, cache_write_tokens, output_tokens,

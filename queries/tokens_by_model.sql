@@ -13,12 +13,12 @@ WITH sel AS (
 )
 SELECT model,
        count(*)::BIGINT AS requests,
-       coalesce(sum(cold_input_tokens), 0)::BIGINT AS cold_input_tokens,
-       coalesce(sum(cache_read_tokens), 0)::BIGINT AS cache_read_tokens,
-       coalesce(sum(cache_write_tokens), 0)::BIGINT AS cache_write_tokens,
-       coalesce(sum(cache_write_5m_tokens), 0)::BIGINT AS cache_write_5m_tokens,
-       coalesce(sum(cache_write_1h_tokens), 0)::BIGINT AS cache_write_1h_tokens,
-       coalesce(sum(output_tokens), 0)::BIGINT AS output_tokens,
+       total(cold_input_tokens) AS cold_input_tokens,
+       total(cache_read_tokens) AS cache_read_tokens,
+       total(cache_write_tokens) AS cache_write_tokens,
+       total(cache_write_5m_tokens) AS cache_write_5m_tokens,
+       total(cache_write_1h_tokens) AS cache_write_1h_tokens,
+       total(output_tokens) AS output_tokens,
        sum(cost_usd)::DOUBLE AS reported_cost_usd
 FROM sel
 GROUP BY model

@@ -19,11 +19,11 @@ SELECT coalesce(parent_session_id, session_id) AS root_session_id,
        count(DISTINCT CASE WHEN parent_session_id IS NOT NULL THEN session_id END)::BIGINT AS subagents,
        min(request_time) AS first_at,
        max(recorded_time) AS last_at,
-       coalesce(sum(cold_input_tokens), 0)::BIGINT AS cold_input_tokens,
-       coalesce(sum(cache_read_tokens), 0)::BIGINT AS cache_read_tokens,
-       coalesce(sum(cache_write_tokens), 0)::BIGINT AS cache_write_tokens,
-       coalesce(sum(output_tokens), 0)::BIGINT AS output_tokens,
-       coalesce(sum(total_tokens), 0)::BIGINT AS total_tokens,
+       total(cold_input_tokens) AS cold_input_tokens,
+       total(cache_read_tokens) AS cache_read_tokens,
+       total(cache_write_tokens) AS cache_write_tokens,
+       total(output_tokens) AS output_tokens,
+       total(total_tokens) AS total_tokens,
        reuse_ratio(sum(cache_read_tokens), sum(context_tokens)) AS reuse_ratio
 FROM sel
 GROUP BY coalesce(parent_session_id, session_id)

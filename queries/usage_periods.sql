@@ -22,11 +22,11 @@ SELECT /*@period*/ strftime(recorded_time AT TIME ZONE 'UTC', '%Y-%m-%d') /*@end
        user_id,
        model,
        count(*)::BIGINT AS requests,
-       coalesce(sum(cold_input_tokens), 0)::BIGINT AS cold_input_tokens,
-       coalesce(sum(cache_read_tokens), 0)::BIGINT AS cache_read_tokens,
-       coalesce(sum(cache_write_tokens), 0)::BIGINT AS cache_write_tokens,
-       coalesce(sum(cache_write_1h_tokens), 0)::BIGINT AS cache_write_1h_tokens,
-       coalesce(sum(output_tokens), 0)::BIGINT AS output_tokens,
+       total(cold_input_tokens) AS cold_input_tokens,
+       total(cache_read_tokens) AS cache_read_tokens,
+       total(cache_write_tokens) AS cache_write_tokens,
+       total(cache_write_1h_tokens) AS cache_write_1h_tokens,
+       total(output_tokens) AS output_tokens,
        min(recorded_time) AS first_at,
        max(recorded_time) AS last_at
 FROM sel

@@ -264,9 +264,9 @@ def test_dashboard_serves_the_report_and_rebuilds_it_on_new_data(tmp_path: Path)
             return await client.get(path)
 
     before = asyncio.run(get("/version")).text
-    page = asyncio.run(get("/"))
+    page = asyncio.run(get("/report"))
     assert page.status_code == 200 and "No requests in the selection." in page.text
     assert 'data-refresh="5"' in page.text
     lake.append("requests", generate(preset("agentic-coding"), 300, seed=5).lake_frame())
     assert asyncio.run(get("/version")).text != before
-    assert "No requests in the selection." not in asyncio.run(get("/")).text
+    assert "No requests in the selection." not in asyncio.run(get("/report")).text

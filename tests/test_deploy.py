@@ -35,7 +35,7 @@ KUBERNETES_VERSIONS = ("1.30.0", "1.37.0")
 #: Commands and options of issue 37 built on other branches at the same time (retention, a token per
 #: team, the shared explorer). A command line using one of them is parsed as soon as the CLI has it;
 #: until then, and only for these names, "no such command/option" is not a failure.
-PENDING = {"retain", "--tokens", "--host"}
+PENDING = {"retain"}
 UID = 10001  # the image's user (Dockerfile USER) and every pod's runAsUser
 
 

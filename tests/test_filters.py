@@ -223,6 +223,22 @@ def test_a_value_with_a_quote_or_semicolon_is_data(teams: Lake, cli: Cli, value:
     assert _json(cli, "mix")["requests"] == len(SPEC)
 
 
+@pytest.mark.parametrize("value", ["alpha'; DROP TABLE requests; --", "x' OR '1'='1", "beta;"])
+def test_a_quote_or_semicolon_selects_nothing_in_sizing_report_and_export(
+    teams: Lake, cli: Cli, value: str, tmp_path: Path
+) -> None:
+    where = ("--where", f"attr:team.id={value}")
+    assert _json(cli, "working-set", "--ttl", "5m", *where)["buckets"] == 0
+    report = _json(cli, "report", *where)
+    assert (report["mix"]["requests"], report["sessions"]["sessions"], report["gaps"]["gaps"]) == (0, 0, 0)
+    out = tmp_path / "none.jsonl"
+    code, _, err = cli("export", "aiperf", "-o", str(out), *where)
+    assert code == 2 and "no requests with tokens match the selection" in err  # nothing to replay
+    assert not out.exists()
+    # nothing was broken: every team's requests are still there
+    assert _json(cli, "mix", "--where", "attr:team.id=alpha,beta")["requests"] == len(SPEC)
+
+
 @pytest.mark.parametrize(
     ("item", "says"),
     [

@@ -235,7 +235,7 @@ def test_a_huge_shared_tier_recovers_the_reuse_across_instances() -> None:
     assert rep["hit_tokens"] == single["hit_tokens"]  # every block seen anywhere before is in some tier
     assert rep["tiers"][-1]["scope"] == "shared" and rep["tiers"][-1]["hit_tokens"] > 0
     # the shared store is written once per distinct block (12 full blocks of 4 tokens, 1 B per token)
-    assert rep["tiers"][-1]["bytes_written"] == 12 * 4
+    assert rep["tiers"][-1]["written_bytes"] == 12 * 4
 
 
 def test_shared_hits_enter_the_ttft_model() -> None:

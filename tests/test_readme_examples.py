@@ -343,7 +343,7 @@ def test_worked_example_block_bytes_and_flash_writes(hierarchies: list[Any]) -> 
         f"{run['model_kv_bytes_per_token'] / 1024:.0f}" == kib and f"{run['block_bytes'] / 2**20:.0f}" == mib
     )
     (flash_tb,) = quoted(r"\((\d+) TB written to flash in 2 h")
-    assert f"{run['tiers'][2]['bytes_written'] / 1e12:.0f}" == flash_tb
+    assert f"{run['tiers'][2]['written_bytes'] / 1e12:.0f}" == flash_tb
 
 
 def test_serving_preset_kv_capacity(workdir: Path) -> None:

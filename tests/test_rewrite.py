@@ -23,6 +23,7 @@ CASES = [
         "SELECT reuse_ratio(sum(a), sum(b + c)), token_share(x, t)",
         "SELECT ((sum(a)) / CAST(nullif((sum(b + c)), 0) AS DOUBLE)), ((x) / CAST(nullif((t), 0) AS DOUBLE))",
     ),
+    ("SELECT total(a) FROM t", "SELECT (CAST(bround(coalesce(sum((a)), 0)) AS BIGINT)) FROM t"),
     (
         "SELECT to_timestamp(b * 60.0)",
         "SELECT timestamp_micros(CAST(bround((b * 60.0D) * 1000000.0D) AS BIGINT))",

@@ -282,8 +282,8 @@ def test_bytes_read_and_recomputed_tokens_account_for_every_token(
     report = result.as_dict()
     per_request = result.hit_tokens.sum(axis=1) + result.recomputed_tokens
     assert per_request.tolist() == trace.input_tokens.tolist()
-    assert report["bytes_read"] + report["recomputed_tokens"] * b == report["input_tokens"] * b
-    assert sum(t["bytes_read"] for t in report["tiers"]) == report["bytes_read"]
+    assert report["read_bytes"] + report["recomputed_tokens"] * b == report["input_tokens"] * b
+    assert sum(t["read_bytes"] for t in report["tiers"]) == report["read_bytes"]
     assert report["hit_blocks"] + report["misses"] == trace.n_blocks
     assert min(result.recomputed_tokens) >= 0
 
@@ -378,7 +378,7 @@ def test_simulate_cli_json_keys(cli: Cli, testdata: Path) -> None:
         assert key in report
     assert [t["name"] for t in report["tiers"]] == ["gpu", "dram"]
     for tier in report["tiers"]:
-        assert {"hit_blocks", "hit_ratio", "hit_tokens", "bytes_read", "bytes_written"} <= tier.keys()
+        assert {"hit_blocks", "hit_ratio", "hit_tokens", "read_bytes", "written_bytes"} <= tier.keys()
     assert report["tiers"][0]["capacity_blocks"] == 80_000_000_000 // (512 * 126_976)
 
 

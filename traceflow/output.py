@@ -92,7 +92,7 @@ def _kind(name: str) -> str:
         return "plain"
     if "usd" in n or n.startswith("cost") or n.endswith("_cost"):
         return "money"
-    if n.endswith("_bytes_per_s"):
+    if n.endswith("_bytes_per_s") or "_bytes_per_s_per_" in n:  # a bandwidth (per GPU, per drive, ...)
         return "bandwidth"
     if n.endswith("_bytes") or n == "bytes" or "_bytes_per_" in n:  # a size, or a size per token
         return "size"

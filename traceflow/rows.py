@@ -163,6 +163,26 @@ def iso_micros(value: str) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
+def text_micros(value: object) -> int | None:
+    """:func:`iso_micros` of a timestamp written as text; None for anything else, and for text that
+    is not a timestamp."""
+    try:
+        return iso_micros(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
+def record_micros(value: object, missing: str, bad: type[ValueError] = ValueError) -> int:
+    """:func:`iso_micros` of a record's timestamp; ``bad(missing)`` when it is not text, and
+    ``bad("bad timestamp <value>")`` when the text is not a timestamp."""
+    if not isinstance(value, str):
+        raise bad(missing)
+    try:
+        return iso_micros(value)
+    except ValueError as exc:
+        raise bad(f"bad timestamp {value!r}") from exc
+
+
 def as_int(value: Any) -> int | None:
     """Coerce a token count that may arrive as int, float or numeric string; None when absent."""
     if value is None or value == "":

@@ -35,8 +35,9 @@ from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from traceflow.analysis import misses
+from traceflow.analysis.delivery import delivering, http_url
 from traceflow.analysis.mix import token_mix_rows
-from traceflow.errors import TraceflowError, UsageError
+from traceflow.errors import UsageError
 from traceflow.output import to_json
 from traceflow.store.selection import Selection
 
@@ -258,17 +259,7 @@ def _misses_in(counts: pl.DataFrame, *, after: bool) -> dict[str, Any]:
     import polars as pl
 
     part = counts.filter(pl.col("after_split") == after)
-    return misses.miss_summary(
-        part.group_by("cause").agg(
-            pl.col("requests").sum(),
-            pl.col("misses").sum(),
-            pl.col("missed_tokens").sum(),
-            pl.when(pl.col("miss_cost_usd").count() > 0)
-            .then(pl.col("miss_cost_usd").sum())
-            .alias("miss_cost_usd"),
-            pl.col("not_applicable").sum(),
-        )
-    )
+    return misses.miss_summary(misses.sum_counts(part, ["cause"]))
 
 
 def version_shares(
@@ -340,21 +331,13 @@ def version_regressions(versions: list[dict[str, Any]], max_rise: float) -> list
 def post_webhook(url: str, body: Any, timeout_s: float = 10.0) -> int:
     """POST ``body`` (a JSON value: :func:`traceflow.analysis.webhooks.payload`) to ``url``; returns
     the HTTP status (a failure raises TraceflowError)."""
-    if not url.startswith(("http://", "https://")):
-        raise UsageError(f"--webhook {url!r} is not an http:// or https:// URL")
+    http_url(url, "--webhook")
     data = to_json(body).encode()
     req = urllib.request.Request(
         url, data=data, method="POST", headers={"Content-Type": "application/json", "User-Agent": "traceflow"}
     )
-    try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-            return int(resp.status)
-    except urllib.error.HTTPError as e:
-        raise TraceflowError(
-            f"the webhook {url} answered HTTP {e.code}; the alert was not delivered"
-        ) from None
-    except (urllib.error.URLError, OSError) as e:
-        reason = getattr(e, "reason", e)
-        raise TraceflowError(
-            f"cannot reach the webhook {url} ({reason}); the alert was not delivered"
-        ) from None
+    with (
+        delivering("webhook", url, "the alert was not delivered"),
+        urllib.request.urlopen(req, timeout=timeout_s) as resp,
+    ):
+        return int(resp.status)

@@ -246,8 +246,6 @@ def miss_counts(
     ``after_split`` is whether the request started at or after ``split`` (one pass of ``misses.sql``
     for two periods: each part's counts are those of the selection narrowed to it, since the window
     runs over the whole lake either way)."""
-    import polars as pl
-
     keys = groups.row_keys(by, zone=zone_of(selection))
     after = ""
     if split is not None:
@@ -262,18 +260,22 @@ def miss_counts(
         f"FROM {{q}} AS m {keys.join} GROUP BY ALL"
     )
     frame = _with_costs(_run(con, selection, options, wrap=wrap, ordered=False), options.prices)
-    return (
-        frame.group_by([*by, "cause"])
-        .agg(
-            pl.col("requests").sum(),
-            pl.col("misses").sum(),
-            pl.col("missed_tokens").sum(),
-            pl.when(pl.col("miss_cost_usd").count() > 0)
-            .then(pl.col("miss_cost_usd").sum())
-            .alias("miss_cost_usd"),
-            pl.col("not_applicable").sum(),
-        )
-        .sort([*by, "cause"], nulls_last=False)
+    return sum_counts(frame, [*by, "cause"]).sort([*by, "cause"], nulls_last=False)
+
+
+def sum_counts(counts: pl.DataFrame, by: Sequence[str]) -> pl.DataFrame:
+    """Rows of :func:`miss_counts`' columns added up per ``by``: requests, misses, missed tokens, not
+    applicable, and the cost (NULL where no row of the group has one)."""
+    import polars as pl
+
+    return counts.group_by(by).agg(
+        pl.col("requests").sum(),
+        pl.col("misses").sum(),
+        pl.col("missed_tokens").sum(),
+        pl.when(pl.col("miss_cost_usd").count() > 0)
+        .then(pl.col("miss_cost_usd").sum())
+        .alias("miss_cost_usd"),
+        pl.col("not_applicable").sum(),
     )
 
 

@@ -79,20 +79,20 @@ def mix_sql(by: Sequence[str], where: str, *, zone: str, rollup: bool = False, w
         )
     else:
         keys = groups.request_keys(by, zone=zone)
-    count = "coalesce(sum(requests), 0)" if rollup else "count(*)"
+    count = "total(requests)" if rollup else "count(*)::BIGINT"
     # --by tool: the tool results that preceded each group's requests (store.groups.tool_lookup_sql)
     calls = groups.TOOL in by and not rollup
-    # DuckDB returns sum() of integers as a DECIMAL: cast back to BIGINT.
+    # total(): a count summed, 0 where none, as a BIGINT (the macro of traceflow.store.measures)
     return f"""
 WITH sums AS (
     SELECT {keys.select}
-           {count}::BIGINT AS requests,
-           coalesce(sum(cold_input_tokens), 0)::BIGINT AS cold_input_tokens,
-           coalesce(sum(cache_read_tokens), 0)::BIGINT AS cache_read_tokens,
-           coalesce(sum(cache_write_tokens), 0)::BIGINT AS cache_write_tokens,
-           coalesce(sum(output_tokens), 0)::BIGINT AS output_tokens,
-           coalesce(sum(cache_write_1h_tokens), 0)::BIGINT AS cache_write_1h_tokens
-           {f", coalesce(sum({groups.TOOL_ALIAS}.calls), 0)::BIGINT AS tool_calls" if calls else ""}
+           {count} AS requests,
+           total(cold_input_tokens) AS cold_input_tokens,
+           total(cache_read_tokens) AS cache_read_tokens,
+           total(cache_write_tokens) AS cache_write_tokens,
+           total(output_tokens) AS output_tokens,
+           total(cache_write_1h_tokens) AS cache_write_1h_tokens
+           {f", total({groups.TOOL_ALIAS}.calls) AS tool_calls" if calls else ""}
     FROM {"request_rollup" if rollup else f"{keys.relation} AS r"} {keys.join}
     WHERE {where}
     {keys.group}
@@ -119,9 +119,7 @@ def per_model_sql(by: Sequence[str], where: str, *, zone: str, rollup: bool = Fa
     kinds = ", ".join(f"{c}" for c in (*TOKEN_COLUMNS, "cache_write_1h_tokens"))
     idents = [groups.ident(b) for b in names]
     sets = f"({', '.join(idents)}), ({', '.join(idents[:-1])})"
-    sums = ",\n           ".join(
-        f"coalesce(sum({c}), 0)::BIGINT AS {c}" for c in (*TOKEN_COLUMNS, "cache_write_1h_tokens")
-    )
+    sums = ",\n           ".join(f"total({c}) AS {c}" for c in (*TOKEN_COLUMNS, "cache_write_1h_tokens"))
     return f"""
 WITH keyed AS (
     SELECT {keys.select}{"requests" if rollup else "1"} AS n_, {kinds}
@@ -131,9 +129,9 @@ WITH keyed AS (
 ),
 sums AS (
     SELECT {", ".join(idents)}, grouping({idents[-1]}) = 0 AS per_model,
-           coalesce(sum(n_), 0)::BIGINT AS requests,
+           total(n_) AS requests,
            {sums}
-           {", coalesce(sum(calls_), 0)::BIGINT AS tool_calls" if calls else ""}
+           {", total(calls_) AS tool_calls" if calls else ""}
     FROM keyed
     GROUP BY GROUPING SETS ({sets})
 )

@@ -42,9 +42,9 @@ DEFAULT_COMPACTION_DROP = 0.5
 #: windows); quantiles, means and ratios are null there (no data).
 SUMMARY: tuple[Column, ...] = (
     ("sessions", "count(*)::BIGINT"),
-    ("requests", "coalesce(sum(requests), 0)::BIGINT"),
-    ("turns", "coalesce(sum(turns), 0)::BIGINT"),
-    ("subagents", "coalesce(sum(subagents), 0)::BIGINT"),
+    ("requests", "total(requests)"),
+    ("turns", "total(turns)"),
+    ("subagents", "total(subagents)"),
     ("sessions_with_subagents", "count(*) FILTER (WHERE subagents > 0)::BIGINT"),
     ("requests_p50", Quantile("requests", 0.5)),
     ("requests_mean", "avg(requests)"),
@@ -59,12 +59,12 @@ SUMMARY: tuple[Column, ...] = (
     ("context_max", "max(context_max)"),
     ("growth_per_turn_p50", Quantile("growth_per_turn", 0.5)),
     ("growth_per_turn_mean", "sum(growth_tokens) / nullif(sum(turns), 0)::DOUBLE"),
-    ("compactions", "coalesce(sum(compactions), 0)::BIGINT"),
+    ("compactions", "total(compactions)"),
     ("sessions_with_compaction", "count(*) FILTER (WHERE compactions > 0)::BIGINT"),
-    ("idle_returns", "coalesce(sum(idle_returns), 0)::BIGINT"),
+    ("idle_returns", "total(idle_returns)"),
     ("sessions_with_idle_return", "count(*) FILTER (WHERE idle_returns > 0)::BIGINT"),
-    ("idle_return_reload_tokens", "coalesce(sum(idle_return_reload_tokens), 0)::BIGINT"),
-    ("idle_return_cache_write_tokens", "coalesce(sum(idle_return_cache_write_tokens), 0)::BIGINT"),
+    ("idle_return_reload_tokens", "total(idle_return_reload_tokens)"),
+    ("idle_return_cache_write_tokens", "total(idle_return_cache_write_tokens)"),
     (
         "reuse_ratio",
         "reuse_ratio(sum(cache_read_tokens),"
@@ -79,7 +79,7 @@ SUMMARY: tuple[Column, ...] = (
 
 #: The columns of :data:`SUMMARY` that count or sum (0, not null, for a group without sessions).
 SUMS = tuple(
-    name for name, expr in SUMMARY if isinstance(expr, str) and expr.startswith(("count(", "coalesce(sum("))
+    name for name, expr in SUMMARY if isinstance(expr, str) and expr.startswith(("count(", "total("))
 )
 
 #: Columns of :func:`session_summary` after :data:`SUMMARY`.

@@ -89,8 +89,9 @@ def _period(period: dict[str, Any]) -> str:
     return f"{since} to {until} ({period.get('requests', 0)} requests)"
 
 
-def _where(selection: Selection | None) -> str:
-    """The selection's filters as typed (``--where``, ``--agent``, ...), empty without any."""
+def filters_text(selection: Selection | None) -> str:
+    """The selection's filters as typed (``--where``, ``--agent``, ...), empty without any: the
+    ``where`` label of the alerts here and of ``check --metrics-file``'s gauges."""
     if selection is None:
         return ""
     parts = [str(c) for c in selection.conditions]
@@ -111,7 +112,7 @@ def _cut(text: str, limit: int) -> str:
 
 def slack(health: Health, selection: Selection | None = None) -> dict[str, Any]:
     """The Slack incoming-webhook message of ``health``."""
-    where = _where(selection)
+    where = filters_text(selection)
     scope = f" ({where})" if where else ""
     lines = [summary(f) for f in health.fired]
     status = "alert" if health.alert else "ok"
@@ -144,7 +145,7 @@ def alertmanager(
 ) -> list[dict[str, Any]]:
     """Alertmanager's API v2 list of alerts of ``health``: one per fired check (none when healthy)."""
     starts = _time(now or dt.datetime.now(dt.UTC))
-    where = _where(selection)
+    where = filters_text(selection)
     out = []
     for fired in health.fired:
         check = str(fired.get("check"))

@@ -26,6 +26,7 @@ from traceflow.cli.options import (
     with_lake_query,
     with_selection,
 )
+from traceflow.cli.sizing import KvChoice, with_kv
 from traceflow.errors import UsageError
 from traceflow.units import format_duration, parse_duration
 
@@ -327,6 +328,7 @@ def load(
 
 
 @with_selection
+@with_kv
 @with_lake_query
 def working_set(
     ttl: TtlOpt = None,
@@ -337,12 +339,13 @@ def working_set(
     ] = False,
     *,
     selection: Selection,
+    kv: KvChoice,
     query: LakeQuery,
 ) -> None:
     """Measure the live KV working set for a TTL (default 5m) over time.
 
     The context held by sessions idle for less than the TTL; peak, p95, mean (tokens, and bytes with
-    --kv-bytes-per-token).
+    --kv-model NAME or --kv-bytes-per-token).
     """
     from traceflow.analysis.working_set import (
         DEFAULT_TTL_S,
@@ -354,6 +357,7 @@ def working_set(
     fmt = query.fmt
     ttls = _ttls(ttl, (DEFAULT_TTL_S,))
     res = parse_duration(resolution, "--resolution")
+    kv_bytes_per_token, kv_said = kv.per_token(kv_bytes_per_token)
     con = query.connect(["requests"])
     from traceflow.store import recorded
 
@@ -365,6 +369,10 @@ def working_set(
         return
     summary = working_set_summary(con, selection, ttls, res, kv_bytes_per_token)
     _coarsened(res, float(summary["resolution_s"].max()))  # type: ignore[arg-type]
+    if kv_said is not None:  # the bytes' assumption, beside them
+        import polars as pl
+
+        summary = summary.with_columns(pl.lit(kv_said).alias("kv_assumption"))
     if fmt == "json" and len(ttls) == 1:
         echo({**summary.row(0, named=True), "left_out": left.as_json()}, fmt, zone=selection.zone)
         return
@@ -373,6 +381,7 @@ def working_set(
 
 
 @with_selection
+@with_kv
 def report(
     ttl: TtlOpt = None,
     prices: PricesOpt = None,
@@ -397,6 +406,7 @@ def report(
             "KV working set, hit ratio versus cache capacity, SSD drive writes per day).",
         ),
     ] = False,
+    kv: KvChoice,
 ) -> None:
     """Summarise every analysis in one report (with --html, the charts too).
 
@@ -409,6 +419,7 @@ def report(
 
     if fmt == "csv":
         raise UsageError("traceflow report has no csv form; use --format table, markdown or json")
+    kv_bytes_per_token, kv_said = kv.per_token(kv_bytes_per_token)
     # the output paths first: a bad one fails before anything is printed
     html = output_file(html, "--html") if html is not None else None
     png = output_folder(png, "--png") if png is not None else None
@@ -419,6 +430,7 @@ def report(
 
         options = ReportOptions(
             kv_bytes_per_token=kv_bytes_per_token,
+            kv_said=kv_said,
             prices=PriceModel.load(prices),
             ttls=_ttls(ttl, ()),
             idle_after_s=parse_duration(idle_after, "--idle-after"),
@@ -441,12 +453,15 @@ def report(
     shown = display()
     if fmt != "json" and shown.freshness is not None:  # a lake fed by serve: how fresh, first
         typer.echo(shown.freshness[0])
+    said = f"KV bytes per token: {kv_said}\n" if kv_said else ""
     if fmt == "json":
-        echo(rep.as_dict(), fmt, zone=selection.zone)
+        doc = rep.as_dict()
+        doc["settings"]["kv_assumption"] = kv_said
+        echo(doc, fmt, zone=selection.zone)
     elif fmt == "markdown":
-        typer.echo(render_markdown(rep), nl=False)
+        typer.echo(render_markdown(rep) + said, nl=False)
     else:
-        typer.echo(render_text(rep, wide=shown.wide), nl=False)
+        typer.echo(render_text(rep, wide=shown.wide) + said, nl=False)
     if drawn is not None:
         from traceflow.dashboards.render import write_report
 

@@ -341,6 +341,18 @@ def check(
             "alertmanager (Alertmanager's API v2 list of alerts: give .../api/v2/alerts as --webhook).",
         ),
     ] = "json",
+    metrics_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--metrics-file",
+            help="Also write the figures as Prometheus gauges to this file, atomically (for "
+            "node_exporter's textfile collector: a *.prom file in its --collector.textfile.directory).",
+        ),
+    ] = None,
+    pushgateway: Annotated[
+        str | None,
+        typer.Option("--pushgateway", help="Also push the gauges to this Prometheus Pushgateway URL."),
+    ] = None,
     *,
     selection: Selection,
     data: DataOpt = None,
@@ -350,10 +362,14 @@ def check(
 
     Exit status 0 when healthy, 4 when a check fired (1 and 2 are errors).
     """
-    from traceflow.analysis import health, webhooks
+    from traceflow.analysis import health, health_metrics, webhooks
     from traceflow.errors import TraceflowError
 
     webhooks.check_format(webhook_format)
+    if metrics_file is not None:
+        health_metrics.check_file(metrics_file)
+    if pushgateway:
+        health_metrics.check_url(pushgateway)
     con = open_lake(data).connect(["requests", "events", "metric_points"])
     thresholds = health.Thresholds(
         max_drop, max_unexplained_rise, min_requests, max_version_rise, max_amplification_rise
@@ -386,6 +402,21 @@ def check(
         if fmt in ("table", "markdown"):
             echo_text("\n".join([head, *fired, *(f"note: {n}" for n in result.notes)]))
         echo(Rows(["metric", "window", "baseline"], rows), fmt, zone=selection.zone)
+    failed = False  # a gauge not delivered: reported, and the status is 1 unless a check fired
+    if metrics_file is not None or pushgateway:
+        gauges = health_metrics.registry(result, selection)
+        try:
+            if metrics_file is not None:
+                health_metrics.write_file(metrics_file, gauges)
+        except TraceflowError as e:
+            typer.echo(f"traceflow: error: {e}", err=True)
+            failed = True
+        try:
+            if pushgateway:
+                health_metrics.push(pushgateway, gauges, selection)
+        except TraceflowError as e:
+            typer.echo(f"traceflow: error: {e}", err=True)
+            failed = True
     if result.alert:
         if webhook:
             try:
@@ -393,6 +424,8 @@ def check(
             except TraceflowError as e:
                 typer.echo(f"traceflow: error: {e}", err=True)
         raise typer.Exit(health.ALERT_EXIT)
+    if failed:
+        raise typer.Exit(1)
 
 
 #: The commands of this module, by name (registered by :mod:`traceflow.cli.app`).

@@ -1,4 +1,4 @@
-"""Dashboard commands: ``traceflow dashboard`` (a live report on a loopback port,
+"""Dashboard commands: ``traceflow dashboard`` (the shared explorer, on loopback or signed in,
 :mod:`traceflow.dashboards.live`) and ``traceflow demo`` (the whole pipeline in one command,
 :mod:`traceflow.dashboards.demo`).
 
@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from traceflow.cli.options import DataOpt, open_lake, with_selection
+from traceflow.cli.sizing import KvChoice, with_kv
 from traceflow.dashboards import live
 
 if TYPE_CHECKING:
@@ -26,14 +27,28 @@ if TYPE_CHECKING:
 KvOpt = Annotated[
     float | None,
     typer.Option(
-        "--kv-bytes-per-token", help="KV bytes per token for byte figures (default 126976: MiniMax-M2 FP8)."
+        "--kv-bytes-per-token",
+        help="KV bytes per token for byte figures (default 126976: MiniMax-M2 FP8; or --kv-model NAME).",
     ),
 ]
 
 
 @with_selection
+@with_kv
 def dashboard(
-    port: Annotated[int, typer.Option(help="Loopback port (0 picks a free one).")] = live.DEFAULT_PORT,
+    kv: KvChoice,
+    port: Annotated[int, typer.Option(help="Port (0 picks a free one).")] = live.DEFAULT_PORT,
+    host: Annotated[
+        str, typer.Option(help="Address to bind; anything but loopback requires --tokens.")
+    ] = live.DEFAULT_HOST,
+    tokens: Annotated[
+        Path | None,
+        typer.Option(
+            help="File of 'TEAM TOKEN' lines (as serve --tokens): viewers sign in with a token and see "
+            "their team's rows (team * sees all); re-read when it changes.",
+            show_default=False,
+        ),
+    ] = None,
     refresh: Annotated[
         float, typer.Option(help="Seconds between checks for new data.")
     ] = live.DEFAULT_REFRESH_S,
@@ -42,15 +57,26 @@ def dashboard(
     selection: Selection,
     data: DataOpt = None,
 ) -> None:
-    """Serve the HTML report on 127.0.0.1 and refresh it as data arrives (Ctrl-C stops)."""
+    """Serve the explorer: filters, a team's sessions, a session's timeline, the report, a JSON API.
+
+    On 127.0.0.1 by default; another --host needs --tokens, and each viewer signs in (Ctrl-C stops).
+    """
+    live.check_bind(host, port, tokens)  # before the lake is opened (and refreshed)
+    kv_bytes_per_token, kv_said = kv.per_token(kv_bytes_per_token)
+    assumed = kv_said or "MiniMax-M2 fp8: 126,976 B/token, the default (--kv-model NAME for yours)"
     lake = open_lake(data)
     live.serve_dashboard(
         lake,
         selection,
+        host=host,
         port=port,
+        tokens=tokens,
         refresh_s=refresh,
         kv_bytes_per_token=kv_bytes_per_token,
-        ready=lambda url: typer.echo(f"traceflow dashboard: {url} (data {lake.location}); Ctrl-C stops"),
+        kv_said=kv_said,
+        ready=lambda url: typer.echo(
+            f"traceflow dashboard: {url} (data {lake.location}; KV bytes: {assumed}); Ctrl-C stops"
+        ),
     )
 
 

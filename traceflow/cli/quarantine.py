@@ -27,6 +27,20 @@ def quarantine(
         list[str] | None, typer.Argument(help="Entry ids (from `list`).", show_default=False)
     ] = None,
     all_: Annotated[bool, typer.Option("--all", help="reseal: every entry.")] = False,
+    drop_attr: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--drop-attr",
+            help="reseal: also drop this attribute (each entry already gets the --drop-attr/--hash-attr "
+            "of the serve that quarantined it).",
+        ),
+    ] = None,
+    hash_attr: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--hash-attr", help="reseal: also store this attribute as a keyed hash (TRACEFLOW_HASH_SALT)."
+        ),
+    ] = None,
     data: DataOpt = None,
     fmt: FormatOpt = "table",
 ) -> None:
@@ -56,7 +70,21 @@ def quarantine(
     if action == "show":
         typer.echo(render(pl.DataFrame([_show(store, known[i]) for i in wanted]), fmt))
         return
-    typer.echo(render(pl.DataFrame([_reseal(store, i) for i in wanted]), fmt))
+    extra = (frozenset(drop_attr or ()), frozenset(hash_attr or ()))
+    policies = {i: _policy(store, i, extra) for i in wanted}  # a missing key is refused before any reseal
+    typer.echo(render(pl.DataFrame([_reseal(store, i, policies[i]) for i in wanted]), fmt))
+
+
+def _policy(store: Any, ident: str, extra: tuple[frozenset[str], frozenset[str]]) -> Any:
+    """The attribute policy of ``ident``'s reseal: the one recorded when it was quarantined (live
+    ingest's), with the ``--drop-attr`` / ``--hash-attr`` given here added."""
+    from traceflow.collectors.attribute_policy import AttributePolicy, PolicyError
+
+    drop, hashed = store.policy_of(ident)
+    try:
+        return AttributePolicy.from_settings(drop | extra[0], hashed | extra[1])
+    except PolicyError as e:
+        raise UsageError(f"reseal {ident}: {e}") from None
 
 
 def _show(store: Any, entry: Any) -> Any:
@@ -77,7 +105,7 @@ def _show(store: Any, entry: Any) -> Any:
     return out
 
 
-def _reseal(store: Any, ident: str) -> dict[str, Any]:
+def _reseal(store: Any, ident: str, policy: Any) -> dict[str, Any]:
     from traceflow.collectors import spool
     from traceflow.collectors.sealer import Sealer
 
@@ -89,7 +117,7 @@ def _reseal(store: Any, ident: str) -> dict[str, Any]:
             "then run `traceflow quarantine reseal` again"
         )
     try:
-        sealer = Sealer(data_dir.parent.parent.parent)
+        sealer = Sealer(data_dir.parent.parent.parent, policy=policy)
         stats = sealer.seal_records(store.records(ident))
         store.remove(ident)
     finally:

@@ -69,6 +69,22 @@ def export_cmd(
             help="Derive prefixes from token counts only, not from the cache reads agents report.",
         ),
     ] = False,
+    max_context: Annotated[
+        int | None,
+        typer.Option(
+            "--max-context",
+            help="Keep every replayed context within N tokens, compacting as the agent does at its cap "
+            "(mooncake, aiperf).",
+        ),
+    ] = None,
+    summary_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--summary-tokens",
+            help="With --max-context: the context a compacted session restarts from (default 20000, "
+            "an assumption: Claude Code's system prompt, tools and summary).",
+        ),
+    ] = None,
     *,
     selection: Selection,
     query: LakeQuery,
@@ -79,11 +95,15 @@ def export_cmd(
     command lines that replay it. With --engine spark the lake is read on Spark (the same query); the
     hash ids and the files are derived here from what it returns, identical to DuckDB's.
     """
+    from traceflow.replay.compaction import DEFAULT_SUMMARY_TOKENS
     from traceflow.replay.export import check_format as check_export_format
-    from traceflow.replay.export import export
+    from traceflow.replay.export import check_max_context, export
     from traceflow.replay.prefix import PrefixOptions
 
     check_export_format(fmt_name)
+    check_max_context(fmt_name, max_context)
+    if summary_tokens is not None and max_context is None:
+        raise UsageError("--summary-tokens needs --max-context N")
     manifest = export(
         query.source(["requests"]),
         selection,
@@ -93,6 +113,8 @@ def export_cmd(
         speedup=speedup,
         limit=limit,
         options=PrefixOptions(use_measured=not ignore_cache_reads),
+        max_context=max_context,
+        summary_tokens=DEFAULT_SUMMARY_TOKENS if summary_tokens is None else summary_tokens,
     )
     _echo(_export_summary(manifest, output), query.fmt)
 
@@ -113,6 +135,23 @@ def _export_summary(manifest: dict[str, Any], output: Path) -> dict[str, Any]:
         "requests_with_source_ids": counts.get("requests_kept", 0),
         "requests_derived": counts.get("requests_derived", 0),
         "prefix_hit_ratio": cache.get("prefix_hit_ratio"),
+        "input_tokens_max": manifest["statistics"]["input_tokens"].get("max"),
+        # aiperf: the largest context AIPerf will send (its live replies included)
+        "replayed_context_max_tokens": counts.get("replayed_context_max_tokens"),
+        **_compaction_summary(manifest.get("compaction")),
+    }
+
+
+def _compaction_summary(compaction: dict[str, Any] | None) -> dict[str, Any]:
+    """The ``--max-context`` figures of an export summary (none without the option)."""
+    if compaction is None:
+        return {}
+    return {
+        "max_context": compaction["max_context"],
+        "summary_tokens_assumed": compaction["summary_tokens"],
+        "sessions_compacted": compaction["sessions_compacted"],
+        "compactions": compaction["compactions"],
+        "requests_truncated": compaction["requests_truncated"],
     }
 
 

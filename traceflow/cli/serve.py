@@ -21,6 +21,11 @@ from traceflow.units import parse_duration, parse_size
 T = TypeVar("T")
 
 
+def _variable(name: str) -> str:
+    """The environment variable of setting ``name`` (:data:`traceflow.config.SETTINGS`)."""
+    return next(x.env for x in config.SETTINGS if x.name == name)
+
+
 def _setting(flag: T | None, name: str, default: T, parse: Callable[[str], T]) -> T:
     """``flag``, else the setting's environment variable parsed, else ``default``."""
     if flag is not None:
@@ -28,11 +33,41 @@ def _setting(flag: T | None, name: str, default: T, parse: Callable[[str], T]) -
     value = config.get(name)
     if value is None:
         return default
-    env = next(x.env for x in config.SETTINGS if x.name == name)
     try:
         return parse(value)
     except ValueError as e:
-        raise UsageError(f"${env}={value!r}: {e}") from None
+        raise UsageError(f"${_variable(name)}={value!r}: {e}") from None
+
+
+#: The options that fall back to a setting's environment variable: the setting's name -> the option's
+#: help, and the default ``--help`` names after the variable (None: the variable alone).
+_FROM_SETTING: dict[str, tuple[str, object]] = {
+    "host": ("Address to bind; anything but loopback requires --token.", s.DEFAULT_HOST),
+    "http_port": ("OTLP/HTTP port (0 picks a free one, -1 turns it off).", s.DEFAULT_HTTP_PORT),
+    "grpc_port": ("OTLP/gRPC port (0 picks a free one, -1 turns it off).", s.DEFAULT_GRPC_PORT),
+    "token": ("Bearer token clients must send (Authorization header).", None),
+    "tls_cert": ("PEM certificate: serve both transports over TLS.", None),
+    "tls_key": ("PEM private key for --tls-cert.", None),
+    "retain": (
+        "Once a day, drop the day partitions older than this age (as `traceflow retain`): 90d.",
+        "keep everything",
+    ),
+    "metrics_port": (
+        "Serve Prometheus's GET /metrics on this port too, without the token (0 picks a free one, -1: "
+        "only on the OTLP/HTTP port, behind the token).",
+        -1,
+    ),
+    "metrics_host": ("Address of the --metrics-port listener.", s.DEFAULT_METRICS_HOST),
+}
+
+
+def _from_setting(name: str) -> Any:
+    """The option of setting ``name`` as :data:`_FROM_SETTING` describes it."""
+    help_text, default = _FROM_SETTING[name]
+    variable = "$" + _variable(name)
+    return typer.Option(
+        help=help_text, show_default=variable if default is None else f"{variable}, else {default}"
+    )
 
 
 def _size(value: str, option: str) -> int:
@@ -48,27 +83,9 @@ def _port(value: int, option: str) -> int:
 
 
 def serve(
-    host: Annotated[
-        str | None,
-        typer.Option(
-            help="Address to bind; anything but loopback requires --token.",
-            show_default=f"$TRACEFLOW_HOST, else {s.DEFAULT_HOST}",
-        ),
-    ] = None,
-    http_port: Annotated[
-        int | None,
-        typer.Option(
-            help="OTLP/HTTP port (0 picks a free one, -1 turns it off).",
-            show_default=f"$TRACEFLOW_HTTP_PORT, else {s.DEFAULT_HTTP_PORT}",
-        ),
-    ] = None,
-    grpc_port: Annotated[
-        int | None,
-        typer.Option(
-            help="OTLP/gRPC port (0 picks a free one, -1 turns it off).",
-            show_default=f"$TRACEFLOW_GRPC_PORT, else {s.DEFAULT_GRPC_PORT}",
-        ),
-    ] = None,
+    host: Annotated[str | None, _from_setting("host")] = None,
+    http_port: Annotated[int | None, _from_setting("http_port")] = None,
+    grpc_port: Annotated[int | None, _from_setting("grpc_port")] = None,
     data: DataOpt = None,
     wal_dir: Annotated[
         Path | None,
@@ -79,12 +96,7 @@ def serve(
             show_default=False,
         ),
     ] = None,
-    token: Annotated[
-        str | None,
-        typer.Option(
-            help="Bearer token clients must send (Authorization header).", show_default="$TRACEFLOW_TOKEN"
-        ),
-    ] = None,
+    token: Annotated[str | None, _from_setting("token")] = None,
     tokens: Annotated[
         Path | None,
         typer.Option(
@@ -93,16 +105,8 @@ def serve(
             show_default=False,
         ),
     ] = None,
-    tls_cert: Annotated[
-        Path | None,
-        typer.Option(
-            help="PEM certificate: serve both transports over TLS.", show_default="$TRACEFLOW_TLS_CERT"
-        ),
-    ] = None,
-    tls_key: Annotated[
-        Path | None,
-        typer.Option(help="PEM private key for --tls-cert.", show_default="$TRACEFLOW_TLS_KEY"),
-    ] = None,
+    tls_cert: Annotated[Path | None, _from_setting("tls_cert")] = None,
+    tls_key: Annotated[Path | None, _from_setting("tls_key")] = None,
     keep_content: Annotated[
         bool,
         typer.Option(help="Store prompt, response and tool text the agents attach (dropped by default)."),
@@ -135,28 +139,9 @@ def serve(
             help="Attribute stored as a keyed hash (repeatable), keyed with $TRACEFLOW_HASH_SALT.",
         ),
     ] = None,
-    retain: Annotated[
-        str | None,
-        typer.Option(
-            help="Once a day, drop the day partitions older than this age (as `traceflow retain`): 90d.",
-            show_default="$TRACEFLOW_RETAIN, else keep everything",
-        ),
-    ] = None,
-    metrics_port: Annotated[
-        int | None,
-        typer.Option(
-            help="Serve Prometheus's GET /metrics on this port too, without the token (0 picks a free "
-            "one, -1: only on the OTLP/HTTP port, behind the token).",
-            show_default="$TRACEFLOW_METRICS_PORT, else -1",
-        ),
-    ] = None,
-    metrics_host: Annotated[
-        str | None,
-        typer.Option(
-            help="Address of the --metrics-port listener.",
-            show_default=f"$TRACEFLOW_METRICS_HOST, else {s.DEFAULT_METRICS_HOST}",
-        ),
-    ] = None,
+    retain: Annotated[str | None, _from_setting("retain")] = None,
+    metrics_port: Annotated[int | None, _from_setting("metrics_port")] = None,
+    metrics_host: Annotated[str | None, _from_setting("metrics_host")] = None,
 ) -> None:
     """Receive OTLP logs, metrics and traces over HTTP (4318) and gRPC (4317) into the lake."""
     config.quiet_grpc_fork()  # before gRPC starts

@@ -81,6 +81,23 @@ class KvChoice:
             return spec.name, spec.kv(self.dtype, swa_capped=capped, mtp=self.mtp)
         return models.resolve(name, self.config, self.dtype, swa_capped=capped, mtp=self.mtp)
 
+    def per_token(self, raw: float | None) -> tuple[float | None, str | None]:
+        """For the commands that turn tokens into bytes (``working-set``, ``report``, ``dashboard``):
+        the KV bytes per token, from ``--kv-model``/``--config`` (resolved as ``size`` and ``simulate``
+        do) or ``raw`` (``--kv-bytes-per-token``), and the assumption in words (None: none given)."""
+        named = self.kv_model is not None or self.config is not None
+        if named and raw is not None:
+            raise UsageError("give --kv-model NAME (or --config) or --kv-bytes-per-token N, not both")
+        if not named:
+            if self.dtype is not None or self.mtp or self.swa_uncapped:
+                raise UsageError("--dtype, --mtp and --swa-uncapped shape a model's KV: add --kv-model NAME")
+            return raw, None if raw is None else f"{raw:,.0f} B/token (--kv-bytes-per-token)"
+        name, size = self.resolve(())
+        said = f"{name} {size.dtype}: {size.per_token_bytes:,} B/token"
+        if size.per_session_bytes:
+            said += f" (its {size.per_session_bytes:,} B of state per session not counted)"
+        return float(size.per_token_bytes), said
+
 
 #: The KV-geometry options, as ``size`` and ``simulate`` show them.
 KV_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
@@ -236,6 +253,13 @@ def size(
         typer.Option("--ssd-write-rate", help="Bytes/s written to flash (default: rate × KV bytes)."),
     ] = None,
     sessions: Annotated[int, typer.Option(help="Sessions held at once (adds per-session state).")] = 0,
+    rent_hbm: Annotated[
+        bool,
+        typer.Option(
+            "--rent-hbm",
+            help="Bill HBM tiers as their share of rented GPU-hours (default: owned, not billed).",
+        ),
+    ] = False,
     prices: Annotated[
         Path | None,
         typer.Option(
@@ -255,16 +279,22 @@ def size(
 
     name, kv_size = kv.resolve(selection.models)
     source_note = "given"
+    ttls = [parse_duration(t, "--ttl") for t in (ttl or ["1h"])]
+    measured: dict[str, Any] = {}
     if rate is None:
         from traceflow.kv.lake_trace import measured_rates
 
-        rate, measured_input, span = measured_rates(open_lake(data).connect(["requests"]), selection)
+        con = open_lake(data).connect(["requests"])
+        rate, measured_input, span = measured_rates(con, selection)
         input_rate = input_rate if input_rate is not None else measured_input
         source_note = f"measured over {span:,.0f} s of the lake's selection"
+        measured = _measured_footprints(
+            open_lake(data).connect(["requests"]), selection, ttls[0], kv_size.per_token_bytes
+        )
     report = size_report(
         kv_size,
         rate,
-        [parse_duration(t, "--ttl") for t in (ttl or ["1h"])],
+        ttls,
         _tiers(tier, ["gpu=80GB", "dram=1TB"]),
         SsdArray(drives, parse_size(drive_size, "--drive-size"), raid, rated_dwpd, warranty_years, waf),
         Prices.load(prices),
@@ -273,16 +303,60 @@ def size(
         ssd_write_bytes_per_s=parse_bandwidth(ssd_write_rate, "--ssd-write-rate") if ssd_write_rate else None,
         sessions=sessions,
         rate_source=source_note,
+        rent_hbm=rent_hbm,
     )
+    from traceflow.kv.headline import sizing_headline
+
+    first = report["footprints"][0]
+    report = {
+        "headline": sizing_headline(
+            ttls[0], first["footprint_bytes"], first["footprint_upper_bytes"], **measured
+        ),
+        **report,
+    }
     if fmt == "json":
         typer.echo(to_json(document(report, display())))
         return
     parts = [
+        report["headline"]["headline"],
+        render(_kv_rows(_prefixed("headline", report["headline"], skip="headline")), fmt, display=display()),
         render(_kv_rows(report), fmt, display=display()),
         render(_table(report["footprints"]), fmt, display=display()),
         render(_table(report["tiers"]), fmt, display=display()),
     ]
     typer.echo("\n\n".join(parts))
+
+
+def _prefixed(prefix: str, values: dict[str, Any], skip: str) -> dict[str, Any]:
+    return {f"{prefix}.{k}": v for k, v in values.items() if k != skip}
+
+
+def _measured_footprints(con: Any, selection: Selection, ttl_s: float, kv_bytes: int) -> dict[str, Any]:
+    """The working-set peak at ``ttl_s`` and the LRU capacity keeping
+    :data:`~traceflow.kv.headline.LRU_SHARE` of the unbounded prefix hits, measured on the selection
+    (the arguments of :func:`~traceflow.kv.headline.sizing_headline`)."""
+    from traceflow.analysis.working_set import working_set_summary
+    from traceflow.kv.headline import LRU_SHARE
+    from traceflow.kv.lake_trace import lake_trace
+    from traceflow.kv.simulate import capacity_for_share
+    from traceflow.store import time_base
+
+    try:  # one clock: a selection mixing agent telemetry and public traces has no working set
+        ws = working_set_summary(con, selection, [ttl_s], time_base.headline_resolution(), kv_bytes)
+    except UsageError as e:
+        return {"unmeasured": str(e)}
+    peak = ws["peak_bytes"][0] if ws.height else None
+    trace = lake_trace(con, selection, LRU_BLOCK)
+    blocks, ratio = capacity_for_share(trace, LRU_SHARE)
+    return {
+        "working_set_peak_bytes": float(peak) if peak is not None else None,
+        "lru_capacity_bytes": float(blocks * LRU_BLOCK * kv_bytes),
+        "lru_unbounded_hit_ratio": ratio,
+    }
+
+
+#: Tokens per block of the LRU cross-check in ``size`` (the exports' and ``simulate``'s default).
+LRU_BLOCK = 512
 
 
 @with_selection
@@ -377,7 +451,7 @@ def simulate(
             rate_scale,
             selection,
             data,
-            kv.kv_model,
+            kv,
         )
         return
     if rate_scale is not None:
@@ -466,6 +540,38 @@ def _print_simulation(
     typer.echo("\n\n".join(parts))
 
 
+def _serving_model(spec: Any, kv: KvChoice) -> Any:
+    """The box of ``--serving`` with the model ``--kv-model`` (and ``--dtype``) names: a GPU preset
+    serves it (:func:`traceflow.kv.serving.serve_model`); a fixed box only its own. The other
+    KV-geometry options do not apply to a box and are refused (exit 2), never ignored."""
+    from traceflow.kv.models import find_model
+    from traceflow.kv.serving import serve_model
+
+    given = (("--config", kv.config), ("--mtp", kv.mtp), ("--swa-uncapped", kv.swa_uncapped))
+    unused = [o for o, v in given if v]
+    if unused:
+        raise UsageError(
+            f"{', '.join(unused)}: --serving takes its model from --kv-model NAME (a catalogue model with "
+            "parameter counts) or its spec file; drop them"
+        )
+    if kv.kv_model is None and kv.dtype is None:
+        return spec
+    if spec.gpu:
+        return serve_model(spec, kv.kv_model or spec.model, kv.dtype)
+    if kv.kv_model is not None and find_model(kv.kv_model).name != find_model(spec.model).name:
+        raise UsageError(
+            f"--kv-model {kv.kv_model} differs from the box's model {spec.model}: a box serves its own "
+            "model; use a GPU preset (h100xN, h200xN, b200xN) or a --serving file with "
+            '"preset", "model", "total_params" and "active_params"'
+        )
+    if kv.dtype is not None and kv.dtype != spec.kv_dtype:
+        raise UsageError(
+            f"--dtype {kv.dtype}: the box {spec.name} keeps its KV in {spec.kv_dtype}; give a --serving "
+            'file with "kv_dtype"'
+        )
+    return spec
+
+
 def _serve(
     serving: str,
     workload: str | None,
@@ -479,11 +585,10 @@ def _serve(
     rate_scale: float | None = None,
     selection: Selection | None = None,
     data: Path | None = None,
-    kv_model: str | None = None,
+    kv: KvChoice | None = None,
 ) -> None:
     """``simulate --serving``: the closed-loop workload on a serving box (:mod:`traceflow.kv.scheduler`):
     the lake's selection (scaled by ``rate_scale``) or the built-in agentic-coding workload."""
-    from traceflow.kv.models import find_model
     from traceflow.kv.scheduler import run
     from traceflow.kv.serving import load_serving
     from traceflow.kv.synthetic import PUBLISHED_RUN, agentic_coding_turns
@@ -496,12 +601,7 @@ def _serve(
         )
     if sim.tier:
         raise UsageError('--serving takes its tiers from the box spec (its "tiers" list), not --tier')
-    spec = load_serving(serving)
-    if kv_model is not None and find_model(kv_model).name != find_model(spec.model).name:
-        raise UsageError(
-            f"--kv-model {kv_model} differs from the box's model {spec.model}: a box serves its own model; "
-            'give a --serving file with "preset", "model", "total_params" and "active_params"'
-        )
+    spec = _serving_model(load_serving(serving), kv or KvChoice())
     if workload is None and selection is not None:
         from traceflow.kv.lake_trace import lake_turns
 

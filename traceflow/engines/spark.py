@@ -283,7 +283,16 @@ def compact(spark: SparkSession, lake: Lake, table: str) -> tuple[int, int]:
     one file into staging, renamed to a compacted name, published, recorded in the ``deduped`` marker,
     and only then are the old files removed (readers see every row once at every moment). The derived
     views are stored by DuckDB afterwards (:meth:`Lake.materialise_derived`), as ``compact`` does.
+    All of it holds the lake's maintenance lock (:mod:`traceflow.store.maintenance`).
     """
+    from traceflow.store.maintenance import maintenance
+
+    with maintenance(lake, "compact"):
+        return _compact(spark, lake, table)
+
+
+def _compact(spark: SparkSession, lake: Lake, table: str) -> tuple[int, int]:
+    """:func:`compact` without the lock."""
     spec = TABLES[table]
     files = lake.file_names(table)
     one_per_partition = len(files) == len({f.rsplit("/", 1)[0] for f in files})

@@ -25,10 +25,10 @@ from typing import Any, ClassVar
 
 import orjson
 
-from traceflow.importers.base import FileContext
+from traceflow.importers.base import FileContext, request_row
 from traceflow.importers.counts import count
 from traceflow.importers.files import data_folder, default_paths, files_under
-from traceflow.rows import LineError, Parsed, Row, Tokens, iso_micros, stable_id
+from traceflow.rows import LineError, Parsed, Row, Tokens, stable_id, text_micros
 
 SOURCE = "amp-json"
 AGENT = "amp"
@@ -36,13 +36,6 @@ AGENT = "amp"
 
 def _text(value: Any) -> str | None:
     return value.strip() if isinstance(value, str) and value.strip() else None
-
-
-def _micros(value: Any) -> int | None:
-    try:
-        return iso_micros(value) if isinstance(value, str) else None
-    except ValueError:
-        return None
 
 
 def data_dir() -> Path:
@@ -88,20 +81,9 @@ class AmpImporter:
     def _row(
         tid: str, key: str, seq: int, model: str, ended: int, tokens: Tokens, attrs: dict[str, Any]
     ) -> Row:
-        return {
-            "event_id": stable_id("amp-usage", tid, key),
-            "source": SOURCE,
-            "agent": AGENT,
-            "agent_version": None,
-            "session_id": tid,
-            "parent_session_id": None,
-            "ended_at": ended,
-            "model": model,
-            **tokens.columns(),
-            "reasoning_tokens": None,
-            "seq": seq,
-            "attributes": attrs,
-        }
+        return request_row(
+            stable_id("amp-usage", tid, key), SOURCE, AGENT, tid, ended, model, tokens, seq, attrs
+        )
 
     def _messages(self, tid: str, messages: list[dict[str, Any]], out: Parsed) -> None:
         for i, msg in enumerate(messages, start=1):
@@ -109,7 +91,7 @@ class AmpImporter:
             if msg.get("role") != "assistant" or not isinstance(usage, dict):
                 continue
             model = _text(usage.get("model")) or _text(msg.get("model"))
-            ended = _micros(usage.get("timestamp")) or _micros(msg.get("timestamp"))
+            ended = text_micros(usage.get("timestamp")) or text_micros(msg.get("timestamp"))
             tokens = Tokens(
                 count(usage, "inputTokens") or 0,
                 count(usage, "cacheReadInputTokens") or 0,
@@ -135,7 +117,7 @@ class AmpImporter:
                 usage = msg.get("usage")
                 cache[mid] = (count(usage, "cacheReadInputTokens"), count(usage, "cacheCreationInputTokens"))
         for i, event in enumerate(events, start=1):
-            model, ended = _text(event.get("model")), _micros(event.get("timestamp"))
+            model, ended = _text(event.get("model")), text_micros(event.get("timestamp"))
             tokens_obj = event.get("tokens")
             to = event.get("toMessageId")
             read, write = cache.get(to, (None, None)) if isinstance(to, int) else (None, None)

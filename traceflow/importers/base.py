@@ -11,7 +11,7 @@ whole file each time it changes; the lake's ``event_id`` dedup absorbs the repea
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Protocol
 import orjson
 
 from traceflow.importers.compressed import plain_path
-from traceflow.rows import LineError, Parsed
+from traceflow.rows import LineError, Parsed, Row, Tokens
 
 
 @dataclass
@@ -92,6 +92,69 @@ def json_records(
             errors.append(LineError(path, no, invalid.format(e)))
             continue
         yield no, line, rec
+
+
+def json_objects(
+    data: bytes, ctx: FileContext, errors: list[LineError], what: str
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` for each line of a JSON-lines chunk that is a JSON object; a line
+    that is not JSON (``invalid JSON: <why>``) or not an object (``<what> is not a JSON object``)
+    becomes an error in ``errors``."""
+    for no, _, rec in json_records(data, ctx, errors, "invalid JSON: {}"):
+        if isinstance(rec, dict):
+            yield no, rec
+        else:
+            errors.append(LineError(str(ctx.path), no, f"{what} is not a JSON object"))
+
+
+def parse_objects(
+    data: bytes,
+    ctx: FileContext,
+    what: str,
+    bad: type[ValueError],
+    handle: Callable[[dict[str, Any], int, Parsed], None],
+) -> Parsed:
+    """The rows of a JSON-lines chunk whose lines are objects (:func:`json_objects`), each handed to
+    ``handle(object, line number, rows so far)``; a line ``handle`` refuses (raises ``bad``) becomes
+    an error at that line."""
+    out = Parsed()
+    for no, rec in json_objects(data, ctx, out.errors, what):
+        try:
+            handle(rec, no, out)
+        except bad as exc:
+            out.errors.append(LineError(str(ctx.path), no, str(exc)))
+    return out
+
+
+def request_row(
+    event_id: str,
+    source: str,
+    agent: str,
+    session: str,
+    ended: int,
+    model: str | None,
+    tokens: Tokens,
+    seq: int,
+    attrs: dict[str, Any],
+    cost_usd: float | None = None,
+) -> Row:
+    """The request row of one assistant message of an agent's own log that records no client
+    version, no parent session and no reasoning split (all NULL): Amp, Codebuff, pi, OpenClaw."""
+    return {
+        "event_id": event_id,
+        "source": source,
+        "agent": agent,
+        "agent_version": None,
+        "session_id": session,
+        "parent_session_id": None,
+        "ended_at": ended,
+        "model": model,
+        **tokens.columns(),
+        "reasoning_tokens": None,
+        "cost_usd": cost_usd,
+        "seq": seq,
+        "attributes": attrs,
+    }
 
 
 SETTLED_S = 2  # a file unchanged this long has no line still being written

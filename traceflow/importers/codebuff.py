@@ -18,10 +18,10 @@ from typing import Any, ClassVar
 
 import orjson
 
-from traceflow.importers.base import FileContext
+from traceflow.importers.base import FileContext, request_row
 from traceflow.importers.counts import usage_tokens
 from traceflow.importers.files import default_paths, files_under
-from traceflow.rows import LineError, Parsed, iso_micros, stable_id
+from traceflow.rows import LineError, Parsed, stable_id, text_micros
 
 SOURCE = "codebuff-json"
 AGENT = "codebuff"
@@ -65,11 +65,7 @@ class CodebuffImporter:
             tokens = usage_tokens(
                 usage, "inputTokens", "cacheReadInputTokens", "cacheCreationInputTokens", "outputTokens"
             )
-            ts = msg.get("timestamp")
-            try:
-                ended = iso_micros(ts) if isinstance(ts, str) else None
-            except ValueError:
-                ended = None
+            ended = text_micros(msg.get("timestamp"))
             if ended is None:
                 out.errors.append(LineError(path, ctx.first_line, f"message {i} without a valid timestamp"))
                 continue
@@ -79,22 +75,8 @@ class CodebuffImporter:
             attrs: dict[str, Any] = {"message_id": mid}
             if isinstance(msg.get("credits"), (int, float)):
                 attrs["credits"] = msg["credits"]
-            out.requests.append(
-                {
-                    "event_id": stable_id("codebuff-message", session, mid),
-                    "source": SOURCE,
-                    "agent": AGENT,
-                    "agent_version": None,
-                    "session_id": session,
-                    "parent_session_id": None,
-                    "ended_at": ended,
-                    "model": model,
-                    **tokens.columns(),
-                    "reasoning_tokens": None,
-                    "seq": i,
-                    "attributes": attrs,
-                }
-            )
+            event_id = stable_id("codebuff-message", session, mid)
+            out.requests.append(request_row(event_id, SOURCE, AGENT, session, ended, model, tokens, i, attrs))
         return out
 
 

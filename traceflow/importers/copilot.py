@@ -25,10 +25,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
-from traceflow.importers.base import FileContext, json_records
+from traceflow.importers.base import FileContext, json_objects
 from traceflow.importers.counts import count
 from traceflow.importers.files import default_paths, files_under
-from traceflow.rows import LineError, Parsed, Row, iso_micros, split_inclusive, stable_id
+from traceflow.rows import LineError, Parsed, Row, record_micros, split_inclusive, stable_id
 
 SOURCE = "copilot-events"
 AGENT = "copilot"
@@ -59,10 +59,7 @@ class CopilotImporter:
         path = str(ctx.path)
         st = ctx.state
         st.setdefault("session_id", ctx.plain.parent.name)
-        for line_no, _, event in json_records(data, ctx, out.errors, "invalid JSON: {}"):
-            if not isinstance(event, dict):
-                out.errors.append(LineError(path, line_no, "event is not a JSON object"))
-                continue
+        for line_no, event in json_objects(data, ctx, out.errors, "event"):
             kind, body = event.get("type"), event.get("data")
             if kind == "session.start" and isinstance(body, dict):
                 if isinstance(body.get("sessionId"), str):
@@ -82,13 +79,7 @@ class CopilotImporter:
         metrics = body.get("modelMetrics") if isinstance(body, dict) else None
         if not isinstance(metrics, dict):
             raise BadEvent("session.shutdown without data.modelMetrics")
-        ts = event.get("timestamp")
-        try:
-            ended = iso_micros(ts) if isinstance(ts, str) else None
-        except ValueError as exc:
-            raise BadEvent(f"bad timestamp {ts!r}") from exc
-        if ended is None:
-            raise BadEvent("session.shutdown without a timestamp")
+        ended = record_micros(event.get("timestamp"), "session.shutdown without a timestamp", BadEvent)
         rows: list[Row] = []
         for model, m in metrics.items():
             usage = m.get("usage") if isinstance(m, dict) else None

@@ -25,9 +25,9 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar
 
-from traceflow.importers.base import FileContext, json_records
+from traceflow.importers.base import FileContext, parse_objects
 from traceflow.importers.files import default_paths, files_under
-from traceflow.rows import LineError, Parsed, Row, as_int, iso_micros, split_inclusive, stable_id
+from traceflow.rows import Parsed, Row, as_int, iso_micros, split_inclusive, stable_id
 
 SOURCE = "grok-jsonl"
 AGENT = "grok"
@@ -87,17 +87,13 @@ class GrokImporter:
         return files_under(root, "updates.jsonl*", (".jsonl",))
 
     def parse(self, data: bytes, ctx: FileContext) -> Parsed:
-        out = Parsed()
-        path = str(ctx.path)
-        for line_no, _, line in json_records(data, ctx, out.errors, "invalid JSON: {}"):
-            if not isinstance(line, dict):
-                out.errors.append(LineError(path, line_no, "update is not a JSON object"))
-                continue
-            try:
-                out.requests.extend(self._turn(line, line_no, ctx))
-            except BadUpdate as exc:
-                out.errors.append(LineError(path, line_no, str(exc)))
-        return out
+        return parse_objects(
+            data,
+            ctx,
+            "update",
+            BadUpdate,
+            lambda line, no, out: out.requests.extend(self._turn(line, no, ctx)),
+        )
 
     @staticmethod
     def _turn(line: dict[str, Any], seq: int, ctx: FileContext) -> list[Row]:

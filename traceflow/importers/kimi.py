@@ -27,10 +27,10 @@ from typing import Any, ClassVar
 
 import orjson
 
-from traceflow.importers.base import FileContext, json_records
+from traceflow.importers.base import FileContext, json_objects
 from traceflow.importers.counts import usage_tokens
 from traceflow.importers.files import default_paths, files_under
-from traceflow.rows import LineError, Parsed, Row, Tokens, as_int, stable_id
+from traceflow.rows import Parsed, Row, Tokens, as_int, stable_id
 
 SOURCE = "kimi-wire"
 AGENT = "kimi"
@@ -72,10 +72,7 @@ class KimiImporter:
         out = Parsed()
         root, session, sub = _layout(ctx.plain)
         model = None
-        for line_no, _, rec in json_records(data, ctx, out.errors, "invalid JSON: {}"):
-            if not isinstance(rec, dict):
-                out.errors.append(LineError(str(ctx.path), line_no, "record is not a JSON object"))
-                continue
+        for line_no, rec in json_objects(data, ctx, out.errors, "record"):
             if rec.get("type") == "usage.record":
                 row = self._record(rec, line_no)
             else:

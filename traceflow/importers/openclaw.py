@@ -21,7 +21,7 @@ from traceflow.importers.base import FileContext, json_records
 from traceflow.importers.counts import usage_tokens
 from traceflow.importers.files import default_paths, files_under
 from traceflow.importers.pi import message_row
-from traceflow.rows import LineError, Parsed, iso_micros
+from traceflow.rows import LineError, Parsed, text_micros
 
 SOURCE = "openclaw-jsonl"
 AGENT = "openclaw"
@@ -30,10 +30,7 @@ AGENT = "openclaw"
 def _time(value: Any) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool):
         return value * 1000 if value > 0 else None
-    try:
-        return iso_micros(value) if isinstance(value, str) else None
-    except ValueError:
-        return None
+    return text_micros(value)
 
 
 def _text(value: Any) -> str | None:

@@ -17,10 +17,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
-from traceflow.importers.base import FileContext, json_records
+from traceflow.importers.base import FileContext, json_objects, request_row
 from traceflow.importers.counts import usage_tokens
 from traceflow.importers.files import default_paths, files_under
-from traceflow.rows import LineError, Parsed, Row, Tokens, iso_micros, stable_id
+from traceflow.rows import LineError, Parsed, Row, Tokens, stable_id, text_micros
 
 SOURCE = "pi-jsonl"
 AGENT = "pi"
@@ -41,21 +41,9 @@ def message_row(
     ``stable_id("<agent>-entry", session, eid)``, its cost ``usage.cost.total``."""
     cost = usage.get("cost")
     total = cost.get("total") if isinstance(cost, dict) else None
-    return {
-        "event_id": stable_id(f"{agent}-entry", session, eid),
-        "source": f"{agent}-jsonl",
-        "agent": agent,
-        "agent_version": None,
-        "session_id": session,
-        "parent_session_id": None,
-        "ended_at": ended,
-        "model": model,
-        **tokens.columns(),
-        "reasoning_tokens": None,
-        "cost_usd": float(total) if isinstance(total, (int, float)) else None,
-        "seq": seq,
-        "attributes": attrs,
-    }
+    event_id = stable_id(f"{agent}-entry", session, eid)
+    cost_usd = float(total) if isinstance(total, (int, float)) else None
+    return request_row(event_id, f"{agent}-jsonl", agent, session, ended, model, tokens, seq, attrs, cost_usd)
 
 
 class PiImporter:
@@ -75,10 +63,7 @@ class PiImporter:
         stem = ctx.plain.stem
         session = stem.split("_", 1)[1] if "_" in stem else stem
         project = ctx.plain.parent.name
-        for line_no, _, rec in json_records(data, ctx, out.errors, "invalid JSON: {}"):
-            if not isinstance(rec, dict):
-                out.errors.append(LineError(str(ctx.path), line_no, "entry is not a JSON object"))
-                continue
+        for line_no, rec in json_objects(data, ctx, out.errors, "entry"):
             msg = rec.get("message")
             if rec.get("type", "message") != "message" or not isinstance(msg, dict):
                 continue
@@ -89,10 +74,7 @@ class PiImporter:
             if not any(tokens):
                 continue
             ts = rec.get("timestamp")
-            try:
-                ended = iso_micros(ts) if isinstance(ts, str) else None
-            except ValueError:
-                ended = None
+            ended = text_micros(ts)
             if ended is None:
                 out.errors.append(
                     LineError(str(ctx.path), line_no, "assistant message without a valid timestamp")

@@ -26,10 +26,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
-from traceflow.importers.base import FileContext, json_records
+from traceflow.importers.base import FileContext, parse_objects
 from traceflow.importers.counts import count
 from traceflow.importers.files import data_folder, default_paths, files_under
-from traceflow.rows import LineError, Parsed, Row, iso_micros, split_inclusive, stable_id
+from traceflow.rows import Parsed, Row, record_micros, split_inclusive, stable_id
 
 SOURCE = "qwen-jsonl"
 AGENT = "qwen-code"
@@ -62,17 +62,9 @@ class QwenImporter:
         return files_under(root, "*.jsonl*", (".jsonl",), lambda p: p.parent.name == "chats")
 
     def parse(self, data: bytes, ctx: FileContext) -> Parsed:
-        out = Parsed()
-        path = str(ctx.path)
-        for line_no, _, rec in json_records(data, ctx, out.errors, "invalid JSON: {}"):
-            if not isinstance(rec, dict):
-                out.errors.append(LineError(path, line_no, "record is not a JSON object"))
-                continue
-            try:
-                self._record(rec, line_no, ctx, out)
-            except BadRecord as exc:
-                out.errors.append(LineError(path, line_no, str(exc)))
-        return out
+        return parse_objects(
+            data, ctx, "record", BadRecord, lambda rec, no, out: self._record(rec, no, ctx, out)
+        )
 
     def _record(self, rec: dict[str, Any], seq: int, ctx: FileContext, out: Parsed) -> None:
         st = ctx.state
@@ -106,13 +98,9 @@ class QwenImporter:
         uid = rec.get("uuid")
         if not isinstance(uid, str) or not uid:
             raise BadRecord("assistant record without a uuid")
-        ts = rec.get("timestamp")
-        try:
-            ended = iso_micros(ts) if isinstance(ts, str) else None
-        except ValueError as exc:
-            raise BadRecord(f"bad timestamp {ts!r}") from exc
-        if ended is None:
-            raise BadRecord(f"assistant record {uid!r} without a timestamp")
+        ended = record_micros(
+            rec.get("timestamp"), f"assistant record {uid!r} without a timestamp", BadRecord
+        )
         attrs: dict[str, Any] = {"uuid": uid}
         for key in ("cwd", "gitBranch", "agentName"):
             if isinstance(rec.get(key), str):

@@ -346,7 +346,7 @@ def _per_instance(
             "ttft_p50_s": float(np.quantile(ttft[g], 0.5)) if len(g) else None,
             "ttft_p99_s": float(np.quantile(ttft[g], 0.99)) if len(g) else None,
             "peak_resident_bytes": float(resident.max()) * block_bytes,
-            "bytes_written": int(res.written_tokens.sum()) * (block_bytes // trace.block_size),
+            "written_bytes": int(res.written_tokens.sum()) * (block_bytes // trace.block_size),
         }
         if hit_tokens.shape[1] > m:
             row["shared_hit_tokens"] = int(hit_tokens[g, m].sum())

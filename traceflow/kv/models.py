@@ -29,6 +29,8 @@ class ModelSpec:
     source: str = ""
     note: str = ""
     default_dtype: str = "bf16"
+    #: ``total``, ``active`` parameters, ``experts``, ``experts_per_token`` (model card), where known.
+    params: Mapping[str, float] | None = None
 
     def kv(self, dtype: str | None = None, **kw: Any) -> KVSize:
         return kv_size(self.config, dtype or self.default_dtype, **kw)
@@ -49,6 +51,7 @@ def _load_catalogue(path: Path) -> tuple[ModelSpec, ...]:
             e["source"],
             e.get("note", ""),
             e.get("default_dtype", "bf16"),
+            e.get("params"),
         )
         for e in entries
     )

@@ -128,7 +128,7 @@ def run(
     block_bytes = bs * b
     pool = int(spec.kv_bytes // block_bytes)
     tiers = [_Tier(t, block_bytes) for t in spec.tiers]
-    load_rate = spec.gpus * spec.kv_load_rate_per_gpu()
+    load_rate = spec.kv_load_rate()
     per_load_byte = [
         1.0 / load_rate + (1.0 / t.read_bytes_per_s if math.isfinite(t.read_bytes_per_s) else 0.0)
         for t in spec.tiers
@@ -516,9 +516,9 @@ def _report(
                 "capacity_bytes": t.spec.capacity_bytes,
                 "capacity_blocks": t.cap,
                 "full_at_s": tier_full_s[j],
-                "bytes_read": t.read_bytes,
-                "bytes_written": t.written_bytes,
-                "bytes_dropped": t.dropped_bytes,
+                "read_bytes": t.read_bytes,
+                "written_bytes": t.written_bytes,
+                "dropped_bytes": t.dropped_bytes,
                 "peak_read_bytes_per_s": max(reads) if reads else 0.0,
                 "peak_write_bytes_per_s": max(writes) if writes else 0.0,
                 "mean_write_bytes_per_s": t.written_bytes / end_s if end_s else 0.0,

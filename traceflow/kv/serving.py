@@ -89,6 +89,9 @@ class ServingSpec:
     # curve's rate at the stack's bytes per copy, not ``kv_load_bytes_per_s_per_gpu``
     copy_stack: str = ""
     copy_curve: str = "h200-pcie5"
+    #: The GPU of a GPU preset (``h100``, ``h200``, ``b200`` × N, :data:`GPUS`): such a box serves the
+    #: model ``--kv-model`` names (:func:`serve_model`); empty for a fixed box.
+    gpu: str = ""
 
     def kv_load_rate_per_gpu(self) -> float:
         """Offload tier → GPU bytes/s per GPU: from the copy curve at the stack's copy size when
@@ -100,6 +103,11 @@ class ServingSpec:
         return copy_rate_per_gpu(
             self.kv(), find_stack(self.copy_stack), self.gpus, load_copy_curve(self.copy_curve)
         )
+
+    def kv_load_rate(self) -> float:
+        """Offload tier → GPUs bytes/s of the box: each GPU restores over its own host link, so the
+        per-GPU rate times the GPUs (tensor parallel: every GPU loads its shard at once)."""
+        return self.gpus * self.kv_load_rate_per_gpu()
 
     # --------------------------------------------------------------------------------- derived
     def kv(self) -> KVSize:
@@ -163,6 +171,8 @@ class ServingSpec:
             "prefill_flops_per_gpu": self.prefill_flops_per_gpu,
             "prefill_mfu": self.prefill_flops_per_gpu / self.gpu_peak_flops,
             "kv_load_bytes_per_s_per_gpu": self.kv_load_rate_per_gpu(),
+            "kv_load_bytes_per_s": self.kv_load_rate(),
+            "gpu": self.gpu or None,
             "copy_stack": self.copy_stack or None,
             "calibration": self.calibration,
             "tiers": [
@@ -272,7 +282,106 @@ H200 = ServingSpec(
     copy_stack="lmcache",
     copy_curve="h200-pcie5",
     calibration="prefill efficiency 0.67 of the BF16 peak, from the measured 8B prefill without prefix",
+    gpu="h200",
 )
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU's published figures (per GPU, SXM, dense tensor FLOP/s: the sparsity figures halved)."""
+
+    name: str
+    memory_bytes: float
+    hbm_bytes_per_s: float
+    peak_bf16: float
+    peak_fp8: float
+    source: str
+
+    def peak(self, weight_bytes_per_param: float) -> float:
+        """The dense tensor peak for the weights' precision: FP8 (1 byte) or BF16 (2 bytes)."""
+        return self.peak_fp8 if weight_bytes_per_param <= 1 else self.peak_bf16
+
+
+#: The GPU presets' table. Prefill FLOP/s per GPU = :data:`H200_PREFILL_MFU` (measured on the H200) ×
+#: the peak for the weights' precision: an ASSUMPTION that the efficiency carries to the H100 and B200.
+#: Host links: all three restore KV over PCIe 5.0 x16 per GPU (the HGX B200's host CPUs are Gen5), at
+#: the H200's measured copy curve (``h200-pcie5``), one link per GPU: the load rate scales with N.
+GPUS: dict[str, Gpu] = {
+    "h100": Gpu(
+        "h100", 80e9, 3.35e12, 989e12, 1979e12,
+        "NVIDIA H100 datasheet (SXM5): 80 GB HBM3, 3.35 TB/s; BF16 1,979 and FP8 3,958 TFLOPS with sparsity",
+    ),
+    "h200": Gpu(
+        "h200", 141e9, 4.8e12, H200_PEAK_BF16, 2 * H200_PEAK_BF16,
+        "NVIDIA H200 datasheet (SXM): 141 GB HBM3e, 4.8 TB/s; BF16 1,979 and FP8 3,958 TFLOPS with sparsity",
+    ),
+    "b200": Gpu(
+        "b200", 180e9, 8e12, 2.25e15, 4.5e15,
+        "NVIDIA DGX/HGX B200 datasheet: 1,440 GB HBM3e and 64 TB/s over 8 GPUs (180 GB, 8 TB/s each); "
+        "BF16 4.5 and FP8 9 PFLOPS per GPU with sparsity (HGX, 1,000 W)",
+    ),
+}  # fmt: skip
+
+
+def gpu_preset(gpu: str, count: int) -> ServingSpec:
+    """``<gpu>x<count>``: the measured H200 preset's model (Llama-3.1-8B BF16, the probe's shape) on
+    ``count`` of ``gpu``, tensor parallel; :func:`serve_model` puts another model on it."""
+    g = GPUS[gpu]
+    if gpu == "h200":  # the measured preset itself
+        return replace(H200, name="h200" if count == 1 else f"h200x{count}", gpus=count)
+    return replace(
+        H200,
+        name=f"{gpu}x{count}",
+        gpus=count,
+        gpu_memory_bytes=g.memory_bytes,
+        hbm_bytes_per_s=g.hbm_bytes_per_s,
+        gpu_peak_flops=g.peak(H200.weight_bytes_per_param),
+        prefill_flops_per_gpu=H200_PREFILL_MFU * g.peak(H200.weight_bytes_per_param),
+        gpu=gpu,
+        calibration=f"prefill: efficiency {H200_PREFILL_MFU} (measured on the H200) x the {gpu} "
+        f"datasheet peak; {g.source}",
+    )
+
+
+def serve_model(spec: ServingSpec, model: str, dtype: str | None = None) -> ServingSpec:
+    """A GPU preset serving ``model`` (a catalogue name with ``[model.params]``): its parameters, experts
+    and weights precision (the model's default dtype, FP8 → 1 byte per parameter), KV at ``dtype``
+    (default the model's), prefill FLOP/s from that precision's peak."""
+    if not spec.gpu:
+        raise UsageError(
+            f"--kv-model {model}: the box {spec.name} serves its own model ({spec.model}); a GPU preset "
+            f"({', '.join(f'{g}xN' for g in GPUS)}) serves the model you name"
+        )
+    m = find_model(model)
+    if not m.params:
+        have = ", ".join(s.name for s in _models_with_params())
+        raise UsageError(
+            f"--kv-model {m.name}: the catalogue has no parameter counts for it (needed for FLOPs and "
+            f'weights); models with them: {have}; or give a --serving file with "preset", "model", '
+            '"total_params" and "active_params"'
+        )
+    wbytes = 1.0 if m.default_dtype.startswith("fp8") else 2.0
+    g = GPUS[spec.gpu]
+    p = m.params
+    return replace(
+        spec,
+        model=m.name,
+        kv_dtype=dtype or m.default_dtype,
+        total_params=float(p["total"]),
+        active_params=float(p["active"]),
+        experts=int(p.get("experts", 0)),
+        experts_per_token=int(p.get("experts_per_token", 0)),
+        weight_bytes_per_param=wbytes,
+        gpu_peak_flops=g.peak(wbytes),
+        prefill_flops_per_gpu=H200_PREFILL_MFU * g.peak(wbytes),
+    )
+
+
+def _models_with_params() -> list[Any]:
+    from traceflow.kv.models import CATALOGUE
+
+    return [s for s in CATALOGUE if s.params]
+
 
 PRESETS: dict[str, ServingSpec] = {
     "h200": H200,
@@ -324,7 +433,7 @@ def _tier(d: Mapping[str, Any], where: str) -> OffloadTier:
 def spec_from_mapping(d: Mapping[str, Any], where: str = "--serving") -> ServingSpec:
     """A :class:`ServingSpec` from the documented file keys (see the module docs)."""
     base = find_preset(str(d["preset"])) if "preset" in d else ServingSpec()
-    names = {f.name for f in fields(ServingSpec)} - {"tiers"}
+    names = {f.name for f in fields(ServingSpec)} - {"tiers", "gpu"}  # gpu: from a preset only
     changes: dict[str, Any] = {}
     for key, value in d.items():
         if key == "preset":
@@ -404,13 +513,14 @@ def find_preset(name: str) -> ServingSpec:
     """A preset by name; ``h200xN`` is the ``h200`` preset on N GPUs (tensor parallel: the KV pool and
     the prefill FLOP/s scale with N, and each GPU restores over its own PCIe link)."""
     base, _, count = name.partition("x")
-    if base == "h200" and count.isdigit() and int(count) >= 1:
-        return replace(H200, name=name, gpus=int(count))
+    if base in GPUS and ((count.isdigit() and int(count) >= 1) or name == base):
+        return gpu_preset(base, int(count or 1))
     try:
         return PRESETS[name]
     except KeyError:
         raise UsageError(
-            f"--serving {name!r}: no such preset or file; presets: {', '.join(PRESETS)}, h200xN"
+            f"--serving {name!r}: no such preset or file; presets: {', '.join(PRESETS)}, "
+            f"{', '.join(f'{g}xN' for g in GPUS)}"
         ) from None
 
 

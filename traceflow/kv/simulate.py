@@ -25,6 +25,7 @@ prefix block was last used ``resume_after_s`` (15 min) or more earlier.
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -270,8 +271,8 @@ def build_report(
                 "hit_ratio": hb / n_blocks if n_blocks else 0.0,
                 "token_hit_ratio": ht / input_tokens if input_tokens else 0.0,
                 "object_hit_blocks": int((served == k + 1).sum()),
-                "bytes_read": ht * b,
-                "bytes_written": written * b,
+                "read_bytes": ht * b,
+                "written_bytes": written * b,
                 "write_bytes_per_s": written * b / duration if duration else None,
                 "peak_resident_bytes": float(out.resident_blocks[:, k].max()) * block_bytes
                 if len(out.resident_blocks)
@@ -288,7 +289,10 @@ def build_report(
         worst = {
             "request": w,
             "session": trace.session[w] if trace.session is not None else None,
-            "time_s": float(trace.time_s[w]),
+            # an instant (the lake's clock: relative traces count from 1970-01-01, as stored), and the
+            # seconds since the trace's first request; never an epoch printed as a duration
+            "at": dt.datetime.fromtimestamp(float(trace.time_s[w]), dt.UTC),
+            "after_start_s": float(trace.time_s[w] - trace.time_s[0]),
             "idle_s": float(idle[w]),
             "input_tokens": int(trace.input_tokens[w]),
             "hit_tokens": {t.name: int(hit_tokens[w, k]) for k, t in enumerate(config.tiers)},
@@ -315,8 +319,8 @@ def build_report(
         "token_hit_ratio": total_hit_tokens / input_tokens if input_tokens else 0.0,
         "object_hit_blocks": int((served > 0).sum()),
         "recomputed_tokens": int(recomputed.sum()),
-        "bytes_read": total_hit_tokens * b,
-        "bytes_written": int(out.written_tokens.sum()) * b,
+        "read_bytes": total_hit_tokens * b,
+        "written_bytes": int(out.written_tokens.sum()) * b,
         "prefill_rate_tok_s": config.prefill_rate,
         "ttft_mean_s": float(ttft.mean()),
         "ttft_p50_s": _quantile(ttft, 0.5),
@@ -383,6 +387,30 @@ def default_capacities(distinct_blocks: int, points: int = 24) -> list[int]:
         return [1]
     grid = np.unique(np.round(np.geomspace(1, distinct_blocks, points)).astype(np.int64))
     return [int(x) for x in grid]
+
+
+def capacity_for_share(trace: BlockTrace, share: float) -> tuple[int, float]:
+    """The smallest LRU capacity (blocks) whose prefix hits reach ``share`` of an unbounded cache's,
+    and that unbounded prefix hit ratio (blocks), from the stack distances as :func:`sweep` counts them.
+
+    >>> from traceflow.kv.trace import BlockTrace
+    >>> t = BlockTrace(np.zeros(4), np.array([2, 2, 1, 2]), np.array([0, 2, 4, 5, 7]),
+    ...                np.array([1, 2, 1, 2, 3, 1, 2]), 1)
+    >>> capacity_for_share(t, 1.0)
+    (3, 0.5714285714285714)
+    """
+    n = trace.n_blocks
+    if not n:
+        return 0, 0.0
+    d = np.minimum(stack_distances(trace.blocks), n + 1)
+    req = trace.request_of_block()
+    big = np.int64(n + 2)
+    run = np.maximum.accumulate(d + req * big) - req * big
+    usable = np.sort(run[run <= n])
+    if not len(usable):
+        return 0, 0.0
+    k = max(1, math.ceil(share * len(usable) - 1e-9))
+    return int(usable[k - 1]), len(usable) / n
 
 
 def sweep(

@@ -402,8 +402,9 @@ def _packaged_prices(path: Path) -> Prices:
     return Prices(**_price_values(data, str(path)))
 
 
-def tier_cost_per_month(tier: Tier, prices: Prices) -> float:
-    """USD per month for a tier's capacity (owned media amortised; HBM as a share of GPU-hours).
+def tier_cost_per_month(tier: Tier, prices: Prices, rent_hbm: bool = True) -> float:
+    """USD per month for a tier's capacity (owned media amortised; HBM as a share of GPU-hours, or
+    nothing without ``rent_hbm``: HBM on GPUs you own is there to serve the model anyway).
 
     >>> round(tier_cost_per_month(parse_tier("dram=1TB"), Prices.default()), 2)
     277.78
@@ -413,6 +414,8 @@ def tier_cost_per_month(tier: Tier, prices: Prices) -> float:
     gb = tier.capacity_bytes / 1e9
     months = prices.amortization_months
     if tier.kind == "hbm":
+        if not rent_hbm:
+            return 0.0
         return prices.gpu_usd_per_hour * HOURS_PER_MONTH * gb / prices.gpu_hbm_gb
     if tier.kind == "dram":
         return gb * prices.dram_usd_per_gb / months
@@ -421,6 +424,12 @@ def tier_cost_per_month(tier: Tier, prices: Prices) -> float:
     if tier.kind == "hdd":
         return gb / 1e3 * prices.hdd_usd_per_tb / months
     return gb * prices.object_usd_per_gb_month
+
+
+def _cost_basis(tier: Tier, rent_hbm: bool) -> str:
+    if tier.kind == "hbm":
+        return "rented: share of GPU-hours" if rent_hbm else "owned: not billed (--rent-hbm prices it)"
+    return "rented per GB-month" if tier.kind == "object" else "owned: price / amortisation months"
 
 
 # --------------------------------------------------------------------------------------- the report
@@ -467,8 +476,10 @@ def size_report(
     ssd_write_bytes_per_s: float | None = None,
     sessions: int = 0,
     rate_source: str = "given",
+    rent_hbm: bool = False,
 ) -> dict[str, Any]:
-    """Everything ``traceflow size`` prints, as a dict with stable keys."""
+    """Everything ``traceflow size`` prints, as a dict with stable keys. HBM tiers cost nothing unless
+    ``rent_hbm`` (``--rent-hbm``: priced as their share of rented GPU-hours)."""
     b = kv.per_token_bytes
     input_rate = input_rate_tok_s if input_rate_tok_s is not None else rate_tok_s
     for option, value in (("--rate", rate_tok_s), ("--input-rate", input_rate), ("--sessions", sessions)):
@@ -494,7 +505,7 @@ def size_report(
     tokens_per_month = input_rate * SECONDS_PER_MONTH
     tier_rows: list[dict[str, Any]] = []
     for tier in tiers:
-        monthly = tier_cost_per_month(tier, prices)
+        monthly = tier_cost_per_month(tier, prices, rent_hbm)
         tier_rows.append(
             {
                 "name": tier.name,
@@ -506,6 +517,7 @@ def size_report(
                 "cost_usd_per_million_tokens": monthly / (tokens_per_month / 1e6)
                 if tokens_per_month
                 else None,
+                "cost_basis": _cost_basis(tier, rent_hbm),
             }
         )
     ssd_cost = array.drives * array.drive_bytes / 1e12 * prices.ssd_usd_per_tb
@@ -538,6 +550,7 @@ def size_report(
         "years_to_rated_endurance": years,
         "ssd_wear_usd_per_year": wear_per_year,
         "cost_usd_per_month": total_month,
+        "hbm_billed": rent_hbm,
         "cost_usd_per_million_tokens": total_month / (tokens_per_month / 1e6) if tokens_per_month else None,
         "prices": asdict(prices),
     }

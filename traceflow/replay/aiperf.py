@@ -172,6 +172,7 @@ def write_aiperf(frame: pl.DataFrame, plan: PrefixPlan, out: Path, speedup: floa
         "rows": rows_written,
         "aiperf_sessions": sessions,
         "replayed_context_max_excess_tokens": int(replay_error.max()) if len(replay_error) else 0,
+        "replayed_context_max_tokens": int((v + p_i).max()) if n else 0,
     }
 
 

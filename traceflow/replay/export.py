@@ -19,7 +19,9 @@ Every export writes ``<name>.manifest.json`` beside the output (``trace.jsonl`` 
 counts, block size, speedup, statistics and the command lines that replay it.
 
 ``--speedup k`` divides arrival times, delays and think times by ``k`` (server times are kept);
-``--limit N`` keeps the first ``N`` requests in arrival order (sessions cut at the end).
+``--limit N`` keeps the first ``N`` requests in arrival order (sessions cut at the end);
+``--max-context N`` keeps every replayed context within ``N`` as the agent does at its cap
+(:mod:`traceflow.replay.compaction`; ``mooncake`` and ``aiperf``).
 
 A selection that mixes real telemetry with relative-time traces (:mod:`traceflow.store.time_base`)
 is refused with a message naming ``--source``: one trace has one clock.
@@ -40,9 +42,10 @@ from traceflow import __version__
 from traceflow.errors import UsageError
 from traceflow.paths import output_file, output_folder
 from traceflow.replay.aiperf import write_aiperf
+from traceflow.replay.compaction import DEFAULT_SUMMARY_TOKENS, compact_to_window
 from traceflow.replay.kvcache_tester import write_kvcache_tester
-from traceflow.replay.mooncake import write_mooncake
-from traceflow.replay.prefix import PrefixOptions, derive
+from traceflow.replay.mooncake import infinite_cache, write_mooncake
+from traceflow.replay.prefix import PrefixOptions, derive, stream_keys
 from traceflow.replay.requests import load_requests
 from traceflow.replay.writing import atomic_write
 from traceflow.store import time_base
@@ -70,6 +73,12 @@ def check_format(fmt: str) -> str:
     return fmt
 
 
+def check_max_context(fmt: str, max_context: int | None) -> None:
+    """``--max-context`` is for the formats whose contexts it rewrites (exit 2 for the others)."""
+    if max_context is not None and fmt not in ("mooncake", "aiperf"):
+        raise UsageError(f"--max-context is for the mooncake and aiperf exports, not {fmt}")
+
+
 def check_output(out: Path, fmt: str) -> Path:
     """``out`` (``-o``) once ``fmt`` can be written there: a folder for kvcache-tester, else a file."""
     return output_folder(out, "-o") if fmt == "kvcache-tester" else output_file(out, "-o")
@@ -93,6 +102,8 @@ def export(
     limit: int | None = None,
     options: PrefixOptions | None = None,
     duckdb_memory: str | None = DUCKDB_MEMORY,
+    max_context: int | None = None,
+    summary_tokens: int = DEFAULT_SUMMARY_TOKENS,
 ) -> dict[str, Any]:
     """Export the selected requests of a lake to ``out`` in ``fmt``; returns the manifest.
 
@@ -106,6 +117,7 @@ def export(
     from traceflow.store.lake import Lake
 
     check_format(fmt)
+    check_max_context(fmt, max_context)
     out = check_output(out, fmt)
     with tempfile.TemporaryDirectory(prefix="traceflow-export-") as spill:
         con: duckdb.DuckDBPyConnection | Engine
@@ -138,6 +150,8 @@ def export(
         speedup=speedup,
         options=options,
         source={"selection": _selection_dict(selection), "limit": limit},
+        max_context=max_context,
+        summary_tokens=summary_tokens,
     )
 
 
@@ -150,21 +164,33 @@ def export_frame(
     speedup: float = 1.0,
     options: PrefixOptions | None = None,
     source: Mapping[str, Any] | None = None,
+    max_context: int | None = None,
+    summary_tokens: int = DEFAULT_SUMMARY_TOKENS,
 ) -> dict[str, Any]:
     """Write ``frame`` (shaped as :func:`traceflow.replay.requests.load_requests` returns it) to ``out``."""
     check_format(fmt)
+    check_max_context(fmt, max_context)
     out = check_output(out, fmt)
     if not (speedup > 0 and math.isfinite(speedup)):
         raise UsageError(f"--speedup {speedup} must be a positive number")
     bs = block_size or DEFAULT_BLOCK_SIZE[fmt]
     base = options or PrefixOptions()
     opts = PrefixOptions(bs, base.use_measured, base.break_ttl_s, base.keep_source_ids)
+    compaction: dict[str, Any] | None = None
+    if max_context is not None:
+        frame, compaction = compact_to_window(
+            frame, stream_keys(frame), max_context, summary_tokens, replies=fmt == "aiperf"
+        )
     plan = derive(frame, opts)
     if fmt == "kvcache-tester":
         written = write_kvcache_tester(frame, plan, out, speedup)
     else:
         written = (write_mooncake if fmt == "mooncake" else write_aiperf)(frame, plan, out, speedup)
+    if "cache" not in written:
+        written = {**written, "cache": infinite_cache(plan)}
     manifest = _manifest(frame, plan, fmt, out, bs, speedup, source or {}, written)
+    if compaction is not None:
+        manifest["compaction"] = compaction
     mpath = manifest_path(out)
     atomic_write(mpath, orjson.dumps(manifest, option=orjson.OPT_INDENT_2) + b"\n")
     manifest["manifest"] = str(mpath)

@@ -58,13 +58,9 @@ def write_mooncake(
 
     ts = times_ms(frame, speedup)
     outp = np.asarray(frame["out"].to_numpy(), dtype=np.int64)
-    hits = _HitCounter(plan)
     n_ids = 0
     w = max(1, workers if workers is not None else min(4, os.cpu_count() or 1))
     bounds = [(a, min(a + CHUNK_REQUESTS, plan.n)) for a in range(0, plan.n, CHUNK_REQUESTS)]
-    for a in range(0, min(plan.n, hits.limit), CHUNK_REQUESTS):  # statistics, in arrival order
-        offsets, flat = plan.ids(a, min(a + CHUNK_REQUESTS, hits.limit, plan.n))
-        hits.add(a, offsets, flat)
     with atomic_file(out) as fh, ThreadPoolExecutor(max_workers=w) as pool:
         pending: list[Future[tuple[memoryview, int]]] = []
         for a, b in bounds:
@@ -77,7 +73,17 @@ def write_mooncake(
             data, k = fut.result()
             fh.write(data)
             n_ids += k
-    return {"rows": plan.n, "hash_ids": n_ids, "cache": hits.result()}
+    return {"rows": plan.n, "hash_ids": n_ids, "cache": infinite_cache(plan)}
+
+
+def infinite_cache(plan: PrefixPlan) -> dict[str, Any]:
+    """The prefix hit ratio of the plan's requests with an unbounded cache (arrival order, the first
+    :data:`STATS_MAX_REQUESTS`): the manifest's ``statistics.infinite_cache`` for every format."""
+    hits = _HitCounter(plan)
+    for a in range(0, min(plan.n, hits.limit), CHUNK_REQUESTS):
+        offsets, flat = plan.ids(a, min(a + CHUNK_REQUESTS, hits.limit, plan.n))
+        hits.add(a, offsets, flat)
+    return hits.result()
 
 
 class _HitCounter:

@@ -194,6 +194,7 @@ class _Streams:
     prev_ctx: I64  # the previous request's context (0 at the first position)
     first: BoolA  # a stream's first request
     measured: BoolA  # a measured cache read (all False unless ``use_measured``)
+    compacted: BoolA  # compacted to a smaller window (traceflow.replay.compaction): a new chain
     read: I64
     any_measured: bool
     t_us: I64
@@ -246,6 +247,7 @@ def _streams(frame: pl.DataFrame, ctx: I64, opts: PrefixOptions) -> _Streams:
         prev_ctx=previous(ctx_o),
         first=group_first(stream_o),
         measured=measured[order],
+        compacted=np.asarray(series("compacted").fill_null(False).to_numpy(), dtype=bool)[order],
         read=ints("read", 0)[order],
         any_measured=bool(measured.any()),
         t_us=t_us,
@@ -275,7 +277,7 @@ class _Chains:
 
 def _chains(st: _Streams) -> _Chains:
     B = st.block_size
-    drop = ~st.first & (st.ctx < st.prev_ctx)
+    drop = ~st.first & ((st.ctx < st.prev_ctx) | st.compacted)
     brk = np.zeros(len(st.ctx), dtype=bool)
     if st.any_measured:  # a measured read short of the previous prompt while the cache was warm
         short = st.read < st.prev_ctx - np.maximum(2 * B, st.prev_ctx // 50)
@@ -459,6 +461,12 @@ def _hash(frame: pl.DataFrame, exprs: list[Any]) -> I64:
 
     h = frame.select(pl.struct(exprs).hash(seed=7).reinterpret(signed=True)).to_series()
     return np.asarray(h.to_numpy(), dtype=np.int64)
+
+
+def stream_keys(frame: pl.DataFrame) -> I64:
+    """Per row, the key of its stream (one per ``(session, model)``; a request without a session is a
+    stream of its own): the streams the derivation follows."""
+    return _keys(frame)[0]
 
 
 def _keys(frame: pl.DataFrame) -> tuple[I64, BoolA, I64, BoolA, I64]:

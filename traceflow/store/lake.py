@@ -588,6 +588,14 @@ class Lake:
 
     # -- maintenance --------------------------------------------------------------------------
     def compact(self, table: str) -> tuple[int, int]:
+        """Rewrite a table as one deduplicated file per partition (:meth:`_compact`), holding the
+        lake's maintenance lock (:mod:`traceflow.store.maintenance`). Returns (files before, after)."""
+        from traceflow.store.maintenance import maintenance
+
+        with maintenance(self, "compact"):
+            return self._compact(table)
+
+    def _compact(self, table: str) -> tuple[int, int]:
         """Rewrite a table as one deduplicated file per partition. Returns (files before, after).
 
         The dedup is global (a request's copies may sit in different partitions), done by DuckDB
@@ -627,7 +635,7 @@ class Lake:
 
     def finish_compaction(self, table: str, out: Path, files: list[str]) -> tuple[int, int]:
         """The end of a compaction on any engine: publish the deduplicated partitions written to the
-        staging directory ``out`` (:meth:`publish_compacted`), remove the ``files`` they replace, and
+        staging directory ``out`` (:meth:`publish_compacted`), retire the ``files`` they replace, and
         store the derived views again after ``requests``. Returns (files before, files after)."""
         if table == REQUESTS.name:  # the copies that lose are removed below: keep their count
             found = self._count_conflicts(files)

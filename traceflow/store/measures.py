@@ -27,6 +27,7 @@ Every other module takes them from this table (``docs/definitions.md`` lists the
   token-weighted share of the context read from the cache (pass sums: ``reuse_ratio(sum(
   cache_read_tokens), sum(context_tokens))``), and ``token_share(part, whole)``, a kind's share of
   all tokens. :func:`ratio` is their Python twin (NULL, None, where the whole is 0). Beside them
+  ``total(count)``, a count summed over a group's rows (0, not NULL, where none has it), and
   ``grid_end(query, lo, hi, max_buckets, resolution_s)``: the last bucket of a time grid from bucket
   ``lo`` to ``hi``, an error naming ``query`` when that is ``max_buckets`` or more (``load``,
   ``working_set``).
@@ -138,6 +139,7 @@ class Macro(NamedTuple):
 MACROS: Mapping[str, Macro] = {
     "reuse_ratio": Macro(("read", "context"), "read / nullif(context, 0)::DOUBLE"),
     "token_share": Macro(("part", "whole"), "part / nullif(whole, 0)::DOUBLE"),
+    "total": Macro(("count",), "coalesce(sum(count), 0)::BIGINT"),
     "grid_end": Macro(
         ("query", "lo", "hi", "max_buckets", "resolution_s"),
         "CASE WHEN hi - lo >= max_buckets THEN error(query || ': more than ' || max_buckets || ' buckets of '"

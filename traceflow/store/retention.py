@@ -5,10 +5,12 @@ file is rewritten). ``forget`` rewrites each published file holding a named user
 without them, as compaction does (:meth:`traceflow.store.lake.Lake.finish_compaction`): the new file
 is written in staging, published into the same partition, then the old file removed, so a reader
 sees every other row at every moment (the views keep one copy of a row stored twice for a moment);
-a file that a collector publishes meanwhile is not touched. Both record what they removed in the
-``audit`` table (:data:`traceflow.schema.AUDIT`, readable with ``traceflow sql``) and store the
-derived views again (``request_steps``, ``request_rollup``: their stored files name the request
-files they were computed from, so they are stale once one is removed). docs/lake.md#personal-data.
+a file that a collector publishes meanwhile is not touched. Both hold the lake's maintenance lock
+(:mod:`traceflow.store.maintenance`), as ``compact`` does, so none undoes another. Both record what
+they removed in the ``audit`` table (:data:`traceflow.schema.AUDIT`, readable with ``traceflow
+sql``) and store the derived views again (``request_steps``, ``request_rollup``: their stored files
+name the request files they were computed from, so they are stale once one is removed).
+docs/lake.md#personal-data.
 
 The audit table names a forgotten user or session by the SHA-256 of the id only: a removal does not
 keep the id it removed, yet ``sha256(id)`` tells whether an id was forgotten.
@@ -26,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from traceflow.errors import UsageError
 from traceflow.schema import AUDIT, SPANS, TABLES
+from traceflow.store.maintenance import maintenance
 from traceflow.store.sql import sql_string
 
 if TYPE_CHECKING:
@@ -95,13 +98,24 @@ def cutoff_day(older_than_s: float, now: dt.datetime) -> dt.date:
 
 
 def retain(
-    lake: Lake, older_than_s: float, *, now: dt.datetime | None = None, dry_run: bool = False
+    lake: Lake,
+    older_than_s: float,
+    *,
+    now: dt.datetime | None = None,
+    dry_run: bool = False,
+    wait: bool = True,
 ) -> list[Removal]:
     """Drop every table's ``dt=`` partitions whose day ended ``older_than_s`` seconds before ``now``
-    or earlier (the ``dt=unknown`` partition of rows without a time is kept). Returns what went."""
+    or earlier (the ``dt=unknown`` partition of rows without a time is kept). Returns what went.
+    Holds the lake's maintenance lock (:mod:`traceflow.store.maintenance`); without ``wait``, a lake
+    busy with another run raises :class:`~traceflow.store.maintenance.LakeBusy`."""
     if older_than_s <= 0:
         raise UsageError("--older-than must be a positive age, e.g. 90d")
-    now = now or dt.datetime.now(dt.UTC)
+    with maintenance(lake, "retain", wait=wait):
+        return _retain(lake, older_than_s, now or dt.datetime.now(dt.UTC), dry_run)
+
+
+def _retain(lake: Lake, older_than_s: float, now: dt.datetime, dry_run: bool) -> list[Removal]:
     first_kept = cutoff_day(older_than_s, now).isoformat()
     plan: dict[tuple[str, str], list[str]] = {}
     for table in TABLES:
@@ -182,13 +196,22 @@ def forget(
     now: dt.datetime | None = None,
 ) -> list[Removal]:
     """Remove every stored row of ``user`` (with the spans of their sessions) and of ``session`` from
-    every table; the files holding them are rewritten without them. Returns what went."""
+    every table; the files holding them are rewritten without them. Returns what went. Holds the
+    lake's maintenance lock (:mod:`traceflow.store.maintenance`): a compaction cannot publish again
+    what it read before the rewrite."""
     if user is None and session is None:
         raise UsageError("name what to forget: --user ID or --session ID")
     for flag, value in (("--user", user), ("--session", session)):
         if value is not None and not value.strip():
             raise UsageError(f"{flag} is empty; give the id as `traceflow sql` shows it")
-    now = now or dt.datetime.now(dt.UTC)
+    with maintenance(lake, "forget"):
+        return _forget(lake, user, session, dry_run, now or dt.datetime.now(dt.UTC))
+
+
+def _forget(
+    lake: Lake, user: str | None, session: str | None, dry_run: bool, now: dt.datetime
+) -> list[Removal]:
+    """:func:`forget` under the lock."""
     if not dry_run:  # the files compactions replaced hold copies of the rows too: no grace for them
         for table in TABLES:
             lake.remove_retired(table, grace_s=0)
@@ -196,8 +219,8 @@ def forget(
     removals: list[Removal] = []
     try:
         # another pass finds what a writer published meanwhile (the collector sealing the user's
-        # last records from its write-ahead log, a compaction that read the files before): rare,
-        # so a few passes end it
+        # last records from its write-ahead log; a compaction waits for the lock): rare, so a few
+        # passes end it
         for _ in range(1 if dry_run else FORGET_PASSES):
             found = _forget_pass(con, lake, user, session, dry_run)
             removals += found
