@@ -122,6 +122,15 @@ def _old_flash() -> dict[str, ServingSpec]:
     return boxes
 
 
+def _free_chunk_reads() -> dict[str, ServingSpec]:
+    """The flash preset before 2026-12-05: a hit read at the array's ceiling, no per-rank chunk reads."""
+    boxes = _boxes()
+    flash = boxes["flash"]
+    free = tuple(replace(t, stream_read_bytes_per_s=math.inf) for t in flash.tiers)
+    boxes["flash"] = replace(flash, tiers=free)
+    return boxes
+
+
 #: One assumption changed back at a time (to its value before issue 23): name, workload, boxes
 VARIANTS: list[tuple[str, dict[str, Any], Callable[[], dict[str, ServingSpec]]]] = [
     ("this model", {}, _boxes),
@@ -139,6 +148,7 @@ VARIANTS: list[tuple[str, dict[str, Any], Callable[[], dict[str, ServingSpec]]]]
     ),
     ("flash box's 64 GB RAM also a cache tier", {}, _old_flash),
     ("no step overhead (the roofline alone)", {}, lambda: _boxes(step_overhead_s=0.0)),
+    ("flash chunk-file reads free (no stream_read)", {}, _free_chunk_reads),
 ]
 
 

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from traceflow.cli.app import app, register_all
 from traceflow.errors import UsageError
 from traceflow.kv.scheduler import run
-from traceflow.kv.serving import PRESETS, ServingSpec, load_serving
+from traceflow.kv.serving import PRESETS, OffloadTier, ServingSpec, load_serving, tier_read_seconds_per_byte
 from traceflow.kv.synthetic import PUBLISHED_RUN, SessionTurns, agentic_coding_trace, agentic_coding_turns
 from traceflow.kv.trace import BlockTrace
 
@@ -228,6 +228,33 @@ def test_a_request_larger_than_the_whole_pool_is_rejected_not_run() -> None:
     assert r["requests_rejected"] == 1
     assert math.isnan(r["requests"]["ttft_s"][0]) and not math.isnan(r["requests"]["ttft_s"][1])
     assert r["requests_served"] == 1 and r["served_share"] == pytest.approx(1 / 3)
+
+
+def test_a_flash_hit_pays_each_ranks_serial_chunk_reads_before_the_copy() -> None:
+    # A (blocks 0-9) runs, then B (100-109) pushes A's first 5 blocks out of the 16-block pool; C asks
+    # for A's blocks again: 0-4 come from the flash tier, 5-9 from the GPU. With one rank reading its
+    # chunk files at 1 GB/s, C's first token comes 5 blocks / 1 GB/s later than with the read free.
+    # (a fourth request at 100 s keeps the run going past C: a run lasts until its last arrival)
+    turns = _turns([list(range(10)), list(range(100, 110)), list(range(10)), [300]], [0.0, 20.0, 40.0, 100.0])
+
+    def ttft_c(stream: float) -> float:
+        tier = OffloadTier("flash", "ssd", 1e15, stream_read_bytes_per_s=stream)
+        r = run(replace(_tiny_box(16), tiers=(tier,)), turns, keep_requests=True)
+        assert r["loaded_tokens"] == 5 * 512
+        return float(r["requests"]["ttft_s"][2])
+
+    assert ttft_c(1e9) - ttft_c(math.inf) == pytest.approx(5 * BLOCK / 1e9)
+    # four ranks read their shards at once; the array's read ceiling caps them together
+    t = OffloadTier("flash", "ssd", 1e15, read_bytes_per_s=6e9, stream_read_bytes_per_s=2e9)
+    assert tier_read_seconds_per_byte(t, 4) == 1 / 6e9 and tier_read_seconds_per_byte(t, 2) == 1 / 4e9
+    assert tier_read_seconds_per_byte(OffloadTier("dram", "dram", 1e12), 4) == 0.0
+
+
+def test_a_tier_file_takes_stream_read(tmp_path: Path) -> None:
+    box = tmp_path / "box.json"
+    tier = {"name": "flash", "kind": "ssd", "capacity": "10TB", "read": "20GB/s", "stream_read": "1.5GB/s"}
+    box.write_text(json.dumps({"preset": "rtx-pro-6000x4", "tiers": [tier]}))
+    assert load_serving(str(box)).tiers[0].stream_read_bytes_per_s == 1.5e9
 
 
 @pytest.mark.parametrize(

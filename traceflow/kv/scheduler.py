@@ -12,8 +12,9 @@ Pure. The model, step by step (vLLM V1 with an LMCache-style offload connector):
 * **Lookup.** The longest prefix of the request's blocks found in the GPU pool, then in the offload
   tiers top first, is reused; the rest is computed. Blocks found in an offload tier are loaded
   synchronously in the step that admits the request (LMCache's default retrieval):
-  ``load = bytes / (gpus × kv_load_bytes_per_s_per_gpu)``, plus ``bytes / read`` for a tier with a
-  staging buffer (flash → RAM → GPU).
+  ``load = bytes / (gpus × kv_load_bytes_per_s_per_gpu)``, plus, for a tier on a medium (flash → RAM →
+  GPU), its read first: :func:`~traceflow.kv.serving.tier_read_seconds_per_byte` (the ranks' serial
+  per-chunk file reads, ``stream_read`` each, under the medium's ``read`` ceiling).
 * **Steps (continuous batching, chunked prefill).** Each step runs one token of every decoding request
   and prefill chunks of the others up to ``max_num_batched_tokens``. Step time =
   ``max(FLOPs / (gpus × prefill_flops_per_gpu), bytes / (gpus × hbm_bytes_per_s)) + loads``, FLOPs by
@@ -39,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from traceflow.kv.serving import ServingSpec, check_spec
+from traceflow.kv.serving import ServingSpec, check_spec, tier_read_seconds_per_byte
 from traceflow.kv.sizing import prefill_flops
 from traceflow.kv.synthetic import SessionTurns
 
@@ -129,10 +130,7 @@ def run(
     pool = int(spec.kv_bytes // block_bytes)
     tiers = [_Tier(t, block_bytes) for t in spec.tiers]
     load_rate = spec.kv_load_rate()
-    per_load_byte = [
-        1.0 / load_rate + (1.0 / t.read_bytes_per_s if math.isfinite(t.read_bytes_per_s) else 0.0)
-        for t in spec.tiers
-    ]
+    per_load_byte = [1.0 / load_rate + tier_read_seconds_per_byte(t, spec.gpus) for t in spec.tiers]
     c = find_cfg(spec)
     layers, heads, hd = c
     blocks = trace.blocks

@@ -23,7 +23,7 @@ File format (JSON or TOML; sizes and bandwidths as numbers of bytes or strings s
      "prefill_flops_per_gpu": 1.45e14, "kv_load_bandwidth_per_gpu": "44GB/s",   # required without preset
      "tiers": [{"name": "dram", "kind": "dram", "capacity": "512GiB"},
                {"name": "flash", "kind": "ssd", "capacity": "51.2TB", "read": "114GB/s",
-                "write": "57GB/s", "staging": "64GB"}]}
+                "write": "57GB/s", "staging": "64GB", "stream_read": "2GB/s"}]}
 """
 
 from __future__ import annotations
@@ -49,6 +49,13 @@ class OffloadTier:
     ``read`` / ``write``: the medium's bandwidth (bytes/s, ``inf`` = not the bottleneck; reads then
     run at the box's KV load rate). ``staging``: RAM that buffers writes to a slow medium; a store that
     would overflow it is dropped, as LMCache skips a store it cannot buffer.
+
+    ``stream_read``: bytes/s of one rank's serial file reads (``inf``: not modelled). LMCache's disk
+    backend keeps one file per 256-token chunk per rank and reads a request's chunks one after another,
+    each with one buffered ``readinto`` into pinned memory, before the copy to the GPU
+    (``lmcache/v1/storage_backend/local_disk_backend.py``, ``batched_async_load_bytes_from_disk`` and
+    ``read_file``; docs/sizing.md cites the commit). The ranks read at once, so a hit's read takes
+    ``bytes / min(gpus × stream_read, read)`` (the array's ``read`` ceiling shared by the ranks).
     """
 
     name: str
@@ -57,6 +64,20 @@ class OffloadTier:
     read_bytes_per_s: float = math.inf
     write_bytes_per_s: float = math.inf
     staging_bytes: float = math.inf
+    stream_read_bytes_per_s: float = math.inf
+
+
+def tier_read_seconds_per_byte(tier: OffloadTier, gpus: int) -> float:
+    """Seconds per byte (of the whole box's load) to read a hit out of ``tier`` before the copy: the
+    ranks' serial file reads in parallel (``gpus × stream_read``) under the medium's ``read`` ceiling;
+    0 for a tier with neither (RAM: the copy reads it directly).
+
+    >>> t = OffloadTier("flash", "ssd", 1e12, read_bytes_per_s=114e9, stream_read_bytes_per_s=2e9)
+    >>> [round(1 / tier_read_seconds_per_byte(t, n) / 1e9, 1) for n in (4, 64)]
+    [8.0, 114.0]
+    """
+    rate = min(gpus * tier.stream_read_bytes_per_s, tier.read_bytes_per_s)
+    return 1.0 / rate if math.isfinite(rate) else 0.0
 
 
 @dataclass(frozen=True)
@@ -183,6 +204,9 @@ class ServingSpec:
                     "read_bytes_per_s": None if math.isinf(t.read_bytes_per_s) else t.read_bytes_per_s,
                     "write_bytes_per_s": None if math.isinf(t.write_bytes_per_s) else t.write_bytes_per_s,
                     "staging_bytes": None if math.isinf(t.staging_bytes) else t.staging_bytes,
+                    "stream_read_bytes_per_s": None
+                    if math.isinf(t.stream_read_bytes_per_s)
+                    else t.stream_read_bytes_per_s,
                 }
                 for t in self.tiers
             ],
@@ -241,6 +265,16 @@ _BOX = ServingSpec(
     calibration=CALIBRATION,
 )
 
+#: One rank's serial chunk-file reads from the flash tier, bytes/s. LMCache 0.5's disk backend stores one
+#: file per 256-token chunk per rank (7.75 MiB for MiniMax-M2 FP8 at TP 4) and reads a request's chunks
+#: one after another, each with one buffered ``open(path, "rb").readinto(buffer)`` into pinned memory, the
+#: copy to the GPU after it (``lmcache/v1/storage_backend/local_disk_backend.py``: ``read_file``,
+#: ``batched_async_load_bytes_from_disk``). ASSUMPTION, not published: one such reader moves about 2 GB/s
+#: (the article gives only the array's many-stream fio ceiling, 114 GB/s; this project's 2-core machine
+#: measured the same call on 7.75 MiB files at 1.5–2.0 GB/s from the page cache and 0.3–0.8 GB/s from its
+#: virtual disk). ``benchmarks/README.md`` shows the eight figures at 1, 2, 4 and 8 GB/s.
+FLASH_STREAM_READ = 2e9
+
 # LMCache's max_local_cpu_size is in GiB: the published "512 GB" is 512 GiB
 DRAM_512 = OffloadTier("dram", "dram", 512 * 2**30)
 # The flash box's 64 GB of RAM is LMCache's staging buffer in front of the disk backend, counted once: as
@@ -253,6 +287,7 @@ FLASH_RAID10 = OffloadTier(
     read_bytes_per_s=114e9,  # the array's read ceiling measured with fio (the source article)
     write_bytes_per_s=57e9,  # ASSUMPTION: RAID10 writes every byte twice → half the read ceiling
     staging_bytes=64 * 2**30,  # the 64 GB RAM staging buffer (LMCache sizes it in GiB)
+    stream_read_bytes_per_s=FLASH_STREAM_READ,  # ASSUMPTION: one rank's serial chunk-file reads, see above
 )
 
 #: NVIDIA H200 SXM: dense BF16 tensor peak, FLOP/s (NVIDIA H200 datasheet: 1,979 TFLOPS with sparsity).
@@ -395,10 +430,11 @@ _BW_KEYS = {"hbm_bandwidth": "hbm_bytes_per_s", "kv_load_bandwidth_per_gpu": "kv
 
 
 def _tier(d: Mapping[str, Any], where: str) -> OffloadTier:
-    unknown = set(d) - {"name", "kind", "capacity", "read", "write", "staging"}
+    unknown = set(d) - {"name", "kind", "capacity", "read", "write", "staging", "stream_read"}
     if unknown:
         raise UsageError(
-            f"{where}: unknown key(s) {sorted(unknown)}; use name, kind, capacity, read, write, staging"
+            f"{where}: unknown key(s) {sorted(unknown)}; use name, kind, capacity, read, write, staging, "
+            "stream_read"
         )
     if "name" not in d or "capacity" not in d:
         raise UsageError(
@@ -427,6 +463,7 @@ def _tier(d: Mapping[str, Any], where: str) -> OffloadTier:
         bw("read"),
         bw("write"),
         size("staging"),
+        bw("stream_read"),
     )
 
 
