@@ -84,6 +84,18 @@ TESTDATA = unpack_test_data()
 #: still checks every property (docs/testing.md, "Keeping the suite fast").
 FULL = bool(os.environ.get("CI"))
 
+#: The modules a local run leaves to CI: the full cross-engine suites (every packaged query, analysis
+#: and export on Spark over several lakes: about three quarters of the suite's critical path). A local
+#: run checks Spark with tests/test_spark_smoke.py instead; ``CI=1 python3 -m pytest`` runs these, and
+#: so does naming one on the command line (``python3 -m pytest tests/test_differential.py``).
+LEFT_TO_CI = ("tests/test_conformance.py", "tests/test_differential.py")
+
+#: What the header and the summary of a local run say, so that a green local run is not taken for CI's.
+LOCAL_RUN = (
+    "local run: the full Spark modules ({}) left to CI (CI=1 runs them); "
+    "tests/test_spark_smoke.py checks Spark here".format(", ".join(LEFT_TO_CI))
+)
+
 
 def packaged_examples() -> Path:
     """The example agent logs packaged with traceflow (``traceflow/examples``), found as ``traceflow
@@ -138,17 +150,49 @@ def _shares_a_module_fixture(item: pytest.Item) -> bool:
     )
 
 
+def _named(config: pytest.Config, item: pytest.Item) -> bool:
+    """Whether ``item``'s module was named on the command line (a file or a test in it, not a folder)."""
+    for arg in config.args:
+        path = Path(arg.split("::")[0])
+        for base in (config.invocation_params.dir, config.rootpath):
+            if (base / path).resolve() == item.path:
+                return True
+    return False
+
+
+def _left_to_ci(config: pytest.Config, item: pytest.Item) -> bool:
+    """Whether a local run leaves ``item`` to CI: a test of :data:`LEFT_TO_CI` whose module was not
+    named on the command line."""
+    module = item.getparent(pytest.Module)
+    in_module = module is not None and module.nodeid.split("::")[0] in LEFT_TO_CI
+    return in_module and not FULL and not _named(config, item)
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    return None if FULL else LOCAL_RUN
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    if not FULL:
+        terminalreporter.write_sep("-", LOCAL_RUN, yellow=True)
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Groups for pytest-xdist's ``--dist loadgroup`` (pyproject's addopts run the suite with ``-n
-    logical``): a module's Spark tests (or each part of them, :func:`_spark_group`) on one worker, so
-    that a worker starts at most one JVM (the session-scoped ``spark`` fixture) and two Spark groups
-    can run at once on two; the tests of a
-    module that share a module-scoped fixture on one worker, so that it is set up once; every other
-    test goes to whichever worker is free. docs/testing.md explains."""
+    """A local run leaves :data:`LEFT_TO_CI` to CI (deselected). Groups for pytest-xdist's ``--dist
+    loadgroup`` (pyproject's addopts run the suite with ``-n logical``): on CI a module's Spark tests
+    (or each part of them, :func:`_spark_group`) on one worker, so that a worker starts at most one JVM
+    (the session-scoped ``spark`` fixture) and two Spark groups can run at once on two; in a local run
+    every Spark test on one worker (one JVM for the run); the tests of a module that share a
+    module-scoped fixture on one worker, so that it is set up once; every other test goes to whichever
+    worker is free. docs/testing.md explains."""
+    left = {item.nodeid for item in items if _left_to_ci(config, item)}
+    if left:
+        config.hook.pytest_deselected(items=[item for item in items if item.nodeid in left])
+        items[:] = [item for item in items if item.nodeid not in left]
     for item in items:
-        if _uses_spark(item):  # a module's Spark tests together: at most one JVM per worker
-            item.add_marker(pytest.mark.xdist_group(_spark_group(item)))
+        if _uses_spark(item):  # one JVM per worker: on CI a module's Spark tests, locally all of them
+            item.add_marker(pytest.mark.xdist_group(_spark_group(item) if FULL else "spark"))
         elif _shares_a_module_fixture(item):
             module = item.getparent(pytest.Module)
             assert module is not None

@@ -24,6 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import FULL
 from traceflow.analysis import gaps, load, misses, sessions, ttl, working_set
 from traceflow.prices import PriceModel
 from traceflow.store.lake import Lake
@@ -234,7 +235,12 @@ def _same(whole: Mapping[str, float], halves: Mapping[str, float]) -> list[str]:
     )
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+#: Lakes the property test draws (each runs six analyses over the whole lake and both halves): 15 on CI
+#: (``FULL``), 5 in a local run (docs/testing.md, "Keeping the suite fast").
+WINDOW_EXAMPLES = 15 if FULL else 5
+
+
+@settings(max_examples=WINDOW_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(streams=st.lists(_stream, min_size=1, max_size=5), data=st.data())
 def test_request_figures_add_up_over_disjoint_windows(streams: list[Any], data: st.DataObject) -> None:
     rows = lake_rows(streams)
