@@ -47,10 +47,11 @@
 --          cache_write_5m_tokens, cache_write_1h_tokens, output_tokens, first_read_tokens,
 --          static_prefix_tokens, reusable_tokens, missed_tokens, ttl_in_force_s, compaction_event,
 --          restart, miss, cause, event_id
-WITH carried AS MATERIALIZED (
+WITH carried AS /*@materialized*/ MATERIALIZED /*@end*/ (
     -- the stream's last write before each request (prev_write_ttl_s) and its first cache read
     -- (first_read_tokens) come with the window (steps.sql), computed in its one sort of the streams;
     -- MATERIALIZED: two parts below read it (the restarts and the requests), one window for both
+    -- (traceflow empties the block where request_steps is a table: each part then reads only its rows)
     SELECT * FROM request_steps
 ),
 marks AS (

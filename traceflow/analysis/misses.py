@@ -172,6 +172,8 @@ def _parts(
     blocks = {"filter": block, sql.ROOTS: roots, **({} if ordered else {"order": ""})}
     if not _has_view(con, "metric_points"):
         blocks["restart_points"] = _NO_POINTS
+    if sql.steps_table(con):  # two scans of a table, rather than a copy of all its rows
+        blocks["materialized"] = ""
     # requests with a session: their stream (misses.sql); without: their block hashes (block_misses.sql)
     parts = [
         (
