@@ -545,9 +545,11 @@ def gather(
     from traceflow.analysis.working_set import working_set_series
     from traceflow.store import time_base
     from traceflow.store.selection import Selection
+    from traceflow.store.lake import share_rollup
     from traceflow.store.sql import share_steps
 
     share_steps(con)  # the per-stream window computed once for all the report's queries
+    share_rollup(con)  # and the token sums per day, model, agent and session, for its mixes
     sel = selection or Selection()
     where, params = sel.where()
     n, _ = _time_span(con, where, params)

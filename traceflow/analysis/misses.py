@@ -228,11 +228,20 @@ def _only(wrap: str | None, condition: str) -> str:
 def miss_cost(prices: PriceModel, model: str | None, ttl_s: float, missed_tokens: int | None) -> float | None:
     """What ``missed_tokens`` written again instead of read cost under ``prices`` (USD); None for a
     request without a model name (not priced) or one that was not judged."""
-    price = prices.priced(model)
-    if price is None or missed_tokens is None:
+    rate = _miss_rate(prices, model, ttl_s)
+    if rate is None or missed_tokens is None:
         return None
-    per_in = price.input / 1e6
-    return missed_tokens * per_in * (prices.write_multiplier(ttl_s) - prices.read_multiplier)
+    per_in, multiplier = rate
+    return missed_tokens * per_in * multiplier
+
+
+def _miss_rate(prices: PriceModel, model: str | None, ttl_s: float) -> tuple[float, float] | None:
+    """:func:`miss_cost`'s factors: the model's base input price per token and (the write multiplier
+    of ``ttl_s`` − the read multiplier); None for a request without a model name."""
+    price = prices.priced(model)
+    if price is None:
+        return None
+    return price.input / 1e6, prices.write_multiplier(ttl_s) - prices.read_multiplier
 
 
 def total_cost(by_cause: dict[str, dict[str, Any]]) -> float | None:
@@ -334,15 +343,19 @@ def _count_groups(
     counted = [at["requests"], at["misses"], at["missed_tokens"], at["not_applicable"]]
     sums: dict[tuple[Any, ...], list[int]] = {}
     costs: dict[tuple[Any, ...], list[float]] = {}
+    rates: dict[tuple[Any, Any], tuple[float, float] | None] = {}  # per (model, TTL): one price lookup
     for r in rows:
         key = tuple(r[i] for i in key_at)
         total = sums.setdefault(key, [0, 0, 0, 0])
         for j, i in enumerate(counted):
             total[j] += r[i] or 0  # a NULL sum is 0, as in SQL's sum over the groups
-        cost = miss_cost(pm, r[model], r[ttl], r[missed])
+        at_rate = (r[model], r[ttl])
+        if at_rate not in rates:
+            rates[at_rate] = _miss_rate(pm, *at_rate)
+        rate = rates[at_rate]
         priced = costs.setdefault(key, [])
-        if cost is not None:
-            priced.append(cost)
+        if rate is not None and r[missed] is not None:  # miss_cost, its factors looked up once
+            priced.append(r[missed] * rate[0] * rate[1])
     order = sorted(sums, key=lambda k: tuple((v is not None, v) for v in k))
     out = []
     for key in order:

@@ -95,6 +95,21 @@ def _query_digest(view: str) -> str:
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
+def share_rollup(con: duckdb.DuckDBPyConnection) -> None:
+    """Let every ``mix`` on ``con`` that the rollup answers (:mod:`traceflow.analysis.mix`) sum one copy
+    of ``queries/rollup.sql``: computed once into a temporary table, as compaction stores it, where the
+    lake has none stored. For a connection that runs many mixes (``traceflow report``: per day, model,
+    agent, the alerts' days); the connection is a snapshot of the lake's files, so it never goes stale."""
+    rows = con.execute(
+        "SELECT comment FROM duckdb_views() WHERE view_name = ? AND NOT internal", [ROLLUP_VIEW]
+    ).fetchall()
+    if not rows or rows[0][0] == MATERIALISED:  # no requests view on con, or the rollup is stored
+        return
+    con.execute(f"CREATE TEMP TABLE IF NOT EXISTS _tf_rollup AS {_derived_sql(ROLLUP_VIEW)}")
+    con.execute(f"CREATE OR REPLACE VIEW {ROLLUP_VIEW} AS SELECT * FROM _tf_rollup")
+    con.execute(f"COMMENT ON VIEW {ROLLUP_VIEW} IS '{MATERIALISED}'")
+
+
 def _read(paths: list[str]) -> str:
     """DuckDB's read of published files (a column an older file lacks is NULL)."""
     listing = ", ".join(sql_string(p) for p in paths)
