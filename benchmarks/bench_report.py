@@ -205,6 +205,9 @@ def _timed(argv: list[str], tree: Path | None = None) -> dict[str, Any]:
         done = subprocess.run(
             ["/usr/bin/time", "-v", "-o", t.name, *argv],
             env=_env(tree),
+            # not a checkout: `python -m traceflow` puts the working directory first on sys.path,
+            # before PYTHONPATH, so a run from a checkout would import that one's traceflow
+            cwd=tempfile.gettempdir(),
             capture_output=True,
             text=True,
             check=False,
@@ -216,6 +219,17 @@ def _timed(argv: list[str], tree: Path | None = None) -> dict[str, Any]:
     cpu = float(fields["User time (seconds)"]) + float(fields["System time (seconds)"])
     rss = int(fields["Maximum resident set size (kbytes)"]) / 1024
     return {"cpu_s": cpu, "wall_s": wall, "rss_mib": rss, "stdout": done.stdout}
+
+
+def compile_trees(*trees: Path | None) -> None:
+    """Byte-compile each checkout's ``traceflow`` (None: this one) and this folder, as an install
+    does: a timed process then reads cached bytecode, not source (under
+    ``PYTHONDONTWRITEBYTECODE=1`` it would compile every module it imports on every run)."""
+    import compileall
+
+    for tree in {t or Path(__file__).resolve().parents[1] for t in trees}:
+        compileall.compile_dir(str(tree / "traceflow"), quiet=1)
+    compileall.compile_dir(str(Path(__file__).resolve().parent), quiet=1)
 
 
 def check_same(data: Path) -> None:
@@ -300,6 +314,7 @@ def main() -> None:
         return
     from bench_analyses import generate
 
+    compile_trees(None, args.before)
     out: dict[str, Any] = {}
     for scale in args.scales.split(","):
         requests, sessions = SCALES[scale]

@@ -66,8 +66,8 @@ def chart(frame: pl.DataFrame) -> alt.TopLevelMixin:
     order = (
         sessions.group_by("session")
         .agg(pl.col("miss_cost_usd").fill_null(0).sum(), pl.col("missed_tokens").sum())
-        .sort(["miss_cost_usd", "missed_tokens"], descending=True)
-    )["session"].to_list()
+        .sort(["miss_cost_usd", "missed_tokens", "session"], descending=[True, True, False])
+    )["session"].to_list()  # ties by session id: the same order on every run
     linked = (
         alt.Chart(data(sessions), title="Sessions with the most missed tokens (click: its timeline)")
         .mark_bar(cursor="pointer")

@@ -399,17 +399,20 @@ def context_frame(
     """Context per request of the main stream of the longest sessions (thinned to ``points`` each)."""
     from traceflow.store.sql import query_frame
 
+    # the longest sessions first (an aggregate), then the requests of those only: no copy of every
+    # main-stream request of the lake
+    main = (
+        f"FROM requests WHERE ({where}) AND session_id IS NOT NULL AND parent_session_id IS NULL "
+        "AND request_time IS NOT NULL"
+    )
     sql = f"""
-WITH main AS (
-    SELECT session_id AS s,
-           epoch(request_time) AS t,
-           context_tokens AS ctx
-    FROM requests
-    WHERE ({where}) AND session_id IS NOT NULL AND parent_session_id IS NULL
-      AND request_time IS NOT NULL
+WITH top AS (
+    SELECT session_id AS s, count(*) AS n, min(epoch(request_time)) AS t0 {main}
+    GROUP BY s ORDER BY n DESC, s LIMIT {int(sessions)}
 ),
-top AS (
-    SELECT s, count(*) AS n, min(t) AS t0 FROM main GROUP BY s ORDER BY n DESC, s LIMIT {int(sessions)}
+main AS (
+    SELECT session_id AS s, epoch(request_time) AS t, context_tokens AS ctx {main}
+      AND session_id IN (SELECT s FROM top)
 ),
 numbered AS (
     SELECT m.s, (m.t - top.t0) / 60.0 AS elapsed_min, m.ctx, top.n,
@@ -421,7 +424,7 @@ FROM numbered
 WHERE i % greatest(1, ceil(n / {int(points)}))::BIGINT = 0 OR i = n - 1
 ORDER BY session, elapsed_min
 """
-    return query_frame(con, sql, params)
+    return query_frame(con, sql, [*params, *params])  # the selection twice: top, then main
 
 
 def ttft_frame(con: duckdb.DuckDBPyConnection, where: str, params: list[Any]) -> pl.DataFrame:
@@ -546,10 +549,12 @@ def gather(
     from traceflow.analysis.ttl import ttl_whatif
     from traceflow.analysis.working_set import working_set_series
     from traceflow.store import time_base
+    from traceflow.store.lake import share_rollup
     from traceflow.store.selection import Selection
     from traceflow.store.sql import share_steps
 
     share_steps(con)  # the per-stream window computed once for all the report's queries
+    share_rollup(con)  # and the token sums per day, model, agent and session, for its mixes
     sel = selection or Selection()
     where, params = sel.where()
     n, _ = _time_span(con, where, params)

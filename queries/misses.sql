@@ -35,7 +35,7 @@
 -- first as steps.sql says, then run this file with its other parameters.
 -- traceflow narrows the selection in the `filter` block (not `selection`, which would narrow the
 -- window too), and empties the `order` block where it only aggregates the rows (sorting them costs
--- about a quarter of the query). DuckDB dialect: epoch_us, hash.
+-- about a quarter of the query). DuckDB dialect: epoch_us.
 -- params:  $since TIMESTAMPTZ = NULL        only requests at or after this time
 --          $until TIMESTAMPTZ = NULL        only requests before this time
 --          $miss_tokens BIGINT = 1024       how far below the reusable prefix a cache read is a miss
@@ -47,24 +47,12 @@
 --          cache_write_5m_tokens, cache_write_1h_tokens, output_tokens, first_read_tokens,
 --          static_prefix_tokens, reusable_tokens, missed_tokens, ttl_in_force_s, compaction_event,
 --          restart, miss, cause, event_id
-WITH carried AS (
-    -- one window over each stream's earlier requests: its last write, as (position) * 2 + (1 if
-    -- 1-hour), whose running maximum carries it across the requests that wrote nothing; and the
-    -- stream's first cache read. Streams are keyed by the 64-bit hash of (session_id,
-    -- parent_session_id), as in steps.sql.
-    SELECT *,
-        -- (a stream's first request has no earlier one: NULL; requests without a session share a
-        -- window partition here but are each a stream of their own)
-        CASE WHEN position > 1 THEN
-            max(CASE WHEN cache_write_tokens > 0
-                     THEN position * 2
-                          + CASE WHEN coalesce(cache_write_1h_tokens, 0) > coalesce(cache_write_5m_tokens, 0)
-                                 THEN 1 ELSE 0 END END) OVER earlier END AS last_write_code,
-        CASE WHEN position = 1 THEN cache_read_tokens
-             ELSE first_value(cache_read_tokens) OVER earlier END AS first_read_tokens
-    FROM request_steps
-    WINDOW earlier AS (PARTITION BY hash(session_id, parent_session_id) ORDER BY position
-                       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+WITH carried AS /*@materialized*/ MATERIALIZED /*@end*/ (
+    -- the stream's last write before each request (prev_write_ttl_s) and its first cache read
+    -- (first_read_tokens) come with the window (steps.sql), computed in its one sort of the streams;
+    -- MATERIALIZED: two parts below read it (the restarts and the requests), one window for both
+    -- (traceflow empties the block where request_steps is a table: each part then reads only its rows)
+    SELECT * FROM request_steps
 ),
 marks AS (
     -- each agent-process restart within a session: (session, user, time, start_type); a point's
@@ -126,7 +114,7 @@ recorded AS (
 sel AS (
     SELECT *,
         CASE WHEN position = 1 THEN 0 ELSE least(prev_context_tokens, context_tokens) END AS reusable_tokens,
-        CASE WHEN last_write_code % 2 = 1 THEN 3600 ELSE 300 END AS ttl_in_force_s
+        coalesce(prev_write_ttl_s, 300) AS ttl_in_force_s
     FROM carried
     WHERE /*@filter*/ (CAST($since AS TIMESTAMPTZ) IS NULL OR t_start >= CAST($since AS TIMESTAMPTZ))
       AND (CAST($until AS TIMESTAMPTZ) IS NULL OR t_start < CAST($until AS TIMESTAMPTZ)) /*@end*/

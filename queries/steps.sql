@@ -26,8 +26,8 @@
 --          cold_input_tokens, cache_read_tokens, cache_write_tokens, output_tokens,
 --          agent_version, cache_write_5m_tokens, cache_write_1h_tokens, event_id, position,
 --          prev_end_us, next_end_us, prev_prompt_key, prev_context_tokens, prev_output_tokens,
---          prev_model, prev_cache_write_5m_tokens, prev_cache_write_1h_tokens, gap_s, kind,
---          prefix_tokens, gap_bin
+--          prev_model, prev_cache_write_5m_tokens, prev_cache_write_1h_tokens, prev_write_ttl_s,
+--          first_read_tokens, gap_s, kind, prefix_tokens, gap_bin
 
 WITH sel AS (
     -- every request of the lake; requests without tokens (failed calls) neither read nor write a cache.
@@ -83,7 +83,15 @@ stream AS (
         -- its cache writes by TTL (NULL where the source has no 5m/1h split)
         lag(model) OVER w AS prev_model,
         lag(cache_write_5m_tokens) OVER w AS prev_cache_write_5m_tokens,
-        lag(cache_write_1h_tokens) OVER w AS prev_cache_write_1h_tokens
+        lag(cache_write_1h_tokens) OVER w AS prev_cache_write_1h_tokens,
+        -- the TTL of the stream's last write before this request (3600 when most of that request's
+        -- write tokens were 1-hour writes, else 300), carried across requests that wrote nothing;
+        -- NULL when nothing of the stream wrote yet (misses.sql's TTL in force: 300 then)
+        last_value(CASE WHEN coalesce(cache_write_tokens, 0) > 0
+                        THEN CASE WHEN coalesce(cache_write_1h_tokens, 0) > coalesce(cache_write_5m_tokens, 0)
+                                  THEN 3600 ELSE 300 END END IGNORE NULLS) OVER earlier AS prev_write_ttl_s,
+        -- the cache read of the stream's first request
+        first_value(coalesce(cache_read_tokens, 0)) OVER w AS first_read_tokens
     FROM keyed
     WINDOW w AS (PARTITION BY stream_key ORDER BY t_start_us, seq),
            earlier AS (PARTITION BY stream_key ORDER BY t_start_us, seq ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING),

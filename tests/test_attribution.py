@@ -446,3 +446,53 @@ def test_misses_gaps_and_sessions_attribute_each_request(lake: Lake, cli: Cli, t
     assert {(g["host"], g["attr:team"]): (g["sessions"], g["requests"]) for g in json.loads(out)} == {
         ("h-" + v, v): (1, n) for v, n in requests.items()
     }
+
+
+def test_attributed_values_follow_the_rule_on_random_streams() -> None:
+    """``groups.attributed_sql`` (which runs its window only over the streams with a request that
+    carries no value) gives every request of 3,000 random ones the value the module's rule gives,
+    computed here in Python: its own, else the nearest earlier of its stream's in (time, seq,
+    event_id) order, else the earliest later; a request without a session keeps its own."""
+    import random
+
+    import duckdb
+
+    from traceflow.store import groups
+
+    rng = random.Random(34)
+    rows = []
+    for i in range(3000):
+        session = rng.choice([None, *(f"s{k}" for k in range(60))])
+        parent = rng.choice([None, None, None, "s1", "s2"])
+        cwd = rng.choice(['{"cwd":"/a"}', '{"cwd":"/b"}', "{}", None, '{"project":"P"}'])
+        if session is not None and int(session[1:]) % 3 == 0:  # a third of the streams: all carry one
+            cwd = '{"cwd":"/c"}'
+        rows.append((f"e{i:04d}", session, parent, rng.randint(0, 40), rng.randint(0, 2), cwd))
+    con = duckdb.connect()
+    con.execute(
+        "CREATE TABLE raw (event_id VARCHAR, session_id VARCHAR, parent_session_id VARCHAR, t INTEGER, "
+        "seq BIGINT, attributes VARCHAR)"
+    )
+    con.executemany("INSERT INTO raw VALUES (?, ?, ?, ?, ?, ?)", rows)
+    con.execute("CREATE VIEW requests AS SELECT *, to_timestamp(t) AS request_time FROM raw")
+    got = dict(con.execute(f"SELECT event_id, attr_g0 FROM {groups.attributed_sql(['project'])}").fetchall())
+
+    def own(attributes: str | None) -> str | None:
+        parsed = json.loads(attributes) if attributes else {}
+        return parsed.get("project") or parsed.get("cwd")
+
+    streams: dict[tuple[str, str | None], list[tuple[int, int, str, str | None]]] = {}
+    expected = {}
+    for event, session, parent, t, seq, attributes in rows:
+        if session is None:
+            expected[event] = own(attributes)
+        else:
+            streams.setdefault((session, parent), []).append((t, seq, event, own(attributes)))
+    for stream in streams.values():
+        stream.sort(key=lambda r: (r[0], r[1], r[2]))
+        for i, (_, _, event, value) in enumerate(stream):
+            earlier = [v for *_, v in stream[:i] if v is not None]
+            later = [v for *_, v in stream[i + 1 :] if v is not None]
+            expected[event] = value or (earlier[-1] if earlier else later[0] if later else None)
+    assert got == expected
+    assert sum(v is None for v in expected.values()) > 0 and len(set(expected.values())) == 5

@@ -339,6 +339,37 @@ def test_chains_from_counts_reuse_a_growing_session() -> None:
     assert report["hit_tokens"] == 512
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 20), st.sampled_from("abcd"), st.integers(0, 3_000)), max_size=60),
+    st.sampled_from([16, 512]),
+)
+def test_chains_from_counts_follow_the_chain_rule(
+    requests: list[tuple[int, str, int]], block_size: int
+) -> None:
+    """Each request's blocks, in time order (ties as given), by the rule written out here: a
+    session's chain continues while its context does not shrink; full block k of a chain has one id,
+    numbered by first use; a partial last block has an id of its own (-1 - the request's index)."""
+    times = [float(t) for t, _, _ in requests]
+    trace = chains_from_counts(times, [s for _, s, _ in requests], [c for *_, c in requests], block_size)
+    order = sorted(range(len(requests)), key=lambda i: times[i])
+    chain: dict[str, int] = {}
+    last: dict[str, int] = {}
+    ids: dict[tuple[int, int], int] = {}
+    started = 0
+    expected = []
+    for i in order:
+        _, s, c = requests[i]
+        if s not in chain or c < last[s]:
+            chain[s], started = started, started + 1
+        last[s] = c
+        blocks = [ids.setdefault((chain[s], k), len(ids)) for k in range(c // block_size)]
+        expected.append(blocks + ([-1 - i] if c % block_size else []))
+    got = [trace.blocks[trace.offsets[r] : trace.offsets[r + 1]].tolist() for r in range(len(order))]
+    assert got == expected
+    assert trace.session == tuple(requests[i][1] for i in order)
+
+
 def test_prefix_lru_keeps_shared_roots_longer_than_lru(testdata: Path) -> None:
     trace = read_mooncake(testdata / MOONCAKE)
     lru, plru = run(trace, 5_000), run(trace, 5_000, policy="prefix-lru")

@@ -36,7 +36,8 @@ points are read as none; transcripts' restart events still count.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -131,6 +132,39 @@ def _run(
     order (False where ``wrap`` only aggregates them: the sort is skipped)."""
     import polars as pl
 
+    parts = [
+        sql.run(con, name, params, blocks=blocks, wrap=w)
+        for name, params, blocks, w in _parts(con, selection, options, wrap, ordered)
+    ]
+    # block_misses.sql has the columns of misses.sql that apply to a request without a stream
+    return parts[0] if len(parts) == 1 else pl.concat(parts, how="diagonal_relaxed")
+
+
+def _run_rows(
+    con: duckdb.DuckDBPyConnection, selection: Selection | None, options: MissOptions, wrap: str
+) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """:func:`_run`'s rows under ``wrap`` (an aggregate naming its columns: the same for both
+    queries), unordered, as column names and tuples (no frame library)."""
+    columns: list[str] = []
+    rows: list[tuple[Any, ...]] = []
+    for name, params, blocks, w in _parts(con, selection, options, wrap, False):
+        cols, part = sql.run_rows(con, name, params, blocks=blocks, wrap=w)
+        if columns and cols != columns:  # pragma: no cover - the wrap names every column
+            raise ValueError(f"block_misses.sql's columns {cols} are not misses.sql's {columns}")
+        columns = cols
+        rows.extend(part)
+    return columns, rows
+
+
+def _parts(
+    con: duckdb.DuckDBPyConnection,
+    selection: Selection | None,
+    options: MissOptions,
+    wrap: str | None,
+    ordered: bool,
+) -> list[tuple[str, dict[str, Any], dict[str, str], str]]:
+    """The queries of :func:`_run`: (name, parameters, blocks, wrap) of misses.sql, and of
+    block_misses.sql where the selection has requests without a session."""
     block, params = sql.selection_block(selection, "t_start")
     params = {**params, "miss_tokens": options.miss_tokens}
     # the window over the sessions that have a selected request only (the same rows: each stream whole)
@@ -138,25 +172,27 @@ def _run(
     blocks = {"filter": block, sql.ROOTS: roots, **({} if ordered else {"order": ""})}
     if not _has_view(con, "metric_points"):
         blocks["restart_points"] = _NO_POINTS
+    if sql.steps_table(con):  # two scans of a table, rather than a copy of all its rows
+        blocks["materialized"] = ""
     # requests with a session: their stream (misses.sql); without: their block hashes (block_misses.sql)
-    streams = sql.run(
-        con,
-        "misses",
-        {**params, "compaction_drop": options.compaction_drop, "prefix_tokens": PREFIX_TOKENS},
-        blocks=blocks,
-        wrap=_only(wrap, "session_id IS NOT NULL"),
-    )
-    if not _sessionless(con, selection):  # block_misses.sql would sort every block hash for no row
-        return streams
-    hashed = sql.run(
-        con,
-        "block_misses",
-        {**params, "ttl_s": BLOCK_TTL_S},
-        blocks={"filter": block},
-        wrap=_only(wrap, "session_id IS NULL"),
-    )
-    # block_misses.sql has the columns of misses.sql that apply to a request without a stream
-    return pl.concat([streams, hashed], how="diagonal_relaxed")
+    parts = [
+        (
+            "misses",
+            {**params, "compaction_drop": options.compaction_drop, "prefix_tokens": PREFIX_TOKENS},
+            blocks,
+            _only(wrap, "session_id IS NOT NULL"),
+        )
+    ]
+    if _sessionless(con, selection):  # else block_misses.sql would sort every block hash for no row
+        parts.append(
+            (
+                "block_misses",
+                {**params, "ttl_s": BLOCK_TTL_S},
+                {"filter": block},
+                _only(wrap, "session_id IS NULL"),
+            )
+        )
+    return parts
 
 
 def _sessionless(con: duckdb.DuckDBPyConnection | sql.Engine, selection: Selection | None) -> bool:
@@ -164,13 +200,13 @@ def _sessionless(con: duckdb.DuckDBPyConnection | sql.Engine, selection: Selecti
     from traceflow.store.selection import Selection
 
     where, params = (selection or Selection()).where()
-    found = sql.query_frame(
+    _, found = sql.query_rows(
         con,
         "SELECT count(*) AS n FROM (SELECT 1 FROM requests WHERE session_id IS NULL AND total_tokens > 0 "
         f"AND request_time IS NOT NULL AND ({where}) LIMIT 1)",
         params,
     )
-    return bool(found["n"][0])
+    return bool(found[0][0])
 
 
 def _has_view(con: duckdb.DuckDBPyConnection | sql.Engine, name: str) -> bool:
@@ -180,8 +216,8 @@ def _has_view(con: duckdb.DuckDBPyConnection | sql.Engine, name: str) -> bool:
         return tables is None or name in tables
     found = con.execute(
         "SELECT count(*) FROM duckdb_views() WHERE view_name = ? AND NOT internal", [name]
-    ).fetchone()
-    return bool(found and found[0])
+    ).fetchall()  # all: a result left unread would hold the connection
+    return bool(found and found[0][0])
 
 
 def _only(wrap: str | None, condition: str) -> str:
@@ -192,11 +228,20 @@ def _only(wrap: str | None, condition: str) -> str:
 def miss_cost(prices: PriceModel, model: str | None, ttl_s: float, missed_tokens: int | None) -> float | None:
     """What ``missed_tokens`` written again instead of read cost under ``prices`` (USD); None for a
     request without a model name (not priced) or one that was not judged."""
-    price = prices.priced(model)
-    if price is None or missed_tokens is None:
+    rate = _miss_rate(prices, model, ttl_s)
+    if rate is None or missed_tokens is None:
         return None
-    per_in = price.input / 1e6
-    return missed_tokens * per_in * (prices.write_multiplier(ttl_s) - prices.read_multiplier)
+    per_in, multiplier = rate
+    return missed_tokens * per_in * multiplier
+
+
+def _miss_rate(prices: PriceModel, model: str | None, ttl_s: float) -> tuple[float, float] | None:
+    """:func:`miss_cost`'s factors: the model's base input price per token and (the write multiplier
+    of ``ttl_s`` − the read multiplier); None for a request without a model name."""
+    price = prices.priced(model)
+    if price is None:
+        return None
+    return price.input / 1e6, prices.write_multiplier(ttl_s) - prices.read_multiplier
 
 
 def total_cost(by_cause: dict[str, dict[str, Any]]) -> float | None:
@@ -246,21 +291,79 @@ def miss_counts(
     ``after_split`` is whether the request started at or after ``split`` (one pass of ``misses.sql``
     for two periods: each part's counts are those of the selection narrowed to it, since the window
     runs over the whole lake either way)."""
+    import polars as pl
+
+    wrap, keys = _count_wrap(selection, by, split)
+    raw = _run(con, selection, options, wrap=wrap, ordered=False)
+    schema: dict[str, Any] = {
+        **{k: raw.schema[k] for k in keys},
+        "cause": pl.String,
+        "requests": pl.Int64,
+        "misses": pl.Int64,
+        "missed_tokens": pl.Int64,
+        "miss_cost_usd": pl.Float64,
+        "not_applicable": pl.Int64,
+    }
+    rows = _count_groups(raw.columns, raw.rows(), keys, options.prices)
+    return pl.DataFrame(rows, schema=schema, orient="row")
+
+
+def _count_wrap(
+    selection: Selection | None, by: Sequence[str], split: dt.datetime | None
+) -> tuple[str, list[str]]:
+    """:func:`miss_counts`' aggregate over misses.sql's rows (per group, cause, model and TTL in
+    force: what a miss costs depends on the last two), and its group keys (``after_split`` last)."""
     keys = groups.row_keys(by, zone=zone_of(selection))
     after = ""
+    names = list(by)
     if split is not None:
         if split.tzinfo is None:
             raise ValueError("split must be an aware datetime")
         after = f"started_at >= CAST('{split.isoformat()}' AS TIMESTAMPTZ) AS after_split, "
-        by = [*by, "after_split"]
+        names.append("after_split")
     wrap = (
         f"SELECT {keys.select}{after}cause, model, ttl_in_force_s, count(*)::BIGINT AS requests, "
         "count(*) FILTER (WHERE miss)::BIGINT AS misses, sum(missed_tokens)::BIGINT AS missed_tokens, "
         "count(*) FILTER (WHERE miss IS NULL)::BIGINT AS not_applicable "
         f"FROM {{q}} AS m {keys.join} GROUP BY ALL"
     )
-    frame = _with_costs(_run(con, selection, options, wrap=wrap, ordered=False), options.prices)
-    return sum_counts(frame, [*by, "cause"]).sort([*by, "cause"], nulls_last=False)
+    return wrap, names
+
+
+def _count_groups(
+    columns: Sequence[str], rows: Sequence[Sequence[Any]], keys: Sequence[str], prices: PriceModel | None
+) -> list[tuple[Any, ...]]:
+    """:func:`_count_wrap`'s rows priced (:func:`miss_cost`) and summed per ``keys`` and cause:
+    (*keys, cause, requests, misses, missed_tokens, miss_cost_usd, not_applicable), sorted by the
+    keys and cause, NULL first; a group's cost is None when none of its rows was priced."""
+    pm = prices or PriceModel()
+    at = {c: i for i, c in enumerate(columns)}
+    key_at = [at[k] for k in [*keys, "cause"]]
+    model, ttl, missed = at["model"], at["ttl_in_force_s"], at["missed_tokens"]
+    counted = [at["requests"], at["misses"], at["missed_tokens"], at["not_applicable"]]
+    sums: dict[tuple[Any, ...], list[int]] = {}
+    costs: dict[tuple[Any, ...], list[float]] = {}
+    rates: dict[tuple[Any, Any], tuple[float, float] | None] = {}  # per (model, TTL): one price lookup
+    for r in rows:
+        key = tuple(r[i] for i in key_at)
+        total = sums.setdefault(key, [0, 0, 0, 0])
+        for j, i in enumerate(counted):
+            total[j] += r[i] or 0  # a NULL sum is 0, as in SQL's sum over the groups
+        at_rate = (r[model], r[ttl])
+        if at_rate not in rates:
+            rates[at_rate] = _miss_rate(pm, *at_rate)
+        rate = rates[at_rate]
+        priced = costs.setdefault(key, [])
+        if rate is not None and r[missed] is not None:  # miss_cost, its factors looked up once
+            priced.append(r[missed] * rate[0] * rate[1])
+    order = sorted(sums, key=lambda k: tuple((v is not None, v) for v in k))
+    out = []
+    for key in order:
+        requests, misses, missed_tokens, not_applicable = sums[key]
+        priced = costs[key]
+        cost = math.fsum(priced) if priced else None
+        out.append((*key, requests, misses, missed_tokens, cost, not_applicable))
+    return out
 
 
 def sum_counts(counts: pl.DataFrame, by: Sequence[str]) -> pl.DataFrame:
@@ -281,11 +384,16 @@ def sum_counts(counts: pl.DataFrame, by: Sequence[str]) -> pl.DataFrame:
 
 def miss_summary(counts: pl.DataFrame) -> dict[str, Any]:
     """The JSON object of one group's :func:`miss_counts` rows."""
+    return _summary(counts.iter_rows(named=True))
+
+
+def _summary(counts: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """:func:`miss_summary` of one group's rows, as mappings of :func:`miss_counts`' columns."""
     by_cause: dict[str, dict[str, Any]] = {
         c: {"misses": 0, "missed_tokens": 0, "miss_cost_usd": 0.0} for c in CAUSES
     }
     requests = not_applicable = 0
-    for r in counts.iter_rows(named=True):
+    for r in counts:
         requests += int(r["requests"])
         not_applicable += int(r["not_applicable"])
         if r["cause"] is not None:
@@ -320,14 +428,18 @@ def miss_groups(
     by: Sequence[str] = (),
     options: MissOptions = DEFAULT_MISS_OPTIONS,
 ) -> list[dict[str, Any]]:
-    """``traceflow misses --by ... --format json``: per group its keys and :func:`miss_report`'s object."""
-    counts = miss_counts(con, selection, by, options)
+    """``traceflow misses --by ... --format json``: per group its keys and :func:`miss_report`'s object.
+
+    :func:`miss_counts`' figures, read without a frame library (a command that prints them needs none)."""
+    wrap, keys = _count_wrap(selection, by, None)
+    columns, raw = _run_rows(con, selection, options, wrap)
+    names = [*keys, "cause", "requests", "misses", "missed_tokens", "miss_cost_usd", "not_applicable"]
+    parts: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for row in _count_groups(columns, raw, keys, options.prices):  # sorted by the keys
+        parts.setdefault(row[: len(keys)], []).append(dict(zip(names, row, strict=True)))
     if not by:
-        return [miss_summary(counts)]
-    out = []
-    for key, part in counts.group_by(list(by), maintain_order=True):
-        out.append({**dict(zip(by, key, strict=True)), **miss_summary(part)})
-    return out
+        return [_summary(parts.get((), []))]
+    return [{**dict(zip(by, key, strict=True)), **_summary(part)} for key, part in parts.items()]
 
 
 def flat(report: dict[str, Any]) -> dict[str, Any]:

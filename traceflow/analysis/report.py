@@ -106,10 +106,12 @@ def build_report(
     from traceflow.analysis.ttl import ttl_list, ttl_report
     from traceflow.analysis.working_set import working_set_summary
     from traceflow.store import time_base
+    from traceflow.store.lake import share_rollup
     from traceflow.store.sql import Engine, share_steps
 
     if not isinstance(con, Engine):
         share_steps(con)  # the per-stream window computed once for all the report's queries
+        share_rollup(con)  # and the token sums per day, model, agent and session, for its mixes
     all_ttls = tuple(ttl_list(ttls))
     sources = time_base.selection_sources(con, selection)
     series_sel, series_sources, note = time_base.series_selection(selection, sources)

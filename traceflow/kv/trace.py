@@ -148,31 +148,36 @@ def chains_from_counts(
     gets an id of its own.
     """
     n = len(times_s)
-    order = sorted(range(n), key=lambda i: times_s[i])
+    times = np.asarray(times_s, dtype=np.float64)
+    ctx = np.asarray(context_tokens, dtype=np.int64)
+    order = np.argsort(times, kind="stable")  # time order, ties in the order given
     chain_of: dict[str, int] = {}
     last_len: dict[str, int] = {}
+    chains = np.empty(n, dtype=np.int64)  # each request's chain, in time order
     next_chain = 0
-    hashes: list[list[int]] = [[] for _ in range(n)]
-    full_ids: dict[tuple[int, int], int] = {}
-    next_id = 0
-    for i in order:
-        s, ctx = sessions[i], int(context_tokens[i])
-        if s not in chain_of or ctx < last_len[s]:
+    for j, i in enumerate(order.tolist()):
+        s, c = sessions[i], int(ctx[i])
+        if s not in chain_of or c < last_len[s]:
             chain_of[s] = next_chain
             next_chain += 1
-        last_len[s] = ctx
-        chain = chain_of[s]
-        ids = []
-        for k in range(ctx // block_size):
-            key = (chain, k)
-            if key not in full_ids:
-                full_ids[key] = next_id
-                next_id += 1
-            ids.append(full_ids[key])
-        if ctx % block_size:
-            ids.append(-1 - i)  # partial block: its own id
-        hashes[i] = ids
-    return BlockTrace.from_requests(times_s, context_tokens, hashes, block_size, sessions)
+        last_len[s] = c
+        chains[j] = chain_of[s]
+    full = ctx[order] // block_size
+    partial = ctx[order] % block_size > 0
+    # full block k of a chain is one id, numbered by first use (request after request, k ascending)
+    k = np.arange(int(full.sum()), dtype=np.int64) - np.repeat(np.cumsum(full) - full, full)
+    key = np.repeat(chains, full) * (int(full.max(initial=0)) + 1) + k
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(first), dtype=np.int64)
+    # each request's blocks: its full blocks, then its partial last block (an id of its own: -1 - i)
+    offsets = np.concatenate(([0], np.cumsum(full + partial))).astype(np.int64)
+    blocks = np.empty(int(offsets[-1]), dtype=np.int64)
+    blocks[np.repeat(offsets[:-1], full) + k] = rank[inverse.reshape(-1)]
+    has = np.flatnonzero(partial)
+    blocks[offsets[has] + full[has]] = -1 - order[has]
+    session = tuple(sessions[i] for i in order.tolist())
+    return BlockTrace(times[order], ctx[order], offsets, blocks, int(block_size), session)
 
 
 def iter_block_accesses(trace: BlockTrace) -> Iterator[int]:

@@ -229,7 +229,7 @@ def attributed_sql(names: Sequence[str]) -> str:
     """The ``requests`` rows, each with ``attr_g0``, ``attr_g1``, ... : its value of each attribution
     name in ``names`` (its own, else inherited from its stream as the module says; a request without
     a session keeps its own). Read as a relation in place of ``requests``."""
-    cols = []
+    cols, owns = [], []
     for i, n in enumerate(names):
         own = request_expr(n)
         earlier = f"last_value({own} IGNORE NULLS) OVER ({_STREAM} ORDER BY {STREAM_ORDER} " + (
@@ -240,7 +240,20 @@ def attributed_sql(names: Sequence[str]) -> str:
         )
         inherited = f"coalesce({own}, {earlier}, {later})"
         cols.append(f"CASE WHEN session_id IS NULL THEN {own} ELSE {inherited} END AS attr_g{i}")
-    return f"(SELECT *, {', '.join(cols)} FROM requests)"
+        owns.append(own)
+    # only the streams with a request that carries no value need the window (the sort of the lake by
+    # stream and time); every other request's value is its own. A stream is keyed by its hash: one
+    # that collides with a lacking stream's only takes the window too, which gives it the same values
+    lacking = (
+        "(SELECT DISTINCT hash(session_id, parent_session_id) AS k_stream FROM requests "
+        f"WHERE session_id IS NOT NULL AND ({' OR '.join(f'{o} IS NULL' for o in owns)}))"
+    )
+    on = "l.k_stream = hash(r.session_id, r.parent_session_id)"
+    plain = ", ".join(f"{o} AS attr_g{i}" for i, o in enumerate(owns))
+    return (
+        f"(SELECT r.*, {plain} FROM requests r ANTI JOIN {lacking} l ON {on} "
+        f"UNION ALL SELECT r.*, {', '.join(cols)} FROM requests r SEMI JOIN {lacking} l ON {on})"
+    )
 
 
 def _agent_types_sql() -> str:

@@ -52,7 +52,7 @@ import orjson
 
 from traceflow import config
 from traceflow.errors import LakeError
-from traceflow.schema import LAKE_VERSION, REQUESTS, STORED, TABLES, Table, polars_type
+from traceflow.schema import LAKE_VERSION, REQUESTS, STORED, TABLES, Table
 from traceflow.store import staging as staging_files
 from traceflow.store.measures import (
     CONFLICTS,
@@ -63,7 +63,7 @@ from traceflow.store.measures import (
     macros_sql,
     request_columns_sql,
 )
-from traceflow.store.row_frames import frame_by_column, frame_by_row
+from traceflow.store.row_frames import frame_from_rows as frame_from_rows  # re-exported
 from traceflow.store.row_frames import to_micros as to_micros  # re-exported: imported from here elsewhere
 from traceflow.store.sql import MATERIALISED, sql_string
 from traceflow.store.sql import load as load_query
@@ -98,6 +98,21 @@ def _query_digest(view: str) -> str:
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
+def share_rollup(con: duckdb.DuckDBPyConnection) -> None:
+    """Let every ``mix`` on ``con`` that the rollup answers (:mod:`traceflow.analysis.mix`) sum one copy
+    of ``queries/rollup.sql``: computed once into a temporary table, as compaction stores it, where the
+    lake has none stored. For a connection that runs many mixes (``traceflow report``: per day, model,
+    agent, the alerts' days); the connection is a snapshot of the lake's files, so it never goes stale."""
+    rows = con.execute(
+        "SELECT comment FROM duckdb_views() WHERE view_name = ? AND NOT internal", [ROLLUP_VIEW]
+    ).fetchall()
+    if not rows or rows[0][0] == MATERIALISED:  # no requests view on con, or the rollup is stored
+        return
+    con.execute(f"CREATE TEMP TABLE IF NOT EXISTS _tf_rollup AS {_derived_sql(ROLLUP_VIEW)}")
+    con.execute(f"CREATE OR REPLACE VIEW {ROLLUP_VIEW} AS SELECT * FROM _tf_rollup")
+    con.execute(f"COMMENT ON VIEW {ROLLUP_VIEW} IS '{MATERIALISED}'")
+
+
 def _read(paths: list[str]) -> str:
     """DuckDB's read of published files (a column an older file lacks is NULL)."""
     listing = ", ".join(sql_string(p) for p in paths)
@@ -118,32 +133,6 @@ def _positions(paths: list[str], ranks: Mapping[str, int]) -> str:
     return (
         f"list_extract([{listing}], CAST(file_index AS BIGINT) + 1) AS {SOURCE_FILE}, "
         f"CAST(file_row_number AS BIGINT) AS {SOURCE_ROW}"
-    )
-
-
-def frame_from_rows(table: Table, rows: Sequence[Mapping[str, Any]]) -> pl.DataFrame:
-    """Build a frame with exactly the table's schema from row dicts.
-
-    Timestamps in rows are ``int`` microseconds since the epoch (UTC) or aware ``datetime``s;
-    ``attributes`` may be a ``dict`` (serialised to JSON here). Unknown keys are an error: they
-    would be silently lost otherwise.
-    """
-    import polars as pl
-
-    cols = {name: polars_type(t) for name, t in table.columns.items()}
-    raw_schema = {
-        name: (pl.Int64() if isinstance(dtype, pl.Datetime) else dtype) for name, dtype in cols.items()
-    }
-    frame: pl.DataFrame | None = frame_by_column(table, rows, raw_schema) if rows else None
-    if frame is None:
-        frame = frame_by_row(table, rows, cols, raw_schema)
-    now = int(time.time() * 1_000_000)
-    return frame.with_columns(
-        [
-            (pl.col(name).fill_null(now) if name == "ingested_at" else pl.col(name)).cast(dtype)
-            for name, dtype in cols.items()
-            if isinstance(dtype, pl.Datetime)
-        ]
     )
 
 

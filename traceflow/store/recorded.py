@@ -134,6 +134,9 @@ def narrow(
         names = ", ".join(f"$unfit_{i}" for i in range(len(reasons)))
         params.update({f"unfit_{i}": a for i, a in enumerate(reasons)})
         query = f"SELECT DISTINCT agent FROM requests WHERE agent IN ({names}) AND {block} ORDER BY agent"
-        present = [str(a) for a in sql.query_frame(con, query, params)["agent"].to_list()]
+        present = [str(a) for (a,) in sql.query_rows(con, query, params)[1]]
+    if not present:  # nothing to leave out: the selection as it was (a filter on agents would make
+        # the per-stream window read the lake twice, for the sessions with a selected request)
+        return chosen, LeftOut(analysis, {})
     narrowed = replace(chosen, without_agents=tuple(sorted({*chosen.without_agents, *reasons})))
     return narrowed, LeftOut(analysis, {a: reasons[a] for a in present})

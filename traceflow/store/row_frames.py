@@ -1,16 +1,20 @@
-"""Row dicts as a polars frame of a table's columns: column by column when the rows share their keys
-(a mapping's rows do), else row by row (:func:`traceflow.store.lake.frame_from_rows` calls both)."""
+"""Row dicts as a polars frame of a table's columns (:func:`frame_from_rows`): column by column when the
+rows share their keys (a mapping's rows do), else row by row."""
 
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from traceflow.errors import LakeError
-from traceflow.schema import Table
+from traceflow.schema import Table, polars_type
+
+if TYPE_CHECKING:
+    import polars as pl
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
@@ -91,3 +95,29 @@ def frame_by_row(
         else:
             prepared.append(row)
     return pl.from_dicts(prepared, schema=raw_schema) if prepared else pl.DataFrame(schema=raw_schema)
+
+
+def frame_from_rows(table: Table, rows: Sequence[Mapping[str, Any]]) -> pl.DataFrame:
+    """Build a frame with exactly the table's schema from row dicts.
+
+    Timestamps in rows are ``int`` microseconds since the epoch (UTC) or aware ``datetime``s;
+    ``attributes`` may be a ``dict`` (serialised to JSON here). Unknown keys are an error: they
+    would be silently lost otherwise.
+    """
+    import polars as pl
+
+    cols = {name: polars_type(t) for name, t in table.columns.items()}
+    raw_schema = {
+        name: (pl.Int64() if isinstance(dtype, pl.Datetime) else dtype) for name, dtype in cols.items()
+    }
+    frame: pl.DataFrame | None = frame_by_column(table, rows, raw_schema) if rows else None
+    if frame is None:
+        frame = frame_by_row(table, rows, cols, raw_schema)
+    now = int(time.time() * 1_000_000)
+    return frame.with_columns(
+        [
+            (pl.col(name).fill_null(now) if name == "ingested_at" else pl.col(name)).cast(dtype)
+            for name, dtype in cols.items()
+            if isinstance(dtype, pl.Datetime)
+        ]
+    )

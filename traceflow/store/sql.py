@@ -250,17 +250,47 @@ def run(
     """
     import duckdb
 
-    query = load(name)
-    sql = statement(con, query, blocks, params)
-    if wrap is not None:
-        sql = wrap.replace("{q}", f"(\n{sql}\n)")
-    values = bind(query, sql, params or {})
+    sql, values = _prepared(con, name, params, blocks, wrap)
     if isinstance(con, Engine):
         return con.frame(sql, values)
     try:
         return query_frame(con, sql, values)
     except duckdb.Error as e:
         raise QueryError(f"query {name!r} failed: {e}") from None
+
+
+def run_rows(
+    con: duckdb.DuckDBPyConnection | Engine,
+    name: str,
+    params: Mapping[str, Any] | None = None,
+    *,
+    blocks: Mapping[str, str] | None = None,
+    wrap: str | None = None,
+) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """:func:`run`'s result as column names and row tuples: for a few rows (an aggregate a command
+    prints), which need no frame library loaded (polars and pyarrow cost about 0.25 s of CPU to import)."""
+    import duckdb
+
+    sql, values = _prepared(con, name, params, blocks, wrap)
+    try:
+        return query_rows(con, sql, values)
+    except duckdb.Error as e:
+        raise QueryError(f"query {name!r} failed: {e}") from None
+
+
+def _prepared(
+    con: duckdb.DuckDBPyConnection | Engine,
+    name: str,
+    params: Mapping[str, Any] | None,
+    blocks: Mapping[str, str] | None,
+    wrap: str | None,
+) -> tuple[str, dict[str, Any]]:
+    """The statement and parameter values :func:`run` sends for the packaged query ``name``."""
+    query = load(name)
+    sql = statement(con, query, blocks, params)
+    if wrap is not None:
+        sql = wrap.replace("{q}", f"(\n{sql}\n)")
+    return sql, bind(query, sql, params or {})
 
 
 #: The comment a derived view of the lake carries while it reads the files stored by compaction
@@ -287,6 +317,19 @@ def query_frame(
         return con.frame(sql, params)
     frame: pl.DataFrame = con.sql(sql, params=params).pl()
     return frame
+
+
+def query_rows(
+    con: duckdb.DuckDBPyConnection | Engine,
+    sql: str,
+    params: Sequence[Any] | Mapping[str, Any] | None = None,
+) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """:func:`query_frame`'s result as column names and row tuples (no frame library on DuckDB)."""
+    if isinstance(con, Engine):
+        frame = con.frame(sql, params)
+        return list(frame.columns), frame.rows()
+    relation = con.sql(sql, params=params)
+    return list(relation.columns), relation.fetchall()
 
 
 _READS_STEPS = re.compile(rf"\b{STEPS}\b")
@@ -353,7 +396,8 @@ def statement(
         return sql
     window = load("steps").sql({"selection": "true", "roots": roots})
     if not isinstance(con, Engine) and sharing_steps(con):
-        return with_steps(sql, f"SELECT * FROM {_shared_steps(con, window, params or {})}")
+        whole = load("steps").sql({"selection": "true", "roots": "true"})
+        return with_steps(sql, f"SELECT * FROM {_shared_steps(con, window, params or {}, whole)}")
     return with_steps(sql, window)
 
 
@@ -371,6 +415,13 @@ def share_steps(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(f"CREATE TEMP TABLE IF NOT EXISTS {_SHARE_MARK} (on_ BOOLEAN)")
 
 
+def steps_table(con: duckdb.DuckDBPyConnection | Engine) -> bool:
+    """Whether :data:`STEPS` is a table on ``con`` (stored by compaction, or shared by
+    :func:`share_steps`) rather than the window composed into each query: reading it twice then costs
+    two scans, not two sorts of the lake."""
+    return uses_stored_steps(con) or (not isinstance(con, Engine) and sharing_steps(con))
+
+
 def sharing_steps(con: duckdb.DuckDBPyConnection) -> bool:
     """Whether :func:`share_steps` was called on ``con``."""
     return _temp_table(con, _SHARE_MARK)
@@ -383,16 +434,26 @@ def _temp_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
     return bool(found and found[0][0])
 
 
-def _shared_steps(con: duckdb.DuckDBPyConnection, window: str, params: Mapping[str, Any]) -> str:
+def _shared_steps(
+    con: duckdb.DuckDBPyConnection, window: str, params: Mapping[str, Any], whole: str | None = None
+) -> str:
     """The temporary table holding ``window``'s rows (``steps.sql`` with its roots block), created on
-    first use: one per distinct window and parameter values on the connection."""
+    first use: one per distinct window and parameter values on the connection. Where the table of
+    ``whole`` (the window over the whole lake) is there already, that one: its rows are every
+    narrower window's, and more (a query selects its own rows after the window)."""
     import hashlib
 
-    values = {n: params[n] for n in used_params(window) if n in params}
-    key = hashlib.sha256(repr((window, sorted(values.items(), key=lambda kv: kv[0]))).encode()).hexdigest()
-    name = f"_tf_steps_{key[:16]}"
-    if not _temp_table(con, name):
-        con.execute(f"CREATE TEMP TABLE {name} AS\n{window}", bind(load("steps"), window, values))
+    def table(text: str) -> tuple[str, dict[str, Any]]:
+        values = {n: params[n] for n in used_params(text) if n in params}
+        key = hashlib.sha256(repr((text, sorted(values.items(), key=lambda kv: kv[0]))).encode()).hexdigest()
+        return f"_tf_steps_{key[:16]}", values
+
+    name, values = table(window)
+    if _temp_table(con, name):
+        return name
+    if whole is not None and whole != window and _temp_table(con, table(whole)[0]):
+        return table(whole)[0]
+    con.execute(f"CREATE TEMP TABLE {name} AS\n{window}", bind(load("steps"), window, values))
     return name
 
 
