@@ -34,10 +34,10 @@ request_steps AS`` the steps file first (``queries/steps.sql`` says how).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.resources import files
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from traceflow.errors import MissingParameter, QueryError, UnknownQuery, UsageError
 from traceflow.store.measures import REQUEST_TIME, STEPS
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
     from traceflow.store.selection import Selection
 
+_T = TypeVar("_T")
 _PARAM_LINE = re.compile(r"^\$(\w+)\s+([A-Za-z][\w\[\]]*)(?:\s*=\s*('(?:[^']|'')*'|\S+))?\s*(.*)$")
 _SENTENCE = re.compile(r"^(.*?[.!?])(?:\s+|$)(.*)$", re.S)
 _BLOCK = re.compile(r"/\*@(\w+)\*/(.*?)/\*@end\*/", re.S)
@@ -248,15 +249,9 @@ def run(
     materialising it). Parameters in ``blocks`` and ``wrap`` are bound from ``params`` too. A query
     that reads :data:`STEPS` gets it from :func:`statement`.
     """
-    import duckdb
-
-    sql, values = _prepared(con, name, params, blocks, wrap)
     if isinstance(con, Engine):
-        return con.frame(sql, values)
-    try:
-        return query_frame(con, sql, values)
-    except duckdb.Error as e:
-        raise QueryError(f"query {name!r} failed: {e}") from None
+        return con.frame(*_prepared(con, name, params, blocks, wrap))
+    return _fetched(query_frame, con, name, params, blocks, wrap)
 
 
 def run_rows(
@@ -269,11 +264,23 @@ def run_rows(
 ) -> tuple[list[str], list[tuple[Any, ...]]]:
     """:func:`run`'s result as column names and row tuples: for a few rows (an aggregate a command
     prints), which need no frame library loaded (polars and pyarrow cost about 0.25 s of CPU to import)."""
+    return _fetched(query_rows, con, name, params, blocks, wrap)
+
+
+def _fetched(
+    fetch: Callable[[Any, str, dict[str, Any]], _T],
+    con: duckdb.DuckDBPyConnection | Engine,
+    name: str,
+    params: Mapping[str, Any] | None,
+    blocks: Mapping[str, str] | None,
+    wrap: str | None,
+) -> _T:
+    """``fetch`` (:func:`query_frame`, :func:`query_rows`) of the packaged query ``name`` as
+    :func:`_prepared` writes it; a DuckDB error becomes a QueryError naming the query."""
     import duckdb
 
-    sql, values = _prepared(con, name, params, blocks, wrap)
     try:
-        return query_rows(con, sql, values)
+        return fetch(con, *_prepared(con, name, params, blocks, wrap))
     except duckdb.Error as e:
         raise QueryError(f"query {name!r} failed: {e}") from None
 
