@@ -149,6 +149,7 @@ def _free_port() -> int:
 
 def _query(port: int, promql: str) -> list[dict[str, Any]]:
     r = httpx.get(f"http://127.0.0.1:{port}/api/v1/query", params={"query": promql}, timeout=5)
+    r.raise_for_status()  # 503 while Prometheus starts: an httpx.HTTPError, so the callers wait
     body = r.json()
     assert body["status"] == "success", body
     result: list[dict[str, Any]] = body["data"]["result"]
