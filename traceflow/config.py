@@ -269,6 +269,14 @@ SETTINGS: tuple[Setting, ...] = (
         "`traceflow retain --older-than`), e.g. 90d.",
     ),
     Setting(
+        "lease_seconds",
+        "TRACEFLOW_LEASE_SECONDS",
+        "60",
+        "Length of the maintenance lease `compact`, `retain` and `forget` take on an s3:// lake "
+        "(`v1/_state/maintenance.lease`): renewed every third of it while they run; one left by a "
+        "crashed run is taken over once it has gone unrenewed this long.",
+    ),
+    Setting(
         "hash_salt",
         "TRACEFLOW_HASH_SALT",
         "(none)",

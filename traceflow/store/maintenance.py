@@ -10,8 +10,10 @@ holds one lake-level lock from its listing to its last removal: an exclusive ``f
 lock). Writers that only add files (imports, the collector's sealer) never take it: compaction and
 forgetting already leave what was published meanwhile alone.
 
-For an ``s3://`` lake the lock file is in this machine's own folder (:attr:`Lake.base`): it keeps
-apart the maintenance run from one machine (one CronJob, one host), not from two machines.
+An ``s3://`` lake has no file every machine can lock: it takes a lease object on the store instead,
+``v1/_state/maintenance.lease`` (:mod:`traceflow.store.lease`), with conditional PUTs, which keeps
+apart the runs of every machine. A store without conditional writes gets this machine's lock file,
+as before: it keeps apart the runs of one machine only.
 """
 
 from __future__ import annotations
@@ -19,11 +21,14 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
 from traceflow.errors import LakeError
+from traceflow.store import lease as leases
+from traceflow.store.objects import NoConditionalWrites
 
 #: The lock file, under the lake's ``_state`` folder.
 LOCK_NAME = "maintenance.lock"
@@ -38,6 +43,15 @@ class Lake(Protocol):
     @property
     def state_dir(self) -> Path: ...
 
+    @property
+    def url(self) -> str | None: ...
+
+    @property
+    def published_base(self) -> str: ...
+
+    @property
+    def store(self) -> leases.Store: ...
+
     def ensure(self) -> None: ...
 
 
@@ -49,6 +63,16 @@ class LakeBusy(LakeError):
 def maintenance(lake: Lake, what: str, *, wait: bool = True) -> Iterator[None]:
     """Hold the lake's maintenance lock while the block runs ``what`` (``compact``, ``retain``,
     ``forget``); waits for the holder unless ``wait`` is false, then raises :class:`LakeBusy`."""
+    if lake.url is not None:
+        lease = leases.Lease(lake.store, f"{lake.published_base}/_state/{leases.LEASE_NAME}", what)
+        try:
+            leases.take(lease, wait=wait, busy=lambda holder: _busy(lake, what, holder))
+        except NoConditionalWrites as e:  # the lock file below, for this machine's runs only
+            warnings.warn(f"{e}; {what} keeps apart this machine's runs only", stacklevel=3)
+        else:
+            with leases.renewed(lease):
+                yield
+            return
     lake.ensure()
     path = lake.state_dir / LOCK_NAME
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -56,9 +80,14 @@ def maintenance(lake: Lake, what: str, *, wait: bool = True) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
-            raise LakeBusy(
-                f"{what}: the lake {lake.root} is busy with another compact, retain or forget; try again"
-            ) from None
+            raise _busy(lake, what, "another run holds its lock file") from None
         yield  # the file stays empty: a dry run writes nothing into the lake
     finally:
         os.close(fd)  # releases the lock
+
+
+def _busy(lake: Lake, what: str, holder: str) -> LakeBusy:
+    return LakeBusy(
+        f"{what}: the lake {lake.url or lake.root} is busy with another compact, retain or forget "
+        f"({holder}); try again"
+    )

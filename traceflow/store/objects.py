@@ -9,6 +9,9 @@ Every file is published with one PUT under a name no other writer uses, sent wit
 moto) refuses to replace an object; a store that answers *not implemented* gets a plain PUT (the
 names are unique anyway). An object is visible only once its PUT completed, so readers never see a
 partial file and writers need no staging area on the store.
+
+The maintenance lease (:mod:`traceflow.store.lease`) also replaces its one object in place, with
+``If-Match: <ETag>`` (AWS S3 since November 2024, MinIO, moto 5.1.5 and later): :meth:`ObjectStore.swap`.
 """
 
 from __future__ import annotations
@@ -104,3 +107,60 @@ class ObjectStore:
         if todo:
             with contextlib.suppress(FileNotFoundError):
                 self._call("cannot delete objects", self.fs.rm, todo)
+
+    def _conditional_put(self, url: str, data: bytes, condition: dict[str, str]) -> str | None:
+        """PUT ``data`` as ``url`` under ``condition``: the new ETag, or None when the condition did not
+        hold (another writer got there first). :class:`NoConditionalWrites` where the store has none."""
+        bucket, key, _ = self.fs.split_path(url)
+        try:
+            reply = self.fs.call_s3("put_object", Bucket=bucket, Key=key, Body=data, **condition)
+        except (FileExistsError, FileNotFoundError):  # If-None-Match: it exists; If-Match: it is gone
+            return None
+        except OSError as e:
+            code = _error_code(e)
+            if code in ("PreconditionFailed", "ConditionalRequestConflict"):  # 412, or 409 while racing
+                return None
+            if code == "NotImplemented" or "not implemented" in str(e).lower():
+                raise NoConditionalWrites(
+                    f"{self.url}: the object store does not support conditional writes "
+                    f"({', '.join(condition)}): {e}"
+                ) from None
+            self._call(f"cannot write {url}", _raise, e)
+        return str(reply["ETag"])
+
+    def create(self, url: str, data: bytes) -> str | None:
+        """Create ``url`` unless it exists (``If-None-Match: *``): its ETag, or None when it existed."""
+        return self._conditional_put(url, data, {"IfNoneMatch": "*"})
+
+    def swap(self, url: str, data: bytes, etag: str) -> str | None:
+        """Replace ``url`` only if it is still the version ``etag`` (``If-Match``): the new ETag, or
+        None when another writer replaced (or removed) it meanwhile."""
+        return self._conditional_put(url, data, {"IfMatch": etag})
+
+    def version(self, url: str) -> tuple[str, bytes] | None:
+        """``url``'s ETag and bytes, or None when there is no such object."""
+        bucket, key, _ = self.fs.split_path(url)
+        try:
+            head = self._call(f"cannot read {url}", self.fs.call_s3, "head_object", Bucket=bucket, Key=key)
+        except FileNotFoundError:
+            return None
+        data = self.read(url)  # a swap between the two: the ETag is older than the bytes, and a
+        # swap with it fails, which is safe
+        return None if data is None else (str(head["ETag"]), data)
+
+
+class NoConditionalWrites(LakeError):
+    """The object store refuses ``If-None-Match``/``If-Match`` on PUT (``NotImplemented``)."""
+
+
+def _raise(e: BaseException) -> None:
+    raise e
+
+
+def _error_code(e: BaseException) -> str:
+    """The S3 error code behind an s3fs error (s3fs keeps botocore's ClientError as the cause)."""
+    cause = e.__cause__
+    response = getattr(cause, "response", None)
+    if isinstance(response, dict):
+        return str(response.get("Error", {}).get("Code", ""))
+    return ""
