@@ -205,3 +205,37 @@ def test_two_machines_compaction_cannot_bring_back_what_was_removed(
     finally:
         con.close()
     assert row == (len(kept), sum(r["cache_read_tokens"] for r in kept))
+
+
+def test_a_store_without_conditional_writes_falls_back_to_the_lock_file(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store that answers *not implemented* to ``If-None-Match`` (as s3fs reports it): the run goes on
+    under this machine's lock file, with a warning saying what it keeps apart."""
+    from botocore.exceptions import ClientError
+    from s3fs.errors import translate_boto_error
+
+    lake = _machine(url, tmp_path / "a")
+    refusal = ClientError(
+        {
+            "Error": {
+                "Code": "NotImplemented",
+                "Message": "A header you provided implies functionality that is not implemented",
+            }
+        },
+        "PutObject",
+    )
+
+    def call_s3(*args: Any, **kwargs: Any) -> Any:
+        raise translate_boto_error(refusal)
+
+    monkeypatch.setattr(lake.store.fs, "call_s3", call_s3)
+    fallback = "does not support conditional writes.*this machine's runs only"
+    with pytest.warns(UserWarning, match=fallback), maintenance(lake, "compact"):
+        other = _machine(url, tmp_path / "a")  # the same machine's folder: the same lock file
+        with (
+            pytest.raises(LakeBusy, match="another run holds its lock file"),
+            maintenance(other, "retain", wait=False),
+        ):
+            pass
+    assert (tmp_path / "a" / "v1" / "_state" / "maintenance.lock").exists()
