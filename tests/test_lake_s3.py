@@ -246,6 +246,40 @@ def _sealer_of(srv: Server) -> int:
     return children[0]
 
 
+def _started(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot); None when there is none, or a zombie
+    (dead, its reaper has not yet collected it). A pid is reused once the process is gone (pid_max
+    may be 32768, and a busy machine goes through that many threads in seconds)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] in ("Z", "X") else int(fields[19])
+
+
+def _gone(pid: int, started: int) -> bool:
+    """Whether the process that started at ``started`` as ``pid`` has died."""
+    return _started(pid) != started
+
+
+def _sigkilled(pid: int, started: int) -> bool:
+    """Whether that process has died or has a SIGKILL pending (which it cannot block, ignore or catch: it
+    never runs its own code again). Dying takes a process time of its own, its threads woken and its
+    memory released, which a loaded machine gives a niced sealer late."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
+    if _gone(pid, started):  # status was read first: if still the same process, it was its status
+        return True
+    pending = 0
+    for line in status.splitlines():
+        key, _, value = line.partition(":")
+        if key in ("SigPnd", "ShdPnd"):  # the thread's pending signals, the process's
+            pending |= int(value, 16)
+    return bool(pending & (1 << (signal.SIGKILL - 1)))
+
+
 def test_three_collectors_one_killed_9_lose_and_duplicate_nothing(
     s3_env: dict[str, str], bucket: str, tmp_path: Path
 ) -> None:
@@ -290,6 +324,8 @@ def test_three_collectors_one_killed_9_lose_and_duplicate_nothing(
         time.sleep(1.0)
         # stop the victim's sealer so that what it acknowledges stays in its WAL, then kill -9
         sealer = _sealer_of(servers[0])
+        started = _started(sealer)
+        assert started is not None
         os.kill(sealer, signal.SIGSTOP)
         time.sleep(0.8)
         with lock:
@@ -297,7 +333,8 @@ def test_three_collectors_one_killed_9_lose_and_duplicate_nothing(
         assert servers[0].proc is not None
         servers[0].proc.kill()
         servers[0].proc.wait(10)
-        assert wait_for(lambda: not Path(f"/proc/{sealer}").exists(), 10), "the sealer outlived its server"
+        # the server's death sends the sealer SIGKILL (PR_SET_PDEATHSIG) before wait() returns
+        assert wait_for(lambda: _sigkilled(sealer, started), 10), "the sealer outlived its server"
         assert acked_by_victim and any(wals[0].glob("wal/*")), "nothing was left unsealed at the kill"
         servers[0] = start(0)  # same WAL: what it acknowledged and had not sealed is sealed now
         time.sleep(1.0)
@@ -310,6 +347,7 @@ def test_three_collectors_one_killed_9_lose_and_duplicate_nothing(
         stop.set()
         for s in servers:
             s.kill()
+    assert wait_for(lambda: _gone(sealer, started), 60), "the killed sealer is still there"
     assert not any(any(w.glob("wal/*")) for w in wals)
     assert len(acked) == len(set(acked)) > 300
     lake = Lake(bucket)
