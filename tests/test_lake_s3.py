@@ -18,7 +18,7 @@ import httpx
 import orjson
 import pytest
 
-from tests.collectors_support import Server, api_request_logs, wait_for
+from tests.collectors_support import Server, api_request_logs, wait_for, wait_while_working
 from tests.conftest import EXAMPLES, FULL, TESTDATA, s3_test_server
 from traceflow.store.lake import Lake
 
@@ -257,6 +257,15 @@ def _started(pid: int) -> int | None:
     return None if fields[0] in ("Z", "X") else int(fields[19])
 
 
+def _holds_sealer_lock(pid: int) -> bool:
+    """Whether sealer ``pid`` holds its ``sealer.lock``: it took it after asking Linux for SIGKILL
+    when its server dies (PR_SET_PDEATHSIG, collectors/sealer.py ``run``)."""
+    try:
+        return any(os.readlink(fd).endswith("/sealer.lock") for fd in Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return False
+
+
 def _gone(pid: int, started: int) -> bool:
     """Whether the process that started at ``started`` as ``pid`` has died."""
     return _started(pid) != started
@@ -317,7 +326,8 @@ def test_three_collectors_one_killed_9_lose_and_duplicate_nothing(
                     body = b""
                 time.sleep(0.01)
 
-    threads = [threading.Thread(target=exporter, args=(i,)) for i in range(3)]
+    # daemons: one retrying a payload to a dead collector must not keep a failed run from ending
+    threads = [threading.Thread(target=exporter, args=(i,), daemon=True) for i in range(3)]
     try:
         for t in threads:
             t.start()
@@ -326,6 +336,9 @@ def test_three_collectors_one_killed_9_lose_and_duplicate_nothing(
         sealer = _sealer_of(servers[0])
         started = _started(sealer)
         assert started is not None
+        # a sealer stopped while still importing (seconds on a loaded machine) never asked for the
+        # SIGKILL, and would stay stopped for ever: stop it once it runs
+        assert wait_while_working(servers[0], lambda: _holds_sealer_lock(sealer))
         os.kill(sealer, signal.SIGSTOP)
         time.sleep(0.8)
         with lock:
