@@ -19,10 +19,32 @@ from pathlib import Path
 
 import orjson
 
-from traceflow.otlp.metrics import MetricState
+from traceflow import config
+from traceflow.otlp.metrics import COLLECTOR_MAX_STREAMS_PER_RESOURCE, MetricState
 from traceflow.store.lake import fsync_path
 
 _logger = logging.getLogger(__name__)
+
+
+def max_streams_from_settings() -> int:
+    """The cumulative streams one resource may keep in the collector's metric state:
+    ``TRACEFLOW_MAX_STREAMS_PER_RESOURCE``, else
+    :data:`~traceflow.otlp.metrics.COLLECTOR_MAX_STREAMS_PER_RESOURCE`. A value that is not a whole
+    number of 1 or more raises ValueError naming the variable."""
+    raw = config.get("max_streams_per_resource")
+    if raw is None:
+        return COLLECTOR_MAX_STREAMS_PER_RESOURCE
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(
+            f"TRACEFLOW_MAX_STREAMS_PER_RESOURCE must be a whole number of streams, 1 or more (it is "
+            f"{raw!r}); unset it for the default {COLLECTOR_MAX_STREAMS_PER_RESOURCE}"
+        )
+    return n
+
 
 #: the journal is folded into a new snapshot once it is larger than this and than the snapshot
 JOURNAL_MIN_BYTES = 1 << 20
@@ -31,8 +53,11 @@ JOURNAL_MIN_BYTES = 1 << 20
 class MetricStateFile:
     """The metric state of one collector directory (``load`` once, then ``save`` after each seal)."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, started_ns: int | None = None) -> None:
         self.dir = directory
+        #: when the collector began receiving: a fresh state's start (``MetricState.created_at_ns``),
+        #: so that a series that started after it keeps its first delta however late the sealer came up
+        self.started_ns = started_ns
         self.snapshot_path = directory / "metric_state.json"
         self.journal_path = directory / "metric_state.journal"
         self._seq = 0  # the last journal line applied or written
@@ -45,10 +70,10 @@ class MetricStateFile:
             state = MetricState.from_dict(snapshot)
             self._seq = int(snapshot.get("seq", 0))
         except FileNotFoundError:
-            state, self._seq = MetricState(), 0
+            state, self._seq = MetricState(self.started_ns), 0
         except Exception:
             _logger.exception("unreadable metric state %s: starting afresh", self.snapshot_path)
-            state, self._seq = MetricState(), 0
+            state, self._seq = MetricState(self.started_ns), 0
         snapshot_seq = self._seq
         self._journal_bytes = 0
         torn = False

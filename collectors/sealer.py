@@ -63,13 +63,12 @@ import orjson
 
 from traceflow.collectors import allocator, spool
 from traceflow.collectors.attribute_policy import AttributePolicy
-from traceflow.collectors.metric_state_file import MetricStateFile
+from traceflow.collectors.metric_state_file import MetricStateFile, max_streams_from_settings
 from traceflow.collectors.quarantine import Quarantine
 from traceflow.errors import LakeError
 from traceflow.otlp import decode as otlp
 from traceflow.otlp.logs_columnar import map_logs_columnar
 from traceflow.otlp.logs_columnar import warm as columnar_warm
-from traceflow.otlp.metrics import COLLECTOR_MAX_STREAMS_PER_RESOURCE
 from traceflow.rows import Parsed
 from traceflow.schema import TABLES
 from traceflow.store.lake import Lake, frame_from_rows
@@ -158,12 +157,13 @@ class Sealer:
         wal_dir: Path | None = None,
         batch_bytes: int = 16 << 20,
         policy: AttributePolicy | None = None,
+        started_ns: int | None = None,  # when the server began receiving (MetricStateFile)
     ) -> None:
         self.lake = Lake(data)
         self.policy = policy or AttributePolicy()  # serve --drop-attr / --hash-attr
         self.dir = spool.collector_dir(data, wal_dir)
         self.wal_dir = self.dir / "wal"
-        self.state_file = MetricStateFile(self.dir)
+        self.state_file = MetricStateFile(self.dir, started_ns)
         self.attempts_path = self.dir / "sealing.json"
         self.quarantine = Quarantine(self.dir / "quarantine", policy=self.policy)
         self.batch_bytes = batch_bytes
@@ -174,7 +174,7 @@ class Sealer:
     # -- metric state ---------------------------------------------------------------------------
     def _load_state(self) -> otlp.MetricState:
         state = self.state_file.load()
-        state.max_streams_per_resource = COLLECTOR_MAX_STREAMS_PER_RESOURCE
+        state.max_streams_per_resource = max_streams_from_settings()
         return state
 
     def _save_state(self) -> None:
@@ -623,6 +623,7 @@ def run(
     wal_dir: Path | None = None,
     policy: AttributePolicy | None = None,
     retain_s: float | None = None,
+    started_ns: int | None = None,
 ) -> int:
     """The sealer process's main loop (see the module docstring for the protocol)."""
     _die_with_parent(parent)
@@ -635,7 +636,7 @@ def run(
     # the two compete for a core; the backlog bound turns a sealer that cannot keep up into 503s.
     with contextlib.suppress(OSError):
         os.nice(NICENESS)
-    sealer = Sealer(data, wal_dir=wal_dir, policy=policy)
+    sealer = Sealer(data, wal_dir=wal_dir, policy=policy, started_ns=started_ns)
     retain_due = time.monotonic()
     lock = spool.lock_file(sealer.dir / "sealer.lock", blocking=True)
     assert lock is not None
@@ -694,13 +695,20 @@ def _main(argv: list[str] | None = None) -> int:
     p.add_argument("--drop-attr", action="append", default=[], help="attribute removed before storing")
     p.add_argument("--hash-attr", action="append", default=[], help="attribute stored as a keyed hash")
     p.add_argument("--retain", type=float, default=None, help="seconds: drop older partitions daily")
+    p.add_argument("--started-ns", type=int, default=None, help="when the server began receiving")
     a = p.parse_args(argv)
     logging.basicConfig(
         level=a.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s traceflow.sealer: %(message)s"
     )
     policy = AttributePolicy.from_settings(a.drop_attr, a.hash_attr)
     return run(
-        a.data, parent=a.parent, interval_s=a.interval, wal_dir=a.wal_dir, policy=policy, retain_s=a.retain
+        a.data,
+        parent=a.parent,
+        interval_s=a.interval,
+        wal_dir=a.wal_dir,
+        policy=policy,
+        retain_s=a.retain,
+        started_ns=a.started_ns,
     )
 
 

@@ -99,10 +99,12 @@ def check_config(cfg: ServeConfig) -> None:
     if cfg.max_body_bytes <= 0:
         raise ServeError("--max-body-bytes must be positive")
     from traceflow.collectors.attribute_policy import AttributePolicy, PolicyError
+    from traceflow.collectors.metric_state_file import max_streams_from_settings
 
     try:
         AttributePolicy.from_settings(cfg.drop_attrs, cfg.hash_attrs)
-    except PolicyError as e:
+        max_streams_from_settings()
+    except (PolicyError, ValueError) as e:
         raise ServeError(str(e)) from None
 
 
@@ -182,6 +184,7 @@ class SealerProcess:
         self.proc: asyncio.subprocess.Process | None = None
         self._reader: asyncio.Task[None] | None = None
         self.stopping = False
+        self.started_ns = time.time_ns()  # before the server listens: the sealer's --started-ns
 
     async def start(self) -> None:
         level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
@@ -193,6 +196,8 @@ class SealerProcess:
             *(["--wal-dir", str(self.wal_dir)] if self.wal_dir is not None else []),
             "--parent",
             str(os.getpid()),
+            "--started-ns",
+            str(self.started_ns),
             "--log-level",
             level if isinstance(level, str) else "INFO",
             *self.flags,

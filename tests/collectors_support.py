@@ -185,5 +185,41 @@ def wait_for(predicate: Callable[[], bool], timeout_s: float = 15.0, interval_s:
     return predicate()
 
 
+def _cpu_ticks(server_pid: int) -> int:
+    """CPU time (clock ticks) the collector's processes have used: the server and its children."""
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if stat.parent.name == str(server_pid) or fields[1] == str(server_pid):
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total
+
+
+def wait_while_working(
+    srv: Server, predicate: Callable[[], bool], idle_s: float = 60.0, limit_s: float = 900.0
+) -> bool:
+    """``predicate()`` within ``idle_s`` of the collector's last work, at most ``limit_s``: a deadline
+    based on progress, for what the (niced) sealer does, which a loaded machine gives a small share of
+    a core. Work is a second of CPU time used by the server and its sealer since the deadline was last
+    moved (an idle collector polling its WAL takes minutes for one), so a sealer stuck or idle still
+    fails after ``idle_s``."""
+    assert srv.proc is not None
+    start = time.monotonic()
+    deadline = start + idle_s
+    ticks = _cpu_ticks(srv.proc.pid)
+    per_s = os.sysconf("SC_CLK_TCK")
+    while time.monotonic() < min(deadline, start + limit_s):
+        if predicate():
+            return True
+        now = _cpu_ticks(srv.proc.pid)
+        if now - ticks >= per_s:
+            ticks, deadline = now, time.monotonic() + idle_s
+        time.sleep(0.1)
+    return predicate()
+
+
 def count_requests(data: Path, where: str = "true", params: Sequence[Any] = ()) -> int:
     return int(query(data, f"select count(*) from requests where {where}", params)[0][0])

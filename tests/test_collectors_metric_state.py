@@ -153,3 +153,20 @@ def test_a_torn_journal_line_is_ignored_and_cut_off(tmp_path: Path) -> None:
     again.seal_all()
     assert Sealer(tmp_path).state == again.state
     assert _deltas(tmp_path, "s")[-1] == 3
+
+
+def test_a_series_that_started_after_the_server_keeps_its_first_delta_however_late_the_sealer(
+    tmp_path: Path,
+) -> None:
+    """The sealer's state starts when the server began receiving (``--started-ns``), not when the sealer
+    process came up: on a loaded machine that was seconds later, and a series that started between
+    the two lost its first delta (tests/test_collectors_fuzz.py's honest streams did)."""
+    server_started = time.time_ns() - 30 * 10**9  # the sealer comes up 30 s after the server
+    start = server_started // 10**9 + 10  # the series starts 10 s after the server
+    bodies = [
+        (_cumulative([("late", v, start, start + 60 * (i + 1))]).SerializeToString(), server_started + i)
+        for i, v in enumerate((40, 100))
+    ]
+    _wal(tmp_path, bodies)
+    Sealer(tmp_path, started_ns=server_started).seal_all()
+    assert _deltas(tmp_path, "late") == [40, 60]

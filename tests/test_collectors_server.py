@@ -22,12 +22,15 @@ from traceflow.collectors.settings import serve_argv
 PB = {"Content-Type": "application/x-protobuf"}
 
 
-def _serve(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+def _serve(
+    *args: str, timeout: float = 30, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "traceflow", "serve", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -321,3 +324,10 @@ def test_prompt_content_is_dropped_unless_keep_content(tmp_path: Path, keep: boo
 
         assert wait_for(lambda: len(stored()) == 1)
         assert ("my secret prompt" in stored()[0][0]) is keep
+
+
+@pytest.mark.parametrize("value", ["many", "0", "-5"])
+def test_a_bad_stream_cap_is_a_clear_error(tmp_path: Path, value: str) -> None:
+    r = _serve("--data", str(tmp_path), env={"TRACEFLOW_MAX_STREAMS_PER_RESOURCE": value})
+    assert r.returncode == 2 and "TRACEFLOW_MAX_STREAMS_PER_RESOURCE must be a whole number" in r.stderr
+    assert repr(value) in r.stderr and "Traceback" not in r.stderr

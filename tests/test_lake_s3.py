@@ -18,7 +18,7 @@ import httpx
 import orjson
 import pytest
 
-from tests.collectors_support import Server, api_request_logs, wait_for
+from tests.collectors_support import Server, api_request_logs, wait_for, wait_while_working
 from tests.conftest import EXAMPLES, FULL, TESTDATA, s3_test_server
 from traceflow.store.lake import Lake
 
@@ -246,6 +246,49 @@ def _sealer_of(srv: Server) -> int:
     return children[0]
 
 
+def _started(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot); None when there is none, or a zombie
+    (dead, its reaper has not yet collected it). A pid is reused once the process is gone (pid_max
+    may be 32768, and a busy machine goes through that many threads in seconds)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] in ("Z", "X") else int(fields[19])
+
+
+def _holds_sealer_lock(pid: int) -> bool:
+    """Whether sealer ``pid`` holds its ``sealer.lock``: it took it after asking Linux for SIGKILL
+    when its server dies (PR_SET_PDEATHSIG, collectors/sealer.py ``run``)."""
+    try:
+        return any(os.readlink(fd).endswith("/sealer.lock") for fd in Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return False
+
+
+def _gone(pid: int, started: int) -> bool:
+    """Whether the process that started at ``started`` as ``pid`` has died."""
+    return _started(pid) != started
+
+
+def _sigkilled(pid: int, started: int) -> bool:
+    """Whether that process has died or has a SIGKILL pending (which it cannot block, ignore or catch: it
+    never runs its own code again). Dying takes a process time of its own, its threads woken and its
+    memory released, which a loaded machine gives a niced sealer late."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
+    if _gone(pid, started):  # status was read first: if still the same process, it was its status
+        return True
+    pending = 0
+    for line in status.splitlines():
+        key, _, value = line.partition(":")
+        if key in ("SigPnd", "ShdPnd"):  # the thread's pending signals, the process's
+            pending |= int(value, 16)
+    return bool(pending & (1 << (signal.SIGKILL - 1)))
+
+
 def test_three_collectors_one_killed_9_lose_and_duplicate_nothing(
     s3_env: dict[str, str], bucket: str, tmp_path: Path
 ) -> None:
@@ -283,13 +326,19 @@ def test_three_collectors_one_killed_9_lose_and_duplicate_nothing(
                     body = b""
                 time.sleep(0.01)
 
-    threads = [threading.Thread(target=exporter, args=(i,)) for i in range(3)]
+    # daemons: one retrying a payload to a dead collector must not keep a failed run from ending
+    threads = [threading.Thread(target=exporter, args=(i,), daemon=True) for i in range(3)]
     try:
         for t in threads:
             t.start()
         time.sleep(1.0)
         # stop the victim's sealer so that what it acknowledges stays in its WAL, then kill -9
         sealer = _sealer_of(servers[0])
+        started = _started(sealer)
+        assert started is not None
+        # a sealer stopped while still importing (seconds on a loaded machine) never asked for the
+        # SIGKILL, and would stay stopped for ever: stop it once it runs
+        assert wait_while_working(servers[0], lambda: _holds_sealer_lock(sealer))
         os.kill(sealer, signal.SIGSTOP)
         time.sleep(0.8)
         with lock:
@@ -297,7 +346,8 @@ def test_three_collectors_one_killed_9_lose_and_duplicate_nothing(
         assert servers[0].proc is not None
         servers[0].proc.kill()
         servers[0].proc.wait(10)
-        assert wait_for(lambda: not Path(f"/proc/{sealer}").exists(), 10), "the sealer outlived its server"
+        # the server's death sends the sealer SIGKILL (PR_SET_PDEATHSIG) before wait() returns
+        assert wait_for(lambda: _sigkilled(sealer, started), 10), "the sealer outlived its server"
         assert acked_by_victim and any(wals[0].glob("wal/*")), "nothing was left unsealed at the kill"
         servers[0] = start(0)  # same WAL: what it acknowledged and had not sealed is sealed now
         time.sleep(1.0)
@@ -310,6 +360,7 @@ def test_three_collectors_one_killed_9_lose_and_duplicate_nothing(
         stop.set()
         for s in servers:
             s.kill()
+    assert wait_for(lambda: _gone(sealer, started), 60), "the killed sealer is still there"
     assert not any(any(w.glob("wal/*")) for w in wals)
     assert len(acked) == len(set(acked)) > 300
     lake = Lake(bucket)

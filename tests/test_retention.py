@@ -274,7 +274,7 @@ def test_forget_while_serve_writes(tmp_path: Path) -> None:
                 assert httpx.post(url, content=body, headers=pb).status_code == 200
                 (gone if user == "leaver" else acked).extend(ids)
         lake = Lake(data)
-        assert _wait_rows(lake, len(gone) + len(acked))
+        assert _wait_rows(srv, lake, len(gone) + len(acked))
         stop = threading.Event()
 
         def send() -> None:  # others' records keep arriving during the forget
@@ -318,10 +318,10 @@ def _request_ids(lake: Lake) -> list[str]:
         con.close()
 
 
-def _wait_rows(lake: Lake, n: int) -> bool:
-    from tests.collectors_support import wait_for
+def _wait_rows(srv: Server, lake: Lake, n: int) -> bool:
+    from tests.collectors_support import wait_while_working
 
-    return wait_for(lambda: len(_request_ids(lake)) >= n, 60)
+    return wait_while_working(srv, lambda: len(_request_ids(lake)) >= n)
 
 
 # -- on an object store -----------------------------------------------------------------------------
@@ -368,7 +368,7 @@ def test_serve_drops_and_hashes_attributes_and_retains(tmp_path: Path) -> None:
     import hashlib
     import hmac
 
-    from tests.collectors_support import wait_for
+    from tests.collectors_support import wait_while_working
 
     data = tmp_path / "data"
     lake = Lake(data)
@@ -386,13 +386,13 @@ def test_serve_drops_and_hashes_attributes_and_retains(tmp_path: Path) -> None:
             ).status_code
             == 200
         )
-        assert wait_for(lambda: set(ids) <= set(_quietly(_request_ids, lake)), 60)
+        assert wait_while_working(srv, lambda: set(ids) <= set(_quietly(_request_ids, lake)))
         # the retention ran at start: only the rows of the days 90 days before NOW or later are left
         kept = {
             r["event_id"] for r in rows["requests"] if r["session_id"].rsplit("-", 1)[1] in ("89", "30", "0")
         }
-        assert wait_for(
-            lambda: set(_quietly(_ids, lake, "requests")) == kept | set(_quietly(_otlp_ids, lake)), 60
+        assert wait_while_working(
+            srv, lambda: set(_quietly(_ids, lake, "requests")) == kept | set(_quietly(_otlp_ids, lake))
         )
         assert srv.stop() == 0
     expected = "hmac:" + hmac.new(SALT.encode(), b"leaver@example.com", hashlib.sha256).hexdigest()[:32]

@@ -262,6 +262,13 @@ SETTINGS: tuple[Setting, ...] = (
         "Days a quarantined payload is kept (`traceflow quarantine list` shows them).",
     ),
     Setting(
+        "max_streams_per_resource",
+        "TRACEFLOW_MAX_STREAMS_PER_RESOURCE",
+        "50000",
+        "Cumulative metric streams the collector keeps a baseline for per client (resource); a point of "
+        "a new stream beyond them is stored without a delta, and the sealer's log says how many.",
+    ),
+    Setting(
         "retain",
         "TRACEFLOW_RETAIN",
         "(none: keep everything)",

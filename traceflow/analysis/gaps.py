@@ -66,6 +66,13 @@ BIN_EDGES: tuple[float, ...] = (
 _HIST_KEY = "gap_bin * 4 + CASE kind WHEN 'human' THEN 1 WHEN 'agent' THEN 2 ELSE 3 END"
 
 
+#: The mean gap in seconds, summed as whole microseconds (``gap_s`` is a count of them over 1e6,
+#: ``queries/steps.sql``): integers add up to the same sum in any order, where DuckDB adds the
+#: partial sums of a float column in the order its threads finish, which changed the mean's last
+#: digit from run to run (and one lake's mean from another's with the same gaps).
+_MEAN_S = "avg(CAST(round(gap_s * 1e6) AS BIGINT)){filter} / 1e6"
+
+
 def _ttl_key(ttl_s: float) -> str:
     return f"{ttl_s:g}".replace(".", "_")
 
@@ -115,7 +122,7 @@ def gap_summary(
         ("agent_gaps", "count(*) FILTER (WHERE kind = 'agent')::BIGINT"),
         ("unknown_gaps", "count(*) FILTER (WHERE kind = 'unknown')::BIGINT"),
         ("q_all", Quantile("gap_s", QUANTILES)),
-        ("mean_s", "avg(gap_s)"),
+        ("mean_s", _MEAN_S.format(filter="")),
         ("max_s", "max(gap_s)"),
     ]
     columns += [
@@ -124,7 +131,7 @@ def gap_summary(
     ]
     for kind in KINDS:
         columns.append((f"q_{kind}", Quantile("gap_s", QUANTILES, f"kind = '{kind}'")))
-        columns.append((f"{kind}_mean_s", f"avg(gap_s) FILTER (WHERE kind = '{kind}')"))
+        columns.append((f"{kind}_mean_s", _MEAN_S.format(filter=f" FILTER (WHERE kind = '{kind}')")))
         columns += [
             (
                 f"{kind}_share_over_{_ttl_key(t)}",

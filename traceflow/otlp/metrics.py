@@ -27,7 +27,8 @@ nobody else's streams; without a clock (a file import) the newest point time sta
 Streams idle for ``max_staleness_s`` are forgotten, and the latest time of a forgotten stream is
 kept per *resource* (``horizon``), so one client's timestamps cannot turn another's new series into
 baselines. Each resource may hold ``max_streams_per_resource`` streams (the collector's sealer sets
-:data:`COLLECTOR_MAX_STREAMS_PER_RESOURCE`; None, for a file import, is no cap); a point of a new stream
+:data:`COLLECTOR_MAX_STREAMS_PER_RESOURCE`, or ``TRACEFLOW_MAX_STREAMS_PER_RESOURCE``; None, for a file
+import, is no cap); a point of a new stream
 beyond that is stored with ``delta`` NULL, counted in ``Mapped.overflow`` and reported in its
 message. The state records what changed since :meth:`MetricState.take_changes` was last called, so
 that its owner (the sealer) can journal changes instead of rewriting every stream.
