@@ -8,6 +8,7 @@ design decision: add it here, in docs/architecture.md, and say why in the commit
 from __future__ import annotations
 
 import ast
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -59,7 +60,8 @@ def package_of(module: str) -> str:
 
 
 def modules() -> Iterator[tuple[str, Path]]:
-    for path in sorted(PACKAGE.rglob("*.py")):  # rglob follows the collectors/dashboards/queries links
+    found = (Path(d) / f for d, _, fs in os.walk(PACKAGE, followlinks=True) for f in fs if f.endswith(".py"))
+    for path in sorted(found):  # the walk follows the collectors/dashboards links (rglob does not)
         rel = path.relative_to(PACKAGE).with_suffix("")
         parts = ["traceflow", *rel.parts]
         if parts[-1] == "__init__":
