@@ -6,7 +6,10 @@ head size limit, the minimum body rate and the connection cap that uvicorn leave
 
 :class:`OtlpApp` reads each body against two bounds: ``max_body_bytes`` per request (on the wire and
 again while decompressing, so a gzip bomb stops at the limit: 413) and the in-flight budget it shares
-with gRPC (:class:`~.ingest.Admission`; 503 + ``Retry-After``). Errors are answered with a
+with gRPC (:class:`~.ingest.Admission`; 503 + ``Retry-After``). An OTLP/JSON body counts more: what
+it takes once decoded beyond a protobuf message's share (``settings.JSON_DECODED_BYTES_PER_BYTE``
+less ``DECODED_BYTES_PER_BYTE`` times each inflated byte), so the server stays under the documented
+bound (docs/collector.md, ``settings.memory_bound_bytes``) whichever encoding arrives. Errors are answered with a
 ``google.rpc.Status`` in the request's encoding, success with an ``Export*ServiceResponse`` (empty, or
 with ``partial_success``) once the payload is durably in the write-ahead log. A request answered
 before its body was read keeps the connection only when the rest of the body is certain to follow and
@@ -31,6 +34,7 @@ from traceflow.collectors import ingest, prometheus
 from traceflow.collectors.http_limits import LimitedHttpToolsProtocol, Limits
 from traceflow.collectors.inflate import ENCODINGS, BadBody, BodyTooLarge, Inflater
 from traceflow.collectors.ingest import JSON, Ingest, Outcome, Reservation
+from traceflow.collectors.settings import DECODED_BYTES_PER_BYTE, JSON_DECODED_BYTES_PER_BYTE
 from traceflow.collectors.spool import SIGNALS, Signal
 
 _logger = logging.getLogger(__name__)
@@ -100,7 +104,7 @@ class OtlpApp:
         reservation = Reservation()
         try:
             try:
-                body = await self._read_body(receive, headers, reservation)
+                body = await self._read_body(receive, headers, reservation, encoding)
             except _Early as e:
                 self.core.counters.note(signal, e.outcome)
                 await _answer(send, e.outcome, signal, encoding, close=True)
@@ -143,11 +147,16 @@ class OtlpApp:
         return None
 
     async def _read_body(
-        self, receive: Receive, headers: dict[bytes, bytes], reservation: Reservation
+        self, receive: Receive, headers: dict[bytes, bytes], reservation: Reservation, encoding: str
     ) -> bytes | None:
-        """The whole (inflated) body, None if the client disconnected; raises :class:`_Early`."""
+        """The whole (inflated) body, None if the client disconnected; raises :class:`_Early`.
+
+        Wire bytes count against the in-flight budget as they arrive, inflated bytes too when the body
+        is compressed, and an OTLP/JSON body's excess once decoded (the module docstring)."""
         admission = self.core.admission
         coding = _coding(headers)
+        excess = JSON_DECODED_BYTES_PER_BYTE - DECODED_BYTES_PER_BYTE if encoding == JSON else 0
+        inflated = 0 if coding == "identity" else 1  # the wire bytes were counted already
         inflater = Inflater(coding, self.max_body_bytes)
         parts: list[bytes] = []
         wire = 0
@@ -167,12 +176,13 @@ class OtlpApp:
                 raise _Early(ingest.overload_outcome(admission))
             out = _inflate(inflater.feed, piece, self.max_body_bytes)
             if out:
-                if coding != "identity" and not admission.grow(reservation, len(out)):
+                held = (inflated + excess) * len(out)
+                if held and not admission.grow(reservation, held):
                     raise _Early(ingest.overload_outcome(admission))
                 parts.append(out)
         tail = _inflate(lambda _: inflater.finish(), b"", self.max_body_bytes)
         if tail:
-            if not admission.grow(reservation, len(tail)):
+            if not admission.grow(reservation, (inflated + excess) * len(tail)):
                 raise _Early(ingest.overload_outcome(admission))
             parts.append(tail)
         return parts[0] if len(parts) == 1 else b"".join(parts)

@@ -29,10 +29,25 @@ def memory_bound_bytes(max_inflight_bytes: int, max_body_bytes: int) -> int:
     Each holds a base (the interpreter, grpc, polars: 150 MiB), up to 2.5 times
     ``--max-inflight-bytes`` (the server: grpc's buffer and Python's copy of each message being
     received; the sealer: a WAL segment holds at most what was in flight while it was written, read
-    whole and made into frames) and one message decoded at a time, about four times its size. The
+    whole and made into frames) and one message decoded at a time (:data:`DECODED_BYTES_PER_BYTE`
+    times its size; OTLP/JSON's excess is counted in flight: :data:`JSON_DECODED_BYTES_PER_BYTE`). The
     sealer also holds its compiled kernels (numba and LLVM: :data:`SEALER_KERNEL_BYTES`).
     """
-    return 2 * (150 << 20) + SEALER_KERNEL_BYTES + 5 * max_inflight_bytes + 8 * max_body_bytes
+    return (
+        2 * (150 << 20)
+        + SEALER_KERNEL_BYTES
+        + 5 * max_inflight_bytes
+        + 2 * DECODED_BYTES_PER_BYTE * max_body_bytes
+    )
+
+
+#: what a message takes once decoded, per byte of its protobuf encoding (upb's objects for each
+#: attribute; Claude Code records: 3.7-3.8): each process decodes one large message at a time
+DECODED_BYTES_PER_BYTE = 4
+#: the same per byte of OTLP/JSON (orjson's dicts, then the message; Claude Code records: 10.5-10.8).
+#: The server counts the difference against ``--max-inflight-bytes`` as a JSON body arrives
+#: (collectors/http.py) and logs it as protobuf, so the sealer decodes protobuf only.
+JSON_DECODED_BYTES_PER_BYTE = 11
 
 
 #: what numba and LLVM add to the sealer's memory (the columnar mapping, traceflow/otlp/logs_columnar.py)
