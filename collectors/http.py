@@ -9,9 +9,10 @@ again while decompressing, so a gzip bomb stops at the limit: 413) and the in-fl
 with gRPC (:class:`~.ingest.Admission`; 503 + ``Retry-After``). An OTLP/JSON body counts more: what
 it takes once decoded beyond a protobuf message's share (``settings.JSON_DECODED_BYTES_PER_BYTE``
 less ``DECODED_BYTES_PER_BYTE`` times each inflated byte), so the server stays under the documented
-bound (docs/collector.md, ``settings.memory_bound_bytes``) whichever encoding arrives. Errors are answered with a
-``google.rpc.Status`` in the request's encoding, success with an ``Export*ServiceResponse`` (empty, or
-with ``partial_success``) once the payload is durably in the write-ahead log. A request answered
+bound (docs/collector.md, ``settings.memory_bound_bytes``) whichever encoding arrives. Errors are
+answered with a ``google.rpc.Status`` in the request's encoding, success with an
+``Export*ServiceResponse`` (empty, or with ``partial_success``) once the payload is durably in the
+write-ahead log. A request answered
 before its body was read keeps the connection only when the rest of the body is certain to follow and
 is small; otherwise (``Expect: 100-continue`` not yet granted, a chunked or large body) the answer
 says ``Connection: close`` and the connection closes, so no body is ever read as a next request.

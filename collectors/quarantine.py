@@ -135,9 +135,7 @@ class Quarantine:
         entry = Entry(ident, reason, signal, len(records), len(data), now, content)
         _write_atomic(self.dir / (ident + WAL_SUFFIX), data)
         attrs = {"drop_attrs": sorted(self.policy.drop), "hash_attrs": sorted(self.policy.hash)}
-        _write_atomic(
-            self.dir / (ident + META_SUFFIX), orjson.dumps({**entry.to_dict(), **attrs, "at": now})
-        )
+        _write_atomic(self.dir / (ident + META_SUFFIX), orjson.dumps({**entry.to_dict(), **attrs, "at": now}))
         fsync_path(self.dir)
         _logger.error(
             "quarantined %d %s payload(s) as %s (content %s): %s",
