@@ -31,19 +31,7 @@ def max_streams_from_settings() -> int:
     ``TRACEFLOW_MAX_STREAMS_PER_RESOURCE``, else
     :data:`~traceflow.otlp.metrics.COLLECTOR_MAX_STREAMS_PER_RESOURCE`. A value that is not a whole
     number of 1 or more raises ValueError naming the variable."""
-    raw = config.get("max_streams_per_resource")
-    if raw is None:
-        return COLLECTOR_MAX_STREAMS_PER_RESOURCE
-    try:
-        n = int(raw)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise ValueError(
-            f"TRACEFLOW_MAX_STREAMS_PER_RESOURCE must be a whole number of streams, 1 or more (it is "
-            f"{raw!r}); unset it for the default {COLLECTOR_MAX_STREAMS_PER_RESOURCE}"
-        )
-    return n
+    return config.at_least_one("max_streams_per_resource", int, COLLECTOR_MAX_STREAMS_PER_RESOURCE, "streams")
 
 
 #: the journal is folded into a new snapshot once it is larger than this and than the snapshot

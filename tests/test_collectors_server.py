@@ -329,5 +329,5 @@ def test_prompt_content_is_dropped_unless_keep_content(tmp_path: Path, keep: boo
 @pytest.mark.parametrize("value", ["many", "0", "-5"])
 def test_a_bad_stream_cap_is_a_clear_error(tmp_path: Path, value: str) -> None:
     r = _serve("--data", str(tmp_path), env={"TRACEFLOW_MAX_STREAMS_PER_RESOURCE": value})
-    assert r.returncode == 2 and "TRACEFLOW_MAX_STREAMS_PER_RESOURCE must be a whole number" in r.stderr
+    assert r.returncode == 2 and "is not a whole number of streams of at least 1" in r.stderr
     assert repr(value) in r.stderr and "Traceback" not in r.stderr

@@ -7,6 +7,7 @@ cache's fast path (``traceflow._entry``) resolves the data directory here before
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,9 @@ from pathlib import Path
 TYPE_CHECKING = False  # typing is not imported at run time (the result cache's fast path)
 if TYPE_CHECKING:
     from collections.abc import Mapping
+    from typing import TypeVar
+
+    _N = TypeVar("_N", int, float)
 
 #: Every data directory resolved in this process, in order. The fast path stores a result only when
 #: the command resolved exactly the directory whose lake it validated the result against.
@@ -343,6 +347,26 @@ def get(name: str, environ: Mapping[str, str] | None = None) -> str | None:
     """
     env = os.environ if environ is None else environ
     return env.get(_BY_NAME[name].env) or None
+
+
+def at_least_one(name: str, parse: type[_N], default: _N, unit: str) -> _N:
+    """Setting ``name`` read as a number by ``parse`` (``int`` or ``float``) for the settings that must
+    be a finite number of ``unit`` of 1 or more; ``default`` when unset. Other text raises ValueError
+    naming the variable, the rule and the default."""
+    text = get(name)
+    if text is None:
+        return default
+    try:
+        value = parse(text)
+    except ValueError:
+        value = parse(0)
+    if not 1 <= value < math.inf:  # also NaN
+        kind = "whole number" if parse is int else "number"
+        raise ValueError(
+            f"{_BY_NAME[name].env}={text!r} is not a {kind} of {unit} of at least 1; unset it for the "
+            f"default ({default:g})"
+        )
+    return value
 
 
 def aws_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:

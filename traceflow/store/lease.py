@@ -57,19 +57,10 @@ class LeaseLost(LakeError):
 
 def lease_seconds() -> float:
     """The lease length: ``TRACEFLOW_LEASE_SECONDS``, else :data:`DEFAULT_SECONDS`."""
-    text = config.get("lease_seconds")
-    if text is None:
-        return DEFAULT_SECONDS
     try:
-        seconds = float(text)
-    except ValueError:
-        seconds = 0.0
-    if not 1 <= seconds < math.inf:  # also NaN
-        raise UsageError(
-            f"TRACEFLOW_LEASE_SECONDS={text!r} is not a number of seconds of at least 1; "
-            f"unset it for the default ({DEFAULT_SECONDS:g})"
-        )
-    return seconds
+        return config.at_least_one("lease_seconds", float, DEFAULT_SECONDS, "seconds")
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
 def new_owner() -> str:
