@@ -11,19 +11,16 @@ import datetime as dt
 import http.server
 import json
 import os
-import subprocess
 import threading
 import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
-import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.collectors_support import wait_for
-from tests.test_collectors_prometheus import PROMETHEUS, _free_port, _query
+from tests.test_collectors_prometheus import PROMETHEUS, _query, first_answer, running_prometheus
 from tests.test_misses import BASELINE_REUSE, WINDOW_ARGS, _health_lake
 from traceflow.store.lake import Lake
 
@@ -255,44 +252,19 @@ def test_a_real_prometheus_scrapes_the_file(lake: Lake, tmp_path: Path, cli: Cli
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a: _Static(*a, directory=str(folder)))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
-        "scrape_configs:\n"
-        "  - job_name: textfile\n"
-        "    scrape_interval: 1s\n"
-        "    metrics_path: /traceflow.prom\n"
-        f"    static_configs: [{{targets: ['127.0.0.1:{server.server_address[1]}']}}]\n"
-    )
-    port = _free_port()
-    log = (tmp_path / "prometheus.log").open("wb")
-    prom = subprocess.Popen(
-        [
-            PROMETHEUS,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
     try:
-        alerts: list[dict[str, Any]] = []
-
-        def scraped() -> bool:
-            nonlocal alerts
-            try:
-                alerts = _query(port, "traceflow_cache_alert == 1")
-            except httpx.HTTPError:
-                return False
-            return bool(alerts)
-
-        assert wait_for(scraped, timeout_s=60, interval_s=0.5), (tmp_path / "prometheus.log").read_text()
-        assert sorted(a["metric"]["check"] for a in alerts) == sorted(f["check"] for f in got["fired"])
-        ratio = _query(port, 'traceflow_cache_reuse_ratio{period="baseline"}')
-        assert [float(r["value"][1]) for r in ratio] == [pytest.approx(got["baseline"]["reuse_ratio"])]
+        with running_prometheus(
+            tmp_path,
+            "scrape_configs:\n"
+            "  - job_name: textfile\n"
+            "    scrape_interval: 1s\n"
+            "    metrics_path: /traceflow.prom\n"
+            f"    static_configs: [{{targets: ['127.0.0.1:{server.server_address[1]}']}}]\n",
+        ) as port:
+            alerts = first_answer(port, "traceflow_cache_alert == 1", tmp_path)
+            assert sorted(a["metric"]["check"] for a in alerts) == sorted(f["check"] for f in got["fired"])
+            ratio = _query(port, 'traceflow_cache_reuse_ratio{period="baseline"}')
+            assert [float(r["value"][1]) for r in ratio] == [pytest.approx(got["baseline"]["reuse_ratio"])]
     finally:
-        prom.terminate()
-        prom.wait(30)
-        log.close()
         server.shutdown()
         server.server_close()

@@ -3,10 +3,12 @@ the accepted records add up to the rows the lake stored, per team, and a real Pr
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -156,28 +158,14 @@ def _query(port: int, promql: str) -> list[dict[str, Any]]:
     return result
 
 
-def test_a_real_prometheus_scrapes_it(tmp_path: Path) -> None:
-    if not os.access(PROMETHEUS, os.X_OK):
-        reason = f"{PROMETHEUS} is absent: install Debian's prometheus package (apt-get install prometheus)"
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
-    data = tmp_path / "lake"
-    with Server(data, "--token", TOKEN) as srv:
-        _feed(srv)
-        assert wait_for(lambda: _stored(data) == 16, timeout_s=30)
-        target = srv.http_url.removeprefix("http://")
-        config = tmp_path / "prometheus.yml"
-        config.write_text(
-            "global:\n  scrape_interval: 1s\n"
-            "scrape_configs:\n"
-            "  - job_name: traceflow\n"
-            "    scrape_interval: 1s\n"
-            f"    authorization: {{type: Bearer, credentials: {TOKEN}}}\n"
-            f"    static_configs: [{{targets: ['{target}']}}]\n"
-        )
-        port = _free_port()
-        log = (tmp_path / "prometheus.log").open("wb")
+@contextlib.contextmanager
+def running_prometheus(tmp_path: Path, scrape_config: str) -> Iterator[int]:
+    """Debian's Prometheus with ``scrape_config`` (YAML), its data and log under ``tmp_path``; yields
+    its API port and stops it on exit."""
+    config = tmp_path / "prometheus.yml"
+    config.write_text(scrape_config)
+    port = _free_port()
+    with (tmp_path / "prometheus.log").open("wb") as log:
         prom = subprocess.Popen(
             [
                 PROMETHEUS,
@@ -189,17 +177,50 @@ def test_a_real_prometheus_scrapes_it(tmp_path: Path) -> None:
             stderr=subprocess.STDOUT,
         )
         try:
-            total: list[dict[str, Any]] = []
+            yield port
+        finally:
+            prom.terminate()
+            prom.wait(30)
 
-            def scraped() -> bool:
-                nonlocal total
-                try:
-                    total = _query(port, "sum(traceflow_records_accepted_total)")
-                except httpx.HTTPError:
-                    return False
-                return bool(total)
 
-            assert wait_for(scraped, timeout_s=60, interval_s=0.5), (tmp_path / "prometheus.log").read_text()
+def first_answer(port: int, promql: str, tmp_path: Path) -> list[dict[str, Any]]:
+    """The first non-empty result of ``promql`` (waiting up to 60 s while Prometheus starts and
+    scrapes); the test fails with Prometheus's log otherwise."""
+    found: list[dict[str, Any]] = []
+
+    def answered() -> bool:
+        nonlocal found
+        try:
+            found = _query(port, promql)
+        except httpx.HTTPError:
+            return False
+        return bool(found)
+
+    assert wait_for(answered, timeout_s=60, interval_s=0.5), (tmp_path / "prometheus.log").read_text()
+    return found
+
+
+def test_a_real_prometheus_scrapes_it(tmp_path: Path) -> None:
+    if not os.access(PROMETHEUS, os.X_OK):
+        reason = f"{PROMETHEUS} is absent: install Debian's prometheus package (apt-get install prometheus)"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    data = tmp_path / "lake"
+    with Server(data, "--token", TOKEN) as srv:
+        _feed(srv)
+        assert wait_for(lambda: _stored(data) == 16, timeout_s=30)
+        target = srv.http_url.removeprefix("http://")
+        with running_prometheus(
+            tmp_path,
+            "global:\n  scrape_interval: 1s\n"
+            "scrape_configs:\n"
+            "  - job_name: traceflow\n"
+            "    scrape_interval: 1s\n"
+            f"    authorization: {{type: Bearer, credentials: {TOKEN}}}\n"
+            f"    static_configs: [{{targets: ['{target}']}}]\n",
+        ) as port:
+            total = first_answer(port, "sum(traceflow_records_accepted_total)", tmp_path)
             assert float(total[0]["value"][1]) == _stored(data) == 16
             up = _query(port, 'up{job="traceflow"}')
             assert [float(u["value"][1]) for u in up] == [1.0]
@@ -207,7 +228,3 @@ def test_a_real_prometheus_scrapes_it(tmp_path: Path) -> None:
             assert {t["metric"].get("team", ""): float(t["value"][1]) for t in teams} == {
                 k: float(v) for k, v in _team_rows(data).items()
             }
-        finally:
-            prom.terminate()
-            prom.wait(30)
-            log.close()
