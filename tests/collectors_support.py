@@ -28,7 +28,10 @@ CAPTURES = TESTDATA / "claude-code-otlp"
 PAYLOADS = Path(__file__).resolve().parent / "payloads"
 
 
-def _kv(key: str, value: str | int | float | bool) -> KeyValue:
+def kv(key: str, value: str | int | float | bool | None) -> KeyValue:
+    """An OTLP attribute of ``value``'s type (None: an empty value)."""
+    if value is None:
+        return KeyValue(key=key, value=AnyValue())
     if isinstance(value, bool):
         return KeyValue(key=key, value=AnyValue(bool_value=value))
     if isinstance(value, int):
@@ -52,7 +55,7 @@ def api_request_logs(
         ("service.name", "claude-code"),
         ("service.version", "2.1.332"),
     ):
-        rl.resource.attributes.append(_kv(k, v))
+        rl.resource.attributes.append(kv(k, v))
     sl = rl.scope_logs.add()
     sl.scope.name = "com.anthropic.claude_code.events"
     sl.scope.version = "2.1.332"
@@ -88,7 +91,7 @@ def api_request_logs(
             time_unix_nano=ts,
             observed_time_unix_nano=ts,
             body=AnyValue(string_value="claude_code.api_request"),
-            attributes=[_kv(k, v) for k, v in attrs],
+            attributes=[kv(k, v) for k, v in attrs],
             event_name="claude_code.api_request",
         )
         sl.log_records.append(rec)

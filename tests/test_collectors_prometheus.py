@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 import httpx
 import pytest
-from collectors_support import Server, _kv, api_request_logs, query, stub, wait_for
+from collectors_support import Server, api_request_logs, kv, query, stub, wait_for
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -30,7 +30,7 @@ PROMETHEUS = "/usr/bin/prometheus"
 def _team_logs(n: int, team: str | None) -> bytes:
     req, _ = api_request_logs(n)
     if team is not None:
-        req.resource_logs[0].resource.attributes.append(_kv("team.id", team))
+        req.resource_logs[0].resource.attributes.append(kv("team.id", team))
     return bytes(req.SerializeToString())
 
 
@@ -38,8 +38,8 @@ def _spans(good: int, bad: int) -> ExportTraceServiceRequest:
     """``good`` spans of a service that is no agent, and ``bad`` with a 3-byte trace id."""
     req = ExportTraceServiceRequest()
     rs = req.resource_spans.add()
-    rs.resource.attributes.append(_kv("service.name", "billing-api"))
-    rs.resource.attributes.append(_kv("team.id", "payments"))
+    rs.resource.attributes.append(kv("service.name", "billing-api"))
+    rs.resource.attributes.append(kv("team.id", "payments"))
     ss = rs.scope_spans.add()
     now = time.time_ns()
     for i in range(good + bad):
@@ -59,7 +59,7 @@ def _feed(srv: Server) -> None:
         assert r.status_code == 200, r.text
     with grpc.insecure_channel(srv.grpc_target) as ch:
         req, _ = api_request_logs(5)
-        req.resource_logs[0].resource.attributes.append(_kv("team.id", "search"))
+        req.resource_logs[0].resource.attributes.append(kv("team.id", "search"))
         stub("logs", ch).Export(req, metadata=(("authorization", f"Bearer {TOKEN}"),), timeout=10)
         answer = stub("traces", ch).Export(
             _spans(good=2, bad=1), metadata=(("authorization", f"Bearer {TOKEN}"),), timeout=10

@@ -16,7 +16,7 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
-from collectors_support import Server, _kv, api_request_logs, query, stub, wait_for
+from collectors_support import Server, api_request_logs, kv, query, stub, wait_for
 
 from traceflow.collectors.settings import serve_argv
 from traceflow.collectors.tokens import RELOAD_INTERVAL_S, Caller, TokenFileError, Tokens, parse
@@ -48,7 +48,7 @@ def _write(path: Path, teams: dict[str, str]) -> None:
 def _logs(n: int, claim: str | None, tag: str = "") -> bytes:
     req, _ = api_request_logs(n, tag=tag)
     if claim is not None:
-        req.resource_logs[0].resource.attributes.append(_kv("team.id", claim))
+        req.resource_logs[0].resource.attributes.append(kv("team.id", claim))
     return bytes(req.SerializeToString())
 
 
@@ -128,7 +128,7 @@ def test_each_record_gets_its_tokens_team(tmp_path: Path) -> None:
         assert _post(srv, "not-a-token-0123456789abcdef", _logs(1, claim=None)) == 401
         with grpc.insecure_channel(srv.grpc_target) as ch:
             req, _ = api_request_logs(5)
-            req.resource_logs[0].resource.attributes.append(_kv("team.id", "payments"))
+            req.resource_logs[0].resource.attributes.append(kv("team.id", "payments"))
             meta = (("authorization", f"Bearer {TOKENS['ads']}"),)
             stub("logs", ch).Export(req, metadata=meta, timeout=10)
             with pytest.raises(grpc.RpcError) as e:

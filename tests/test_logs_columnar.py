@@ -12,9 +12,8 @@ from typing import Any
 
 import polars as pl
 import pytest
-from collectors_support import CAPTURES, api_request_logs, query
+from collectors_support import CAPTURES, api_request_logs, kv, query
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
 from traceflow import native
 from traceflow.collectors import spool
@@ -87,23 +86,11 @@ def test_captured_claude_code_logs_map_to_the_same_rows() -> None:
     assert taken >= 4
 
 
-def _kv(key: str, value: Any) -> KeyValue:
-    if value is None:
-        return KeyValue(key=key, value=AnyValue())
-    if isinstance(value, bool):
-        return KeyValue(key=key, value=AnyValue(bool_value=value))
-    if isinstance(value, int):
-        return KeyValue(key=key, value=AnyValue(int_value=value))
-    if isinstance(value, float):
-        return KeyValue(key=key, value=AnyValue(double_value=value))
-    return KeyValue(key=key, value=AnyValue(string_value=value))
-
-
 def _request(records: list[dict[str, Any]], resource: list[tuple[str, Any]] | None = None) -> bytes:
     req = ExportLogsServiceRequest()
     rl = req.resource_logs.add()
     for k, v in resource if resource is not None else [("service.name", "claude-code")]:
-        rl.resource.attributes.append(_kv(k, v))
+        rl.resource.attributes.append(kv(k, v))
     sl = rl.scope_logs.add()
     sl.scope.name = "com.anthropic.claude_code.events"
     for r in records:
@@ -113,7 +100,7 @@ def _request(records: list[dict[str, Any]], resource: list[tuple[str, Any]] | No
         rec.trace_id = r.get("trace_id", b"")
         rec.span_id = r.get("span_id", b"")
         for k, v in r["attrs"]:
-            rec.attributes.append(_kv(k, v))
+            rec.attributes.append(kv(k, v))
     return req.SerializeToString()
 
 
@@ -245,7 +232,7 @@ def _lake_rows(data: Path, table: str) -> list[tuple[Any, ...]]:
 def test_the_sealer_stores_the_same_rows_either_way(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fine, _ = api_request_logs(40)
     odd, _ = api_request_logs(5)  # a count as text: the whole request goes the dict way
-    odd.resource_logs[0].scope_logs[0].log_records[2].attributes.append(_kv("input_tokens", "12"))
+    odd.resource_logs[0].scope_logs[0].log_records[2].attributes.append(kv("input_tokens", "12"))
     bodies = [fine.SerializeToString(), odd.SerializeToString(), *_captured_logs()]
     stored = {}
     for native_on in ("1", "0"):
